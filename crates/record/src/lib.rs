@@ -1,0 +1,135 @@
+//! One JSON object per line, one line per event. The shim writes them, `mrshim analyze` reads them.
+//! Schema: docs/record-schema.md. Bump [`SCHEMA_VERSION`] on any incompatible change.
+
+use serde::{Deserialize, Serialize};
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// What a line describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// The process's effective configuration, first line of every log.
+    Config,
+    /// One registration call (or one retry attempt of it).
+    Reg,
+    /// One `ibv_dereg_mr`.
+    Dereg,
+    /// A change of learned retry policy.
+    Policy,
+    /// Per-process exit summary.
+    Summary,
+}
+
+/// Where the registered address lives, as far as the shim can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MemKind {
+    HostAnon,
+    HostStack,
+    Hugepage,
+    FileReadonly,
+    FileWritable,
+    Device,
+    Unmapped,
+    Unknown,
+}
+
+/// One registration (or deregistration) event. Optional fields are omitted when unknown.
+/// Addresses are hex strings ("0x7f..."): JSON numbers lose precision above 2^53.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Reg {
+    pub v: u32,
+    pub kind: Option<Kind>,
+    pub seq: u64,
+    /// Wall clock, nanoseconds since the Unix epoch.
+    pub time_ns: u64,
+    pub host: String,
+    pub pid: u32,
+    pub tid: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_rank: Option<i64>,
+    /// Entry point as the application called it, e.g. `ibv_reg_mr_iova2`.
+    pub call: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pd: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub addr: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub length: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub addr_page_offset: Option<u64>,
+    /// Largest power of two dividing the address (0 for address 0).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub addr_align: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub iova: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub iova_page_offset: Option<u64>,
+    /// Access flags exactly as the caller requested them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub access: Option<u32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub access_names: Vec<String>,
+    #[serde(default)]
+    pub relaxed_ordering: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dmabuf_fd: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dmabuf_offset: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mem_kind: Option<MemKind>,
+    /// Soft / hard RLIMIT_MEMLOCK in bytes; `None` means unlimited.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memlock_soft: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memlock_hard: Option<u64>,
+    /// Bytes this process had registered (through the shim) before this call.
+    #[serde(default)]
+    pub registered_bytes: u64,
+    /// `ok` or `error`.
+    pub result: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mr: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lkey: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rkey: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub errno: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub errno_name: Option<String>,
+    pub duration_ns: u64,
+    /// A dmabuf capability probe (fd -1): passed through untouched, never retried.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub probe: bool,
+    /// The failure was injected by MRSHIM_INJECT.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub injected: bool,
+    /// 0 for the application's own call; 1.. for retry attempts linked by `parent_seq`.
+    #[serde(default)]
+    pub attempt: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_seq: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<String>,
+    /// What the strategy changed, human readable ("access 0x10f -> 0xf").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub change: Option<String>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+impl Reg {
+    pub fn to_line(&self) -> String {
+        let mut s = serde_json::to_string(self).expect("record serializes");
+        s.push('\n');
+        s
+    }
+}

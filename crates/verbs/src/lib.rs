@@ -1,0 +1,10 @@
+//! rdma-core's ABI as Rust types: ibverbs-sys for the `ibv_*` structs and functions, plus the
+//! pieces it leaves out (see build.rs), and the flag and errno names all of mrshim prints.
+
+pub use ibverbs_sys::*;
+
+#[allow(non_camel_case_types, non_snake_case, non_upper_case_globals, dead_code, clippy::all)]
+mod extra {
+    include!(concat!(env!("OUT_DIR"), "/extra.rs"));
+}
+pub use extra::{ibv_wc, verbs_context};

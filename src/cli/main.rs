@@ -1,0 +1,36 @@
+//! The `mrshim` command line tool: a thin dispatcher; each subcommand lives in its own module.
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+mod analyze;
+mod doctor;
+mod exec;
+mod sim;
+
+#[derive(Parser)]
+#[command(name = "mrshim", version, about = "Record, explain and rescue RDMA memory registrations")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Analyze shim records and NCCL/MCCL/RCCL/UCX/Open MPI/perftest logs: root cause and fix.
+    Analyze(analyze::Args),
+    /// Check this node's configuration for RDMA memory registration.
+    Doctor(doctor::Args),
+    /// Run a command with libmrshim.so preloaded.
+    Exec(exec::Args),
+    /// Run a command on the simulated verbs device (and GPU runtime).
+    Sim(sim::Args),
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().cmd {
+        Cmd::Analyze(a) => analyze::run(a),
+        Cmd::Doctor(a) => doctor::run(a),
+        Cmd::Exec(a) => exec::run(a),
+        Cmd::Sim(a) => sim::run(a),
+    }
+}

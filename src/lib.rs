@@ -1,0 +1,1 @@
+//! libmrshim.so — the preload. See README.md.
