@@ -8,3 +8,4 @@ mod extra {
     include!(concat!(env!("OUT_DIR"), "/extra.rs"));
 }
 pub use extra::{ibv_wc, verbs_context};
+pub mod errno;
