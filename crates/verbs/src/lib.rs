@@ -9,3 +9,9 @@ mod extra {
 }
 pub use extra::{ibv_wc, verbs_context};
 pub mod errno;
+pub mod access;
+
+/// Constants from verbs.h that ibverbs-sys does not carry.
+pub mod extra_consts {
+    pub use crate::extra::{IB_UVERBS_ACCESS_OPTIONAL_FIRST, IB_UVERBS_ACCESS_OPTIONAL_LAST};
+}
