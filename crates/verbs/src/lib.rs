@@ -15,5 +15,3 @@ pub mod access;
 pub mod extra_consts {
     pub use crate::extra::{IB_UVERBS_ACCESS_OPTIONAL_FIRST, IB_UVERBS_ACCESS_OPTIONAL_LAST};
 }
-
-pub mod names;
