@@ -2,6 +2,7 @@
 //! Schema: docs/record-schema.md. Bump [`SCHEMA_VERSION`] on any incompatible change.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -120,6 +121,67 @@ pub struct Reg {
     /// What the strategy changed, human readable ("access 0x10f -> 0xf").
     #[serde(skip_serializing_if = "Option::is_none")]
     pub change: Option<String>,
+
+    // ---- added in schema 1 (additive; readers must ignore unknown fields) ----
+    /// Symbol version the caller asked for when it is not the default one (`IBVERBS_1.0`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub symbol_version: Option<String>,
+    /// Dereg records: `seq` of the registration that created this MR (if it went through the shim).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reg_seq: Option<u64>,
+    /// The /proc/self/maps pathname column of the mapping holding `addr` (`[heap]`, a file, "").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mem_region: Option<String>,
+    /// false when [addr, addr+length) is not entirely covered by mappings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mem_fully_mapped: Option<bool>,
+    /// Bytes this process had registered after the call (successful regs add, deregs subtract).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub registered_bytes_after: Option<u64>,
+    /// Config records: the shim's version.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shim_version: Option<String>,
+    /// Config records: /proc/self/exe.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exe: Option<String>,
+    /// Config records: every MRSHIM_* variable and the rank variables, as seen at start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub env: Option<BTreeMap<String, String>>,
+    /// Config records: the effective settings after parsing (`log`, `level`, `summary`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub settings: Option<BTreeMap<String, String>>,
+    /// Summary records (last line of a log when the process exits normally).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summary: Option<Summary>,
+}
+
+/// Per-process totals, written as the `summary` of a [`Kind::Summary`] line.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Intercepted application calls (registrations and deregistrations).
+    pub calls: u64,
+    pub failures: u64,
+    /// Probes (dmabuf fd -1) are counted here, not as failures.
+    #[serde(default)]
+    pub probes: u64,
+    /// Per entry point: calls, failures and failures by errno name.
+    pub by_call: BTreeMap<String, CallStats>,
+    /// Sum of the lengths of all successful registrations.
+    pub bytes_registered_total: u64,
+    /// Bytes still registered at exit.
+    pub registered_bytes: u64,
+    pub peak_registered_bytes: u64,
+    /// Records handed to the kernel / records that could not be written.
+    pub records_written: u64,
+    pub records_lost: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CallStats {
+    pub calls: u64,
+    pub failures: u64,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub errnos: BTreeMap<String, u64>,
 }
 
 fn is_false(b: &bool) -> bool {

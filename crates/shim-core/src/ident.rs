@@ -1,0 +1,62 @@
+//! Who is calling: host, pid, tid, rank and local rank.
+
+/// Rank variables in the order they are consulted.
+pub const RANK_VARS: &[&str] = &["OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", "RANK"];
+pub const LOCAL_RANK_VARS: &[&str] =
+    &["OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"];
+
+/// The first variable of `vars` that holds a non-negative integer.
+pub fn first_int(vars: &[&'static str], get: &impl Fn(&str) -> Option<String>) -> Option<(i64, &'static str)> {
+    vars.iter().find_map(|v| {
+        let s = get(v)?;
+        let n: i64 = s.trim().parse().ok()?;
+        (n >= 0).then_some((n, *v))
+    })
+}
+
+pub fn rank(get: &impl Fn(&str) -> Option<String>) -> Option<(i64, &'static str)> {
+    first_int(RANK_VARS, get)
+}
+
+pub fn local_rank(get: &impl Fn(&str) -> Option<String>) -> Option<(i64, &'static str)> {
+    first_int(LOCAL_RANK_VARS, get)
+}
+
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: buf is writable for its whole length; gethostname NUL-terminates on success when
+    // the name fits (the last byte is kept 0 in any case).
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) };
+    if rc != 0 {
+        return "unknown".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    let h = String::from_utf8_lossy(&buf[..end]).into_owned();
+    if h.is_empty() { "unknown".into() } else { h }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(v: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = v.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+        move |k: &str| m.get(k).cloned()
+    }
+
+    #[test]
+    fn precedence_and_garbage() {
+        assert_eq!(rank(&env(&[("RANK", "7"), ("PMI_RANK", "3")])), Some((3, "PMI_RANK")));
+        assert_eq!(rank(&env(&[("OMPI_COMM_WORLD_RANK", "1"), ("PMIX_RANK", "2")])), Some((1, "OMPI_COMM_WORLD_RANK")));
+        assert_eq!(rank(&env(&[("OMPI_COMM_WORLD_RANK", "x"), ("SLURM_PROCID", " 5 ")])), Some((5, "SLURM_PROCID")));
+        assert_eq!(rank(&env(&[("RANK", "-1")])), None);
+        assert_eq!(rank(&env(&[])), None);
+        assert_eq!(local_rank(&env(&[("OMPI_COMM_WORLD_LOCAL_RANK", "2")])), Some((2, "OMPI_COMM_WORLD_LOCAL_RANK")));
+    }
+
+    #[test]
+    fn host_is_nonempty() {
+        assert!(!hostname().is_empty());
+    }
+}

@@ -1,0 +1,588 @@
+//! The logic of libmrshim.so, in plain (mostly safe) Rust so that it is unit-testable without
+//! interposing on anything. The FFI layer (src/preload in the root crate) turns each intercepted
+//! call into a [`RegArgs`], hands [`Shim::call`] a [`Backend`] that calls the real function, and
+//! passes the [`Outcome`] back to the application.
+//!
+//! Call path (one application call):
+//! `begin` (seq, clock) → `Backend::invoke` (the real function, exactly once) →
+//! [retry engine slot, issue 6: further `invoke`s recorded as attempts linked by `parent_seq`] →
+//! `finish` (counters, MR table, one record = one write(2), WARN line). Panics in the shim's own
+//! parts are caught inside [`Shim::call`]; the real call happens exactly once regardless.
+
+pub mod config;
+pub mod ident;
+pub mod log;
+pub mod maps;
+
+use config::{Config, Level, LogDest};
+use mrshim_record::{CallStats, Kind, MemKind, Reg, Summary, SCHEMA_VERSION};
+use std::collections::{BTreeMap, HashMap};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// The intercepted entry points.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Call {
+    RegMr,
+    RegMrIova,
+    RegMrIova2,
+    RegDmabufMr,
+    DeregMr,
+}
+
+impl Call {
+    pub const ALL: [Call; 5] = [Call::RegMr, Call::RegMrIova, Call::RegMrIova2, Call::RegDmabufMr, Call::DeregMr];
+    pub fn name(self) -> &'static str {
+        match self {
+            Call::RegMr => "ibv_reg_mr",
+            Call::RegMrIova => "ibv_reg_mr_iova",
+            Call::RegMrIova2 => "ibv_reg_mr_iova2",
+            Call::RegDmabufMr => "ibv_reg_dmabuf_mr",
+            Call::DeregMr => "ibv_dereg_mr",
+        }
+    }
+    fn idx(self) -> usize {
+        self as usize
+    }
+}
+
+/// The arguments of one call, as the application passed them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RegArgs {
+    pub call: Option<Call>,
+    /// Set when the caller asked for a non-default symbol version (`IBVERBS_1.0`).
+    pub symbol_version: Option<&'static str>,
+    pub pd: usize,
+    /// The virtual address. For `ibv_reg_dmabuf_mr` this is the `iova` argument (the VA the MR
+    /// will have); the dmabuf offset is in `dmabuf_offset`. For `ibv_dereg_mr`: `mr->addr`.
+    pub addr: u64,
+    pub length: u64,
+    /// The IOVA: the argument for iova/iova2/dmabuf; `addr` for plain `ibv_reg_mr`.
+    pub iova: Option<u64>,
+    pub access: u32,
+    pub dmabuf_fd: Option<i32>,
+    pub dmabuf_offset: Option<u64>,
+    /// `ibv_dereg_mr`: the MR being deregistered.
+    pub mr: usize,
+}
+
+impl RegArgs {
+    pub fn call(&self) -> Call {
+        self.call.unwrap_or(Call::RegMr)
+    }
+    /// NCCL/UCX probe dmabuf support with fd -1 and look at errno: pass through, never retry.
+    pub fn is_probe(&self) -> bool {
+        self.call() == Call::RegDmabufMr && self.dmabuf_fd.map_or(false, |fd| fd < 0)
+    }
+}
+
+/// What the real function answered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// The returned `struct ibv_mr *` (0 on failure; unused for dereg).
+    pub mr: usize,
+    pub lkey: u32,
+    pub rkey: u32,
+    /// 0 on success, else the errno (registrations) / the return value (dereg).
+    pub err: i32,
+    /// errno as the real function left it (restored for the caller before returning).
+    pub errno_after: i32,
+}
+
+impl Outcome {
+    pub fn ok(&self) -> bool {
+        self.err == 0
+    }
+}
+
+/// The real functions, as the FFI layer reaches them.
+pub trait Backend {
+    /// Calls the real function once.
+    fn invoke(&self, args: &RegArgs) -> Outcome;
+    /// `pd->context->device->name`.
+    fn device_name(&self, pd: usize) -> Option<String>;
+}
+
+/// Writes one line to stderr with a single write(2) (no std lock, usable anywhere).
+pub fn stderr_line(s: &str) {
+    let mut b = Vec::with_capacity(s.len() + 1);
+    b.extend_from_slice(s.as_bytes());
+    b.push(b'\n');
+    log::write_all_once(2, &b);
+}
+
+#[derive(Default)]
+struct Stats {
+    calls: [AtomicU64; 5],
+    failures: [AtomicU64; 5],
+    probes: AtomicU64,
+    errnos: Mutex<BTreeMap<(Call, i32), u64>>,
+    bytes_total: AtomicU64,
+}
+
+const SHARDS: usize = 16;
+
+/// Live MRs registered through the shim: length and the seq of their registration.
+struct MrTable {
+    shards: [Mutex<HashMap<usize, (u64, u64)>>; SHARDS],
+    bytes: AtomicU64,
+    peak: AtomicU64,
+}
+
+impl MrTable {
+    fn new() -> Self {
+        MrTable { shards: std::array::from_fn(|_| Mutex::new(HashMap::new())), bytes: AtomicU64::new(0), peak: AtomicU64::new(0) }
+    }
+    fn shard(&self, mr: usize) -> &Mutex<HashMap<usize, (u64, u64)>> {
+        &self.shards[(mr >> 4) % SHARDS]
+    }
+    fn insert(&self, mr: usize, len: u64, seq: u64) -> u64 {
+        if let Ok(mut g) = self.shard(mr).lock() {
+            g.insert(mr, (len, seq));
+        }
+        let now = self.bytes.fetch_add(len, Relaxed) + len;
+        self.peak.fetch_max(now, Relaxed);
+        now
+    }
+    fn get(&self, mr: usize) -> Option<(u64, u64)> {
+        self.shard(mr).lock().ok()?.get(&mr).copied()
+    }
+    fn remove(&self, mr: usize) -> u64 {
+        let e = self.shard(mr).lock().ok().and_then(|mut g| g.remove(&mr));
+        match e {
+            Some((len, _)) => {
+                let mut cur = self.bytes.load(Relaxed);
+                loop {
+                    let new = cur.saturating_sub(len);
+                    match self.bytes.compare_exchange_weak(cur, new, Relaxed, Relaxed) {
+                        Ok(_) => return new,
+                        Err(c) => cur = c,
+                    }
+                }
+            }
+            None => self.bytes.load(Relaxed),
+        }
+    }
+}
+
+static FORK_GEN: AtomicU32 = AtomicU32::new(0);
+
+thread_local! {
+    static TID: std::cell::Cell<(u32, u32)> = const { std::cell::Cell::new((0, u32::MAX)) };
+}
+
+fn tid() -> u32 {
+    let gen = FORK_GEN.load(Relaxed);
+    TID.with(|c| {
+        let (t, g) = c.get();
+        if g == gen && t != 0 {
+            return t;
+        }
+        // SAFETY: gettid has no preconditions.
+        let t = unsafe { libc::gettid() } as u32;
+        c.set((t, gen));
+        t
+    })
+}
+
+fn rlimit_memlock() -> (Option<u64>, Option<u64>) {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: r is a valid, writable rlimit.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) } != 0 {
+        return (None, None);
+    }
+    let f = |v: libc::rlim_t| (v != libc::RLIM_INFINITY).then_some(v as u64);
+    (f(r.rlim_cur), f(r.rlim_max))
+}
+
+fn hex(v: u64) -> String {
+    format!("{v:#x}")
+}
+
+/// The shim's state for this process.
+pub struct Shim {
+    /// `None`: configuration was bad; every call passes through unrecorded.
+    cfg: Option<Config>,
+    host: String,
+    pid: AtomicU32,
+    rank: Option<(i64, &'static str)>,
+    local_rank: Option<(i64, &'static str)>,
+    env_echo: BTreeMap<String, String>,
+    page: u64,
+    seq: AtomicU64,
+    log: log::Log,
+    maps: maps::MapsCache,
+    stats: Stats,
+    mrs: MrTable,
+    summarized: AtomicBool,
+}
+
+static SHIM: OnceLock<Shim> = OnceLock::new();
+
+/// The process-wide shim, built from the environment on first use.
+pub fn shim() -> &'static Shim {
+    SHIM.get_or_init(|| Shim::from_env(|k| std::env::var_os(k).map(|v| v.to_string_lossy().into_owned())))
+}
+
+/// The shim if it was ever used (for the exit summary and fork handlers).
+pub fn shim_if_initialized() -> Option<&'static Shim> {
+    SHIM.get()
+}
+
+impl Shim {
+    /// Builds the state; bad variables are reported (one stderr line each) and disable recording.
+    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Shim {
+        let cfg = match config::parse(&get) {
+            Ok(c) => Some(c),
+            Err(errs) => {
+                for e in errs {
+                    stderr_line(&e.to_string());
+                }
+                None
+            }
+        };
+        Shim::new(cfg, &get)
+    }
+
+    pub fn new(cfg: Option<Config>, get: &impl Fn(&str) -> Option<String>) -> Shim {
+        let mut env_echo = BTreeMap::new();
+        for v in config::VARS.iter().chain(ident::RANK_VARS).chain(ident::LOCAL_RANK_VARS) {
+            if let Some(x) = get(v) {
+                env_echo.insert(v.to_string(), x);
+            }
+        }
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        let log = log::Log::new(cfg.as_ref().map_or(LogDest::Off, |c| c.log.clone()));
+        Shim {
+            host: ident::hostname(),
+            // SAFETY: getpid has no preconditions.
+            pid: AtomicU32::new(unsafe { libc::getpid() } as u32),
+            rank: ident::rank(get),
+            local_rank: ident::local_rank(get),
+            env_echo,
+            page: if page > 0 { page as u64 } else { 4096 },
+            seq: AtomicU64::new(1),
+            log,
+            maps: maps::MapsCache::new(),
+            stats: Stats::default(),
+            mrs: MrTable::new(),
+            summarized: AtomicBool::new(false),
+            cfg,
+        }
+    }
+
+    pub fn config(&self) -> Option<&Config> {
+        self.cfg.as_ref()
+    }
+
+    /// One application call: the real function exactly once, plus whatever recording is configured.
+    pub fn call(&self, args: &RegArgs, backend: &dyn Backend) -> Outcome {
+        let Some(cfg) = &self.cfg else { return backend.invoke(args) };
+        let recording = self.log.enabled();
+        let seq = self.seq.fetch_add(1, Relaxed);
+        let (wall, t0) = if recording { (SystemTime::now(), Some(Instant::now())) } else { (UNIX_EPOCH, None) };
+        // For dereg, what is about to go away must be read before the call.
+        let before = if args.call() == Call::DeregMr { self.mrs.get(args.mr) } else { None };
+        let registered_before = self.mrs.bytes.load(Relaxed);
+
+        let out = backend.invoke(args);
+        let dur = t0.map_or(0, |t| t.elapsed().as_nanos() as u64);
+        // Issue 6 (retry engine) slots in here: if !out.ok() && !args.is_probe(), walk the policy's
+        // strategies, invoking `backend` again per attempt (records with attempt/parent_seq=seq),
+        // and return the rescue's outcome or the original one.
+
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            self.finish(cfg, args, &out, seq, wall, dur, before, registered_before, backend)
+        }));
+        out
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        &self,
+        cfg: &Config,
+        a: &RegArgs,
+        out: &Outcome,
+        seq: u64,
+        wall: SystemTime,
+        dur: u64,
+        before: Option<(u64, u64)>,
+        registered_before: u64,
+        backend: &dyn Backend,
+    ) {
+        let call = a.call();
+        let probe = a.is_probe();
+        self.stats.calls[call.idx()].fetch_add(1, Relaxed);
+        if probe {
+            self.stats.probes.fetch_add(1, Relaxed);
+        } else if !out.ok() {
+            self.stats.failures[call.idx()].fetch_add(1, Relaxed);
+            if let Ok(mut m) = self.stats.errnos.lock() {
+                *m.entry((call, out.err)).or_default() += 1;
+            }
+        }
+        let registered_after = if out.ok() && !probe {
+            if call == Call::DeregMr {
+                self.mrs.remove(a.mr)
+            } else {
+                self.stats.bytes_total.fetch_add(a.length, Relaxed);
+                self.mrs.insert(out.mr, a.length, seq)
+            }
+        } else {
+            registered_before
+        };
+        let failed = !out.ok() && !probe;
+        if failed && cfg.warn {
+            stderr_line(&self.warn_line(a, out));
+        }
+        if !self.log.enabled() || (cfg.level == Level::Failures && out.ok() && !probe) {
+            return;
+        }
+        let mut r = self.base(if call == Call::DeregMr { Kind::Dereg } else { Kind::Reg }, wall);
+        r.seq = seq;
+        r.call = call.name().into();
+        r.symbol_version = a.symbol_version.map(Into::into);
+        if a.pd != 0 {
+            r.pd = Some(hex(a.pd as u64));
+            r.device = backend.device_name(a.pd);
+        }
+        if call == Call::DeregMr {
+            r.mr = Some(hex(a.mr as u64));
+            r.reg_seq = before.map(|b| b.1);
+            if a.addr != 0 || a.length != 0 {
+                r.addr = Some(hex(a.addr));
+                r.length = Some(a.length);
+            }
+        } else {
+            r.addr = Some(hex(a.addr));
+            r.length = Some(a.length);
+            r.addr_page_offset = Some(a.addr % self.page);
+            r.addr_align = Some(a.addr & a.addr.wrapping_neg());
+            if let Some(iova) = a.iova {
+                r.iova = Some(hex(iova));
+                r.iova_page_offset = Some(iova % self.page);
+            }
+            r.access = Some(a.access);
+            r.access_names = mrshim_verbs::access::names(a.access);
+            r.relaxed_ordering = a.access & mrshim_verbs::access::RELAXED_ORDERING != 0;
+            r.dmabuf_fd = a.dmabuf_fd;
+            r.dmabuf_offset = a.dmabuf_offset;
+            if a.dmabuf_fd.is_some() {
+                r.mem_kind = Some(if probe { MemKind::Unknown } else { MemKind::Device });
+            } else {
+                let l = self.maps.classify(a.addr, a.length, !out.ok());
+                r.mem_kind = Some(l.kind);
+                r.mem_region = l.path;
+                r.mem_fully_mapped = Some(l.fully_mapped);
+            }
+            let (s, h) = rlimit_memlock();
+            r.memlock_soft = s;
+            r.memlock_hard = h;
+            if out.ok() {
+                r.mr = Some(hex(out.mr as u64));
+                r.lkey = Some(out.lkey);
+                r.rkey = Some(out.rkey);
+            }
+        }
+        r.registered_bytes = registered_before;
+        r.registered_bytes_after = Some(registered_after);
+        r.result = if out.ok() { "ok".into() } else { "error".into() };
+        if !out.ok() {
+            r.errno = Some(out.err);
+            r.errno_name = mrshim_verbs::errno::name(out.err).map(Into::into);
+        }
+        r.duration_ns = dur;
+        r.probe = probe;
+        self.emit(&r);
+    }
+
+    fn base(&self, kind: Kind, wall: SystemTime) -> Reg {
+        Reg {
+            v: SCHEMA_VERSION,
+            kind: Some(kind),
+            time_ns: wall.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64),
+            host: self.host.clone(),
+            pid: self.pid.load(Relaxed),
+            tid: tid(),
+            rank: self.rank.map(|r| r.0),
+            local_rank: self.local_rank.map(|r| r.0),
+            ..Reg::default()
+        }
+    }
+
+    fn emit(&self, r: &Reg) {
+        let line = r.to_line();
+        let first = || self.config_record().to_line().into_bytes();
+        let ctx = log::OpenCtx { host: &self.host, pid: self.pid.load(Relaxed), rank: self.rank.map(|r| r.0), first_line: &first };
+        self.log.write_line(line.as_bytes(), &ctx);
+    }
+
+    /// The first line of every log: version, executable, environment, effective settings.
+    pub fn config_record(&self) -> Reg {
+        let mut r = self.base(Kind::Config, SystemTime::now());
+        r.seq = 0;
+        r.shim_version = Some(env!("CARGO_PKG_VERSION").into());
+        r.exe = std::fs::read_link("/proc/self/exe").ok().map(|p| p.display().to_string());
+        r.env = Some(self.env_echo.clone());
+        let mut s = BTreeMap::new();
+        if let Some(c) = &self.cfg {
+            s.insert(
+                "log".into(),
+                match &c.log {
+                    LogDest::Off => "off".into(),
+                    LogDest::Stderr => "stderr".into(),
+                    LogDest::Path(p) => p.clone(),
+                },
+            );
+            s.insert("level".into(), if c.level == Level::All { "all" } else { "failures" }.into());
+            s.insert("summary".into(), if c.summary { "on" } else { "off" }.into());
+            s.insert("warn".into(), if c.warn { "on" } else { "off" }.into());
+        }
+        if let Some((_, v)) = self.rank {
+            s.insert("rank_from".into(), v.into());
+        }
+        if let Some((_, v)) = self.local_rank {
+            s.insert("local_rank_from".into(), v.into());
+        }
+        s.insert("page_size".into(), self.page.to_string());
+        r.settings = Some(s);
+        r
+    }
+
+    fn prefix(&self) -> String {
+        let rank = self.rank.map_or("-".to_string(), |r| r.0.to_string());
+        format!("{}:{}:{} [{}] MRSHIM", self.host, self.pid.load(Relaxed), tid(), rank)
+    }
+
+    /// `host:pid:tid [rank] MRSHIM WARN ibv_reg_mr_iova2(addr=0x..., len=..., access=..., iova=0x...) failed: EINVAL (22)`
+    pub fn warn_line(&self, a: &RegArgs, out: &Outcome) -> String {
+        let acc = mrshim_verbs::access::describe(a.access);
+        let args = match a.call() {
+            Call::RegMr => format!("addr={:#x}, len={}, access={acc}", a.addr, a.length),
+            Call::RegMrIova | Call::RegMrIova2 => {
+                format!("addr={:#x}, len={}, access={acc}, iova={:#x}", a.addr, a.length, a.iova.unwrap_or(a.addr))
+            }
+            Call::RegDmabufMr => format!(
+                "offset={}, len={}, iova={:#x}, fd={}, access={acc}",
+                a.dmabuf_offset.unwrap_or(0),
+                a.length,
+                a.iova.unwrap_or(a.addr),
+                a.dmabuf_fd.unwrap_or(-1)
+            ),
+            Call::DeregMr => format!("mr={:#x}", a.mr),
+        };
+        let e = match mrshim_verbs::errno::name(out.err) {
+            Some(n) => format!("{n} ({})", out.err),
+            None => format!("errno {}", out.err),
+        };
+        format!("{} WARN {}({args}) failed: {e}", self.prefix(), a.call().name())
+    }
+
+    pub fn summary(&self) -> Summary {
+        let mut by_call = BTreeMap::new();
+        let errnos = self.stats.errnos.lock().map(|m| m.clone()).unwrap_or_default();
+        let mut calls = 0;
+        let mut failures = 0;
+        for c in Call::ALL {
+            let n = self.stats.calls[c.idx()].load(Relaxed);
+            if n == 0 {
+                continue;
+            }
+            let f = self.stats.failures[c.idx()].load(Relaxed);
+            calls += n;
+            failures += f;
+            let mut e = BTreeMap::new();
+            for ((cc, errno), k) in &errnos {
+                if *cc == c {
+                    let name = mrshim_verbs::errno::name(*errno).map_or_else(|| errno.to_string(), Into::into);
+                    e.insert(name, *k);
+                }
+            }
+            by_call.insert(c.name().to_string(), CallStats { calls: n, failures: f, errnos: e });
+        }
+        Summary {
+            calls,
+            failures,
+            probes: self.stats.probes.load(Relaxed),
+            by_call,
+            bytes_registered_total: self.stats.bytes_total.load(Relaxed),
+            registered_bytes: self.mrs.bytes.load(Relaxed),
+            peak_registered_bytes: self.mrs.peak.load(Relaxed),
+            records_written: self.log.written.load(Relaxed),
+            records_lost: self.log.lost.load(Relaxed),
+        }
+    }
+
+    /// `host:pid:tid [rank] MRSHIM INFO summary: ...`
+    pub fn summary_line(&self, s: &Summary) -> String {
+        let mut fails = Vec::new();
+        for (c, st) in &s.by_call {
+            for (e, n) in &st.errnos {
+                fails.push(format!("{c} {e} x{n}"));
+            }
+        }
+        let f = if fails.is_empty() { String::new() } else { format!(" ({})", fails.join(", ")) };
+        let calls: Vec<String> = s.by_call.iter().map(|(c, st)| format!("{c} {}", st.calls)).collect();
+        let mut line = format!(
+            "{} INFO summary: {} calls ({}), {} failures{f}, {} probes, {} bytes registered in total, peak {} bytes, {} bytes still registered",
+            self.prefix(),
+            s.calls,
+            calls.join(", "),
+            s.failures,
+            s.probes,
+            s.bytes_registered_total,
+            s.peak_registered_bytes,
+            s.registered_bytes
+        );
+        if let LogDest::Path(_) | LogDest::Stderr = self.log.dest() {
+            line.push_str(&format!(", {} records written, {} lost", s.records_written, s.records_lost));
+        }
+        line
+    }
+
+    /// At normal process exit: the summary record and line, once, if the process made any call.
+    pub fn at_exit(&self) {
+        let Some(cfg) = &self.cfg else { return };
+        let s = self.summary();
+        if s.calls == 0 || self.summarized.swap(true, Relaxed) {
+            return;
+        }
+        if self.log.enabled() {
+            let mut r = self.base(Kind::Summary, SystemTime::now());
+            r.seq = self.seq.load(Relaxed);
+            r.summary = Some(s.clone());
+            r.registered_bytes = s.registered_bytes;
+            self.emit(&r);
+        }
+        if cfg.summary {
+            // records_written now includes the summary record itself.
+            stderr_line(&self.summary_line(&self.summary()));
+        }
+    }
+
+    /// In the child after fork(2): new pid, own counters, own file if the name has the pid in it.
+    pub fn after_fork_child(&self) {
+        FORK_GEN.fetch_add(1, Relaxed);
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() } as u32;
+        self.pid.store(pid, Relaxed);
+        self.log.after_fork(pid);
+        self.maps.forget();
+        for c in Call::ALL {
+            self.stats.calls[c.idx()].store(0, Relaxed);
+            self.stats.failures[c.idx()].store(0, Relaxed);
+        }
+        self.stats.probes.store(0, Relaxed);
+        self.stats.bytes_total.store(0, Relaxed);
+        if let Ok(mut m) = self.stats.errnos.try_lock() {
+            m.clear();
+        }
+        self.summarized.store(false, Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,248 @@
+use super::*;
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+struct Fake {
+    /// errno to fail with when RELAXED_ORDERING is set (like the simulator's fault injection)
+    fail_relaxed: Option<i32>,
+    invoked: RefCell<Vec<RegArgs>>,
+    panic_in_device: bool,
+}
+
+impl Fake {
+    fn new() -> Self {
+        Fake { fail_relaxed: None, invoked: RefCell::new(vec![]), panic_in_device: false }
+    }
+}
+
+impl Backend for Fake {
+    fn invoke(&self, a: &RegArgs) -> Outcome {
+        self.invoked.borrow_mut().push(a.clone());
+        if a.is_probe() {
+            return Outcome { err: libc::EOPNOTSUPP, errno_after: libc::EOPNOTSUPP, ..Default::default() };
+        }
+        if a.call() == Call::DeregMr {
+            return Outcome::default();
+        }
+        if let Some(e) = self.fail_relaxed {
+            if a.access & mrshim_verbs::access::RELAXED_ORDERING != 0 {
+                return Outcome { err: e, errno_after: e, ..Default::default() };
+            }
+        }
+        let n = self.invoked.borrow().len() as u32;
+        Outcome { mr: 0x1000 * n as usize, lkey: 100 + n, rkey: 200 + n, err: 0, errno_after: 0 }
+    }
+    fn device_name(&self, _pd: usize) -> Option<String> {
+        if self.panic_in_device {
+            panic!("boom");
+        }
+        Some("mrsim0".into())
+    }
+}
+
+fn tmpdir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("mrshim-core-t-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn shim_with(vars: &[(&str, &str)]) -> Shim {
+    let m: HashMap<String, String> = vars.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+    Shim::from_env(|k| m.get(k).cloned())
+}
+
+fn lines(p: &std::path::Path) -> Vec<Reg> {
+    std::fs::read_to_string(p).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+fn only_file(d: &std::path::Path) -> std::path::PathBuf {
+    let v: Vec<_> = std::fs::read_dir(d).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(v.len(), 1, "{v:?}");
+    v[0].clone()
+}
+
+#[test]
+fn every_field_of_a_registration() {
+    let d = tmpdir("fields");
+    let s = shim_with(&[("MRSHIM_LOG", d.to_str().unwrap()), ("OMPI_COMM_WORLD_RANK", "3"), ("OMPI_COMM_WORLD_LOCAL_RANK", "1")]);
+    let buf = vec![0u8; 4 * 4096];
+    let addr = ((buf.as_ptr() as u64 + 4095) & !4095) | 0x30;
+    let f = Fake::new();
+    let a = RegArgs {
+        call: Some(Call::RegMrIova2),
+        pd: 0xabc0,
+        addr,
+        length: 8192,
+        iova: Some(addr),
+        access: 0xf | 0x100000,
+        ..Default::default()
+    };
+    let out = s.call(&a, &f);
+    assert!(out.ok());
+    assert_eq!(f.invoked.borrow().len(), 1);
+    let p = only_file(&d);
+    assert!(p.file_name().unwrap().to_str().unwrap().starts_with(&format!("mrshim-{}-r3-p", ident::hostname())));
+    let recs = lines(&p);
+    assert_eq!(recs.len(), 2);
+    assert_eq!(recs[0].kind, Some(Kind::Config));
+    let env = recs[0].env.as_ref().unwrap();
+    assert_eq!(env.get("OMPI_COMM_WORLD_RANK").map(String::as_str), Some("3"));
+    let r = &recs[1];
+    assert_eq!(r.v, SCHEMA_VERSION);
+    assert_eq!(r.kind, Some(Kind::Reg));
+    assert_eq!(r.seq, 1);
+    assert_eq!(r.call, "ibv_reg_mr_iova2");
+    assert_eq!(r.rank, Some(3));
+    assert_eq!(r.local_rank, Some(1));
+    assert_eq!(r.pid, std::process::id());
+    assert!(r.tid > 0);
+    assert_eq!(r.device.as_deref(), Some("mrsim0"));
+    assert_eq!(r.pd.as_deref(), Some("0xabc0"));
+    assert_eq!(r.addr, Some(format!("{addr:#x}")));
+    assert_eq!(r.length, Some(8192));
+    assert_eq!(r.addr_page_offset, Some(addr % 4096));
+    assert_eq!(r.addr_align, Some(16));
+    assert_eq!(r.iova_page_offset, Some(addr % 4096));
+    assert_eq!(r.access, Some(0x10000f));
+    assert_eq!(r.access_names, ["LOCAL_WRITE", "REMOTE_WRITE", "REMOTE_READ", "REMOTE_ATOMIC", "RELAXED_ORDERING"]);
+    assert!(r.relaxed_ordering);
+    assert_eq!(r.mem_kind, Some(MemKind::HostAnon));
+    assert_eq!(r.mem_fully_mapped, Some(true));
+    assert_eq!(r.result, "ok");
+    assert_eq!(r.mr, Some("0x1000".into()));
+    assert_eq!((r.lkey, r.rkey), (Some(101), Some(201)));
+    assert_eq!(r.errno, None);
+    assert_eq!(r.registered_bytes, 0);
+    assert_eq!(r.registered_bytes_after, Some(8192));
+    let (soft, hard) = rlimit_memlock();
+    assert_eq!((r.memlock_soft, r.memlock_hard), (soft, hard));
+    assert!(r.time_ns > 1_600_000_000_000_000_000);
+
+    // dereg links to the registration and gives the bytes back
+    let d2 = RegArgs { call: Some(Call::DeregMr), mr: 0x1000, pd: 0xabc0, addr, length: 8192, ..Default::default() };
+    assert!(s.call(&d2, &f).ok());
+    let recs = lines(&p);
+    let r = &recs[2];
+    assert_eq!(r.kind, Some(Kind::Dereg));
+    assert_eq!(r.reg_seq, Some(1));
+    assert_eq!(r.registered_bytes, 8192);
+    assert_eq!(r.registered_bytes_after, Some(0));
+    assert_eq!(r.seq, 2);
+
+    s.at_exit();
+    let recs = lines(&p);
+    let sm = recs[3].summary.as_ref().unwrap();
+    assert_eq!(recs[3].kind, Some(Kind::Summary));
+    assert_eq!((sm.calls, sm.failures, sm.bytes_registered_total, sm.peak_registered_bytes, sm.registered_bytes), (2, 0, 8192, 8192, 0));
+    assert_eq!(sm.records_written, 3);
+    // once only
+    s.at_exit();
+    assert_eq!(lines(&p).len(), 4);
+}
+
+#[test]
+fn failure_warn_line_and_failures_level() {
+    let d = tmpdir("fail");
+    let s = shim_with(&[("MRSHIM_LOG", &format!("{}/%h.%r.log", d.display())), ("MRSHIM_LEVEL", "failures"), ("PMI_RANK", "5")]);
+    let f = Fake { fail_relaxed: Some(libc::EINVAL), ..Fake::new() };
+    let ok = RegArgs { call: Some(Call::RegMr), pd: 1, addr: 0x7f0000001000, length: 4096, iova: Some(0x7f0000001000), access: 7, ..Default::default() };
+    let bad = RegArgs { call: Some(Call::RegMrIova2), access: 0x10000f, ..ok.clone() };
+    assert!(s.call(&ok, &f).ok());
+    let out = s.call(&bad, &f);
+    assert_eq!(out.err, libc::EINVAL);
+    let recs = lines(&d.join(format!("{}.5.log", ident::hostname())));
+    assert_eq!(recs.len(), 2, "config + the failure only");
+    let r = &recs[1];
+    assert_eq!(r.seq, 2, "seq counts unrecorded calls too");
+    assert_eq!(r.result, "error");
+    assert_eq!(r.errno, Some(22));
+    assert_eq!(r.errno_name.as_deref(), Some("EINVAL"));
+    assert_eq!(r.mr, None);
+    assert_eq!(r.mem_kind, Some(MemKind::Unmapped));
+    let w = s.warn_line(&bad, &out);
+    let tail = " MRSHIM WARN ibv_reg_mr_iova2(addr=0x7f0000001000, len=4096, access=LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC|RELAXED_ORDERING, iova=0x7f0000001000) failed: EINVAL (22)";
+    assert!(w.ends_with(tail), "{w}");
+    assert!(w.starts_with(&format!("{}:{}:", ident::hostname(), std::process::id())), "{w}");
+    assert!(w.contains(" [5] MRSHIM WARN"), "{w}");
+    let sm = s.summary();
+    assert_eq!(sm.failures, 1);
+    assert_eq!(sm.by_call["ibv_reg_mr_iova2"].errnos["EINVAL"], 1);
+    let line = s.summary_line(&sm);
+    assert!(line.contains("INFO summary: 2 calls (ibv_reg_mr 1, ibv_reg_mr_iova2 1), 1 failures (ibv_reg_mr_iova2 EINVAL x1)"), "{line}");
+}
+
+#[test]
+fn probe_passes_through_and_is_marked() {
+    let d = tmpdir("probe");
+    let s = shim_with(&[("MRSHIM_LOG", d.to_str().unwrap())]);
+    let f = Fake::new();
+    let a = RegArgs { call: Some(Call::RegDmabufMr), pd: 1, dmabuf_fd: Some(-1), dmabuf_offset: Some(0), iova: Some(0), ..Default::default() };
+    let out = s.call(&a, &f);
+    assert_eq!(out.err, libc::EOPNOTSUPP);
+    assert_eq!(f.invoked.borrow().as_slice(), &[a]);
+    let r = &lines(&only_file(&d))[1];
+    assert!(r.probe);
+    assert_eq!(r.errno_name.as_deref(), Some("EOPNOTSUPP"));
+    assert_eq!(r.dmabuf_fd, Some(-1));
+    let sm = s.summary();
+    assert_eq!((sm.calls, sm.failures, sm.probes), (1, 0, 1));
+}
+
+#[test]
+fn bad_config_is_pure_pass_through() {
+    let d = tmpdir("bad");
+    let s = shim_with(&[("MRSHIM_LOG", d.to_str().unwrap()), ("MRSHIM_LEVEL", "loud")]);
+    assert!(s.config().is_none());
+    let f = Fake::new();
+    let a = RegArgs { call: Some(Call::RegMr), addr: 0x1000, length: 1, ..Default::default() };
+    assert!(s.call(&a, &f).ok());
+    assert_eq!(f.invoked.borrow().len(), 1);
+    assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0);
+    assert_eq!(s.summary().calls, 0);
+}
+
+#[test]
+fn panic_in_recording_still_returns_the_real_outcome() {
+    let d = tmpdir("panic");
+    let s = shim_with(&[("MRSHIM_LOG", d.to_str().unwrap()), ("MRSHIM_WARN", "off")]);
+    let f = Fake { panic_in_device: true, ..Fake::new() };
+    let a = RegArgs { call: Some(Call::RegMr), pd: 1, addr: 0x1000, length: 1, ..Default::default() };
+    let out = s.call(&a, &f);
+    assert!(out.ok());
+    assert_eq!(out.lkey, 101);
+    assert_eq!(f.invoked.borrow().len(), 1, "the real function ran exactly once");
+}
+
+#[test]
+fn many_threads_lose_nothing() {
+    let d = tmpdir("threads");
+    let s = shim_with(&[("MRSHIM_LOG", &format!("{}/one.jsonl", d.display()))]);
+    struct Quick;
+    impl Backend for Quick {
+        fn invoke(&self, _a: &RegArgs) -> Outcome {
+            Outcome { mr: 8, lkey: 1, rkey: 2, ..Default::default() }
+        }
+        fn device_name(&self, _pd: usize) -> Option<String> {
+            None
+        }
+    }
+    let buf = vec![0u8; 4096];
+    let addr = buf.as_ptr() as u64;
+    std::thread::scope(|sc| {
+        for _ in 0..8 {
+            sc.spawn(|| {
+                for _ in 0..500 {
+                    let a = RegArgs { call: Some(Call::RegMr), addr, length: 64, ..Default::default() };
+                    s.call(&a, &Quick);
+                }
+            });
+        }
+    });
+    let recs = lines(&d.join("one.jsonl"));
+    assert_eq!(recs.len(), 4001);
+    let mut seqs: Vec<u64> = recs[1..].iter().map(|r| r.seq).collect();
+    seqs.sort();
+    assert_eq!(seqs, (1..=4000).collect::<Vec<_>>());
+    assert_eq!(s.summary().records_lost, 0);
+}
