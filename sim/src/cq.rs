@@ -1,0 +1,75 @@
+//! Completion queues and completion channels.
+
+use mrshim_verbs::ibv_wc;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+pub struct CqInner {
+    pub entries: Mutex<VecDeque<ibv_wc>>,
+    pub capacity: usize,
+    armed: AtomicBool,
+    /// Write end of the completion channel's pipe, -1 without a channel.
+    channel_wfd: AtomicI32,
+    /// The `struct ibv_cq *` the application holds, written into the channel on an event.
+    cq_ptr: AtomicUsize,
+}
+
+impl CqInner {
+    pub fn new(capacity: usize, channel_wfd: i32) -> CqInner {
+        CqInner {
+            entries: Mutex::new(VecDeque::with_capacity(capacity.min(4096))),
+            capacity,
+            armed: AtomicBool::new(false),
+            channel_wfd: AtomicI32::new(channel_wfd),
+            cq_ptr: AtomicUsize::new(0),
+        }
+    }
+
+    pub fn set_ptr(&self, p: usize) {
+        self.cq_ptr.store(p, Ordering::Release);
+    }
+
+    pub fn push(&self, wc: ibv_wc) {
+        self.entries.lock().unwrap().push_back(wc);
+        self.notify();
+    }
+
+    pub fn push_all(&self, wcs: impl IntoIterator<Item = ibv_wc>) {
+        let mut q = self.entries.lock().unwrap();
+        let before = q.len();
+        q.extend(wcs);
+        let added = q.len() > before;
+        drop(q);
+        if added {
+            self.notify();
+        }
+    }
+
+    pub fn arm(&self) {
+        self.armed.store(true, Ordering::Release);
+        // A completion that arrived before the request still raises an event, like hardware
+        // with a non-empty CQ at arm time.
+        if !self.entries.lock().unwrap().is_empty() {
+            self.notify();
+        }
+    }
+
+    fn notify(&self) {
+        let fd = self.channel_wfd.load(Ordering::Acquire);
+        if fd >= 0 && self.armed.swap(false, Ordering::AcqRel) {
+            let p = self.cq_ptr.load(Ordering::Acquire).to_ne_bytes();
+            // SAFETY: writes 8 bytes from a local array to a pipe we own.
+            unsafe { libc::write(fd, p.as_ptr().cast(), p.len()) };
+        }
+    }
+
+    pub fn poll(&self, out: &mut [ibv_wc]) -> usize {
+        let mut q = self.entries.lock().unwrap();
+        let n = out.len().min(q.len());
+        for (slot, wc) in out.iter_mut().zip(q.drain(..n)) {
+            *slot = wc;
+        }
+        n
+    }
+}

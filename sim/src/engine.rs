@@ -1,0 +1,1045 @@
+//! One engine per open device context: its memory-key table, its queue pairs, and a progress
+//! thread that plays the NIC. Application threads only queue work and kick the thread; the thread
+//! alone does socket I/O (non-blocking, so two engines streaming at each other never deadlock),
+//! moves data between registered memory and the wire, and produces completions.
+
+use crate::cq::CqInner;
+use crate::wire::{self, Hdr, Op, FIRST, IMM, LAST, NAK_NOT_READY};
+use mrshim_verbs::{self as v, ibv_qp_state as qps, ibv_wc, ibv_wc_opcode as wco, ibv_wc_status as wcs};
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+/// Stop generating packets for a connection above this much queued output.
+const OUT_HIGH_WATER: usize = 1 << 20;
+
+#[derive(Debug, Clone, Copy)]
+pub struct MrEntry {
+    pub pd: usize,
+    pub iova: u64,
+    pub len: u64,
+    pub access: u32,
+    /// Local address that corresponds to `iova`.
+    pub base: usize,
+}
+
+impl MrEntry {
+    /// The local pointer for [iova, iova+len) if it lies inside this region.
+    pub fn translate(&self, iova: u64, len: u64) -> Option<*mut u8> {
+        let end = iova.checked_add(len)?;
+        (iova >= self.iova && end <= self.iova + self.len).then(|| (self.base + (iova - self.iova) as usize) as *mut u8)
+    }
+}
+
+#[derive(Clone)]
+pub struct Sge {
+    pub addr: u64,
+    pub len: u32,
+    pub lkey: u32,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum SendOp {
+    Send,
+    Write,
+    WriteImm,
+    Read,
+}
+
+pub struct SendWqe {
+    pub wr_id: u64,
+    pub op: SendOp,
+    pub signaled: bool,
+    pub sges: Vec<Sge>,
+    /// Copied at post time for IBV_SEND_INLINE.
+    pub inline: Option<Vec<u8>>,
+    pub raddr: u64,
+    pub rkey: u32,
+    pub imm: Option<u32>,
+    pub len: u64,
+    pub psn: u32,
+    pub retries: u32,
+}
+
+pub struct RecvWqe {
+    pub wr_id: u64,
+    pub sges: Vec<Sge>,
+}
+
+/// An incoming SEND / WRITE_WITH_IMM that found no receive WQE yet (infinite RNR retry).
+struct Unmatched {
+    data: Vec<u8>,
+    imm: Option<u32>,
+    is_write: bool,
+    total: u64,
+    src_qpn: u32,
+}
+
+/// The message a responder QP is receiving.
+struct Rx {
+    psn: u32,
+    op: Op,
+    total: u64,
+    imm: Option<u32>,
+    /// Where the data goes: a receive WQE, a buffer (no WQE yet), or remote-write memory.
+    sink: Sink,
+    failed: Option<u32>,
+}
+
+enum Sink {
+    Recv(RecvWqe),
+    Buffer(Vec<u8>),
+    Mem { rkey: u32, raddr: u64 },
+    Discard,
+}
+
+#[derive(Default)]
+pub struct QpAttrs {
+    pub port: u8,
+    pub access: u32,
+    pub pkey_index: u16,
+    pub dest_qpn: u32,
+    pub path_mtu: u32,
+    pub rq_psn: u32,
+    pub sq_psn: u32,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub min_rnr_timer: u8,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    pub ah: Option<v::ibv_ah_attr>,
+}
+
+pub struct QpState {
+    pub state: u32,
+    pub attrs: QpAttrs,
+    pub sq: VecDeque<SendWqe>,
+    /// Bytes of `sq.front()` already on the wire.
+    tx_off: u64,
+    inflight: VecDeque<SendWqe>,
+    pub rq: VecDeque<RecvWqe>,
+    rx: Option<Rx>,
+    unmatched: VecDeque<Unmatched>,
+    /// After a NOT_READY NAK: accept nothing but this PSN's first packet.
+    resync: Option<u32>,
+    retry_at: Option<Instant>,
+    peer: Option<String>,
+    next_psn: u32,
+}
+
+pub struct QpInner {
+    pub qpn: u32,
+    pub pd: usize,
+    pub uc: bool,
+    pub sq_sig_all: bool,
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub send_cq: Arc<CqInner>,
+    pub recv_cq: Arc<CqInner>,
+    pub st: Mutex<QpState>,
+}
+
+impl QpState {
+    pub fn inflight_len(&self) -> usize {
+        self.inflight.len()
+    }
+
+    /// The next message's PSN (24 bits, from IBV_QP_SQ_PSN on).
+    pub fn take_psn(&mut self) -> u32 {
+        let p = self.next_psn;
+        self.next_psn = (p + 1) & 0xff_ffff;
+        p
+    }
+}
+
+impl QpInner {
+    pub fn new(qpn: u32, pd: usize, uc: bool, sq_sig_all: bool, caps: (u32, u32), send_cq: Arc<CqInner>, recv_cq: Arc<CqInner>) -> QpInner {
+        QpInner {
+            qpn,
+            pd,
+            uc,
+            sq_sig_all,
+            max_send_wr: caps.0,
+            max_recv_wr: caps.1,
+            send_cq,
+            recv_cq,
+            st: Mutex::new(QpState {
+                state: qps::IBV_QPS_RESET,
+                attrs: QpAttrs::default(),
+                sq: VecDeque::new(),
+                tx_off: 0,
+                inflight: VecDeque::new(),
+                rq: VecDeque::new(),
+                rx: None,
+                unmatched: VecDeque::new(),
+                resync: None,
+                retry_at: None,
+                peer: None,
+                next_psn: 0,
+            }),
+        }
+    }
+
+    fn wc(&self, wr_id: u64, status: u32, opcode: u32, byte_len: u32) -> ibv_wc {
+        // SAFETY: ibv_wc is plain old data; all-zero is valid.
+        let mut wc: ibv_wc = unsafe { std::mem::zeroed() };
+        wc.wr_id = wr_id;
+        wc.status = status;
+        wc.opcode = opcode;
+        wc.byte_len = byte_len;
+        wc.qp_num = self.qpn;
+        wc
+    }
+
+    /// Moves the QP to the error state: every outstanding WR completes with WR_FLUSH_ERR.
+    pub fn flush(&self, st: &mut QpState) {
+        st.state = qps::IBV_QPS_ERR;
+        let send: Vec<_> = st.inflight.drain(..).chain(st.sq.drain(..)).map(|w| self.wc(w.wr_id, wcs::IBV_WC_WR_FLUSH_ERR, send_opcode(w.op), 0)).collect();
+        st.tx_off = 0;
+        self.send_cq.push_all(send);
+        let recv: Vec<_> = st.rq.drain(..).map(|w| self.wc(w.wr_id, wcs::IBV_WC_WR_FLUSH_ERR, wco::IBV_WC_RECV, 0)).collect();
+        if let Some(Rx { sink: Sink::Recv(w), .. }) = st.rx.take() {
+            self.recv_cq.push(self.wc(w.wr_id, wcs::IBV_WC_WR_FLUSH_ERR, wco::IBV_WC_RECV, 0));
+        }
+        self.recv_cq.push_all(recv);
+    }
+
+    /// Back to RESET: queues are emptied without completions.
+    pub fn reset(&self, st: &mut QpState) {
+        st.sq.clear();
+        st.inflight.clear();
+        st.rq.clear();
+        st.rx = None;
+        st.unmatched.clear();
+        st.tx_off = 0;
+        st.resync = None;
+        st.retry_at = None;
+        st.peer = None;
+        st.attrs = QpAttrs::default();
+    }
+
+    pub fn set_sq_psn(&self, st: &mut QpState, psn: u32) {
+        st.next_psn = psn & 0xff_ffff;
+    }
+}
+
+fn send_opcode(op: SendOp) -> u32 {
+    match op {
+        SendOp::Send => wco::IBV_WC_SEND,
+        SendOp::Write | SendOp::WriteImm => wco::IBV_WC_RDMA_WRITE,
+        SendOp::Read => wco::IBV_WC_RDMA_READ,
+    }
+}
+
+struct Conn {
+    fd: RawFd,
+    inbuf: Vec<u8>,
+    out: Vec<u8>,
+    out_pos: usize,
+    /// Socket path for connections this engine opened; responses never need it.
+    peer: Option<String>,
+    dead: bool,
+    reads: VecDeque<ReadJob>,
+}
+
+impl Conn {
+    fn pending_out(&self) -> usize {
+        self.out.len() - self.out_pos
+    }
+}
+
+/// RDMA READ data this engine streams back as responder.
+struct ReadJob {
+    dst_qpn: u32,
+    src_qpn: u32,
+    psn: u32,
+    rkey: u32,
+    raddr: u64,
+    total: u64,
+    off: u64,
+}
+
+pub struct Engine {
+    pub sock_path: String,
+    pub rundir: String,
+    wake_fd: RawFd,
+    listen_fd: RawFd,
+    pub mrs: RwLock<HashMap<u32, MrEntry>>,
+    pub qps: Mutex<HashMap<u32, Arc<QpInner>>>,
+    next_key: AtomicU32,
+    stop: AtomicBool,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+fn last_err() -> io::Error {
+    io::Error::last_os_error()
+}
+
+fn set_nonblock(fd: RawFd) {
+    // SAFETY: fcntl on a descriptor we own.
+    unsafe {
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
+    }
+}
+
+fn sockaddr(path: &str) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
+    // SAFETY: sockaddr_un is plain old data.
+    let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    a.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let b = path.as_bytes();
+    if b.len() >= a.sun_path.len() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("socket path too long: {path}")));
+    }
+    for (d, s) in a.sun_path.iter_mut().zip(b) {
+        *d = *s as libc::c_char;
+    }
+    Ok((a, std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t))
+}
+
+fn tune_socket(fd: RawFd) {
+    let sz: libc::c_int = 4 << 20;
+    for opt in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
+        // SAFETY: setsockopt reads an int we own.
+        unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, opt, (&sz as *const libc::c_int).cast(), 4) };
+    }
+}
+
+impl Engine {
+    pub fn start(rundir: &str, dev_name: &str) -> io::Result<Arc<Engine>> {
+        std::fs::create_dir_all(format!("{rundir}/qp"))?;
+        static SEQ: AtomicU32 = AtomicU32::new(0);
+        let sock_path = format!("{rundir}/{dev_name}-{}-{}.sock", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
+        let _ = std::fs::remove_file(&sock_path);
+        // SAFETY: plain socket/bind/listen/eventfd syscalls on descriptors we create.
+        let (listen_fd, wake_fd) = unsafe {
+            let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+            if fd < 0 {
+                return Err(last_err());
+            }
+            let (a, len) = sockaddr(&sock_path)?;
+            if libc::bind(fd, (&a as *const libc::sockaddr_un).cast(), len) != 0 || libc::listen(fd, 512) != 0 {
+                let e = last_err();
+                libc::close(fd);
+                return Err(e);
+            }
+            set_nonblock(fd);
+            let w = libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC);
+            if w < 0 {
+                libc::close(fd);
+                return Err(last_err());
+            }
+            (fd, w)
+        };
+        let e = Arc::new(Engine {
+            sock_path,
+            rundir: rundir.into(),
+            wake_fd,
+            listen_fd,
+            mrs: RwLock::new(HashMap::new()),
+            qps: Mutex::new(HashMap::new()),
+            next_key: AtomicU32::new(0x100),
+            stop: AtomicBool::new(false),
+            thread: Mutex::new(None),
+        });
+        let e2 = e.clone();
+        let h = std::thread::Builder::new().name("mrshim-sim-nic".into()).spawn(move || Progress::new(e2).run())?;
+        *e.thread.lock().unwrap() = Some(h);
+        Ok(e)
+    }
+
+    pub fn kick(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes to our eventfd.
+        unsafe { libc::write(self.wake_fd, (&one as *const u64).cast(), 8) };
+    }
+
+    pub fn shutdown(&self) {
+        self.stop.store(true, Ordering::Release);
+        self.kick();
+        if let Some(h) = self.thread.lock().unwrap().take() {
+            let _ = h.join();
+        }
+        // SAFETY: closing descriptors only this engine owns, after its thread has exited.
+        unsafe {
+            libc::close(self.listen_fd);
+            libc::close(self.wake_fd);
+        }
+        let _ = std::fs::remove_file(&self.sock_path);
+    }
+
+    pub fn new_key(&self) -> u32 {
+        // mlx5-like keys: index in the upper 24 bits, a variant byte below.
+        let idx = self.next_key.fetch_add(1, Ordering::Relaxed);
+        (idx << 8) | (idx.wrapping_mul(0x9d) & 0xff)
+    }
+
+    /// Claims a host-wide unique QP number: a symlink rundir/qp/<qpn> -> our socket.
+    pub fn claim_qpn(&self) -> io::Result<u32> {
+        let mut n = (std::process::id().wrapping_mul(2_654_435_761) ^ self.next_key.load(Ordering::Relaxed).wrapping_mul(40503)) & 0xff_ffff;
+        for _ in 0..100_000 {
+            n = (n + 1) & 0xff_ffff;
+            if n < 0x100 {
+                continue;
+            }
+            match std::os::unix::fs::symlink(&self.sock_path, format!("{}/qp/{n}", self.rundir)) {
+                Ok(()) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(io::Error::from_raw_os_error(libc::ENOMEM))
+    }
+
+    pub fn release_qpn(&self, qpn: u32) {
+        let _ = std::fs::remove_file(format!("{}/qp/{qpn}", self.rundir));
+    }
+}
+
+/// The progress thread's own state: connections are touched by nobody else.
+struct Progress {
+    e: Arc<Engine>,
+    conns: Vec<Conn>,
+    by_peer: HashMap<String, usize>,
+    scratch: Vec<u8>,
+}
+
+impl Progress {
+    fn new(e: Arc<Engine>) -> Progress {
+        Progress { e, conns: Vec::new(), by_peer: HashMap::new(), scratch: Vec::with_capacity(wire::MAX_PAYLOAD) }
+    }
+
+    fn run(mut self) {
+        let mut pfds: Vec<libc::pollfd> = Vec::new();
+        while !self.e.stop.load(Ordering::Acquire) {
+            let busy = self.transmit();
+            self.flush_out();
+            self.conns.retain(|c| {
+                if c.dead {
+                    // SAFETY: closing a connection descriptor owned by this thread.
+                    unsafe { libc::close(c.fd) };
+                }
+                !c.dead
+            });
+            self.by_peer = self.conns.iter().enumerate().filter_map(|(i, c)| c.peer.clone().map(|p| (p, i))).collect();
+
+            pfds.clear();
+            pfds.push(libc::pollfd { fd: self.e.wake_fd, events: libc::POLLIN, revents: 0 });
+            pfds.push(libc::pollfd { fd: self.e.listen_fd, events: libc::POLLIN, revents: 0 });
+            for c in &self.conns {
+                let mut ev = libc::POLLIN;
+                if c.pending_out() > 0 {
+                    ev |= libc::POLLOUT;
+                }
+                pfds.push(libc::pollfd { fd: c.fd, events: ev, revents: 0 });
+            }
+            let timeout = if busy { 0 } else { self.retry_timeout().map_or(200, |d| d.as_millis().min(200) as i32) };
+            // SAFETY: pfds is a live Vec of pollfd for the duration of the call.
+            let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout) };
+            if n < 0 {
+                continue;
+            }
+            if pfds[0].revents != 0 {
+                let mut buf = 0u64;
+                // SAFETY: reads 8 bytes into a local.
+                unsafe { libc::read(self.e.wake_fd, (&mut buf as *mut u64).cast(), 8) };
+            }
+            if pfds[1].revents != 0 {
+                self.accept();
+            }
+            for i in 0..self.conns.len() {
+                let re = pfds.get(i + 2).map_or(0, |p| p.revents);
+                if re & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+                    self.receive(i);
+                }
+            }
+        }
+        for c in &self.conns {
+            // SAFETY: closing descriptors owned by this thread on exit.
+            unsafe { libc::close(c.fd) };
+        }
+    }
+
+    fn retry_timeout(&self) -> Option<Duration> {
+        let now = Instant::now();
+        self.e.qps.lock().unwrap().values().filter_map(|q| q.st.lock().unwrap().retry_at).map(|t| t.saturating_duration_since(now)).min()
+    }
+
+    fn accept(&mut self) {
+        loop {
+            // SAFETY: accept4 on our listening socket.
+            let fd = unsafe { libc::accept4(self.e.listen_fd, std::ptr::null_mut(), std::ptr::null_mut(), libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC) };
+            if fd < 0 {
+                return;
+            }
+            tune_socket(fd);
+            self.conns.push(Conn { fd, inbuf: Vec::with_capacity(1 << 17), out: Vec::new(), out_pos: 0, peer: None, dead: false, reads: VecDeque::new() });
+        }
+    }
+
+    fn connect(&mut self, peer: &str) -> Option<usize> {
+        if let Some(&i) = self.by_peer.get(peer) {
+            if !self.conns[i].dead {
+                return Some(i);
+            }
+        }
+        let (a, len) = sockaddr(peer).ok()?;
+        // SAFETY: socket + connect with a sockaddr we built; fd closed on failure.
+        let fd = unsafe {
+            let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+            if fd < 0 {
+                return None;
+            }
+            tune_socket(fd);
+            if libc::connect(fd, (&a as *const libc::sockaddr_un).cast(), len) != 0 {
+                libc::close(fd);
+                return None;
+            }
+            fd
+        };
+        set_nonblock(fd);
+        self.conns.push(Conn { fd, inbuf: Vec::with_capacity(1 << 17), out: Vec::new(), out_pos: 0, peer: Some(peer.into()), dead: false, reads: VecDeque::new() });
+        let i = self.conns.len() - 1;
+        self.by_peer.insert(peer.into(), i);
+        Some(i)
+    }
+
+    fn flush_out(&mut self) {
+        for c in self.conns.iter_mut().filter(|c| c.pending_out() > 0 && !c.dead) {
+            loop {
+                let rest = &c.out[c.out_pos..];
+                if rest.is_empty() {
+                    break;
+                }
+                // SAFETY: writes from a live slice; MSG_NOSIGNAL so a dead peer is EPIPE, not SIGPIPE.
+                let n = unsafe { libc::send(c.fd, rest.as_ptr().cast(), rest.len(), libc::MSG_NOSIGNAL) };
+                if n > 0 {
+                    c.out_pos += n as usize;
+                } else {
+                    if n < 0 && last_err().kind() != io::ErrorKind::WouldBlock {
+                        c.dead = true;
+                    }
+                    break;
+                }
+            }
+            if c.out_pos == c.out.len() {
+                c.out.clear();
+                c.out_pos = 0;
+            } else if c.out_pos > (1 << 20) {
+                c.out.drain(..c.out_pos);
+                c.out_pos = 0;
+            }
+        }
+    }
+
+    fn receive(&mut self, i: usize) {
+        let mut progressed = true;
+        while progressed {
+            progressed = false;
+            let c = &mut self.conns[i];
+            if c.inbuf.capacity() - c.inbuf.len() < wire::MAX_PAYLOAD + wire::HDR_LEN {
+                c.inbuf.reserve(wire::MAX_PAYLOAD * 2);
+            }
+            let spare = c.inbuf.capacity() - c.inbuf.len();
+            // SAFETY: reads into the Vec's spare capacity, then extends len by what was read.
+            let n = unsafe { libc::read(c.fd, c.inbuf.as_mut_ptr().add(c.inbuf.len()).cast(), spare) };
+            if n > 0 {
+                // SAFETY: the kernel initialised n bytes of spare capacity.
+                unsafe { c.inbuf.set_len(c.inbuf.len() + n as usize) };
+                progressed = n as usize == spare;
+            } else if n == 0 || last_err().kind() != io::ErrorKind::WouldBlock {
+                c.dead = true;
+            }
+            // Parse every complete packet.
+            let mut at = 0;
+            let buf = std::mem::take(&mut self.conns[i].inbuf);
+            while let Some(h) = Hdr::decode(&buf[at..]) {
+                let plen = h.payload_len as usize;
+                if buf.len() - at < wire::HDR_LEN + plen {
+                    break;
+                }
+                let payload = &buf[at + wire::HDR_LEN..at + wire::HDR_LEN + plen];
+                self.handle(i, &h, payload);
+                at += wire::HDR_LEN + plen;
+            }
+            let mut buf = buf;
+            buf.drain(..at);
+            self.conns[i].inbuf = buf;
+        }
+    }
+
+    fn emit(&mut self, conn: usize, h: Hdr, payload: &[u8]) {
+        let c = &mut self.conns[conn];
+        h.encode(&mut c.out);
+        c.out.extend_from_slice(payload);
+    }
+
+    fn reply(&mut self, conn: usize, req: &Hdr, op: Op, status: u32) {
+        let h = Hdr { op: op as u8, dst_qpn: req.src_qpn, src_qpn: req.dst_qpn, psn: req.psn, status, ..Default::default() };
+        self.emit(conn, h, &[]);
+    }
+
+    fn qp(&self, qpn: u32) -> Option<Arc<QpInner>> {
+        self.e.qps.lock().unwrap().get(&qpn).cloned()
+    }
+
+    fn handle(&mut self, conn: usize, h: &Hdr, payload: &[u8]) {
+        match h.op() {
+            Some(Op::Send | Op::Write | Op::WriteImm) => self.on_request(conn, h, payload),
+            Some(Op::ReadReq) => self.on_read_req(conn, h),
+            Some(Op::ReadResp) => self.on_read_resp(h, payload),
+            Some(Op::Ack) => self.on_ack(h),
+            Some(Op::Nak) => self.on_nak(h),
+            None => self.conns[conn].dead = true,
+        }
+    }
+
+    /// Responder: SEND, RDMA WRITE, WRITE_WITH_IMM packets.
+    fn on_request(&mut self, conn: usize, h: &Hdr, payload: &[u8]) {
+        let Some(qp) = self.qp(h.dst_qpn) else {
+            if h.flags & FIRST != 0 {
+                self.reply(conn, h, Op::Nak, NAK_NOT_READY);
+            }
+            return;
+        };
+        let mut st = qp.st.lock().unwrap();
+        let op = h.op().unwrap();
+        if h.flags & FIRST != 0 {
+            let ready = st.state == qps::IBV_QPS_RTR || st.state == qps::IBV_QPS_RTS;
+            if !ready || st.resync.is_some_and(|p| p != h.psn) {
+                if !ready {
+                    st.resync = Some(h.psn);
+                }
+                drop(st);
+                self.reply(conn, h, Op::Nak, NAK_NOT_READY);
+                return;
+            }
+            st.resync = None;
+            let imm = (h.flags & IMM != 0).then_some(h.imm);
+            let mut failed = None;
+            let sink = match op {
+                Op::Send => match st.rq.pop_front() {
+                    Some(w) if recv_capacity(&w) < h.total_len => {
+                        qp.recv_cq.push(qp.wc(w.wr_id, wcs::IBV_WC_LOC_LEN_ERR, wco::IBV_WC_RECV, 0));
+                        failed = Some(wcs::IBV_WC_REM_INV_REQ_ERR);
+                        Sink::Discard
+                    }
+                    Some(w) => Sink::Recv(w),
+                    None => Sink::Buffer(Vec::with_capacity(h.total_len.min(1 << 24) as usize)),
+                },
+                _ => {
+                    let ok = st.attrs.access & mrshim_verbs::access::REMOTE_WRITE != 0
+                        && self.e.mrs.read().unwrap().get(&h.rkey).is_some_and(|m| {
+                            m.pd == qp.pd && m.access & mrshim_verbs::access::REMOTE_WRITE != 0 && m.translate(h.raddr, h.total_len).is_some()
+                        });
+                    if ok {
+                        Sink::Mem { rkey: h.rkey, raddr: h.raddr }
+                    } else {
+                        failed = Some(wcs::IBV_WC_REM_ACCESS_ERR);
+                        Sink::Discard
+                    }
+                }
+            };
+            st.rx = Some(Rx { psn: h.psn, op, total: h.total_len, imm, sink, failed });
+        }
+        let Some(rx) = st.rx.as_mut().filter(|rx| rx.psn == h.psn) else { return };
+        if rx.failed.is_none() {
+            rx.failed = self.deliver(&qp, rx, h.offset, payload);
+        }
+        if h.flags & LAST == 0 {
+            return;
+        }
+        let rx = st.rx.take().unwrap();
+        if let Some(status) = rx.failed {
+            if let Sink::Recv(w) = rx.sink {
+                qp.recv_cq.push(qp.wc(w.wr_id, wcs::IBV_WC_LOC_PROT_ERR, wco::IBV_WC_RECV, 0));
+            }
+            drop(st);
+            self.reply(conn, h, Op::Nak, status);
+            return;
+        }
+        match rx.sink {
+            Sink::Recv(w) => complete_recv(&qp, w.wr_id, rx.total, rx.imm, rx.op != Op::Send, h.src_qpn),
+            Sink::Buffer(data) => {
+                st.unmatched.push_back(Unmatched { data, imm: rx.imm, is_write: false, total: rx.total, src_qpn: h.src_qpn });
+                self.e.match_unmatched(&qp, &mut st);
+            }
+            Sink::Mem { .. } if rx.op == Op::WriteImm => match st.rq.pop_front() {
+                Some(w) => complete_recv(&qp, w.wr_id, rx.total, rx.imm, true, h.src_qpn),
+                None => st.unmatched.push_back(Unmatched { data: Vec::new(), imm: rx.imm, is_write: true, total: rx.total, src_qpn: h.src_qpn }),
+            },
+            _ => {}
+        }
+        drop(st);
+        self.reply(conn, h, Op::Ack, 0);
+    }
+
+    /// Copies one packet's payload to where the message goes; a status on protection errors.
+    fn deliver(&self, qp: &QpInner, rx: &mut Rx, off: u64, payload: &[u8]) -> Option<u32> {
+        match &mut rx.sink {
+            Sink::Mem { rkey, raddr } => {
+                let mrs = self.e.mrs.read().unwrap();
+                let m = mrs.get(rkey).filter(|m| m.pd == qp.pd)?;
+                match m.translate(*raddr + off, payload.len() as u64) {
+                    // SAFETY: translate() checked the range lies inside a live registration, which
+                    // cannot be deregistered while we hold the table's read lock.
+                    Some(p) => unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), p, payload.len()) },
+                    None => return Some(wcs::IBV_WC_REM_ACCESS_ERR),
+                }
+                None
+            }
+            Sink::Recv(w) => {
+                let mrs = self.e.mrs.read().unwrap();
+                scatter(&mrs, qp.pd, &w.sges, off, payload, true).err().map(|_| wcs::IBV_WC_REM_OP_ERR)
+            }
+            Sink::Buffer(b) => {
+                b.extend_from_slice(payload);
+                None
+            }
+            Sink::Discard => None,
+        }
+    }
+
+    fn on_read_req(&mut self, conn: usize, h: &Hdr) {
+        let Some(qp) = self.qp(h.dst_qpn) else {
+            return self.reply(conn, h, Op::Nak, NAK_NOT_READY);
+        };
+        let st = qp.st.lock().unwrap();
+        if !(st.state == qps::IBV_QPS_RTR || st.state == qps::IBV_QPS_RTS) {
+            drop(st);
+            return self.reply(conn, h, Op::Nak, NAK_NOT_READY);
+        }
+        let ok = !qp.uc
+            && st.attrs.access & mrshim_verbs::access::REMOTE_READ != 0
+            && self.e.mrs.read().unwrap().get(&h.rkey).is_some_and(|m| {
+                m.pd == qp.pd && m.access & mrshim_verbs::access::REMOTE_READ != 0 && m.translate(h.raddr, h.total_len).is_some()
+            });
+        drop(st);
+        if !ok {
+            return self.reply(conn, h, Op::Nak, wcs::IBV_WC_REM_ACCESS_ERR);
+        }
+        self.conns[conn].reads.push_back(ReadJob { dst_qpn: h.src_qpn, src_qpn: h.dst_qpn, psn: h.psn, rkey: h.rkey, raddr: h.raddr, total: h.total_len, off: 0 });
+    }
+
+    /// Requester: READ response data lands in the WR's scatter list.
+    fn on_read_resp(&mut self, h: &Hdr, payload: &[u8]) {
+        let Some(qp) = self.qp(h.dst_qpn) else { return };
+        let mut st = qp.st.lock().unwrap();
+        let Some(pos) = st.inflight.iter().position(|w| w.psn == h.psn && w.op == SendOp::Read) else { return };
+        let res = {
+            let mrs = self.e.mrs.read().unwrap();
+            scatter(&mrs, qp.pd, &st.inflight[pos].sges, h.offset, payload, true)
+        };
+        if res.is_err() {
+            return self.fail_wr(&qp, &mut st, h.psn, wcs::IBV_WC_LOC_PROT_ERR);
+        }
+        if h.flags & LAST != 0 {
+            self.complete_through(&qp, &mut st, h.psn);
+        }
+    }
+
+    fn on_ack(&mut self, h: &Hdr) {
+        let Some(qp) = self.qp(h.dst_qpn) else { return };
+        let mut st = qp.st.lock().unwrap();
+        self.complete_through(&qp, &mut st, h.psn);
+    }
+
+    fn on_nak(&mut self, h: &Hdr) {
+        let Some(qp) = self.qp(h.dst_qpn) else { return };
+        let mut st = qp.st.lock().unwrap();
+        if h.status != NAK_NOT_READY {
+            return self.fail_wr(&qp, &mut st, h.psn, h.status);
+        }
+        // The peer was not ready: go back to this message and resend it and all after it once the
+        // retry timer (4.096 us * 2^timeout, at least 1 ms here) expires, up to retry_cnt times.
+        let Some(pos) = st.inflight.iter().position(|w| w.psn == h.psn) else { return };
+        let mut back: Vec<SendWqe> = st.inflight.drain(pos..).collect();
+        if st.tx_off > 0 {
+            st.tx_off = 0; // the head of sq was partly sent after the NAKed one: resend it whole
+        }
+        let head = &mut back[0];
+        head.retries += 1;
+        if head.retries > st.attrs.retry_cnt as u32 {
+            let first = back.remove(0);
+            for w in back.into_iter().rev() {
+                st.sq.push_front(w);
+            }
+            qp.send_cq.push(qp.wc(first.wr_id, wcs::IBV_WC_RETRY_EXC_ERR, send_opcode(first.op), 0));
+            return qp.flush(&mut st);
+        }
+        for w in back.into_iter().rev() {
+            st.sq.push_front(w);
+        }
+        let t = st.attrs.timeout.min(20);
+        let wait = Duration::from_nanos(4096u64 << t).max(Duration::from_millis(1)).min(Duration::from_millis(100));
+        st.retry_at = Some(Instant::now() + wait);
+    }
+
+    fn fail_wr(&self, qp: &QpInner, st: &mut QpState, psn: u32, status: u32) {
+        let Some(pos) = st.inflight.iter().position(|w| w.psn == psn) else { return };
+        // Earlier WRs were acknowledged implicitly.
+        self.complete_before(qp, st, pos);
+        let w = st.inflight.pop_front().unwrap();
+        qp.send_cq.push(qp.wc(w.wr_id, status, send_opcode(w.op), 0));
+        qp.flush(st);
+    }
+
+    fn complete_before(&self, qp: &QpInner, st: &mut QpState, n: usize) {
+        let sig_all = qp.sq_sig_all;
+        let wcs: Vec<_> = st
+            .inflight
+            .drain(..n)
+            .filter(|w| w.signaled || sig_all)
+            .map(|w| qp.wc(w.wr_id, wcs::IBV_WC_SUCCESS, send_opcode(w.op), if w.op == SendOp::Read { w.len as u32 } else { 0 }))
+            .collect();
+        qp.send_cq.push_all(wcs);
+    }
+
+    fn complete_through(&self, qp: &QpInner, st: &mut QpState, psn: u32) {
+        if let Some(pos) = st.inflight.iter().position(|w| w.psn == psn) {
+            // A READ completes on its data, not on a later ACK.
+            let n = if st.inflight[pos].op == SendOp::Read || st.inflight.iter().take(pos).all(|w| w.op != SendOp::Read) { pos + 1 } else { pos };
+            self.complete_before(qp, st, n);
+        }
+    }
+
+    /// Generates outgoing packets while connections have room. True if more work is queued.
+    fn transmit(&mut self) -> bool {
+        let mut busy = false;
+        for c in 0..self.conns.len() {
+            busy |= self.stream_reads(c);
+        }
+        let qps: Vec<Arc<QpInner>> = self.e.qps.lock().unwrap().values().cloned().collect();
+        for qp in qps {
+            busy |= self.transmit_qp(&qp);
+        }
+        busy
+    }
+
+    fn stream_reads(&mut self, c: usize) -> bool {
+        while self.conns[c].pending_out() < OUT_HIGH_WATER {
+            let Some(job) = self.conns[c].reads.front_mut() else { return false };
+            let n = (job.total - job.off).min(wire::MAX_PAYLOAD as u64);
+            let mut h = Hdr { op: Op::ReadResp as u8, dst_qpn: job.dst_qpn, src_qpn: job.src_qpn, psn: job.psn, total_len: job.total, offset: job.off, payload_len: n as u32, ..Default::default() };
+            if job.off == 0 {
+                h.flags |= FIRST;
+            }
+            if job.off + n == job.total {
+                h.flags |= LAST;
+            }
+            let (rkey, addr) = (job.rkey, job.raddr + job.off);
+            job.off += n;
+            let done = job.off == job.total;
+            let mut buf = std::mem::take(&mut self.scratch);
+            buf.clear();
+            let ok = {
+                let mrs = self.e.mrs.read().unwrap();
+                match mrs.get(&rkey).and_then(|m| m.translate(addr, n)) {
+                    Some(p) => {
+                        // SAFETY: translate() bounds-checked a live registration held by the read lock.
+                        buf.extend_from_slice(unsafe { std::slice::from_raw_parts(p, n as usize) });
+                        true
+                    }
+                    None => false,
+                }
+            };
+            if ok {
+                self.emit(c, h, &buf);
+            } else {
+                let req = Hdr { src_qpn: h.dst_qpn, dst_qpn: h.src_qpn, psn: h.psn, ..Default::default() };
+                self.reply(c, &req, Op::Nak, wcs::IBV_WC_REM_ACCESS_ERR);
+            }
+            self.scratch = buf;
+            if done || !ok {
+                self.conns[c].reads.pop_front();
+            }
+        }
+        true
+    }
+
+    fn transmit_qp(&mut self, qp: &Arc<QpInner>) -> bool {
+        let mut st = qp.st.lock().unwrap();
+        if st.state != qps::IBV_QPS_RTS || st.sq.is_empty() {
+            return false;
+        }
+        if let Some(t) = st.retry_at {
+            if Instant::now() < t {
+                return false;
+            }
+            st.retry_at = None;
+        }
+        let peer = match st.peer.clone() {
+            Some(p) => p,
+            None => match std::fs::read_link(format!("{}/qp/{}", self.e.rundir, st.attrs.dest_qpn)) {
+                Ok(p) => {
+                    let p = p.to_string_lossy().into_owned();
+                    st.peer = Some(p.clone());
+                    p
+                }
+                Err(_) => return self.unreachable(qp, &mut st),
+            },
+        };
+        let Some(c) = self.connect(&peer) else { return self.unreachable(qp, &mut st) };
+        while self.conns[c].pending_out() < OUT_HIGH_WATER {
+            let off = st.tx_off;
+            let Some(w) = st.sq.front() else { return false };
+            if off == 0 && !self.local_ok(qp, w) {
+                let w = st.sq.pop_front().unwrap();
+                qp.send_cq.push(qp.wc(w.wr_id, wcs::IBV_WC_LOC_PROT_ERR, send_opcode(w.op), 0));
+                qp.flush(&mut st);
+                return false;
+            }
+            let op = match w.op {
+                SendOp::Send => Op::Send,
+                SendOp::Write => Op::Write,
+                SendOp::WriteImm => Op::WriteImm,
+                SendOp::Read => Op::ReadReq,
+            };
+            let n = if w.op == SendOp::Read { 0 } else { (w.len - off).min(wire::MAX_PAYLOAD as u64) };
+            let mut h = Hdr { op: op as u8, dst_qpn: st.attrs.dest_qpn, src_qpn: qp.qpn, psn: w.psn, raddr: w.raddr, rkey: w.rkey, total_len: w.len, offset: off, payload_len: n as u32, ..Default::default() };
+            if off == 0 {
+                h.flags |= FIRST;
+            }
+            if off + n == w.len {
+                h.flags |= LAST;
+            }
+            if let Some(imm) = w.imm {
+                h.flags |= IMM;
+                h.imm = imm;
+            }
+            let mut buf = std::mem::take(&mut self.scratch);
+            buf.clear();
+            let gathered = match &w.inline {
+                Some(d) => {
+                    buf.extend_from_slice(&d[off as usize..(off + n) as usize]);
+                    true
+                }
+                None => gather(&self.e.mrs.read().unwrap(), qp.pd, &w.sges, off, n as usize, &mut buf).is_ok(),
+            };
+            if !gathered {
+                self.scratch = buf;
+                st.tx_off = 0;
+                let w = st.sq.pop_front().unwrap();
+                qp.send_cq.push(qp.wc(w.wr_id, wcs::IBV_WC_LOC_PROT_ERR, send_opcode(w.op), 0));
+                qp.flush(&mut st);
+                return false;
+            }
+            self.emit(c, h, &buf);
+            self.scratch = buf;
+            if h.flags & LAST != 0 {
+                st.tx_off = 0;
+                let w = st.sq.pop_front().unwrap();
+                st.inflight.push_back(w);
+            } else {
+                st.tx_off = off + n;
+            }
+        }
+        !st.sq.is_empty()
+    }
+
+    /// Nobody owns the destination QP number: the transport retries run out.
+    fn unreachable(&self, qp: &QpInner, st: &mut QpState) -> bool {
+        if let Some(w) = st.sq.pop_front() {
+            qp.send_cq.push(qp.wc(w.wr_id, wcs::IBV_WC_RETRY_EXC_ERR, send_opcode(w.op), 0));
+        }
+        qp.flush(st);
+        false
+    }
+
+    /// Local protection checks of a WR's scatter/gather list (lkey, PD, range, LOCAL_WRITE for READ).
+    fn local_ok(&self, qp: &QpInner, w: &SendWqe) -> bool {
+        if w.inline.is_some() {
+            return true;
+        }
+        let mrs = self.e.mrs.read().unwrap();
+        w.sges.iter().all(|s| {
+            mrs.get(&s.lkey).is_some_and(|m| {
+                m.pd == qp.pd && m.translate(s.addr, s.len as u64).is_some() && (w.op != SendOp::Read || m.access & mrshim_verbs::access::LOCAL_WRITE != 0)
+            })
+        })
+    }
+}
+
+fn recv_capacity(w: &RecvWqe) -> u64 {
+    w.sges.iter().map(|s| s.len as u64).sum()
+}
+
+/// Walks a scatter/gather list from byte `off` for `len` bytes, yielding local pointers.
+fn walk_sges(mrs: &HashMap<u32, MrEntry>, pd: usize, sges: &[Sge], mut off: u64, len: usize, need_write: bool, mut f: impl FnMut(*mut u8, usize, usize)) -> Result<(), ()> {
+    let mut done = 0usize;
+    for s in sges {
+        if done == len {
+            break;
+        }
+        let sl = s.len as u64;
+        if off >= sl {
+            off -= sl;
+            continue;
+        }
+        let take = ((sl - off) as usize).min(len - done);
+        let m = mrs.get(&s.lkey).filter(|m| m.pd == pd && (!need_write || m.access & mrshim_verbs::access::LOCAL_WRITE != 0)).ok_or(())?;
+        let p = m.translate(s.addr + off, take as u64).ok_or(())?;
+        f(p, done, take);
+        done += take;
+        off = 0;
+    }
+    if done == len { Ok(()) } else { Err(()) }
+}
+
+fn gather(mrs: &HashMap<u32, MrEntry>, pd: usize, sges: &[Sge], off: u64, len: usize, out: &mut Vec<u8>) -> Result<(), ()> {
+    walk_sges(mrs, pd, sges, off, len, false, |p, _, n| {
+        // SAFETY: walk_sges bounds-checked p..p+n against a live registration (read lock held).
+        out.extend_from_slice(unsafe { std::slice::from_raw_parts(p, n) })
+    })
+}
+
+fn scatter(mrs: &HashMap<u32, MrEntry>, pd: usize, sges: &[Sge], off: u64, data: &[u8], need_write: bool) -> Result<(), ()> {
+    walk_sges(mrs, pd, sges, off, data.len(), need_write, |p, at, n| {
+        // SAFETY: walk_sges bounds-checked p..p+n against a live writable registration.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr().add(at), p, n) }
+    })
+}
+
+fn complete_recv(qp: &QpInner, wr_id: u64, total: u64, imm: Option<u32>, is_write: bool, src_qpn: u32) {
+    let op = if is_write { wco::IBV_WC_RECV_RDMA_WITH_IMM } else { wco::IBV_WC_RECV };
+    let mut wc = qp.wc(wr_id, wcs::IBV_WC_SUCCESS, op, total as u32);
+    wc.src_qp = src_qpn;
+    if let Some(i) = imm {
+        wc.__bindgen_anon_1.imm_data = i;
+        wc.wc_flags = v::ibv_wc_flags::IBV_WC_WITH_IMM.0;
+    }
+    qp.recv_cq.push(wc);
+}
+
+/// Matches messages that arrived before a receive WQE with the WQEs posted since.
+fn drain_unmatched(qp: &QpInner, st: &mut QpState, mrs: &HashMap<u32, MrEntry>) {
+    while !st.unmatched.is_empty() && !st.rq.is_empty() {
+        let u = st.unmatched.pop_front().unwrap();
+        let w = st.rq.pop_front().unwrap();
+        if !u.is_write {
+            if recv_capacity(&w) < u.total {
+                qp.recv_cq.push(qp.wc(w.wr_id, wcs::IBV_WC_LOC_LEN_ERR, wco::IBV_WC_RECV, 0));
+                continue;
+            }
+            if scatter(mrs, qp.pd, &w.sges, 0, &u.data, true).is_err() {
+                qp.recv_cq.push(qp.wc(w.wr_id, wcs::IBV_WC_LOC_PROT_ERR, wco::IBV_WC_RECV, 0));
+                continue;
+            }
+        }
+        complete_recv(qp, w.wr_id, u.total, u.imm, u.is_write, u.src_qpn);
+    }
+}
+
+impl Engine {
+    /// post_recv's hook: a new WQE may complete a message that was waiting for it.
+    pub fn match_unmatched(&self, qp: &QpInner, st: &mut QpState) {
+        if !st.unmatched.is_empty() {
+            let mrs = self.mrs.read().unwrap();
+            drain_unmatched(qp, st, &mrs);
+        }
+    }
+}

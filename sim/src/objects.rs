@@ -1,0 +1,118 @@
+//! The verbs objects handed to applications. Each wraps the rdma-core struct the application
+//! reads (first field, or `verbs_context` for contexts, so pointer casts are the ABI) together
+//! with the simulator's own state.
+
+use crate::config::Config;
+use crate::cq::CqInner;
+use crate::device::Device;
+use crate::engine::{Engine, QpInner};
+use mrshim_verbs as v;
+use std::sync::{Arc, OnceLock};
+
+#[repr(C)]
+pub struct Ctx {
+    pub vctx: v::verbs_context,
+    pub dev: usize,
+    pub engine: Arc<Engine>,
+    /// Async event pipe (never written: the simulated port never changes state).
+    pub async_wfd: i32,
+}
+
+#[repr(C)]
+pub struct Pd {
+    pub pd: v::ibv_pd,
+    pub id: usize,
+}
+
+#[repr(C)]
+pub struct Mr {
+    pub mr: v::ibv_mr,
+    pub pinned_pages: u64,
+    /// A mapping the simulator made to reach the memory (dmabuf or GPU memory): (addr, len).
+    pub alias: Option<(usize, usize)>,
+}
+
+#[repr(C)]
+pub struct Cq {
+    pub cq: v::ibv_cq,
+    pub inner: Arc<CqInner>,
+}
+
+#[repr(C)]
+pub struct Chan {
+    pub ch: v::ibv_comp_channel,
+    pub wfd: i32,
+}
+
+#[repr(C)]
+pub struct Qp {
+    pub qp: v::ibv_qp,
+    pub inner: Arc<QpInner>,
+    pub cap: v::ibv_qp_cap,
+}
+
+/// The process-wide device table, built on first use from the environment.
+pub struct Registry {
+    pub config: Config,
+    pub devices: Vec<(Device, Box<v::ibv_device>)>,
+}
+
+// SAFETY: the ibv_device structs are written once at start-up and only read afterwards.
+unsafe impl Send for Registry {}
+// SAFETY: as above: immutable after construction.
+unsafe impl Sync for Registry {}
+
+static REGISTRY: OnceLock<Result<Registry, String>> = OnceLock::new();
+
+pub fn registry() -> Result<&'static Registry, &'static str> {
+    REGISTRY
+        .get_or_init(|| {
+            let config = Config::from_env().map_err(|e| {
+                let line = e.to_string();
+                eprintln!("{line}");
+                line
+            })?;
+            let devices = config
+                .devices
+                .iter()
+                .enumerate()
+                .map(|(i, spec)| {
+                    let d = Device::new(i, spec.clone());
+                    // SAFETY: ibv_device is plain old data; all-zero is valid.
+                    let mut ib: Box<v::ibv_device> = Box::new(unsafe { std::mem::zeroed() });
+                    ib.node_type = v::IBV_NODE_CA;
+                    ib.transport_type = v::IBV_TRANSPORT_IB;
+                    crate::device::copy_cstr(&mut ib.name, &spec.name);
+                    crate::device::copy_cstr(&mut ib.dev_name, &format!("uverbs{i}"));
+                    crate::device::copy_cstr(&mut ib.dev_path, &format!("/sys/class/infiniband_verbs/uverbs{i}"));
+                    crate::device::copy_cstr(&mut ib.ibdev_path, &format!("/sys/class/infiniband/{}", spec.name));
+                    (d, ib)
+                })
+                .collect();
+            Ok(Registry { config, devices })
+        })
+        .as_ref()
+        .map_err(|s| s.as_str())
+}
+
+impl Registry {
+    pub fn device_index(&self, p: *const v::ibv_device) -> Option<usize> {
+        self.devices.iter().position(|(_, ib)| std::ptr::eq(&**ib, p))
+    }
+}
+
+pub const CTX_OFFSET: usize = std::mem::offset_of!(v::verbs_context, context);
+
+/// # Safety
+/// `c` must be a context this library created (from `ibv_open_device`).
+pub unsafe fn ctx<'a>(c: *mut v::ibv_context) -> &'a Ctx {
+    // SAFETY: the caller guarantees c points at Ctx.vctx.context; Ctx is repr(C) with vctx first.
+    unsafe { &*(c.cast::<u8>().sub(CTX_OFFSET).cast::<Ctx>()) }
+}
+
+/// # Safety
+/// `p` must point at the first field of `T` allocated by this library.
+pub unsafe fn outer<'a, T, F>(p: *mut F) -> &'a T {
+    // SAFETY: every wrapper is repr(C) with the rdma-core struct as first field.
+    unsafe { &*(p.cast::<T>()) }
+}
