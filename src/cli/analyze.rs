@@ -1,9 +1,54 @@
+//! `mrshim analyze PATH...`: exit 0 = no failed registrations found, 1 = findings reported,
+//! 2 = nothing could be read (or bad usage). Documented in docs/analyze.md.
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Files or directories (recursive) to read; `-` for stdin. Plain text or gzip.
+    #[arg(required = true)]
+    pub paths: Vec<String>,
+    /// Print one JSON object (schema in docs/analyze.md) instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write a self-contained HTML report (findings, per-rank timeline, size histogram).
+    #[arg(long, value_name = "OUT.html")]
+    pub report: Option<PathBuf>,
+    /// Colour: auto (only on a terminal), always, never.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "always", "never"])]
+    pub color: String,
+}
 
-pub fn run(_args: Args) -> ExitCode {
-    eprintln!("mrshim analyze: not implemented yet");
-    ExitCode::from(2)
+pub fn run(args: Args) -> ExitCode {
+    let a = mrshim_analyze::analyze(&args.paths);
+    if a.col.files.iter().all(|f| f.error.is_some()) {
+        for n in &a.col.notes {
+            eprintln!("mrshim analyze: {n}");
+        }
+        eprintln!("mrshim analyze: nothing could be read");
+        return ExitCode::from(2);
+    }
+    if let Some(p) = &args.report {
+        if let Err(e) = std::fs::write(p, mrshim_analyze::render::html::render(&a)) {
+            eprintln!("mrshim analyze: cannot write {}: {e}", p.display());
+            return ExitCode::from(2);
+        }
+    }
+    let out = if args.json {
+        mrshim_analyze::render::json::to_string(&a)
+    } else {
+        let color = match args.color.as_str() {
+            "always" => true,
+            "never" => false,
+            _ => std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+        };
+        mrshim_analyze::render::human::render(&a, color)
+    };
+    let _ = std::io::stdout().lock().write_all(out.as_bytes());
+    if a.findings.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
 }

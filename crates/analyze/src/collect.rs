@@ -1,0 +1,342 @@
+//! Evidence aggregation with bounded memory: registration attempts grouped by host, call, errno, memory
+//! kind, library and relaxed-ordering; facts per host; per-process "runs" (what env a process ran with and
+//! whether it failed or completed); a bounded timeline sample and a size histogram for the report.
+use crate::event::{Event, Fact, Flag, Lib, RegEv};
+use mrshim_record::MemKind;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+const MAX_EVIDENCE: usize = 3;
+const MAX_POINTS: usize = 20_000;
+const MAX_SET: usize = 4096;
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Evid {
+    pub file: String,
+    pub line: u64,
+    pub text: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct GroupKey {
+    pub host: String,
+    pub call: String,
+    pub errno: Option<i32>,
+    pub mem: Option<MemKind>,
+    pub lib: Lib,
+    pub ok: bool,
+    pub relaxed: Option<bool>,
+}
+
+fn mem_ord(m: Option<MemKind>) -> u8 {
+    m.map(|m| m as u8 + 1).unwrap_or(0)
+}
+
+impl Ord for GroupKey {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (&self.host, &self.call, self.errno, mem_ord(self.mem), self.lib, self.ok, self.relaxed).cmp(&(&o.host, &o.call, o.errno, mem_ord(o.mem), o.lib, o.ok, o.relaxed))
+    }
+}
+impl PartialOrd for GroupKey {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct Group {
+    pub count: u64,
+    pub ranks: BTreeSet<i64>,
+    pub access: BTreeSet<u32>,
+    pub max_len: u64,
+    pub iova_misaligned: u64,
+    pub over_memlock: u64,
+    pub injected: u64,
+    pub zero_len_or_addr: u64,
+    pub evidence: Vec<Evid>,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct HostFacts {
+    pub flags: BTreeMap<Flag, (u64, Evid)>,
+    pub env: BTreeMap<String, (String, Evid)>,
+    pub versions: BTreeMap<String, BTreeSet<String>>,
+    /// Distinct soft memlock values seen (`None` = unlimited) with where.
+    pub memlock: BTreeMap<Option<u64>, Evid>,
+    pub max_map_count: Option<(u64, Evid)>,
+    pub libs: BTreeSet<Lib>,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct Run {
+    pub ro: Option<bool>,
+    pub gdr: Option<bool>,
+    pub ib_disabled: bool,
+    pub failed: u64,
+    pub ok_regs: u64,
+    pub done: bool,
+    pub evid: Option<Evid>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Point {
+    pub host: String,
+    pub rank: Option<i64>,
+    /// Nanoseconds when known, otherwise the event's order in the input.
+    pub t: u64,
+    pub timed: bool,
+    pub length: u64,
+    pub ok: bool,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct FileStat {
+    pub path: String,
+    pub lines: u64,
+    pub bytes: u64,
+    pub recognised: u64,
+    pub binary_lines: u64,
+    pub lossy_lines: u64,
+    pub truncated_lines: u64,
+    pub error: Option<String>,
+}
+
+#[derive(Default)]
+pub struct Collector {
+    pub files: Vec<FileStat>,
+    pub groups: HashMap<GroupKey, Group>,
+    pub hosts: BTreeMap<String, HostFacts>,
+    pub ranks: HashMap<(String, u32), i64>,
+    /// (file, pid) -> run; pid None holds the file-wide defaults (env dumps).
+    pub runs: BTreeMap<(usize, Option<u32>), Run>,
+    pub retries: BTreeMap<(String, bool), u64>,
+    pub points: Vec<Point>,
+    point_stride: u64,
+    point_seen: u64,
+    pub hist: Vec<[u64; 2]>,
+    pub notes: Vec<String>,
+    pub order: u64,
+    pub doctor_reports: u64,
+}
+
+fn rank_set_insert(s: &mut BTreeSet<i64>, r: Option<i64>) {
+    if let Some(r) = r {
+        if s.len() < MAX_SET {
+            s.insert(r);
+        }
+    }
+}
+
+impl Collector {
+    pub fn note(&mut self, n: impl Into<String>) {
+        let n = n.into();
+        if !self.notes.contains(&n) && self.notes.len() < 200 {
+            self.notes.push(n);
+        }
+    }
+
+    fn host_mut(&mut self, h: &str) -> &mut HostFacts {
+        if !self.hosts.contains_key(h) {
+            self.hosts.insert(h.to_string(), HostFacts::default());
+        }
+        self.hosts.get_mut(h).expect("inserted")
+    }
+
+    pub fn add(&mut self, ev: Event, file: usize, line: u64, text: &str) {
+        self.order += 1;
+        let evid = |l: u64, t: &str| Evid { file: String::new(), line: l, text: clip(t) };
+        match ev {
+            Event::Note(n) => self.note(n),
+            Event::Reg(r) => {
+                let e = match &r.evid {
+                    Some((l, t)) => evid(*l, t),
+                    None => evid(line, text),
+                };
+                self.add_reg(r, file, e);
+            }
+            Event::Fact { lib, host, pid, fact } => {
+                let h = host.unwrap_or_default();
+                let e = Evid { file: file.to_string(), ..evid(line, text) };
+                match fact {
+                    Fact::RankOf(r) => {
+                        if let Some(p) = pid {
+                            self.ranks.insert((h, p), r);
+                        }
+                    }
+                    Fact::Done => {
+                        let run = self.runs.entry((file, pid)).or_default();
+                        run.done = true;
+                        run.evid.get_or_insert(e);
+                    }
+                    Fact::Env(k, v) => {
+                        self.apply_env(file, pid, &k, &v, &e);
+                        let hf = self.host_mut(&h);
+                        hf.libs.insert(lib);
+                        hf.env.insert(k, (v, e));
+                    }
+                    Fact::Version(name, v) => {
+                        let hf = self.host_mut(&h);
+                        hf.libs.insert(lib);
+                        let s = hf.versions.entry(name).or_default();
+                        if s.len() < 16 {
+                            s.insert(v);
+                        }
+                    }
+                    Fact::Memlock(m) => {
+                        let hf = self.host_mut(&h);
+                        if hf.memlock.len() < 8 {
+                            hf.memlock.entry(m).or_insert(e);
+                        }
+                    }
+                    Fact::MaxMapCount(n) => {
+                        self.host_mut(&h).max_map_count = Some((n, e));
+                    }
+                    Fact::Flag(f) => {
+                        match f {
+                            Flag::GdrOn | Flag::GdrOff => self.runs.entry((file, pid)).or_default().gdr = Some(f == Flag::GdrOn),
+                            Flag::RoAdvertised => self.runs.entry((file, pid)).or_default().ro = Some(true),
+                            _ => {}
+                        }
+                        let hf = self.host_mut(&h);
+                        hf.libs.insert(lib);
+                        let ent = hf.flags.entry(f).or_insert((0, e));
+                        ent.0 += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    fn apply_env(&mut self, file: usize, pid: Option<u32>, k: &str, v: &str, e: &Evid) {
+        let key = k.strip_prefix("NCCL_").or_else(|| k.strip_prefix("MCCL_")).or_else(|| k.strip_prefix("RCCL_"));
+        let Some(key) = key else { return };
+        let run = self.runs.entry((file, pid)).or_default();
+        match key {
+            "IB_PCI_RELAXED_ORDERING" => run.ro = Some(v.trim() != "0"),
+            "NET_GDR_LEVEL" => run.gdr = Some(!(v == "0" || v.eq_ignore_ascii_case("LOC"))),
+            "IB_DISABLE" => run.ib_disabled = v.trim() == "1",
+            _ => return,
+        }
+        run.evid.get_or_insert(e.clone());
+    }
+
+    fn add_reg(&mut self, r: RegEv, file: usize, mut e: Evid) {
+        e.file = file.to_string();
+        let host = r.host.clone().unwrap_or_default();
+        let rank = r.rank.or_else(|| r.pid.and_then(|p| self.ranks.get(&(host.clone(), p)).copied())).or(r.rank_hint);
+        if r.attempt > 0 {
+            *self.retries.entry((r.strategy.clone().unwrap_or_else(|| "?".into()), r.ok)).or_default() += 1;
+            return;
+        }
+        self.point(&host, rank, r.time_ns, r.length, r.ok);
+        if self.hist.is_empty() {
+            self.hist = vec![[0; 2]; 64];
+        }
+        if let Some(l) = r.length {
+            let b = 63 - l.max(1).leading_zeros() as usize;
+            self.hist[b][r.ok as usize] += 1;
+        }
+        {
+            let run = self.runs.entry((file, r.pid)).or_default();
+            if r.ok {
+                run.ok_regs += 1;
+            } else {
+                run.failed += 1;
+                run.evid.get_or_insert(e.clone());
+            }
+            if r.relaxed.is_some() && run.ro.is_none() {
+                run.ro = r.relaxed;
+            }
+        }
+        let lib = r.lib.unwrap_or(Lib::Text);
+        {
+            let hf = self.host_mut(&host);
+            hf.libs.insert(lib);
+            if let Some(m) = r.memlock {
+                if hf.memlock.len() < 8 {
+                    hf.memlock.entry(m).or_insert(e.clone());
+                }
+            }
+        }
+        let key = GroupKey { host, call: r.call, errno: if r.ok { None } else { r.errno }, mem: r.mem, lib, ok: r.ok, relaxed: r.relaxed };
+        let g = self.groups.entry(key).or_default();
+        g.count += 1;
+        rank_set_insert(&mut g.ranks, rank);
+        if let Some(a) = r.access {
+            if g.access.len() < 16 {
+                g.access.insert(a);
+            }
+        }
+        g.max_len = g.max_len.max(r.length.unwrap_or(0));
+        g.iova_misaligned += r.iova_misaligned as u64;
+        g.over_memlock += r.over_memlock as u64;
+        g.injected += r.injected as u64;
+        g.zero_len_or_addr += (r.length == Some(0) || r.addr == Some(0)) as u64;
+        if g.evidence.len() < if r.ok { 1 } else { MAX_EVIDENCE } {
+            g.evidence.push(e);
+        }
+    }
+
+    /// Keeps every failure (up to the cap) and a thinning sample of successes.
+    fn point(&mut self, host: &str, rank: Option<i64>, t: Option<u64>, len: Option<u64>, ok: bool) {
+        self.point_seen += 1;
+        if self.point_stride == 0 {
+            self.point_stride = 1;
+        }
+        if ok && self.point_seen % self.point_stride != 0 {
+            return;
+        }
+        if self.points.len() >= MAX_POINTS {
+            // halve the successes kept so far and sample more sparsely from now on
+            let mut i = 0u64;
+            self.points.retain(|p| {
+                i += 1;
+                !p.ok || i % 2 == 0
+            });
+            self.point_stride *= 2;
+            if self.points.len() >= MAX_POINTS {
+                return;
+            }
+        }
+        self.points.push(Point { host: host.to_string(), rank, t: t.unwrap_or(self.order), timed: t.is_some(), length: len.unwrap_or(0), ok });
+    }
+
+    /// Resolves file indices in evidence to paths.
+    pub fn path_of(&self, e: &Evid) -> Evid {
+        let f = e.file.parse::<usize>().ok().and_then(|i| self.files.get(i)).map(|f| f.path.clone()).unwrap_or_default();
+        Evid { file: f, ..e.clone() }
+    }
+
+    /// Runs with the file-wide env folded in.
+    pub fn resolved_runs(&self) -> Vec<Run> {
+        let mut out = Vec::new();
+        for ((file, pid), r) in &self.runs {
+            if pid.is_none() && self.runs.range((*file, Some(0))..(*file + 1, None)).next().is_some() {
+                continue;
+            }
+            let mut r = r.clone();
+            if pid.is_some() {
+                if let Some(d) = self.runs.get(&(*file, None)) {
+                    r.ro = r.ro.or(d.ro);
+                    r.gdr = r.gdr.or(d.gdr);
+                    r.ib_disabled |= d.ib_disabled;
+                    r.evid = r.evid.or_else(|| d.evid.clone());
+                }
+            }
+            out.push(r);
+        }
+        out
+    }
+}
+
+/// Evidence text kept short and on one line.
+pub fn clip(t: &str) -> String {
+    let t = t.trim();
+    if t.chars().count() <= 200 {
+        t.to_string()
+    } else {
+        let mut s: String = t.chars().take(197).collect();
+        s.push_str("...");
+        s
+    }
+}

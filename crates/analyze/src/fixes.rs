@@ -1,0 +1,91 @@
+//! The concrete fixes each category suggests: commands, settings and the knobs by their real names.
+
+fn v(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+pub fn memlock() -> Vec<String> {
+    v(&[
+        "check the limit the job really gets: `bash -c 'ulimit -l; grep \"Max locked memory\" /proc/self/limits'` from the job launcher (srun/mpirun), not a login shell",
+        "/etc/security/limits.conf (or limits.d): `* soft memlock unlimited` and `* hard memlock unlimited`, then start a new session",
+        "systemd services (slurmd, containerd, your trainer): LimitMEMLOCK=infinity in the unit, then `systemctl daemon-reload` and restart",
+        "Docker: `docker run --ulimit memlock=-1:-1 ...`; Kubernetes: securityContext.capabilities.add: [IPC_LOCK] and a runtime with unlimited memlock",
+        "Slurm: remove `ulimit -l 64` (or any small memlock) from the prolog/TaskProlog and set PropagateResourceLimits so the submit host's unlimited limit reaches the job",
+        "Open MPI: mpirun -x LD_PRELOAD is not enough — the limit must be raised on every node before the daemons start",
+    ])
+}
+
+pub fn gpu_peer_memory(p: &str, efault: bool) -> Vec<String> {
+    let mut f = v(&[
+        "load the GPU peer-memory client on every node: NVIDIA `modprobe nvidia_peermem` (check `lsmod | grep -e nvidia_peermem -e nv_peer_mem`); AMD: amdgpu DKMS with peer memory (/sys/kernel/mm/memory_peers/amdkfd/version); MetaX and other vendors: their peer-memory / dmabuf kernel module from the same driver release",
+        "or register GPU memory through dmabuf instead of by address: kernel >= 5.12, an rdma-core with ibv_reg_dmabuf_mr, NCCL_DMABUF_ENABLE=1",
+        "check the PCIe path NIC <-> GPU: `mrshim doctor` (pcie check), `lspci -vvv | grep -i acsctl`; ACS redirect must be off and the IOMMU in passthrough (iommu=pt) for GPUDirect",
+    ]);
+    if efault {
+        f.insert(0, "CUDA VMM (cuMem*) buffers fail with EFAULT even with nvidia_peermem: use the dmabuf path (NCCL_DMABUF_ENABLE=1) or allocate with cudaMalloc (NCCL_CUMEM_ENABLE=0)".into());
+    }
+    f.push(format!("to run now without GPUDirect: {p}_NET_GDR_LEVEL=LOC (stage through host memory; slower); {p}_IB_DISABLE=1 falls back to TCP (much slower)"));
+    f.push(format!("{p}_IB_PCI_RELAXED_ORDERING does not help here: it only picks ibv_reg_mr_iova2 vs ibv_reg_mr for the same memory"));
+    f
+}
+
+pub fn relaxed(p: &str) -> Vec<String> {
+    vec![
+        format!("{p}_IB_PCI_RELAXED_ORDERING=0 (registration without IBV_ACCESS_RELAXED_ORDERING)"),
+        "update the NIC firmware and rdma-core: relaxed ordering needs device support, which rdma-core otherwise masks off itself".into(),
+        "check PCIe relaxed ordering on the NIC (`mrshim doctor`, `lspci -vvv | grep RlxdOrd`) and in the BIOS".into(),
+    ]
+}
+
+pub fn iova() -> Vec<String> {
+    v(&[
+        "pass an iova with the same offset within the page as the address (iova % 4096 == addr % 4096) to ibv_reg_mr_iova2",
+        "if a library computes the iova (NCCL rounds the base down to a page), check for a patched/plugin net transport that does not",
+    ])
+}
+
+pub fn access() -> Vec<String> {
+    v(&[
+        "register read-only file mappings with IBV_ACCESS_REMOTE_READ only (no LOCAL_WRITE/REMOTE_WRITE/REMOTE_ATOMIC), or map the file writable (MAP_PRIVATE with PROT_WRITE) / copy it to anonymous memory first",
+        "REMOTE_WRITE and REMOTE_ATOMIC require IBV_ACCESS_LOCAL_WRITE as well",
+    ])
+}
+
+pub fn version() -> Vec<String> {
+    v(&[
+        "use one RDMA stack per node: either the distribution's inbox driver with its rdma-core, or MLNX_OFED's kernel modules with MLNX_OFED's user space (`ibv_devinfo -v`, `modinfo mlx5_core | head`, `dpkg -l | grep -e rdma-core -e ibverbs`)",
+        "containers: the image's libibverbs/providers must match the host's kernel driver — mount the host's rdma-core libraries or rebuild the image for the host's release",
+        "compare nodes: `mrshim doctor --json > $(hostname).json` on each, then `mrshim doctor --compare a.json b.json`",
+        "after a kernel update, rebuild DKMS modules (mlnx-ofed-kernel, nvidia_peermem) and reboot",
+    ])
+}
+
+pub fn address() -> Vec<String> {
+    v(&[
+        "the buffer is not (fully) mapped when registered: check for use after free/munmap and for a length that runs past the allocation (compare with /proc/PID/maps)",
+        "if the pointer is GPU memory, see gpu-peer-memory (peer-memory module or dmabuf)",
+    ])
+}
+
+pub fn resource() -> Vec<String> {
+    v(&[
+        "sysctl -w vm.max_map_count=1048576 (persist in /etc/sysctl.d/)",
+        "register fewer, larger regions: NCCL_BUFFSIZE / NCCL_MAX_NCHANNELS down, UCX_RCACHE_* / UCX memory pools, and make sure regions are deregistered (leaks show as steadily rising registered bytes)",
+        "mlx5: check `dmesg` for CREATE_MKEY syndromes; a newer firmware/driver, ODP (implicit On-Demand Paging) or fewer processes per NIC relieve the mkey/MR-cache limit",
+    ])
+}
+
+pub fn permissions() -> Vec<String> {
+    v(&[
+        "give the job access to the RDMA devices: /dev/infiniband/uverbs* readable and writable (udev rule or the rdma group)",
+        "containers: `docker run --device=/dev/infiniband --cap-add IPC_LOCK` (or the RDMA device plugin on Kubernetes, with IPC_LOCK)",
+    ])
+}
+
+pub fn unknown(p: &str) -> Vec<String> {
+    vec![
+        "capture the registrations themselves: run the job under `mrshim exec -- <cmd>` (or LD_PRELOAD=libmrshim.so) and analyze the records".into(),
+        format!("more context from the library: {p}_DEBUG=INFO {p}_DEBUG_SUBSYS=INIT,NET; the kernel log (`dmesg -T`) from the same minute"),
+        "run `mrshim doctor --json` on each node and pass the reports to `mrshim analyze` with the logs".into(),
+    ]
+}

@@ -1,0 +1,137 @@
+//! `mrshim analyze`: reads shim records, NCCL/MCCL/RCCL/UCX/Open MPI/perftest/libibverbs/kernel logs and
+//! doctor reports in any mix, groups and correlates the evidence, and ranks root causes with fixes.
+//! Streaming: memory is bounded by the number of distinct groups, not by input size.
+
+pub mod collect;
+pub mod doctor;
+pub mod errno;
+pub mod event;
+pub mod findings;
+pub mod fixes;
+pub mod input;
+pub mod parse;
+pub mod render;
+
+use collect::{Collector, FileStat};
+use findings::Finding;
+use input::{Lines, Source};
+use std::borrow::Cow;
+
+pub struct Analysis {
+    pub col: Collector,
+    pub findings: Vec<Finding>,
+    /// Sources that could not be opened or read at all.
+    pub unreadable: usize,
+}
+
+impl Analysis {
+    pub fn failed(&self) -> u64 {
+        self.col.groups.iter().filter(|g| !g.0.ok).map(|g| g.1.count).sum()
+    }
+    pub fn ok(&self) -> u64 {
+        self.col.groups.iter().filter(|g| g.0.ok).map(|g| g.1.count).sum()
+    }
+}
+
+/// Analyzes the given paths (files, directories, `-` for stdin).
+pub fn analyze(paths: &[String]) -> Analysis {
+    let mut col = Collector::default();
+    let mut notes = Vec::new();
+    let sources = input::expand(paths, &mut notes);
+    let mut unreadable = paths.len().saturating_sub(paths.iter().filter(|p| *p == "-" || std::path::Path::new(p).exists()).count());
+    for n in notes {
+        col.note(n);
+    }
+    let mut parser = parse::Parser::default();
+    for src in &sources {
+        if !read_source(src, &mut parser, &mut col) {
+            unreadable += 1;
+        }
+    }
+    if parser.shim.malformed > 0 {
+        col.note(format!("skipped {} malformed shim record(s)", parser.shim.malformed));
+    }
+    let findings = findings::findings(&col);
+    Analysis { col, findings, unreadable }
+}
+
+/// Reads one source into the collector; false if it could not be opened.
+fn read_source(src: &Source, parser: &mut parse::Parser, col: &mut Collector) -> bool {
+    let idx = col.files.len();
+    col.files.push(FileStat { path: src.name(), ..Default::default() });
+    let mut r = match input::open(src) {
+        Ok(r) => r,
+        Err(e) => {
+            col.note(format!("{}: skipped: {e}", src.name()));
+            col.files[idx].error = Some(e.to_string());
+            return false;
+        }
+    };
+    if doctor::looks_like_report(&mut r) {
+        doctor::ingest(r, idx, col);
+        return true;
+    }
+    let mut lines = Lines::new(r);
+    let mut ctx = parse::FileCtx::default();
+    let mut evs = Vec::new();
+    let mut n = 0u64;
+    let (mut binary, mut lossy, mut recognised) = (0u64, 0u64, 0u64);
+    loop {
+        match lines.next_line() {
+            Ok(Some(b)) => {
+                n += 1;
+                if memchr::memchr(0, b).is_some() {
+                    binary += 1;
+                    continue;
+                }
+                let s: Cow<str> = match std::str::from_utf8(b) {
+                    Ok(s) => Cow::Borrowed(s),
+                    Err(_) => {
+                        lossy += 1;
+                        String::from_utf8_lossy(b)
+                    }
+                };
+                if parser.line(&mut ctx, &s, n, &mut |e| evs.push(e)) {
+                    recognised += 1;
+                }
+                for e in evs.drain(..) {
+                    col.add(e, idx, n, &s);
+                }
+            }
+            Ok(None) => break,
+            Err(e) => {
+                col.note(format!("{}: read error after line {n} ({e}); the rest of it was skipped", src.name()));
+                break;
+            }
+        }
+    }
+    parser.end_file(&mut ctx, &mut |e| evs.push(e));
+    for e in evs.drain(..) {
+        col.add(e, idx, n, "");
+    }
+    let name = src.name();
+    if binary > 0 {
+        col.note(format!("{name}: skipped {binary} binary line(s) (NUL bytes)"));
+    }
+    if lines.truncated > 0 {
+        col.note(format!("{name}: {} line(s) longer than {} MiB were cut", lines.truncated, input::MAX_LINE >> 20));
+    }
+    if lossy > 0 {
+        col.note(format!("{name}: {lossy} line(s) were not valid UTF-8 (read with replacement characters)"));
+    }
+    if n == 0 {
+        col.note(format!("{name}: empty"));
+    } else if recognised == 0 {
+        col.note(format!("{name}: no recognised evidence in {n} line(s)"));
+    }
+    let f = &mut col.files[idx];
+    f.lines = n;
+    f.bytes = lines.bytes;
+    f.recognised = recognised;
+    f.binary_lines = binary;
+    f.lossy_lines = lossy;
+    f.truncated_lines = lines.truncated;
+    let _ = lines;
+    true
+}
+

@@ -1,0 +1,20 @@
+//! Environment dumps (`env`, `printenv`, `export NCCL_...=...` lines in job scripts).
+use super::FileCtx;
+use crate::event::{Event, Fact, Lib};
+
+const PREFIXES: [&str; 5] = ["NCCL_", "MCCL_", "RCCL_", "UCX_", "MRSHIM_"];
+
+pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool {
+    let t = line.trim_start();
+    let t = t.strip_prefix("export ").unwrap_or(t).trim_start();
+    if !PREFIXES.iter().any(|p| t.starts_with(p)) {
+        return false;
+    }
+    let Some((k, v)) = t.split_once('=') else { return false };
+    if !k.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_') {
+        return false;
+    }
+    let v = v.trim().trim_matches(['"', '\'']);
+    emit(Event::Fact { lib: Lib::Text, host: ctx.host.clone(), pid: None, fact: Fact::Env(k.to_string(), v.to_string()) });
+    true
+}

@@ -1,0 +1,89 @@
+//! Line dispatch: a cheap multi-pattern prefilter, then the format parsers in order. Per-file state
+//! carries what a format spreads over several lines (current host, perftest GPU buffer, UCX follow-ups).
+pub mod env;
+pub mod kernel;
+pub mod nccl;
+pub mod ompi;
+pub mod perftest;
+pub mod prose;
+pub mod shim;
+pub mod ucx;
+pub mod verbs;
+
+use crate::event::{Event, Lib, RegEv};
+use aho_corasick::AhoCorasick;
+
+#[derive(Default)]
+pub struct FileCtx {
+    pub host: Option<String>,
+    pub flavor: Option<Lib>,
+    pub gpu_buffer: Option<u64>,
+    pub dmabuf: bool,
+    pub perf_ro: Option<bool>,
+    pub ucx_pending: Option<RegEv>,
+    pub perf_pending: Option<RegEv>,
+}
+
+/// The registration entry points mrshim knows.
+pub fn is_reg_call(name: &str) -> bool {
+    matches!(name, "ibv_reg_mr" | "ibv_reg_mr_iova" | "ibv_reg_mr_iova2" | "ibv_reg_dmabuf_mr" | "ibv_exp_reg_mr" | "ibv_rereg_mr")
+}
+
+/// The first registration entry point named in `s`.
+pub fn reg_call_in(s: &str) -> Option<&str> {
+    let i = s.find("ibv_reg_").or_else(|| s.find("ibv_exp_reg_mr"))?;
+    let end = s[i..].find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).map(|e| i + e).unwrap_or(s.len());
+    let name = &s[i..end];
+    is_reg_call(name).then_some(name)
+}
+
+pub struct Parser {
+    pre: AhoCorasick,
+    pub shim: shim::ShimState,
+}
+
+const NEEDLES: &[&str] = &[
+    "NCCL", "MCCL", "RCCL", "UCX", "ibv_", "libibverbs", "mlx5", "umem", "infiniband", "MR", "ulimit", "GDR",
+    "GPUDirect", "GPU Direct", "OpenFabrics", "openib", "Local host:", "Hostname:", "Memlock", "DMAR", "IO_PAGE_FAULT",
+    "AER:", "PCIe", "peermem", "peer_mem", "Open MPI", "cuMemAlloc", "hipMalloc", "initializing ", "ERRNO:",
+    "#bytes", "failed to create mr", "MRSHIM_", "P2P", "显存", "版本", "TCP", "kernel:",
+];
+
+impl Default for Parser {
+    fn default() -> Self {
+        Parser { pre: AhoCorasick::new(NEEDLES).expect("static patterns"), shim: Default::default() }
+    }
+}
+
+impl Parser {
+    pub fn line(&mut self, ctx: &mut FileCtx, line: &str, lineno: u64, emit: &mut dyn FnMut(Event)) -> bool {
+        let t = line.trim_start();
+        if t.starts_with('{') {
+            if shim::parse(t, &mut self.shim, emit) {
+                return true;
+            }
+        }
+        if !self.pre.is_match(line) {
+            return false;
+        }
+        if line.contains(" UCX ") {
+            if ucx::parse(line, ctx, lineno, emit) {
+                return true;
+            }
+        } else {
+            ucx::flush(ctx, emit);
+        }
+        nccl::parse(line, ctx, emit)
+            || verbs::parse(line, ctx, emit)
+            || kernel::parse(line, ctx, emit)
+            || ompi::parse(line, ctx, emit)
+            || perftest::parse(line, ctx, lineno, emit)
+            || env::parse(line, ctx, emit)
+            || prose::parse(line, ctx, emit)
+    }
+
+    pub fn end_file(&mut self, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) {
+        ucx::flush(ctx, emit);
+        perftest::flush(ctx, emit);
+    }
+}

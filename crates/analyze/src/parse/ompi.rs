@@ -1,0 +1,40 @@
+//! Open MPI help messages (openib BTL / registered-memory warnings) and its version banner.
+use super::FileCtx;
+use crate::errno;
+use crate::event::{Event, Fact, Flag, Lib, RegEv};
+
+pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool {
+    let t = line.trim();
+    if let Some(h) = t.strip_prefix("Local host:").or_else(|| t.strip_prefix("Hostname:")) {
+        let h = h.trim();
+        if !h.is_empty() {
+            ctx.host = Some(h.split('.').next().unwrap_or(h).to_string());
+        }
+        return true;
+    }
+    let host = ctx.host.clone();
+    let fact = |f: Fact| Event::Fact { lib: Lib::Ompi, host: host.clone(), pid: None, fact: f };
+    if let Some(v) = t.strip_prefix("mpirun (Open MPI) ") {
+        emit(fact(Fact::Version("Open MPI".into(), v.trim().to_string())));
+        return true;
+    }
+    if t.contains("error registering openib memory") {
+        emit(Event::Reg(RegEv { lib: Some(Lib::Ompi), host: host.clone(), call: "ibv_reg_mr".into(), errno: errno::find(t), ..Default::default() }));
+        return true;
+    }
+    if t.contains("allocate some locked memory") || t.contains("limit on locked memory") || (t.contains("OpenFabrics") && t.contains("locked memory")) {
+        emit(fact(Fact::Flag(Flag::LockedMemWarn)));
+        return true;
+    }
+    if t.contains("only allow registering part of your physical memory") {
+        emit(fact(Fact::Flag(Flag::RegLimitWarn)));
+        return true;
+    }
+    if let Some(v) = t.strip_prefix("Memlock limit:") {
+        if let Ok(n) = v.trim().parse::<u64>() {
+            emit(fact(Fact::Memlock(Some(n))));
+        }
+        return true;
+    }
+    false
+}

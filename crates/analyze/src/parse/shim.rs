@@ -1,0 +1,156 @@
+//! The shim's JSON-lines records (crate mrshim-record). Unknown fields are ignored; records of a newer
+//! schema version are read leniently, with a note.
+use crate::event::{Event, Fact, Lib, RegEv};
+use mrshim_record::{MemKind, Reg, SCHEMA_VERSION};
+use serde_json::Value;
+
+const IBV_ACCESS_RELAXED_ORDERING: u32 = 1 << 20;
+
+/// Parses one record line. Returns false if it is not a shim record at all (caller may try other formats).
+pub fn parse(line: &str, st: &mut ShimState, emit: &mut dyn FnMut(Event)) -> bool {
+    let Some(kind) = field_str(line, "\"kind\":\"") else { return false };
+    match kind {
+        "reg" | "dereg" => match serde_json::from_str::<Reg>(line) {
+            Ok(r) => {
+                st.version(r.v, emit);
+                if kind == "reg" {
+                    reg(&r, emit);
+                }
+                true
+            }
+            Err(_) => lenient(line, kind, st, emit),
+        },
+        "config" | "summary" | "policy" => lenient(line, kind, st, emit),
+        _ => {
+            st.malformed += 1;
+            true
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct ShimState {
+    pub records: u64,
+    pub malformed: u64,
+    pub newer: Vec<u32>,
+}
+
+impl ShimState {
+    fn version(&mut self, v: u32, emit: &mut dyn FnMut(Event)) {
+        self.records += 1;
+        if v > SCHEMA_VERSION && !self.newer.contains(&v) {
+            self.newer.push(v);
+            emit(Event::Note(format!(
+                "shim records of schema version {v} (this mrshim reads {SCHEMA_VERSION}): read leniently, new fields ignored"
+            )));
+        }
+    }
+}
+
+/// Value of `"key":"value"` without parsing the whole object (fast dispatch).
+fn field_str<'a>(line: &'a str, pat: &str) -> Option<&'a str> {
+    let i = line.find(pat)? + pat.len();
+    let end = line[i..].find('"')?;
+    Some(&line[i..i + end])
+}
+
+pub fn parse_hex(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let h = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X"))?;
+    u64::from_str_radix(h, 16).ok()
+}
+
+fn reg(r: &Reg, emit: &mut dyn FnMut(Event)) {
+    if r.probe {
+        return;
+    }
+    let addr = r.addr.as_deref().and_then(parse_hex);
+    let relaxed = r.relaxed_ordering || r.access.map(|a| a & IBV_ACCESS_RELAXED_ORDERING != 0).unwrap_or(false);
+    let iova_misaligned = r.call.contains("iova") && matches!((r.iova_page_offset, r.addr_page_offset), (Some(a), Some(b)) if a != b);
+    let over = matches!((r.memlock_soft, r.length), (Some(m), Some(l)) if r.registered_bytes.saturating_add(l) > m);
+    emit(Event::Reg(RegEv {
+        lib: Some(Lib::Shim),
+        host: Some(r.host.clone()),
+        pid: Some(r.pid),
+        rank: r.rank,
+        call: r.call.clone(),
+        ok: r.result == "ok",
+        errno: r.errno,
+        mem: r.mem_kind,
+        access: r.access,
+        length: r.length,
+        addr,
+        relaxed: Some(relaxed),
+        iova_misaligned,
+        over_memlock: over,
+        memlock: r.memlock_soft.map(Some),
+        time_ns: Some(r.time_ns),
+        injected: r.injected,
+        strategy: r.strategy.clone(),
+        attempt: r.attempt,
+        ..Default::default()
+    }));
+}
+
+fn mem_kind(s: &str) -> Option<MemKind> {
+    serde_json::from_value(Value::String(s.to_string())).ok()
+}
+
+/// Records that do not fit `Reg` (config/summary/policy, or a newer schema): take what is recognisable.
+fn lenient(line: &str, kind: &str, st: &mut ShimState, emit: &mut dyn FnMut(Event)) -> bool {
+    let Ok(v) = serde_json::from_str::<Value>(line) else {
+        st.malformed += 1;
+        return true;
+    };
+    st.version(v.get("v").and_then(Value::as_u64).unwrap_or(0) as u32, emit);
+    let host = v.get("host").and_then(Value::as_str).map(String::from);
+    let pid = v.get("pid").and_then(Value::as_u64).map(|p| p as u32);
+    let fact = |f: Fact| Event::Fact { lib: Lib::Shim, host: host.clone(), pid, fact: f };
+    if let Some(r) = v.get("rank").and_then(Value::as_i64) {
+        emit(fact(Fact::RankOf(r)));
+    }
+    match kind {
+        "config" => {
+            if let Some(m) = v.get("memlock_soft") {
+                emit(fact(Fact::Memlock(m.as_u64())));
+            }
+            if let Some(Value::Object(env)) = v.get("env") {
+                for (k, val) in env {
+                    if let Some(s) = val.as_str() {
+                        emit(fact(Fact::Env(k.clone(), s.to_string())));
+                    }
+                }
+            }
+        }
+        "reg" => {
+            let s = |k: &str| v.get(k).and_then(Value::as_str);
+            let u = |k: &str| v.get(k).and_then(Value::as_u64);
+            if v.get("probe").and_then(Value::as_bool) == Some(true) {
+                return true;
+            }
+            let access = u("access").map(|a| a as u32);
+            emit(Event::Reg(RegEv {
+                lib: Some(Lib::Shim),
+                host: host.clone(),
+                pid,
+                rank: v.get("rank").and_then(Value::as_i64),
+                call: s("call").unwrap_or("ibv_reg_mr").to_string(),
+                ok: s("result") == Some("ok"),
+                errno: v.get("errno").and_then(Value::as_i64).map(|e| e as i32),
+                mem: s("mem_kind").and_then(mem_kind),
+                access,
+                length: u("length"),
+                addr: s("addr").and_then(parse_hex),
+                relaxed: Some(v.get("relaxed_ordering").and_then(Value::as_bool).unwrap_or(false) || access.map(|a| a & IBV_ACCESS_RELAXED_ORDERING != 0).unwrap_or(false)),
+                memlock: u("memlock_soft").map(Some),
+                time_ns: u("time_ns"),
+                injected: v.get("injected").and_then(Value::as_bool).unwrap_or(false),
+                strategy: s("strategy").map(String::from),
+                attempt: u("attempt").unwrap_or(0) as u32,
+                ..Default::default()
+            }));
+        }
+        _ => {}
+    }
+    true
+}

@@ -1,0 +1,130 @@
+//! UCX: `[ts] [host:pid:tid] file.c:line UCX LEVEL message`. A failed `ibv_reg_mr(address=, length=,
+//! access=)` is usually followed by `failed to register address ... mem_type bit 0x2` (or `(cuda)`), which
+//! tells host from GPU memory; the failure is held back one line to pick that up.
+use super::FileCtx;
+use crate::errno;
+use crate::event::{Event, Lib, RegEv};
+use crate::parse::shim::parse_hex;
+use mrshim_record::MemKind;
+
+fn header(line: &str) -> Option<(Option<f64>, &str, u32, &str)> {
+    let ucx = line.find(" UCX ")?;
+    let head = &line[..ucx];
+    let rest = line[ucx + 5..].trim_start();
+    let (_level, msg) = rest.split_once(' ')?;
+    let mut ts = None;
+    let mut hp = None;
+    for part in head.split('[').skip(1) {
+        let inner = part.split(']').next().unwrap_or("");
+        if ts.is_none() && hp.is_none() {
+            if let Ok(t) = inner.trim().parse::<f64>() {
+                ts = Some(t);
+                continue;
+            }
+        }
+        let mut it = inner.rsplitn(3, ':');
+        let (_tid, pid, host) = (it.next(), it.next(), it.next());
+        if let (Some(h), Some(p)) = (host, pid.and_then(|p| p.parse::<u32>().ok())) {
+            hp = Some((h, p));
+            break;
+        }
+    }
+    let (h, p) = hp?;
+    Some((ts, h, p, msg.trim_start()))
+}
+
+fn arg<'a>(m: &'a str, key: &str) -> Option<&'a str> {
+    let i = m.find(key)? + key.len();
+    let end = m[i..].find([',', ')', ' ']).unwrap_or(m.len() - i);
+    Some(&m[i..i + end])
+}
+
+fn num(s: &str) -> Option<u64> {
+    parse_hex(s).or_else(|| s.parse().ok())
+}
+
+pub fn flush(ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) {
+    if let Some(ev) = ctx.ucx_pending.take() {
+        emit(Event::Reg(ev));
+    }
+}
+
+pub fn parse(line: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Event)) -> bool {
+    let Some((ts, host, pid, m)) = header(line) else { return false };
+    ctx.host = Some(host.to_string());
+    if m.starts_with("failed to register address") {
+        if let Some(ev) = ctx.ucx_pending.as_mut() {
+            let cuda = m.contains("mem_type bit 0x2") || m.contains("mem_type bit 0x4") || m.contains("(cuda") || m.contains("mem_type bit 0x8") || m.contains("(rocm");
+            let host_mem = m.contains("mem_type bit 0x1 ") || m.contains("(host)");
+            if cuda {
+                ev.mem = Some(MemKind::Device);
+            } else if host_mem && ev.mem.is_none() {
+                ev.mem = Some(MemKind::Unknown);
+            }
+        }
+        flush(ctx, emit);
+        return true;
+    }
+    flush(ctx, emit);
+    let time_ns = ts.map(|t| (t * 1e9) as u64);
+    if let Some(open) = m.find("reg_mr(").or_else(|| m.find("reg_dmabuf_mr(")) {
+        let call_start = m[..open].rfind(|c: char| c.is_whitespace()).map(|i| i + 1).unwrap_or(0);
+        let call = &m[call_start..m[open..].find('(').map(|i| open + i).unwrap_or(open)];
+        let failed = m.contains(") failed");
+        let ev = RegEv {
+            lib: Some(Lib::Ucx),
+            host: Some(host.to_string()),
+            pid: Some(pid),
+            call: call.to_string(),
+            ok: !failed,
+            errno: if failed { errno::find(&m[m.find(") failed").unwrap_or(0)..]) } else { None },
+            addr: arg(m, "address=").and_then(num),
+            length: arg(m, "length=").and_then(num),
+            access: arg(m, "access=").and_then(num).map(|a| a as u32),
+            time_ns,
+            evid: Some((lineno, line.to_string())),
+            ..Default::default()
+        };
+        if failed {
+            ctx.ucx_pending = Some(ev);
+        }
+        return true;
+    }
+    // DEBUG: "registered memory 0x7f..0x7f.. on mlx5_0 lkey ..."
+    if let Some(r) = m.strip_prefix("registered memory ") {
+        let range = r.split_whitespace().next().unwrap_or("");
+        if let Some((a, b)) = range.split_once("..") {
+            let (a, b) = (parse_hex(a), parse_hex(b));
+            emit(Event::Reg(RegEv {
+                lib: Some(Lib::Ucx),
+                host: Some(host.to_string()),
+                pid: Some(pid),
+                call: "ibv_reg_mr".into(),
+                ok: true,
+                addr: a,
+                length: match (a, b) { (Some(a), Some(b)) if b > a => Some(b - a), _ => None },
+                time_ns,
+                ..Default::default()
+            }));
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn reg_failure_with_mem_type() {
+        let mut ctx = FileCtx::default();
+        let mut out = Vec::new();
+        let l1 = "[1647516906.396315] [node-rtx3080:82049:0]           ib_md.c:349  UCX  ERROR ibv_reg_mr(address=0x7f724fa00000, length=4096, access=0xf) failed: Bad address";
+        let l2 = "[1647516906.396356] [node-rtx3080:82049:0]          ucp_mm.c:164  UCX  ERROR failed to register address 0x7f724fa00000 mem_type bit 0x2 length 4096 on md[5]=mlx5_0: Input/output error (md reg_mem_types 0x3)";
+        assert!(parse(l1, &mut ctx, 1, &mut |e| out.push(e)));
+        assert!(out.is_empty());
+        parse(l2, &mut ctx, 2, &mut |e| out.push(e));
+        let Event::Reg(r) = &out[0] else { panic!() };
+        assert_eq!((r.errno, r.length, r.access, r.mem), (Some(14), Some(4096), Some(0xf), Some(MemKind::Device)));
+        assert_eq!(r.host.as_deref(), Some("node-rtx3080"));
+    }
+}

@@ -1,0 +1,384 @@
+//! The node checks. Each reads a few files below the root and answers ok/warn/fail with the fix.
+use crate::pci;
+use crate::report::{Check, Report, Status, SCHEMA_VERSION};
+use crate::sys::{human_bytes, Fs};
+use serde_json::json;
+
+const MEMLOCK_FIX: &str = "raise RLIMIT_MEMLOCK where the job starts: `* soft memlock unlimited` and `* hard memlock \
+unlimited` in /etc/security/limits.conf; systemd units: LimitMEMLOCK=infinity; docker run --ulimit memlock=-1:-1; \
+Kubernetes: securityContext.capabilities.add [IPC_LOCK]; Slurm: no `ulimit -l 64` in the prolog and \
+PropagateResourceLimits; check with `bash -c 'ulimit -l'` in the job itself. To keep a job running meanwhile: \
+MRSHIM_RETRY=raise-memlock,bounce";
+
+fn check(id: &str, title: &str, status: Status, value: impl Into<String>) -> Check {
+    Check { id: id.into(), title: title.into(), status, value: value.into(), details: vec![], fix: None, raw: serde_json::Value::Null }
+}
+
+pub fn run_all(fs: &Fs) -> Report {
+    let host = fs
+        .read_trim("/proc/sys/kernel/hostname")
+        .or_else(|| fs.read_trim("/etc/hostname"))
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown".into());
+    let limits = memlock(fs);
+    let memlock_finite = limits.raw.get("soft").map(|v| !v.is_null()).unwrap_or(false);
+    let rdma = rdma_devices(fs);
+    let has_rdma = rdma.raw.get("devices").and_then(|d| d.as_array()).map(|a| !a.is_empty()).unwrap_or(false);
+    let container = container(fs, memlock_finite);
+    let checks = vec![
+        limits,
+        cap_ipc_lock(fs, memlock_finite),
+        max_map_count(fs),
+        hugepages(fs),
+        thp(fs),
+        rdma,
+        peer_memory(fs, has_rdma),
+        versions(fs),
+        iommu(fs),
+        pcie(fs),
+        container,
+        env_vars(fs),
+    ];
+    Report { mrshim_doctor: SCHEMA_VERSION, host, root: if fs.is_real_root() { None } else { Some(fs.path("/").display().to_string()) }, checks }
+}
+
+/// "unlimited" or a byte count, as in /proc/PID/limits.
+fn parse_limit(s: &str) -> Option<Option<u64>> {
+    if s == "unlimited" {
+        Some(None)
+    } else {
+        s.parse().ok().map(Some)
+    }
+}
+
+fn show_limit(l: Option<u64>) -> String {
+    l.map(human_bytes).unwrap_or_else(|| "unlimited".into())
+}
+
+fn memlock(fs: &Fs) -> Check {
+    let Some(text) = fs.read("/proc/self/limits") else {
+        return check("memlock", "locked memory limit (ulimit -l)", Status::Warn, "unknown: /proc/self/limits unreadable");
+    };
+    let line = text.lines().find(|l| l.starts_with("Max locked memory"));
+    let parts: Vec<&str> = line.map(|l| l["Max locked memory".len()..].split_whitespace().collect()).unwrap_or_default();
+    let (Some(soft), Some(hard)) = (parts.first().and_then(|s| parse_limit(s)), parts.get(1).and_then(|s| parse_limit(s))) else {
+        return check("memlock", "locked memory limit (ulimit -l)", Status::Warn, "unknown: no 'Max locked memory' line");
+    };
+    let status = match soft {
+        None => Status::Ok,
+        Some(n) if n < 64 << 20 => Status::Fail,
+        Some(_) => Status::Warn,
+    };
+    let mut c = check("memlock", "locked memory limit (ulimit -l)", status, format!("soft {} / hard {}", show_limit(soft), show_limit(hard)));
+    c.details.push("from /proc/self/limits (what this process inherited)".into());
+    if status != Status::Ok {
+        c.fix = Some(MEMLOCK_FIX.into());
+    }
+    c.raw = json!({"soft": soft, "hard": hard});
+    c
+}
+
+fn cap_ipc_lock(fs: &Fs, memlock_finite: bool) -> Check {
+    let eff = fs
+        .read("/proc/self/status")
+        .and_then(|s| s.lines().find(|l| l.starts_with("CapEff:")).map(|l| l[7..].trim().to_string()))
+        .and_then(|h| u64::from_str_radix(&h, 16).ok());
+    match eff {
+        None => check("cap_ipc_lock", "CAP_IPC_LOCK", Status::Warn, "unknown: no CapEff in /proc/self/status"),
+        Some(caps) => {
+            let has = caps & (1 << 14) != 0;
+            let status = if has || !memlock_finite { Status::Ok } else { Status::Warn };
+            let mut c = check("cap_ipc_lock", "CAP_IPC_LOCK", status, if has { "present" } else { "absent" });
+            if !has && memlock_finite {
+                c.details.push("without CAP_IPC_LOCK every registration counts against the finite memlock limit".into());
+                c.fix = Some("grant IPC_LOCK (docker --cap-add IPC_LOCK, Kubernetes securityContext.capabilities.add [IPC_LOCK]) or make memlock unlimited".into());
+            }
+            c.raw = json!({"present": has});
+            c
+        }
+    }
+}
+
+fn max_map_count(fs: &Fs) -> Check {
+    match fs.read_trim("/proc/sys/vm/max_map_count").and_then(|s| s.parse::<u64>().ok()) {
+        None => check("max_map_count", "vm.max_map_count", Status::Warn, "unknown"),
+        Some(n) => {
+            let status = if n < 262_144 { Status::Warn } else { Status::Ok };
+            let mut c = check("max_map_count", "vm.max_map_count", status, n.to_string());
+            if status != Status::Ok {
+                c.details.push("many registrations split VMAs; running out gives ENOMEM from ibv_reg_mr".into());
+                c.fix = Some("sysctl -w vm.max_map_count=1048576 (persist in /etc/sysctl.d/)".into());
+            }
+            c.raw = json!({"value": n});
+            c
+        }
+    }
+}
+
+fn meminfo_field(text: &str, key: &str) -> Option<u64> {
+    let l = text.lines().find(|l| l.starts_with(key))?;
+    l[key.len()..].trim_start_matches(':').split_whitespace().next()?.parse().ok()
+}
+
+fn hugepages(fs: &Fs) -> Check {
+    let Some(m) = fs.read("/proc/meminfo") else {
+        return check("hugepages", "hugepages", Status::Warn, "unknown: /proc/meminfo unreadable");
+    };
+    let total = meminfo_field(&m, "HugePages_Total").unwrap_or(0);
+    let free = meminfo_field(&m, "HugePages_Free").unwrap_or(0);
+    let size_kb = meminfo_field(&m, "Hugepagesize").unwrap_or(0);
+    let status = if total > 0 && free == 0 { Status::Warn } else { Status::Ok };
+    let mut c = check("hugepages", "hugepages", status, format!("{total} x {} reserved, {free} free", human_bytes(size_kb * 1024)));
+    if status == Status::Warn {
+        c.fix = Some("all reserved hugepages are in use: raise vm.nr_hugepages or stop allocating communication buffers from hugetlbfs".into());
+    }
+    c.raw = json!({"total": total, "free": free, "size_kb": size_kb});
+    c
+}
+
+fn thp(fs: &Fs) -> Check {
+    match fs.read_trim("/sys/kernel/mm/transparent_hugepage/enabled") {
+        None => check("thp", "transparent hugepages", Status::Ok, "unknown"),
+        Some(s) => {
+            let mode = s.split_whitespace().find(|w| w.starts_with('[')).map(|w| w.trim_matches(['[', ']']).to_string()).unwrap_or(s);
+            let mut c = check("thp", "transparent hugepages", Status::Ok, mode.clone());
+            c.raw = json!({"mode": mode});
+            c
+        }
+    }
+}
+
+fn rdma_devices(fs: &Fs) -> Check {
+    let devs = fs.list("/sys/class/infiniband");
+    if devs.is_empty() {
+        let mut c = check("rdma_devices", "RDMA devices", Status::Warn, "no RDMA devices on this node (/sys/class/infiniband is empty)");
+        c.fix = Some("if this node should have a NIC: load its driver (modprobe mlx5_ib / irdma / bnxt_re ...) and check `ibv_devices`".into());
+        c.raw = json!({"devices": []});
+        return c;
+    }
+    let mut status = Status::Ok;
+    let mut details = Vec::new();
+    let mut raw = Vec::new();
+    for d in &devs {
+        let base = format!("/sys/class/infiniband/{d}");
+        let fw = fs.read_trim(&format!("{base}/fw_ver")).unwrap_or_else(|| "?".into());
+        let mut ports = Vec::new();
+        for p in fs.list(&format!("{base}/ports")) {
+            let pb = format!("{base}/ports/{p}");
+            let state = fs.read_trim(&format!("{pb}/state")).unwrap_or_else(|| "?".into());
+            let ll = fs.read_trim(&format!("{pb}/link_layer")).unwrap_or_else(|| "?".into());
+            let gid0 = fs.read_trim(&format!("{pb}/gids/0")).unwrap_or_default();
+            let ngids = fs.list(&format!("{pb}/gids")).iter().filter(|g| fs.read_trim(&format!("{pb}/gids/{g}")).map(|v| !v.chars().all(|c| c == '0' || c == ':')).unwrap_or(false)).count();
+            if !state.contains("ACTIVE") {
+                status = status.max(Status::Warn);
+            }
+            details.push(format!("{d} port {p}: {state}, {ll}, fw {fw}, {ngids} GIDs"));
+            ports.push(json!({"port": p, "state": state, "link_layer": ll, "gid0": gid0, "gids": ngids}));
+        }
+        raw.push(json!({"name": d, "fw_ver": fw, "ports": ports}));
+    }
+    let mut c = check("rdma_devices", "RDMA devices", status, format!("{} device(s): {}", devs.len(), devs.join(", ")));
+    c.details = details;
+    if status != Status::Ok {
+        c.fix = Some("a port is not ACTIVE: check the cable/switch, `ibstat`, and the subnet manager (IB) or link (RoCE)".into());
+    }
+    c.raw = json!({"devices": raw});
+    c
+}
+
+fn modules(fs: &Fs) -> Vec<String> {
+    fs.read("/proc/modules").map(|m| m.lines().filter_map(|l| l.split_whitespace().next().map(String::from)).collect()).unwrap_or_default()
+}
+
+fn peer_memory(fs: &Fs, has_rdma: bool) -> Check {
+    let mods = modules(fs);
+    let has = |m: &str| mods.iter().any(|x| x == m);
+    let peers: Vec<String> = fs.list("/sys/kernel/mm/memory_peers");
+    let nvidia = has("nvidia") || fs.exists("/proc/driver/nvidia");
+    let amd = has("amdgpu");
+    let peermem = has("nvidia_peermem") || has("nv_peer_mem");
+    let amd_peer = peers.iter().any(|p| p == "amdkfd");
+    let gpu = if nvidia { "nvidia" } else if amd { "amdgpu" } else { "" };
+    let kernel = fs.read_trim("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let dmabuf_kernel = kernel_at_least(&kernel, 5, 12);
+    let loaded: Vec<&str> = ["nvidia_peermem", "nv_peer_mem", "amdgpu", "ib_uverbs", "mlx5_ib", "ib_core"].into_iter().filter(|m| has(m)).collect();
+    let (status, value, fix) = if gpu.is_empty() {
+        (Status::Ok, "no GPU driver loaded: GPUDirect RDMA not in play".to_string(), None)
+    } else if (nvidia && peermem) || (amd && amd_peer) {
+        (Status::Ok, format!("{gpu} with peer-memory client ({})", if nvidia { "nvidia_peermem" } else { "amdkfd" }), None)
+    } else {
+        let st = if has_rdma { Status::Fail } else { Status::Warn };
+        let fix = if nvidia {
+            "modprobe nvidia_peermem (or use the dmabuf path: kernel >= 5.12, open GPU driver, NCCL_DMABUF_ENABLE=1); \
+             meanwhile NCCL_NET_GDR_LEVEL=LOC keeps GPU buffers off the NIC; mrshim can switch paths: MRSHIM_RETRY=va-to-dmabuf,bounce"
+        } else {
+            "install the amdgpu DKMS driver with peer-memory support (/sys/kernel/mm/memory_peers/amdkfd) or use dmabuf; \
+             meanwhile NCCL_NET_GDR_LEVEL=LOC (RCCL) / MCCL_NET_GDR_LEVEL=LOC; MRSHIM_RETRY=va-to-dmabuf,bounce"
+        };
+        (st, format!("{gpu} loaded but no peer-memory client: GPU memory cannot be registered by address"), Some(fix.to_string()))
+    };
+    let mut c = check("peer_memory", "GPU peer memory / dmabuf", status, value);
+    c.details.push(format!("modules: {}", if loaded.is_empty() { "none of interest".into() } else { loaded.join(", ") }));
+    c.details.push(format!("memory_peers: {}", if peers.is_empty() { "none".into() } else { peers.join(", ") }));
+    c.details.push(format!("dmabuf registration (kernel >= 5.12): {}", if dmabuf_kernel { "possible" } else { "no" }));
+    c.fix = fix;
+    c.raw = json!({"gpu_driver": gpu, "peermem": peermem || amd_peer, "modules": loaded, "memory_peers": peers, "dmabuf_kernel": dmabuf_kernel});
+    c
+}
+
+fn kernel_at_least(rel: &str, maj: u32, min: u32) -> bool {
+    let mut it = rel.split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty()).map(|s| s.parse::<u32>().unwrap_or(0));
+    let (a, b) = (it.next().unwrap_or(0), it.next().unwrap_or(0));
+    (a, b) >= (maj, min)
+}
+
+fn versions(fs: &Fs) -> Check {
+    let kernel = fs.read_trim("/proc/sys/kernel/osrelease").unwrap_or_else(|| "?".into());
+    let mut verbs = None;
+    for dir in ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib"] {
+        if let Some(f) = fs.list(dir).into_iter().find(|f| f.starts_with("libibverbs.so.1.") ) {
+            verbs = Some(f["libibverbs.so.".len()..].to_string());
+            break;
+        }
+    }
+    // libibverbs.so.1.14.44.0 belongs to rdma-core 44
+    let rdma_core = verbs.as_deref().and_then(|v| v.split('.').nth(2)).map(String::from);
+    let mlx5 = fs.read_trim("/sys/module/mlx5_core/version").map(|v| format!("{v} (MLNX_OFED)")).or_else(|| fs.exists("/sys/module/mlx5_core").then(|| format!("inbox ({kernel})")));
+    let mut c = check(
+        "versions",
+        "kernel / rdma-core / mlx5 driver",
+        Status::Ok,
+        format!("kernel {kernel}, rdma-core {}, mlx5_core {}", rdma_core.as_deref().unwrap_or("?"), mlx5.as_deref().unwrap_or("not loaded")),
+    );
+    c.details.push("compare these between nodes: `mrshim doctor --compare a.json b.json`".into());
+    c.raw = json!({"kernel": kernel, "libibverbs": verbs, "rdma_core": rdma_core, "mlx5_core": mlx5});
+    c
+}
+
+fn iommu(fs: &Fs) -> Check {
+    let cmdline = fs.read_trim("/proc/cmdline").unwrap_or_default();
+    let units = fs.list("/sys/class/iommu");
+    let group_type = fs.list("/sys/kernel/iommu_groups").first().and_then(|g| fs.read_trim(&format!("/sys/kernel/iommu_groups/{g}/type")));
+    let pt = cmdline.split_whitespace().any(|w| w == "iommu=pt" || w == "amd_iommu=pt") || group_type.as_deref() == Some("identity");
+    let (status, mode) = if units.is_empty() && group_type.is_none() {
+        (Status::Ok, "off".to_string())
+    } else if pt {
+        (Status::Ok, "passthrough".to_string())
+    } else {
+        (Status::Warn, format!("translated ({})", group_type.as_deref().unwrap_or("DMA")))
+    };
+    let mut c = check("iommu", "IOMMU mode", status, mode.clone());
+    if !cmdline.is_empty() {
+        c.details.push(format!("cmdline: {cmdline}"));
+    }
+    if status == Status::Warn {
+        c.fix = Some("GPUDirect peer-to-peer through a translating IOMMU often fails or is slow: boot with iommu=pt (intel_iommu=on iommu=pt / amd_iommu=on iommu=pt)".into());
+    }
+    c.raw = json!({"mode": mode, "cmdline": cmdline});
+    c
+}
+
+fn pci_class(fs: &Fs, dir: &std::path::Path) -> u32 {
+    fs.read_bytes(&dir.join("class")).and_then(|b| u32::from_str_radix(String::from_utf8_lossy(&b).trim().trim_start_matches("0x"), 16).ok()).unwrap_or(0)
+}
+
+fn pcie(fs: &Fs) -> Check {
+    let mut nics = Vec::new();
+    for d in fs.list("/sys/class/infiniband") {
+        if let Some(p) = fs.resolve(&format!("/sys/class/infiniband/{d}/device")) {
+            nics.push((d, pci::path_to(&p)));
+        }
+    }
+    let mut gpus = Vec::new();
+    for b in fs.list("/sys/bus/pci/devices") {
+        if let Some(p) = fs.resolve(&format!("/sys/bus/pci/devices/{b}")) {
+            let class = pci_class(fs, &p) >> 8;
+            // display controllers: VGA 0x0300, 3D 0x0302, other 0x0380; accelerators 0x1200
+            if matches!(class, 0x0300 | 0x0302 | 0x0380 | 0x1200) {
+                gpus.push((b, pci::path_to(&p)));
+            }
+        }
+    }
+    let mut details = Vec::new();
+    let mut status = Status::Ok;
+    let mut ro = Vec::new();
+    for (name, path) in &nics {
+        if let Some(f) = path.last() {
+            let cfg = fs.read_bytes(&f.dir.join("config")).unwrap_or_default();
+            let r = pci::relaxed_ordering(&cfg);
+            details.push(format!("{name} ({}): relaxed ordering {}", f.bdf, match r { Some(true) => "enabled", Some(false) => "disabled", None => "unknown" }));
+            ro.push(json!({"nic": name, "bdf": f.bdf, "relaxed_ordering": r}));
+        }
+    }
+    let mut acs_on = Vec::new();
+    for (nic, np) in &nics {
+        for (gpu, gp) in &gpus {
+            for br in pci::bridges_between(np, gp) {
+                let cfg = fs.read_bytes(&br.dir.join("config")).unwrap_or_default();
+                if let Some(ctrl) = pci::acs_ctrl(&cfg) {
+                    if pci::acs_redirects(ctrl) && !acs_on.contains(&br.bdf) {
+                        acs_on.push(br.bdf.clone());
+                        details.push(format!("ACS on {} between {nic} and GPU {gpu}: {}", br.bdf, pci::acs_names(ctrl).join(" ")));
+                        status = Status::Fail;
+                    }
+                }
+            }
+        }
+    }
+    let value = if nics.is_empty() {
+        "no RDMA NIC: nothing to check".to_string()
+    } else if gpus.is_empty() {
+        "no GPUs found: NIC-GPU path not checked".to_string()
+    } else if acs_on.is_empty() {
+        format!("ACS off on the paths between {} NIC(s) and {} GPU(s)", nics.len(), gpus.len())
+    } else {
+        format!("ACS redirect enabled on {} bridge(s) between NIC and GPU", acs_on.len())
+    };
+    let mut c = check("pcie", "PCIe ACS / relaxed ordering (NIC-GPU path)", status, value);
+    c.details = details;
+    if status == Status::Fail {
+        c.fix = Some(format!(
+            "ACS request/completion redirect sends GPUDirect P2P traffic up to the root complex (hangs, PCIe bus errors, \
+             failed registrations): disable ACS in the BIOS or with `setpci -s <BDF> ECAP_ACS+6.w=0000` on {} (not persistent); \
+             meanwhile NCCL_NET_GDR_LEVEL=LOC / MCCL_NET_GDR_LEVEL=LOC avoids P2P",
+            acs_on.join(", ")
+        ));
+    }
+    c.raw = json!({"acs_enabled": acs_on, "nics": ro, "gpus": gpus.iter().map(|g| g.0.clone()).collect::<Vec<_>>()});
+    c
+}
+
+fn container(fs: &Fs, memlock_finite: bool) -> Check {
+    let cg = fs.read("/proc/1/cgroup").unwrap_or_default();
+    let mut kind = None;
+    if fs.exists("/.dockerenv") || cg.contains("docker") {
+        kind = Some("docker");
+    } else if fs.exists("/run/.containerenv") || cg.contains("libpod") {
+        kind = Some("podman");
+    } else if cg.contains("kubepods") {
+        kind = Some("kubernetes");
+    } else if cg.contains("containerd") || cg.contains("lxc") {
+        kind = Some("container");
+    }
+    let status = if kind.is_some() && memlock_finite { Status::Warn } else { Status::Ok };
+    let mut c = check("container", "container", status, kind.map(|k| format!("inside {k}")).unwrap_or_else(|| "not in a container".into()));
+    if status == Status::Warn {
+        c.fix = Some("containers inherit a small memlock limit: docker run --ulimit memlock=-1:-1 (--cap-add IPC_LOCK); Kubernetes: IPC_LOCK capability and a memlock-unlimited runtime".into());
+    }
+    c.raw = json!({"kind": kind});
+    c
+}
+
+fn env_vars(fs: &Fs) -> Check {
+    let vars: Vec<(String, String)> = if fs.is_real_root() {
+        std::env::vars().collect()
+    } else {
+        fs.read("/proc/self/environ").map(|e| e.split('\0').filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.to_string(), v.to_string()))).collect()).unwrap_or_default()
+    };
+    let mut set: Vec<(String, String)> = vars.into_iter().filter(|(k, _)| ["NCCL_", "MCCL_", "RCCL_", "UCX_", "MRSHIM_"].iter().any(|p| k.starts_with(p))).collect();
+    set.sort();
+    let mut c = check("env", "NCCL_/MCCL_/UCX_/MRSHIM_ variables", Status::Ok, if set.is_empty() { "none set".to_string() } else { format!("{} set", set.len()) });
+    c.details = set.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    c.raw = serde_json::Value::Object(set.into_iter().map(|(k, v)| (k, serde_json::Value::String(v))).collect());
+    c
+}
