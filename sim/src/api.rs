@@ -89,6 +89,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut v::ibv_device) -> *mut v::ibv
         vctx.sz = std::mem::size_of::<v::verbs_context>();
         vctx.query_port = Some(op_query_port);
         vctx.query_device_ex = Some(op_query_device_ex);
+        vctx.create_qp_ex = Some(op_create_qp_ex);
         let c = &mut vctx.context;
         c.device = dev;
         c.cmd_fd = -1;
@@ -615,59 +616,83 @@ pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut v::ibv_cq, n: c_uint) {
 // ---------------------------------------------------------------- queue pairs
 
 pub unsafe extern "C" fn ibv_create_qp(pd: *mut v::ibv_pd, init: *mut v::ibv_qp_init_attr) -> *mut v::ibv_qp {
+    ffi(null_mut(), || create_qp(pd, init, false))
+}
+
+/// verbs_context.create_qp_ex, behind the static-inline ibv_create_qp_ex.
+unsafe extern "C" fn op_create_qp_ex(_c: *mut v::ibv_context, attr: *mut v::ibv_qp_init_attr_ex) -> *mut v::ibv_qp {
     ffi(null_mut(), || {
-        let reg = registry().expect("registry");
-        // SAFETY: pd and init are the caller's valid objects.
-        let (p, ia) = unsafe { (outer::<Pd, _>(pd), &mut *init) };
-        if let Some(e) = fault::check(&reg.config.faults, Call::CreateQp, &Facts::default()) {
-            return errno_ret(e, null_mut());
-        }
-        let uc = match ia.qp_type {
-            v::ibv_qp_type::IBV_QPT_RC => false,
-            v::ibv_qp_type::IBV_QPT_UC => true,
-            _ => return errno_ret(libc::EOPNOTSUPP, null_mut()),
-        };
-        if !ia.srq.is_null() {
-            return errno_ret(libc::EOPNOTSUPP, null_mut());
-        }
-        let cap = &mut ia.cap;
-        if ia.send_cq.is_null()
-            || ia.recv_cq.is_null()
-            || cap.max_send_wr > crate::device::MAX_QP_WR as u32
-            || cap.max_recv_wr > crate::device::MAX_QP_WR as u32
-            || cap.max_send_sge > crate::device::MAX_SGE as u32
-            || cap.max_recv_sge > crate::device::MAX_SGE as u32
-            || cap.max_inline_data > crate::device::MAX_INLINE
-        {
+        // SAFETY: the caller's attribute struct.
+        let a = unsafe { &mut *attr };
+        const PD: u32 = 1 << 0; // IBV_QP_INIT_ATTR_PD
+        const SEND_OPS: u32 = 1 << 6; // IBV_QP_INIT_ATTR_SEND_OPS_FLAGS
+        if a.comp_mask & PD == 0 || a.pd.is_null() {
             return errno_ret(libc::EINVAL, null_mut());
         }
-        cap.max_send_wr = cap.max_send_wr.max(1);
-        cap.max_recv_wr = cap.max_recv_wr.max(1);
-        cap.max_send_sge = cap.max_send_sge.max(1);
-        cap.max_recv_sge = cap.max_recv_sge.max(1);
-        cap.max_inline_data = crate::device::MAX_INLINE;
-        // SAFETY: the PD's context is ours; CQs are ours.
-        let (cx, scq, rcq) = unsafe { (ctx(p.pd.context), outer::<Cq, _>(ia.send_cq), outer::<Cq, _>(ia.recv_cq)) };
-        let qpn = match cx.engine.claim_qpn() {
-            Ok(n) => n,
-            Err(e) => return errno_ret(e.raw_os_error().unwrap_or(libc::ENOMEM), null_mut()),
-        };
-        let inner = Arc::new(QpInner::new(qpn, p.id, uc, ia.sq_sig_all != 0, (cap.max_send_wr, cap.max_recv_wr), scq.inner.clone(), rcq.inner.clone()));
-        cx.engine.qps.lock().unwrap().insert(qpn, inner.clone());
-        // SAFETY: ibv_qp is plain old data.
-        let mut qp: v::ibv_qp = unsafe { std::mem::zeroed() };
-        qp.context = p.pd.context;
-        qp.qp_context = ia.qp_context;
-        qp.pd = pd;
-        qp.send_cq = ia.send_cq;
-        qp.recv_cq = ia.recv_cq;
-        qp.srq = ia.srq;
-        qp.handle = qpn;
-        qp.qp_num = qpn;
-        qp.state = qps::IBV_QPS_RESET;
-        qp.qp_type = ia.qp_type;
-        Box::into_raw(Box::new(Qp { qp, inner, cap: *cap })).cast()
+        if a.comp_mask & !(PD | SEND_OPS) != 0 || a.create_flags != 0 {
+            return errno_ret(libc::EOPNOTSUPP, null_mut());
+        }
+        // SAFETY: ibv_qp_init_attr_ex starts with the fields of ibv_qp_init_attr.
+        create_qp(a.pd, attr.cast(), a.comp_mask & SEND_OPS != 0)
     })
+}
+
+fn create_qp(pd: *mut v::ibv_pd, init: *mut v::ibv_qp_init_attr, ex: bool) -> *mut v::ibv_qp {
+    let reg = registry().expect("registry");
+    // SAFETY: pd and init are the caller's valid objects.
+    let (p, ia) = unsafe { (outer::<Pd, _>(pd), &mut *init) };
+    if let Some(e) = fault::check(&reg.config.faults, Call::CreateQp, &Facts::default()) {
+        return errno_ret(e, null_mut());
+    }
+    let uc = match ia.qp_type {
+        v::ibv_qp_type::IBV_QPT_RC => false,
+        v::ibv_qp_type::IBV_QPT_UC => true,
+        _ => return errno_ret(libc::EOPNOTSUPP, null_mut()),
+    };
+    if !ia.srq.is_null() {
+        return errno_ret(libc::EOPNOTSUPP, null_mut());
+    }
+    let cap = &mut ia.cap;
+    if ia.send_cq.is_null()
+        || ia.recv_cq.is_null()
+        || cap.max_send_wr > crate::device::MAX_QP_WR as u32
+        || cap.max_recv_wr > crate::device::MAX_QP_WR as u32
+        || cap.max_send_sge > crate::device::MAX_SGE as u32
+        || cap.max_recv_sge > crate::device::MAX_SGE as u32
+        || cap.max_inline_data > crate::device::MAX_INLINE
+    {
+        return errno_ret(libc::EINVAL, null_mut());
+    }
+    cap.max_send_wr = cap.max_send_wr.max(1);
+    cap.max_recv_wr = cap.max_recv_wr.max(1);
+    cap.max_send_sge = cap.max_send_sge.max(1);
+    cap.max_recv_sge = cap.max_recv_sge.max(1);
+    cap.max_inline_data = crate::device::MAX_INLINE;
+    // SAFETY: the PD's context is ours; CQs are ours.
+    let (cx, scq, rcq) = unsafe { (ctx(p.pd.context), outer::<Cq, _>(ia.send_cq), outer::<Cq, _>(ia.recv_cq)) };
+    let qpn = match cx.engine.claim_qpn() {
+        Ok(n) => n,
+        Err(e) => return errno_ret(e.raw_os_error().unwrap_or(libc::ENOMEM), null_mut()),
+    };
+    let inner = Arc::new(QpInner::new(qpn, p.id, uc, ia.sq_sig_all != 0, (cap.max_send_wr, cap.max_recv_wr), scq.inner.clone(), rcq.inner.clone()));
+    cx.engine.qps.lock().unwrap().insert(qpn, inner.clone());
+    // SAFETY: ibv_qp_ex is plain old data (pointers, ints, Option<fn>).
+    let mut qpx: v::ibv_qp_ex = unsafe { std::mem::zeroed() };
+    if ex {
+        crate::qpex::install(&mut qpx);
+    }
+    let qp = &mut qpx.qp_base;
+    qp.context = p.pd.context;
+    qp.qp_context = ia.qp_context;
+    qp.pd = pd;
+    qp.send_cq = ia.send_cq;
+    qp.recv_cq = ia.recv_cq;
+    qp.srq = ia.srq;
+    qp.handle = qpn;
+    qp.qp_num = qpn;
+    qp.state = qps::IBV_QPS_RESET;
+    qp.qp_type = ia.qp_type;
+    Box::into_raw(Box::new(Qp { qpx, ex, inner, cap: *cap, batch: Default::default() })).cast()
 }
 
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut v::ibv_qp) -> c_int {
@@ -675,7 +700,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut v::ibv_qp) -> c_int {
         // SAFETY: qp came from ibv_create_qp.
         let b = unsafe { Box::from_raw(qp.cast::<Qp>()) };
         // SAFETY: its context is ours.
-        let cx = unsafe { ctx(b.qp.context) };
+        let cx = unsafe { ctx(b.qpx.qp_base.context) };
         cx.engine.qps.lock().unwrap().remove(&b.inner.qpn);
         cx.engine.release_qpn(b.inner.qpn);
         0
@@ -762,7 +787,7 @@ pub unsafe extern "C" fn ibv_modify_qp(qp: *mut v::ibv_qp, attr: *mut v::ibv_qp_
             return e;
         }
         // SAFETY: the QP's context is ours.
-        let dev = device_of(unsafe { ctx(q.qp.context) });
+        let dev = device_of(unsafe { ctx(q.qpx.qp_base.context) });
         let inner = q.inner.clone();
         let mut st = inner.st.lock().unwrap();
         let mask = mask as u32;
@@ -795,10 +820,10 @@ pub unsafe extern "C" fn ibv_modify_qp(qp: *mut v::ibv_qp, attr: *mut v::ibv_qp_
             _ => {}
         }
         st.state = next;
-        q.qp.state = next;
+        q.qpx.qp_base.state = next;
         drop(st);
         // SAFETY: the QP's context is ours.
-        unsafe { ctx(q.qp.context) }.engine.kick();
+        unsafe { ctx(q.qpx.qp_base.context) }.engine.kick();
         0
     })
 }
@@ -832,12 +857,12 @@ pub unsafe extern "C" fn ibv_query_qp(qp: *mut v::ibv_qp, attr: *mut v::ibv_qp_a
         if !init.is_null() {
             // SAFETY: caller's out struct.
             let ia = unsafe { &mut *init };
-            ia.qp_context = q.qp.qp_context;
-            ia.send_cq = q.qp.send_cq;
-            ia.recv_cq = q.qp.recv_cq;
-            ia.srq = q.qp.srq;
+            ia.qp_context = q.qpx.qp_base.qp_context;
+            ia.send_cq = q.qpx.qp_base.send_cq;
+            ia.recv_cq = q.qpx.qp_base.recv_cq;
+            ia.srq = q.qpx.qp_base.srq;
             ia.cap = q.cap;
-            ia.qp_type = q.qp.qp_type;
+            ia.qp_type = q.qpx.qp_base.qp_type;
             ia.sq_sig_all = q.inner.sq_sig_all as c_int;
         }
         0
@@ -852,77 +877,108 @@ fn sges(list: *mut v::ibv_sge, n: c_int) -> Vec<Sge> {
     unsafe { std::slice::from_raw_parts(list, n as usize) }.iter().map(|s| Sge { addr: s.addr, len: s.length, lkey: s.lkey }).collect()
 }
 
+/// One send work request, from either post API (ibv_post_send or the ibv_wr_* builders).
+pub struct WrDesc {
+    pub wr_id: u64,
+    pub op: SendOp,
+    pub imm: Option<u32>,
+    pub flags: c_uint,
+    pub sges: Vec<Sge>,
+    /// Set by ibv_wr_set_inline_data: the bytes, copied at build time.
+    pub inline_data: Option<Vec<u8>>,
+    pub raddr: u64,
+    pub rkey: u32,
+}
+
+/// The driver's checks at post time, then the WR goes on the send queue (or is flushed at once
+/// in the error state). An errno for ibv_post_send's return value otherwise.
+pub fn enqueue(q: &Qp, st: &mut crate::engine::QpState, w: WrDesc) -> Result<(), c_int> {
+    let inner = &q.inner;
+    let len: u64 = match &w.inline_data {
+        Some(d) => d.len() as u64,
+        None => w.sges.iter().map(|s| s.len as u64).sum(),
+    };
+    let inline = (w.flags & v::ibv_send_flags::IBV_SEND_INLINE.0 != 0 || w.inline_data.is_some()) && w.op != SendOp::Read;
+    if (w.op == SendOp::Read && inner.uc) || w.sges.len() > q.cap.max_send_sge as usize || len > crate::device::MAX_MSG_SZ as u64 || (inline && len > q.cap.max_inline_data as u64) {
+        return Err(libc::EINVAL);
+    }
+    if (st.state < qps::IBV_QPS_RTS && st.state != qps::IBV_QPS_ERR) || st.state == qps::IBV_QPS_SQD {
+        return Err(libc::EINVAL);
+    }
+    if st.sq.len() + st.inflight_len() >= inner.max_send_wr as usize {
+        return Err(libc::ENOMEM);
+    }
+    if st.state == qps::IBV_QPS_ERR {
+        // SAFETY: plain old data.
+        let mut wc: v::ibv_wc = unsafe { std::mem::zeroed() };
+        wc.wr_id = w.wr_id;
+        wc.status = v::ibv_wc_status::IBV_WC_WR_FLUSH_ERR;
+        wc.qp_num = inner.qpn;
+        inner.send_cq.push(wc);
+        return Ok(());
+    }
+    let inline_data = match w.inline_data {
+        Some(d) => Some(d),
+        None if inline => {
+            let mut d = Vec::with_capacity(len as usize);
+            for s in &w.sges {
+                // SAFETY: inline data is read from the caller's buffers at post time, as the verb specifies.
+                d.extend_from_slice(unsafe { std::slice::from_raw_parts(s.addr as *const u8, s.len as usize) });
+            }
+            Some(d)
+        }
+        None => None,
+    };
+    let psn = st.take_psn();
+    st.sq.push_back(SendWqe {
+        wr_id: w.wr_id,
+        op: w.op,
+        signaled: w.flags & v::ibv_send_flags::IBV_SEND_SIGNALED.0 != 0,
+        sges: w.sges,
+        inline: inline_data,
+        raddr: w.raddr,
+        rkey: w.rkey,
+        imm: w.imm,
+        len,
+        psn,
+        retries: 0,
+    });
+    Ok(())
+}
+
 unsafe extern "C" fn op_post_send(qp: *mut v::ibv_qp, mut wr: *mut v::ibv_send_wr, bad: *mut *mut v::ibv_send_wr) -> c_int {
     ffi(libc::EINVAL, || {
         use v::ibv_wr_opcode::*;
         // SAFETY: qp is ours.
         let q = unsafe { outer::<Qp, _>(qp) };
-        let inner = &q.inner;
-        let mut st = inner.st.lock().unwrap();
+        let mut st = q.inner.st.lock().unwrap();
         let mut rc = 0;
         while !wr.is_null() {
             // SAFETY: walking the caller's WR list.
             let w = unsafe { &*wr };
-            let sg = sges(w.sg_list, w.num_sge);
-            let len: u64 = sg.iter().map(|s| s.len as u64).sum();
             let (op, imm) = match w.opcode {
                 IBV_WR_SEND => (SendOp::Send, None),
                 // SAFETY: imm_data is the active union member for *_WITH_IMM.
                 IBV_WR_SEND_WITH_IMM => (SendOp::Send, Some(unsafe { w.__bindgen_anon_1.imm_data })),
                 IBV_WR_RDMA_WRITE => (SendOp::Write, None),
+                // SAFETY: as above.
                 IBV_WR_RDMA_WRITE_WITH_IMM => (SendOp::WriteImm, Some(unsafe { w.__bindgen_anon_1.imm_data })),
-                IBV_WR_RDMA_READ if !inner.uc => (SendOp::Read, None),
+                IBV_WR_RDMA_READ => (SendOp::Read, None),
                 _ => {
                     rc = libc::EINVAL;
                     break;
                 }
             };
-            let inline = w.send_flags & v::ibv_send_flags::IBV_SEND_INLINE.0 != 0 && op != SendOp::Read;
-            let full = st.sq.len() + inflight_len(&st) >= inner.max_send_wr as usize;
-            if w.num_sge < 0 || w.num_sge as u32 > q.cap.max_send_sge || len > crate::device::MAX_MSG_SZ as u64 || (inline && len > q.cap.max_inline_data as u64) {
+            if w.num_sge < 0 {
                 rc = libc::EINVAL;
                 break;
             }
-            if st.state < qps::IBV_QPS_RTS && st.state != qps::IBV_QPS_ERR || st.state == qps::IBV_QPS_SQD {
-                rc = libc::EINVAL;
-                break;
-            }
-            if full {
-                rc = libc::ENOMEM;
-                break;
-            }
-            let inline_data = inline.then(|| {
-                let mut d = Vec::with_capacity(len as usize);
-                for s in &sg {
-                    // SAFETY: inline data is read from the caller's buffers at post time, as the verb specifies.
-                    d.extend_from_slice(unsafe { std::slice::from_raw_parts(s.addr as *const u8, s.len as usize) });
-                }
-                d
-            });
             // SAFETY: rdma is the active union member for RDMA opcodes (ignored otherwise).
             let rdma = unsafe { w.wr.rdma };
-            let psn = st_next_psn(&mut st);
-            let wqe = SendWqe {
-                wr_id: w.wr_id,
-                op,
-                signaled: w.send_flags & v::ibv_send_flags::IBV_SEND_SIGNALED.0 != 0,
-                sges: sg,
-                inline: inline_data,
-                raddr: rdma.remote_addr,
-                rkey: rdma.rkey,
-                imm,
-                len,
-                psn,
-                retries: 0,
-            };
-            if st.state == qps::IBV_QPS_ERR {
-                let mut wc: v::ibv_wc = unsafe { std::mem::zeroed() };
-                wc.wr_id = wqe.wr_id;
-                wc.status = v::ibv_wc_status::IBV_WC_WR_FLUSH_ERR;
-                wc.qp_num = inner.qpn;
-                inner.send_cq.push(wc);
-            } else {
-                st.sq.push_back(wqe);
+            let d = WrDesc { wr_id: w.wr_id, op, imm, flags: w.send_flags, sges: sges(w.sg_list, w.num_sge), inline_data: None, raddr: rdma.remote_addr, rkey: rdma.rkey };
+            if let Err(e) = enqueue(q, &mut st, d) {
+                rc = e;
+                break;
             }
             wr = w.next;
         }
@@ -932,17 +988,9 @@ unsafe extern "C" fn op_post_send(qp: *mut v::ibv_qp, mut wr: *mut v::ibv_send_w
             unsafe { *bad = wr };
         }
         // SAFETY: the QP's context is ours.
-        unsafe { ctx(q.qp.context) }.engine.kick();
+        unsafe { ctx(q.qpx.qp_base.context) }.engine.kick();
         rc
     })
-}
-
-fn inflight_len(st: &crate::engine::QpState) -> usize {
-    st.inflight_len()
-}
-
-fn st_next_psn(st: &mut crate::engine::QpState) -> u32 {
-    st.take_psn()
 }
 
 unsafe extern "C" fn op_post_recv(qp: *mut v::ibv_qp, mut wr: *mut v::ibv_recv_wr, bad: *mut *mut v::ibv_recv_wr) -> c_int {
@@ -976,7 +1024,7 @@ unsafe extern "C" fn op_post_recv(qp: *mut v::ibv_qp, mut wr: *mut v::ibv_recv_w
             wr = w.next;
         }
         // SAFETY: the QP's context is ours.
-        let cx = unsafe { ctx(q.qp.context) };
+        let cx = unsafe { ctx(q.qpx.qp_base.context) };
         cx.engine.match_unmatched(inner, &mut st);
         drop(st);
         if rc != 0 && !bad.is_null() {
@@ -992,8 +1040,10 @@ unsafe extern "C" fn op_post_srq_recv(_srq: *mut v::ibv_srq, _wr: *mut v::ibv_re
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ibv_qp_to_qp_ex(_qp: *mut v::ibv_qp) -> *mut v::ibv_qp_ex {
-    null_mut() // only QPs created with ibv_create_qp_ex and send_ops_flags have one
+pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut v::ibv_qp) -> *mut v::ibv_qp_ex {
+    // SAFETY: qp is ours. Only QPs created through ibv_create_qp_ex with send_ops_flags have one.
+    let q = unsafe { &mut *qp.cast::<Qp>() };
+    if q.ex { &mut q.qpx } else { null_mut() }
 }
 
 #[no_mangle]

@@ -904,8 +904,8 @@ impl Progress {
             if off == 0 {
                 h.flags |= FIRST;
             }
-            if off + n == w.len {
-                h.flags |= LAST;
+            if off + n == w.len || w.op == SendOp::Read {
+                h.flags |= LAST; // a READ request is a single packet
             }
             if let Some(imm) = w.imm {
                 h.flags |= IMM;

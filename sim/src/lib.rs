@@ -15,6 +15,7 @@ pub mod fault;
 pub mod memory;
 pub mod misc;
 pub mod objects;
+pub mod qpex;
 pub mod simlog;
 pub mod wire;
 

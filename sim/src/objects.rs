@@ -46,9 +46,14 @@ pub struct Chan {
 
 #[repr(C)]
 pub struct Qp {
-    pub qp: v::ibv_qp,
+    /// `qp_base` (the `struct ibv_qp` applications hold) comes first.
+    pub qpx: v::ibv_qp_ex,
+    /// Created through ibv_create_qp_ex with send_ops_flags: the ibv_wr_* API is available.
+    pub ex: bool,
     pub inner: Arc<QpInner>,
     pub cap: v::ibv_qp_cap,
+    /// WRs built by ibv_wr_* since ibv_wr_start, and the first error among them.
+    pub batch: std::sync::Mutex<(Vec<crate::api::WrDesc>, i32)>,
 }
 
 /// The process-wide device table, built on first use from the environment.

@@ -2,6 +2,8 @@
 //! pieces it leaves out (see build.rs), and the flag and errno names all of mrshim prints.
 
 pub use ibverbs_sys::*;
+/// The raw crate, for the few items shadowed below (its `ibv_wc` has private fields).
+pub use ibverbs_sys as sys;
 
 #[allow(non_camel_case_types, non_snake_case, non_upper_case_globals, dead_code, clippy::all)]
 mod extra {
