@@ -69,6 +69,7 @@ pub struct HostFacts {
 
 #[derive(Debug, Default, Clone)]
 pub struct Run {
+    pub host: Option<String>,
     pub ro: Option<bool>,
     pub gdr: Option<bool>,
     pub ib_disabled: bool,
@@ -156,6 +157,9 @@ impl Collector {
             }
             Event::Fact { lib, host, pid, fact } => {
                 let h = host.unwrap_or_default();
+                if !h.is_empty() && !matches!(fact, Fact::Env(..)) {
+                    self.runs.entry((file, pid)).or_default().host.get_or_insert_with(|| h.clone());
+                }
                 let e = Evid { file: file.to_string(), ..evid(line, text) };
                 match fact {
                     Fact::RankOf(r) => {
@@ -215,6 +219,11 @@ impl Collector {
             "IB_PCI_RELAXED_ORDERING" => run.ro = Some(v.trim() != "0"),
             "NET_GDR_LEVEL" => run.gdr = Some(!(v == "0" || v.eq_ignore_ascii_case("LOC"))),
             "IB_DISABLE" => run.ib_disabled = v.trim() == "1",
+            "CUMEM_ENABLE" if v.trim() == "1" => {
+                let hf = self.hosts.entry(String::new()).or_default();
+                hf.flags.entry(Flag::CudaVmm).or_insert((0, e.clone())).0 += 1;
+                return;
+            }
             _ => return,
         }
         run.evid.get_or_insert(e.clone());
@@ -238,6 +247,9 @@ impl Collector {
         }
         {
             let run = self.runs.entry((file, r.pid)).or_default();
+            if run.host.is_none() {
+                run.host = r.host.clone();
+            }
             if r.ok {
                 run.ok_regs += 1;
             } else {

@@ -86,7 +86,8 @@ impl<'a> View<'a> {
     /// Hosts that registered fine and never failed.
     fn good_hosts(&self) -> BTreeSet<&'a str> {
         let f = self.fail_hosts();
-        self.oks.iter().map(|g| g.0.host.as_str()).filter(|h| !h.is_empty() && !f.contains(h)).collect()
+        let done = self.c.runs.values().filter(|r| View::completed(r)).filter_map(|r| r.host.as_deref());
+        self.oks.iter().map(|g| g.0.host.as_str()).chain(done).filter(|h| !h.is_empty() && !f.contains(h)).collect()
     }
     fn errno_count(&self, e: i32) -> u64 {
         sum(&self.fail_where(|k, _| k.errno == Some(e)))

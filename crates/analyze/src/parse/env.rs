@@ -6,6 +6,15 @@ const PREFIXES: [&str; 5] = ["NCCL_", "MCCL_", "RCCL_", "UCX_", "MRSHIM_"];
 
 pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool {
     let t = line.trim_start();
+    // a captured /proc/PID/limits
+    if let Some(rest) = t.strip_prefix("Max locked memory") {
+        let soft = rest.split_whitespace().next().unwrap_or("");
+        let m = if soft == "unlimited" { Some(None) } else { soft.parse::<u64>().ok().map(Some) };
+        if let Some(m) = m {
+            emit(Event::Fact { lib: Lib::Text, host: ctx.host.clone(), pid: None, fact: Fact::Memlock(m) });
+            return true;
+        }
+    }
     let t = t.strip_prefix("export ").unwrap_or(t).trim_start();
     if !PREFIXES.iter().any(|p| t.starts_with(p)) {
         return false;

@@ -46,7 +46,7 @@ const NEEDLES: &[&str] = &[
     "NCCL", "MCCL", "RCCL", "UCX", "ibv_", "libibverbs", "mlx5", "umem", "infiniband", "MR", "ulimit", "GDR",
     "GPUDirect", "GPU Direct", "OpenFabrics", "openib", "Local host:", "Hostname:", "Memlock", "DMAR", "IO_PAGE_FAULT",
     "AER:", "PCIe", "peermem", "peer_mem", "Open MPI", "cuMemAlloc", "hipMalloc", "initializing ", "ERRNO:",
-    "#bytes", "failed to create mr", "MRSHIM_", "P2P", "显存", "版本", "TCP", "kernel:",
+    "#bytes", "failed to create mr", "MRSHIM_", "P2P", "显存", "版本", "TCP", "kernel:", "Max locked memory",
 ];
 
 impl Default for Parser {
@@ -58,6 +58,10 @@ impl Default for Parser {
 impl Parser {
     pub fn line(&mut self, ctx: &mut FileCtx, line: &str, lineno: u64, emit: &mut dyn FnMut(Event)) -> bool {
         let t = line.trim_start();
+        // "##" lines are comments (fixture headers, annotations) and never evidence
+        if t.starts_with("##") {
+            return false;
+        }
         if t.starts_with('{') {
             if shim::parse(t, &mut self.shim, emit) {
                 return true;

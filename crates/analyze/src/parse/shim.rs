@@ -67,6 +67,13 @@ fn reg(r: &Reg, emit: &mut dyn FnMut(Event)) {
     let addr = r.addr.as_deref().and_then(parse_hex);
     let relaxed = r.relaxed_ordering || r.access.map(|a| a & IBV_ACCESS_RELAXED_ORDERING != 0).unwrap_or(false);
     let iova_misaligned = r.call.contains("iova") && matches!((r.iova_page_offset, r.addr_page_offset), (Some(a), Some(b)) if a != b);
+    // a range not fully covered by mappings is an invalid address whatever the kind of its start
+    let mem = if r.mem_fully_mapped == Some(false) && r.mem_kind != Some(MemKind::Device) { Some(MemKind::Unmapped) } else { r.mem_kind };
+    let memlock = match (r.memlock_soft, r.memlock_hard) {
+        (Some(s), _) => Some(Some(s)),
+        (None, Some(_)) => Some(None),
+        _ => None,
+    };
     let over = matches!((r.memlock_soft, r.length), (Some(m), Some(l)) if r.registered_bytes.saturating_add(l) > m);
     emit(Event::Reg(RegEv {
         lib: Some(Lib::Shim),
@@ -76,14 +83,14 @@ fn reg(r: &Reg, emit: &mut dyn FnMut(Event)) {
         call: r.call.clone(),
         ok: r.result == "ok",
         errno: r.errno,
-        mem: r.mem_kind,
+        mem,
         access: r.access,
         length: r.length,
         addr,
         relaxed: Some(relaxed),
         iova_misaligned,
         over_memlock: over,
-        memlock: r.memlock_soft.map(Some),
+        memlock,
         time_ns: Some(r.time_ns),
         injected: r.injected,
         strategy: r.strategy.clone(),
@@ -111,8 +118,10 @@ fn lenient(line: &str, kind: &str, st: &mut ShimState, emit: &mut dyn FnMut(Even
     }
     match kind {
         "config" => {
-            if let Some(m) = v.get("memlock_soft") {
-                emit(fact(Fact::Memlock(m.as_u64())));
+            match (v.get("memlock_soft").and_then(Value::as_u64), v.get("memlock_hard")) {
+                (Some(m), _) => emit(fact(Fact::Memlock(Some(m)))),
+                (None, Some(_)) => emit(fact(Fact::Memlock(None))),
+                _ => {}
             }
             if let Some(Value::Object(env)) = v.get("env") {
                 for (k, val) in env {

@@ -59,7 +59,7 @@ pub fn parse(line: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Ev
             if cuda {
                 ev.mem = Some(MemKind::Device);
             } else if host_mem && ev.mem.is_none() {
-                ev.mem = Some(MemKind::Unknown);
+                ev.mem = Some(MemKind::HostAnon);
             }
         }
         flush(ctx, emit);

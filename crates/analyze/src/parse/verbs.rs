@@ -6,7 +6,10 @@ use crate::event::{Event, Fact, Flag, Lib};
 pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool {
     let Some(i) = line.find("libibverbs: ") else { return false };
     let m = &line[i + 12..];
-    let host = ctx.host.clone();
+    // printed by whichever process loaded libibverbs, without a host: in interleaved multi-node output the last
+    // host seen is a guess, so these stay unattributed and count for the whole input
+    let _ = ctx;
+    let host: Option<String> = None;
     let mut fact = |f: Fact| emit(Event::Fact { lib: Lib::Verbs, host: host.clone(), pid: None, fact: f });
     if m.contains("does not support the kernel ABI") {
         fact(Fact::Flag(Flag::AbiMismatch));

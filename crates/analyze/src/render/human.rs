@@ -70,13 +70,13 @@ pub fn render(a: &Analysis, color: bool) -> String {
     let mut o = String::new();
     let lines: u64 = a.col.files.iter().map(|f| f.lines).sum();
     let hosts = a.col.hosts.keys().filter(|h| !h.is_empty()).count();
-    let _ = writeln!(
-        o,
+    let head = format!(
         "mrshim analyze: {} input(s), {lines} line(s), {hosts} host(s); {} failed and {} successful registration(s)",
         a.col.files.len(),
         a.failed(),
         a.ok()
     );
+    wrap(&mut o, &head, 2, "");
     if a.findings.is_empty() {
         let _ = writeln!(o, "\nNo failed memory registrations found.");
     }
