@@ -1,0 +1,501 @@
+//! Every symbol libmrshim.so exports, in one file: the ABI surface at a glance.
+//!
+//! | export              | what it does                                                          |
+//! |---------------------|-----------------------------------------------------------------------|
+//! | `dlsym`, `dlvsym`   | naked trampolines: RTLD_DEFAULT/RTLD_NEXT jump straight into glibc (no |
+//! |                     | frame of ours, so glibc sees the caller's return address); a real     |
+//! |                     | handle goes to `*_handle`: real lookup, and for our names remember the |
+//! |                     | real pointer and hand back our wrapper                                |
+//! | `ibv_reg_mr`, `ibv_reg_mr_iova`, `ibv_reg_mr_iova2`, `ibv_reg_dmabuf_mr`, `ibv_dereg_mr` | |
+//! |                     | unversioned definitions: programs linked against libibverbs bind their |
+//! |                     | versioned references to them (IBVERBS_1.1/1.7/1.8/1.12)               |
+//!
+//! Not exported, only handed out by `dlvsym(h, "ibv_reg_mr" | "ibv_dereg_mr", "IBVERBS_1.0")`:
+//! `reg_mr_1_0`, `dereg_mr_1_0` (the 1.0 ABI takes rdma-core's compat `ibv_pd_1_0`).
+//!
+//! Each wrapper: nested call (guard set) → the real function, nothing else. Otherwise build a
+//! `RegArgs`, let `mrshim_core::shim().call` invoke the real function exactly once and record,
+//! catch any panic (falling back to the real function if it had not run), restore errno.
+
+use super::real::{self, Fn_};
+use super::{elf, Guard};
+use mrshim_core::{Backend, Call, Outcome, RegArgs};
+use std::cell::Cell;
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+type RegMrFn = unsafe extern "C" fn(*mut c_void, *mut c_void, usize, c_int) -> *mut c_void;
+type IovaFn = unsafe extern "C" fn(*mut c_void, *mut c_void, usize, u64, c_int) -> *mut c_void;
+type Iova2Fn = unsafe extern "C" fn(*mut c_void, *mut c_void, usize, u64, c_uint) -> *mut c_void;
+type DmabufFn = unsafe extern "C" fn(*mut c_void, u64, usize, u64, c_int, c_int) -> *mut c_void;
+type DeregFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+
+// ---------------------------------------------------------------------------------------------
+// dlsym / dlvsym
+// ---------------------------------------------------------------------------------------------
+
+/// `dlsym`. RTLD_DEFAULT (0) and RTLD_NEXT (-1) tail-jump to glibc's dlsym; if it is not resolved
+/// yet, the arguments are saved around `elf::resolve` and restored before the jump, so the
+/// caller's return address is still on top of the stack when glibc runs.
+#[unsafe(naked)]
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    std::arch::naked_asm!(
+        "test rdi, rdi",
+        "jz 2f",
+        "cmp rdi, -1",
+        "je 2f",
+        "jmp {handle}",
+        "2:",
+        "mov rax, qword ptr [rip + {slot}]",
+        "test rax, rax",
+        "jz 3f",
+        "jmp rax",
+        "3:",
+        // entry rsp ≡ 8 (mod 16); three pushes make it 16-aligned for the call
+        "push rdi",
+        "push rsi",
+        "push rdx",
+        "call {resolve}",
+        "pop rdx",
+        "pop rsi",
+        "pop rdi",
+        "test rax, rax",
+        "jz 4f",
+        "jmp rax",
+        "4:",
+        "ret",
+        handle = sym dlsym_handle,
+        slot = sym elf::REAL_DLSYM,
+        resolve = sym elf::resolve,
+    )
+}
+
+/// `dlvsym`: as [`dlsym`], with the version in rdx.
+#[unsafe(naked)]
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn dlvsym(handle: *mut c_void, name: *const c_char, version: *const c_char) -> *mut c_void {
+    std::arch::naked_asm!(
+        "test rdi, rdi",
+        "jnz 5f",
+        // RTLD_DEFAULT: glibc's dlvsym never matches our unversioned definitions, so for our
+        // names ask dlvsym_default first; it answers 0 for anything else (then: tail jump).
+        "push rdi",
+        "push rsi",
+        "push rdx",
+        "call {default}",
+        "pop rdx",
+        "pop rsi",
+        "pop rdi",
+        "test rax, rax",
+        "jz 2f",
+        "ret",
+        "5:",
+        "cmp rdi, -1",
+        "je 2f",
+        "jmp {handle}",
+        "2:",
+        "mov rax, qword ptr [rip + {slot}]",
+        "test rax, rax",
+        "jz 3f",
+        "jmp rax",
+        "3:",
+        "push rdi",
+        "push rsi",
+        "push rdx",
+        "call {resolve}",
+        "pop rdx",
+        "pop rsi",
+        "pop rdi",
+        "test rax, rax",
+        "jz 4f",
+        "jmp rax",
+        "4:",
+        "ret",
+        handle = sym dlvsym_handle,
+        default = sym dlvsym_default,
+        slot = sym elf::REAL_DLVSYM,
+        resolve = sym elf::resolve_v,
+    )
+}
+
+/// dlsym with a real handle (an object's link map): never depends on the caller's address.
+unsafe extern "C" fn dlsym_handle(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    let Some(real) = elf::real_dlsym() else { return std::ptr::null_mut() };
+    // SAFETY: forwarding the application's own arguments to glibc's dlsym.
+    let p = unsafe { real(handle, name) };
+    // SAFETY: name was accepted by glibc as a C string (p non-null implies a valid name).
+    unsafe { after_lookup(handle, name, std::ptr::null(), p) }
+}
+
+unsafe extern "C" fn dlvsym_handle(handle: *mut c_void, name: *const c_char, version: *const c_char) -> *mut c_void {
+    let Some(real) = elf::real_dlvsym() else { return std::ptr::null_mut() };
+    // SAFETY: forwarding the application's own arguments to glibc's dlvsym.
+    let p = unsafe { real(handle, name, version) };
+    // SAFETY: as in dlsym_handle; version is only read when non-null.
+    unsafe { after_lookup(handle, name, version, p) }
+}
+
+/// dlvsym(RTLD_DEFAULT, name, version) for one of our names: look it up from here (the global
+/// scope, same as the caller's unless the caller sits in an RTLD_LOCAL object) and hand back our
+/// wrapper. 0 means "not ours / not found here": the trampoline then lets glibc answer for the
+/// caller, exactly as without the shim.
+unsafe extern "C" fn dlvsym_default(handle: *mut c_void, name: *const c_char, version: *const c_char) -> *mut c_void {
+    if name.is_null() || version.is_null() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: dlvsym's contract: name and version are C strings. No allocation on this path.
+    let (n, v) = unsafe { (CStr::from_ptr(name).to_bytes(), CStr::from_ptr(version).to_bytes()) };
+    let Some(f) = real::classify(n, Some(v)) else { return std::ptr::null_mut() };
+    let Some(real) = elf::real_dlvsym() else { return std::ptr::null_mut() };
+    // SAFETY: forwarding the caller's arguments to glibc's dlvsym.
+    let p = unsafe { real(handle, name, version) };
+    if p.is_null() || is_ours(p as usize) {
+        return p;
+    }
+    real::remember(f, p as usize);
+    wrapper(f) as *mut c_void
+}
+
+/// # Safety
+/// `name` must be a C string when `p` is non-null; `version` a C string or null.
+unsafe fn after_lookup(handle: *mut c_void, name: *const c_char, version: *const c_char, p: *mut c_void) -> *mut c_void {
+    if p.is_null() || name.is_null() || is_ours(p as usize) {
+        return p;
+    }
+    // SAFETY: per the function contract. No allocation on this path.
+    let (n, v) = unsafe { (CStr::from_ptr(name).to_bytes(), (!version.is_null()).then(|| CStr::from_ptr(version).to_bytes())) };
+    let Some(f) = real::classify(n, v) else { return p };
+    real::remember(f, p as usize);
+    real::remember_siblings(handle);
+    wrapper(f) as *mut c_void
+}
+
+/// Our function for each real one.
+fn wrapper(f: Fn_) -> usize {
+    match f {
+        Fn_::RegMr => ibv_reg_mr as *const () as usize,
+        Fn_::RegMr10 => reg_mr_1_0 as *const () as usize,
+        Fn_::RegMrIova => ibv_reg_mr_iova as *const () as usize,
+        Fn_::RegMrIova2 => ibv_reg_mr_iova2 as *const () as usize,
+        Fn_::RegDmabufMr => ibv_reg_dmabuf_mr as *const () as usize,
+        Fn_::DeregMr => ibv_dereg_mr as *const () as usize,
+        Fn_::DeregMr10 => dereg_mr_1_0 as *const () as usize,
+    }
+}
+
+pub fn is_ours(p: usize) -> bool {
+    real::ALL.into_iter().any(|f| wrapper(f) == p) || p == dlsym as *const () as usize || p == dlvsym as *const () as usize
+}
+
+// ---------------------------------------------------------------------------------------------
+// The verbs wrappers
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy)]
+enum Real {
+    RegMr(RegMrFn),
+    Iova(IovaFn),
+    Iova2(Iova2Fn),
+    Dmabuf(DmabufFn),
+    Dereg(DeregFn),
+}
+
+/// Calls the real function; remembers the first outcome for the panic fallback.
+struct Ffi {
+    real: Real,
+    /// The IBVERBS_1.0 ABI: pd/mr are rdma-core's compat structs; don't read through them.
+    compat10: bool,
+    done: Cell<Option<Outcome>>,
+}
+
+fn errno() -> c_int {
+    // SAFETY: __errno_location always returns this thread's errno slot.
+    unsafe { *libc::__errno_location() }
+}
+
+fn set_errno(e: c_int) {
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = e };
+}
+
+impl Ffi {
+    fn mr_outcome(mr: *mut c_void) -> Outcome {
+        let e = errno();
+        if mr.is_null() {
+            return Outcome { err: if e != 0 { e } else { -1 }, errno_after: e, ..Default::default() };
+        }
+        // SAFETY: a non-null return of a successful registration is a valid struct ibv_mr (the
+        // 1.0 compat struct starts with the same fields).
+        let m = unsafe { &*(mr as *const mrshim_verbs::ibv_mr) };
+        Outcome { mr: mr as usize, lkey: m.lkey, rkey: m.rkey, err: 0, errno_after: e }
+    }
+}
+
+impl Backend for Ffi {
+    fn invoke(&self, a: &RegArgs) -> Outcome {
+        let pd = a.pd as *mut c_void;
+        let addr = a.addr as *mut c_void;
+        let len = a.length as usize;
+        // SAFETY: each arm calls the real function with the application's arguments (or, for
+        // retries, arguments derived from them), with the signature rdma-core declares.
+        let out = unsafe {
+            match self.real {
+                Real::RegMr(f) => Self::mr_outcome(f(pd, addr, len, a.access as c_int)),
+                Real::Iova(f) => Self::mr_outcome(f(pd, addr, len, a.iova.unwrap_or(a.addr), a.access as c_int)),
+                Real::Iova2(f) => Self::mr_outcome(f(pd, addr, len, a.iova.unwrap_or(a.addr), a.access as c_uint)),
+                Real::Dmabuf(f) => Self::mr_outcome(f(
+                    pd,
+                    a.dmabuf_offset.unwrap_or(0),
+                    len,
+                    a.iova.unwrap_or(a.addr),
+                    a.dmabuf_fd.unwrap_or(-1),
+                    a.access as c_int,
+                )),
+                Real::Dereg(f) => {
+                    let rc = f(a.mr as *mut c_void);
+                    Outcome { err: rc, errno_after: errno(), ..Default::default() }
+                }
+            }
+        };
+        if self.done.get().is_none() {
+            self.done.set(Some(out));
+        }
+        out
+    }
+
+    fn device_name(&self, pd: usize) -> Option<String> {
+        if self.compat10 || pd == 0 {
+            return None;
+        }
+        // SAFETY: pd is the application's protection domain, which the real call just accepted
+        // (or, on failure, dereferenced itself); context and device are rdma-core-owned and live
+        // as long as the pd. name is a NUL-padded char[64]; we never read past it.
+        unsafe {
+            let ctx = (*(pd as *const mrshim_verbs::ibv_pd)).context;
+            if ctx.is_null() {
+                return None;
+            }
+            let dev = (*ctx).device;
+            if dev.is_null() {
+                return None;
+            }
+            let name = &(*dev).name;
+            let bytes: &[u8] = std::slice::from_raw_parts(name.as_ptr() as *const u8, name.len());
+            let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+            Some(String::from_utf8_lossy(&bytes[..end]).into_owned())
+        }
+    }
+}
+
+/// The common path of every wrapper (after the nested-call check).
+fn record(args: RegArgs, real: Real, compat10: bool) -> Outcome {
+    let backend = Ffi { real, compat10, done: Cell::new(None) };
+    match catch_unwind(AssertUnwindSafe(|| mrshim_core::shim().call(&args, &backend))) {
+        Ok(o) => o,
+        Err(_) => match backend.done.get() {
+            Some(o) => o,
+            None => backend.invoke(&args),
+        },
+    }
+}
+
+fn no_real() -> *mut c_void {
+    set_errno(libc::ENOSYS);
+    std::ptr::null_mut()
+}
+
+fn finish_mr(out: Outcome) -> *mut c_void {
+    set_errno(out.errno_after);
+    out.mr as *mut c_void
+}
+
+/// # Safety
+/// Called by the application with ibv_reg_mr's contract.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn ibv_reg_mr(pd: *mut c_void, addr: *mut c_void, length: usize, access: c_int) -> *mut c_void {
+    let p = real::get(Fn_::RegMr);
+    if p == 0 {
+        return no_real();
+    }
+    // SAFETY: p is the real ibv_reg_mr@IBVERBS_1.1 (or the default-version definition).
+    let f: RegMrFn = unsafe { std::mem::transmute(p) };
+    let Some(_g) = Guard::enter() else {
+        // SAFETY: nested call: straight to the real function with the caller's arguments.
+        return unsafe { f(pd, addr, length, access) };
+    };
+    let a = RegArgs {
+        call: Some(Call::RegMr),
+        pd: pd as usize,
+        addr: addr as u64,
+        length: length as u64,
+        iova: Some(addr as u64),
+        access: access as u32,
+        ..Default::default()
+    };
+    finish_mr(record(a, Real::RegMr(f), false))
+}
+
+/// # Safety
+/// Called with ibv_reg_mr@IBVERBS_1.0's contract (pd is a `struct ibv_pd_1_0 *`).
+pub unsafe extern "C" fn reg_mr_1_0(pd: *mut c_void, addr: *mut c_void, length: usize, access: c_int) -> *mut c_void {
+    let p = real::get(Fn_::RegMr10);
+    if p == 0 {
+        return no_real();
+    }
+    // SAFETY: p is the real ibv_reg_mr@IBVERBS_1.0.
+    let f: RegMrFn = unsafe { std::mem::transmute(p) };
+    let Some(_g) = Guard::enter() else {
+        // SAFETY: nested call: straight through.
+        return unsafe { f(pd, addr, length, access) };
+    };
+    let a = RegArgs {
+        call: Some(Call::RegMr),
+        symbol_version: Some("IBVERBS_1.0"),
+        pd: pd as usize,
+        addr: addr as u64,
+        length: length as u64,
+        iova: Some(addr as u64),
+        access: access as u32,
+        ..Default::default()
+    };
+    finish_mr(record(a, Real::RegMr(f), true))
+}
+
+/// # Safety
+/// Called by the application with ibv_reg_mr_iova's contract.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn ibv_reg_mr_iova(pd: *mut c_void, addr: *mut c_void, length: usize, iova: u64, access: c_int) -> *mut c_void {
+    let p = real::get(Fn_::RegMrIova);
+    if p == 0 {
+        return no_real();
+    }
+    // SAFETY: p is the real ibv_reg_mr_iova@IBVERBS_1.7.
+    let f: IovaFn = unsafe { std::mem::transmute(p) };
+    let Some(_g) = Guard::enter() else {
+        // SAFETY: nested call: straight through.
+        return unsafe { f(pd, addr, length, iova, access) };
+    };
+    let a = RegArgs {
+        call: Some(Call::RegMrIova),
+        pd: pd as usize,
+        addr: addr as u64,
+        length: length as u64,
+        iova: Some(iova),
+        access: access as u32,
+        ..Default::default()
+    };
+    finish_mr(record(a, Real::Iova(f), false))
+}
+
+/// # Safety
+/// Called by the application with ibv_reg_mr_iova2's contract.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn ibv_reg_mr_iova2(pd: *mut c_void, addr: *mut c_void, length: usize, iova: u64, access: c_uint) -> *mut c_void {
+    let p = real::get(Fn_::RegMrIova2);
+    if p == 0 {
+        return no_real();
+    }
+    // SAFETY: p is the real ibv_reg_mr_iova2@IBVERBS_1.8.
+    let f: Iova2Fn = unsafe { std::mem::transmute(p) };
+    let Some(_g) = Guard::enter() else {
+        // SAFETY: nested call (e.g. from libibverbs' own ibv_reg_mr): straight through.
+        return unsafe { f(pd, addr, length, iova, access) };
+    };
+    let a = RegArgs {
+        call: Some(Call::RegMrIova2),
+        pd: pd as usize,
+        addr: addr as u64,
+        length: length as u64,
+        iova: Some(iova),
+        access,
+        ..Default::default()
+    };
+    finish_mr(record(a, Real::Iova2(f), false))
+}
+
+/// # Safety
+/// Called by the application with ibv_reg_dmabuf_mr's contract.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn ibv_reg_dmabuf_mr(
+    pd: *mut c_void,
+    offset: u64,
+    length: usize,
+    iova: u64,
+    fd: c_int,
+    access: c_int,
+) -> *mut c_void {
+    let p = real::get(Fn_::RegDmabufMr);
+    if p == 0 {
+        return no_real();
+    }
+    // SAFETY: p is the real ibv_reg_dmabuf_mr@IBVERBS_1.12.
+    let f: DmabufFn = unsafe { std::mem::transmute(p) };
+    let Some(_g) = Guard::enter() else {
+        // SAFETY: nested call: straight through.
+        return unsafe { f(pd, offset, length, iova, fd, access) };
+    };
+    let a = RegArgs {
+        call: Some(Call::RegDmabufMr),
+        pd: pd as usize,
+        addr: iova,
+        length: length as u64,
+        iova: Some(iova),
+        access: access as u32,
+        dmabuf_fd: Some(fd),
+        dmabuf_offset: Some(offset),
+        ..Default::default()
+    };
+    finish_mr(record(a, Real::Dmabuf(f), false))
+}
+
+fn dereg_args(mr: *mut c_void, compat10: bool) -> RegArgs {
+    let mut a = RegArgs { call: Some(Call::DeregMr), mr: mr as usize, ..Default::default() };
+    if !mr.is_null() {
+        // SAFETY: the application hands us a live MR (ibv_mr, or the 1.0 compat struct which
+        // starts with the same context/pd/addr/length fields); read before the real call frees it.
+        let m = unsafe { &*(mr as *const mrshim_verbs::ibv_mr) };
+        a.addr = m.addr as u64;
+        a.length = m.length as u64;
+        a.pd = m.pd as usize;
+        if compat10 {
+            a.symbol_version = Some("IBVERBS_1.0");
+        }
+    }
+    a
+}
+
+fn dereg(f: DeregFn, mr: *mut c_void, compat10: bool) -> c_int {
+    let Some(_g) = Guard::enter() else {
+        // SAFETY: nested call: straight through.
+        return unsafe { f(mr) };
+    };
+    let out = record(dereg_args(mr, compat10), Real::Dereg(f), compat10);
+    set_errno(out.errno_after);
+    out.err
+}
+
+/// # Safety
+/// Called by the application with ibv_dereg_mr's contract.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut c_void) -> c_int {
+    let p = real::get(Fn_::DeregMr);
+    if p == 0 {
+        set_errno(libc::ENOSYS);
+        return libc::ENOSYS;
+    }
+    // SAFETY: p is the real ibv_dereg_mr@IBVERBS_1.1.
+    dereg(unsafe { std::mem::transmute::<usize, DeregFn>(p) }, mr, false)
+}
+
+/// # Safety
+/// Called with ibv_dereg_mr@IBVERBS_1.0's contract.
+pub unsafe extern "C" fn dereg_mr_1_0(mr: *mut c_void) -> c_int {
+    let p = real::get(Fn_::DeregMr10);
+    if p == 0 {
+        set_errno(libc::ENOSYS);
+        return libc::ENOSYS;
+    }
+    // SAFETY: p is the real ibv_dereg_mr@IBVERBS_1.0.
+    dereg(unsafe { std::mem::transmute::<usize, DeregFn>(p) }, mr, true)
+}

@@ -1,0 +1,70 @@
+//! The thin unsafe layer of libmrshim.so: exported hooks (all in hooks.rs), the real-symbol
+//! lookup (elf.rs, real.rs), process-level glue (constructor, fork, exit) here.
+//! Everything with a decision in it lives in the mrshim-core crate.
+
+pub mod elf;
+pub mod hooks;
+pub mod real;
+
+use std::cell::Cell;
+
+thread_local! {
+    /// Set while this thread is inside one of our hooks: nested intercepted calls (libibverbs'
+    /// ibv_reg_mr → ibv_reg_mr_iova2 through its PLT, anything the shim itself calls) pass
+    /// straight through, so one application call is one record. `const` + no Drop: plain TLS,
+    /// no lazy registration, usable during thread start-up and teardown.
+    static IN_HOOK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Proof that this thread entered the shim from outside; leaving drops it.
+pub struct Guard(());
+
+impl Guard {
+    /// None when already inside a hook on this thread (or TLS is gone).
+    pub fn enter() -> Option<Guard> {
+        IN_HOOK.try_with(|c| if c.replace(true) { None } else { Some(Guard(())) }).ok().flatten()
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = IN_HOOK.try_with(|c| c.set(false));
+    }
+}
+
+#[cfg(not(test))]
+mod process {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+
+    extern "C" fn init() {
+        // Resolve glibc's dlsym/dlvsym now (the trampolines also do it lazily, for dlsym calls
+        // made by constructors that run before this one).
+        super::elf::resolve();
+        std::panic::set_hook(Box::new(|info| {
+            mrshim_core::stderr_line(&format!("mrshim: internal error ({info}); the call was passed through"));
+        }));
+        // SAFETY: registering a plain extern "C" fn without arguments.
+        unsafe { libc::pthread_atfork(None, None, Some(child)) };
+    }
+
+    extern "C" fn child() {
+        if let Some(s) = mrshim_core::shim_if_initialized() {
+            let _ = catch_unwind(AssertUnwindSafe(|| s.after_fork_child()));
+        }
+    }
+
+    extern "C" fn fini() {
+        let Some(_g) = super::Guard::enter() else { return };
+        if let Some(s) = mrshim_core::shim_if_initialized() {
+            let _ = catch_unwind(AssertUnwindSafe(|| s.at_exit()));
+        }
+    }
+
+    #[used]
+    #[link_section = ".init_array"]
+    static INIT: extern "C" fn() = init;
+
+    #[used]
+    #[link_section = ".fini_array"]
+    static FINI: extern "C" fn() = fini;
+}

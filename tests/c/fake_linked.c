@@ -1,0 +1,75 @@
+/* Linked against (the fake) libibverbs.so.1. Usage: fake_linked [basic|kill|fork|threads N] */
+#include <infiniband/verbs.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#undef ibv_reg_mr
+#undef ibv_reg_mr_iova
+
+struct ibv_pd *fake_alloc_pd(void);
+static struct ibv_pd *pd;
+static char buf[1 << 16] __attribute__((aligned(4096)));
+
+static void *worker(void *arg) {
+    long n = (long)arg;
+    char *b = malloc(4096);
+    for (long i = 0; i < n; i++) {
+        struct ibv_mr *mr = ibv_reg_mr(pd, b, 4096, IBV_ACCESS_LOCAL_WRITE);
+        if (!mr) { perror("reg"); exit(3); }
+        ibv_dereg_mr(mr);
+    }
+    free(b);
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "basic";
+    pd = fake_alloc_pd();
+    if (!strcmp(mode, "threads")) {
+        long n = argc > 2 ? atol(argv[2]) : 1000;
+        pthread_t t[8];
+        for (int i = 0; i < 8; i++) pthread_create(&t[i], NULL, worker, (void *)n);
+        for (int i = 0; i < 8; i++) pthread_join(t[i], NULL);
+        printf("threads done\n");
+        return 0;
+    }
+    struct ibv_mr *a = ibv_reg_mr(pd, buf + 0x10, 8192, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (!a) { perror("ibv_reg_mr"); return 1; }
+    printf("reg_mr lkey=%u rkey=%u\n", a->lkey, a->rkey);
+    fflush(stdout);
+    if (!strcmp(mode, "kill")) raise(SIGKILL);
+    if (!strcmp(mode, "fork")) {
+        pid_t c = fork();
+        if (c == 0) {
+            struct ibv_mr *m = ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+            printf("child lkey=%u\n", m ? m->lkey : 0);
+            return m ? 0 : 1;
+        }
+        int st;
+        waitpid(c, &st, 0);
+        ibv_dereg_mr(a);
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 9;
+    }
+    struct ibv_mr *b = ibv_reg_mr_iova(pd, buf, 4096, 0x10000, IBV_ACCESS_LOCAL_WRITE);
+    printf("reg_mr_iova lkey=%u\n", b ? b->lkey : 0);
+    unsigned ro = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_RELAXED_ORDERING;
+    errno = 0;
+    struct ibv_mr *c = ibv_reg_mr_iova2(pd, buf + 4096, 4096, (uintptr_t)(buf + 4096), ro);
+    if (c) printf("reg_mr_iova2 lkey=%u\n", c->lkey);
+    else printf("reg_mr_iova2 failed errno=%d\n", errno);
+    errno = 0;
+    struct ibv_mr *p = ibv_reg_dmabuf_mr(pd, 0, 0, 0, -1, 0);
+    printf("probe %s errno=%d\n", p ? "ok" : "failed", errno);
+    struct ibv_mr *d = ibv_reg_dmabuf_mr(pd, 4096, 65536, 0x7e0000000000ULL, 5, IBV_ACCESS_LOCAL_WRITE);
+    printf("dmabuf lkey=%u\n", d ? d->lkey : 0);
+    if (d) ibv_dereg_mr(d);
+    if (c) ibv_dereg_mr(c);
+    if (b) ibv_dereg_mr(b);
+    printf("dereg rc=%d\n", ibv_dereg_mr(a));
+    return 0;
+}
