@@ -260,21 +260,23 @@ fn iommu(fs: &Fs) -> Check {
     let units = fs.list("/sys/class/iommu");
     let group_type = fs.list("/sys/kernel/iommu_groups").first().and_then(|g| fs.read_trim(&format!("/sys/kernel/iommu_groups/{g}/type")));
     let pt = cmdline.split_whitespace().any(|w| w == "iommu=pt" || w == "amd_iommu=pt") || group_type.as_deref() == Some("identity");
-    let (status, mode) = if units.is_empty() && group_type.is_none() {
-        (Status::Ok, "off".to_string())
-    } else if pt {
+    let on_cmdline = cmdline.split_whitespace().any(|w| w == "intel_iommu=on" || w == "amd_iommu=on");
+    let (status, mode) = if pt {
         (Status::Ok, "passthrough".to_string())
+    } else if units.is_empty() && group_type.is_none() && !on_cmdline {
+        (Status::Ok, "off".to_string())
     } else {
         (Status::Warn, format!("translated ({})", group_type.as_deref().unwrap_or("DMA")))
     };
     let mut c = check("iommu", "IOMMU mode", status, mode.clone());
-    if !cmdline.is_empty() {
-        c.details.push(format!("cmdline: {cmdline}"));
+    let iommu_words: Vec<&str> = cmdline.split_whitespace().filter(|w| w.contains("iommu")).collect();
+    if !iommu_words.is_empty() {
+        c.details.push(format!("cmdline: {}", iommu_words.join(" ")));
     }
     if status == Status::Warn {
         c.fix = Some("GPUDirect peer-to-peer through a translating IOMMU often fails or is slow: boot with iommu=pt (intel_iommu=on iommu=pt / amd_iommu=on iommu=pt)".into());
     }
-    c.raw = json!({"mode": mode, "cmdline": cmdline});
+    c.raw = json!({"mode": mode, "cmdline": iommu_words});
     c
 }
 

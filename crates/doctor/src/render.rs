@@ -40,7 +40,8 @@ pub fn human(r: &Report, color: bool) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "mrshim doctor: {}{}", r.host, r.root.as_ref().map(|p| format!(" (from {p})")).unwrap_or_default());
     for c in &r.checks {
-        let _ = writeln!(o, "{} {:<14} {}", tag(c.status, color), c.id, c.value);
+        let body = wrap(&c.value, 22, 80);
+        let _ = writeln!(o, "{} {:<14} {}", tag(c.status, color), c.id, body.trim_start());
         for d in &c.details {
             let _ = writeln!(o, "{}", wrap(d, 7, 80));
         }
