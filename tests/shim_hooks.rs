@@ -1,0 +1,323 @@
+//! libmrshim.so on a tiny versioned stand-in libibverbs (tests/c/fakeverbs.c): real processes,
+//! real files, real exit codes.
+
+mod shim_util;
+use mrshim_record::{Kind, MemKind};
+use shim_util::*;
+use std::collections::HashSet;
+use std::os::unix::process::ExitStatusExt;
+
+#[test]
+fn exports_only_the_hooks_and_needs_no_libibverbs() {
+    let lib = shim_lib();
+    let d = run(std::process::Command::new("readelf").arg("-d").arg(&lib));
+    let needed: Vec<String> = stdout(&d).lines().filter(|l| l.contains("(NEEDED)")).map(String::from).collect();
+    assert!(!needed.is_empty());
+    assert!(needed.iter().all(|l| !l.contains("libibverbs")), "{needed:?}");
+    let s = run(std::process::Command::new("readelf").args(["--dyn-syms", "-W"]).arg(&lib));
+    let mut defined: Vec<String> = stdout(&s)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() >= 8 && f[6] != "UND" && f[4] == "GLOBAL").then(|| f[7].to_string())
+        })
+        .collect();
+    defined.sort();
+    assert_eq!(
+        defined,
+        ["dlsym", "dlvsym", "ibv_dereg_mr", "ibv_reg_dmabuf_mr", "ibv_reg_mr", "ibv_reg_mr_iova", "ibv_reg_mr_iova2"]
+    );
+}
+
+/// Pairs (call, args) from the fake library's own log: what it really received.
+fn fake_log(p: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(p).unwrap().lines().map(String::from).collect()
+}
+
+#[test]
+fn linked_program_one_record_per_call_matching_what_the_library_received() {
+    let d = tmp("linked");
+    let flog = d.join("fake.log");
+    let logs = d.join("logs");
+    let o = run(fake_cmd("fake_linked").env("MRSHIM_LOG", format!("{}/", logs.display())).env("FAKE_LOG", &flog));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert_eq!(
+        out,
+        "reg_mr lkey=100 rkey=1100\nreg_mr_iova lkey=101\nreg_mr_iova2 lkey=102\nprobe failed errno=95\ndmabuf lkey=103\ndereg rc=0\n",
+        "the program behaves exactly as without the shim"
+    );
+    let file = only_file(&logs);
+    let pid = o.status.code().map(|_| ()).and(Some(()));
+    assert!(pid.is_some());
+    let name = file.file_name().unwrap().to_str().unwrap().to_string();
+    assert!(name.starts_with(&format!("mrshim-{}-p", host())) && name.ends_with(".jsonl"), "{name}");
+    let recs = records(&file);
+    let kinds: Vec<Kind> = recs.iter().map(|r| r.kind.unwrap()).collect();
+    use Kind::*;
+    assert_eq!(kinds, [Config, Reg, Reg, Reg, Reg, Reg, Dereg, Dereg, Dereg, Dereg, Summary]);
+    let calls: Vec<&str> = recs[1..10].iter().map(|r| r.call.as_str()).collect();
+    assert_eq!(
+        calls,
+        ["ibv_reg_mr", "ibv_reg_mr_iova", "ibv_reg_mr_iova2", "ibv_reg_dmabuf_mr", "ibv_reg_dmabuf_mr", "ibv_dereg_mr", "ibv_dereg_mr", "ibv_dereg_mr", "ibv_dereg_mr"],
+        "rdma-core-style internal ibv_reg_mr -> ibv_reg_mr_iova2 is not a second record"
+    );
+    let seqs: Vec<u64> = recs[1..10].iter().map(|r| r.seq).collect();
+    assert_eq!(seqs, (1..=9).collect::<Vec<_>>());
+    // compare with the library's own log
+    let fl = fake_log(&flog);
+    // ibv_reg_mr addr=0x... len=8192 access=0x3   (then the internal iova2 line)
+    let first: Vec<&str> = fl[0].split(' ').collect();
+    assert_eq!(first[0], "ibv_reg_mr");
+    let r = &recs[1];
+    assert_eq!(format!("addr={}", r.addr.as_ref().unwrap()), first[1]);
+    assert_eq!(format!("len={}", r.length.unwrap()), first[2]);
+    assert_eq!(format!("access={:#x}", r.access.unwrap()), first[3]);
+    assert_eq!(r.device.as_deref(), Some("fake0"));
+    assert_eq!((r.lkey, r.rkey), (Some(100), Some(1100)));
+    assert_eq!(r.addr_page_offset, Some(0x10));
+    assert_eq!(r.access_names, ["LOCAL_WRITE", "REMOTE_WRITE"]);
+    assert_eq!(r.result, "ok");
+    assert!(r.mem_kind.is_some() && r.mem_kind != Some(MemKind::Unmapped));
+    // iova given explicitly
+    let r = &recs[2];
+    assert_eq!(r.iova.as_deref(), Some("0x10000"));
+    assert!(fl[2].contains("iova=0x10000"), "{}", fl[2]);
+    // relaxed ordering as requested by the caller
+    let r = &recs[3];
+    assert!(r.relaxed_ordering);
+    assert_eq!(r.access, Some(0x100007));
+    assert!(r.access_names.contains(&"RELAXED_ORDERING".to_string()));
+    // the probe: passed through, errno intact, marked
+    let r = &recs[4];
+    assert!(r.probe);
+    assert_eq!((r.errno, r.errno_name.as_deref()), (Some(95), Some("EOPNOTSUPP")));
+    assert!(fl.iter().any(|l| l == "ibv_reg_dmabuf_mr offset=0 len=0 iova=0x0 fd=-1 access=0x0"));
+    // dmabuf: VA is the iova argument, offset and fd recorded, device memory
+    let r = &recs[5];
+    assert_eq!((r.addr.as_deref(), r.dmabuf_fd, r.dmabuf_offset, r.length), (Some("0x7e0000000000"), Some(5), Some(4096), Some(65536)));
+    assert_eq!(r.mem_kind, Some(MemKind::Device));
+    // deregs link back to their registrations, bytes return to 0
+    assert_eq!(recs[6].reg_seq, Some(5));
+    assert_eq!(recs[9].reg_seq, Some(1));
+    assert_eq!(recs[9].registered_bytes_after, Some(0));
+    let s = recs[10].summary.as_ref().unwrap();
+    assert_eq!((s.calls, s.failures, s.probes, s.registered_bytes, s.peak_registered_bytes), (9, 0, 1, 0, 8192 + 4096 + 4096 + 65536));
+    assert!(stderr(&o).contains("MRSHIM INFO summary: 9 calls"), "{}", stderr(&o));
+}
+
+#[test]
+fn nccl_style_dlvsym_gets_the_wrappers_and_failures_warn_with_decoded_flags() {
+    let d = tmp("nccl");
+    let o = run(fake_cmd("nccl_style").arg("compat10").env("MRSHIM_LOG", d.join("%h-%r.jsonl")).env("FAKE_FAIL_RELAXED", "1").env("PMIX_RANK", "2"));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for f in ["ibv_reg_mr@IBVERBS_1.1", "ibv_reg_mr_iova2@IBVERBS_1.8", "ibv_reg_dmabuf_mr@IBVERBS_1.12", "ibv_dereg_mr@IBVERBS_1.1", "ibv_reg_mr@IBVERBS_1.0", "ibv_dereg_mr@IBVERBS_1.0"] {
+        assert!(out.contains(&format!("{f} from libmrshim.so\n")), "{f}: {out}");
+    }
+    assert!(out.contains("probe failed errno=95\n"), "{out}");
+    assert!(out.contains("iova2 failed errno=22\n"), "{out}");
+    assert!(out.contains("reg_mr@1.0 ok\ndereg@1.0 rc=0\n"), "{out}");
+    let recs = records(&d.join(format!("{}-2.jsonl", host())));
+    let fail: Vec<_> = recs.iter().filter(|r| r.result == "error" && !r.probe).collect();
+    assert_eq!(fail.len(), 1);
+    let f = fail[0];
+    assert_eq!((f.call.as_str(), f.errno, f.errno_name.as_deref(), f.rank), ("ibv_reg_mr_iova2", Some(22), Some("EINVAL"), Some(2)));
+    let err = stderr(&o);
+    let warn: Vec<&str> = err.lines().filter(|l| l.contains("MRSHIM WARN")).collect();
+    assert_eq!(warn.len(), 1, "{err}");
+    let expect = format!(
+        "[2] MRSHIM WARN ibv_reg_mr_iova2(addr={a}, len=1048576, access=LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC|RELAXED_ORDERING, iova={a}) failed: EINVAL (22)",
+        a = f.addr.as_ref().unwrap()
+    );
+    assert!(warn[0].ends_with(&expect), "{}\n{expect}", warn[0]);
+    assert!(warn[0].starts_with(&format!("{}:{}:", host(), f.pid)), "{}", warn[0]);
+    // the 1.0 ABI is recorded with its version
+    assert!(recs.iter().any(|r| r.call == "ibv_reg_mr" && r.symbol_version.as_deref() == Some("IBVERBS_1.0")));
+    assert!(recs.iter().any(|r| r.call == "ibv_dereg_mr" && r.symbol_version.as_deref() == Some("IBVERBS_1.0")));
+}
+
+#[test]
+fn another_preload_using_rtld_next_works_in_both_orders() {
+    let f = fake();
+    let other = f.dir.join("libother.so");
+    let shim = shim_lib();
+    for (order, next) in [(format!("{} {}", other.display(), shim.display()), "libmrshim.so"), (format!("{} {}", shim.display(), other.display()), "libibverbs.so.1")] {
+        let d = tmp("rtldnext");
+        let o = run(fake_cmd("fake_linked").env("LD_PRELOAD", &order).env("MRSHIM_LOG", &d));
+        assert!(o.status.success(), "{order}: {:?} {}", o.status, stderr(&o));
+        let err = stderr(&o);
+        let line = err.lines().find(|l| l.starts_with("other: ibv_reg_mr next=")).unwrap_or_else(|| panic!("{order}: {err}"));
+        assert!(line.ends_with(next), "{order}: {line}");
+        let recs = records(&only_file(&d));
+        assert_eq!(recs.iter().filter(|r| r.call == "ibv_reg_mr").count(), 1, "{order}");
+    }
+    // a non-verbs function through RTLD_NEXT, with mrshim first and second
+    for order in [format!("{} {}", shim.display(), other.display()), format!("{} {}", other.display(), shim.display())] {
+        let o = run(cmd("python3").args(["-c", "import ctypes; print(ctypes.CDLL(None).rand())"]).env("LD_PRELOAD", &order));
+        assert!(o.status.success(), "{order}: {}", stderr(&o));
+        assert_eq!(stdout(&o), "1804289383\n");
+        assert_eq!(stderr(&o), "");
+    }
+}
+
+#[test]
+fn programs_without_verbs_run_unchanged() {
+    let d = tmp("noverbs");
+    for (prog, args, code, out) in [
+        ("/bin/true", vec![], 0, ""),
+        ("/bin/false", vec![], 1, ""),
+        ("/bin/sh", vec!["-c", "echo hello; echo err >&2; exit 7"], 7, "hello\n"),
+        ("python3", vec!["-c", "import sys, ctypes; print('py', sys.version_info[0]); ctypes.CDLL('libc.so.6')"], 0, "py 3\n"),
+    ] {
+        let base = run(cmd(prog).args(&args));
+        let o = run(cmd(prog).args(&args).env("LD_PRELOAD", shim_lib()).env("MRSHIM_LOG", &d));
+        assert_eq!(o.status.code(), Some(code), "{prog}");
+        assert_eq!(stdout(&o), out, "{prog}");
+        assert_eq!(o.stdout, base.stdout, "{prog}");
+        assert_eq!(o.stderr, base.stderr, "{prog}: no shim output for a program that makes no call");
+    }
+    assert!(files(&d).is_empty(), "no log files for programs that never register");
+}
+
+#[test]
+fn bad_values_print_one_line_and_pass_through() {
+    let cases = [
+        ("MRSHIM_LEVEL", "verbose", "mrshim: MRSHIM_LEVEL=\"verbose\" is not valid; accepted: all, failures; mrshim passes every call through unrecorded"),
+        ("MRSHIM_LOG", "/tmp/%q", "mrshim: MRSHIM_LOG=\"/tmp/%q\" is not valid (unknown placeholder %q); accepted: off, stderr, a file path or a directory (placeholders %h host, %p pid, %r rank, %% percent); mrshim passes every call through unrecorded"),
+        ("MRSHIM_LOG", "", "mrshim: MRSHIM_LOG=\"\" is not valid (empty); accepted: off, stderr, a file path or a directory (placeholders %h host, %p pid, %r rank, %% percent); mrshim passes every call through unrecorded"),
+        ("MRSHIM_SUMMARY", "sometimes", "mrshim: MRSHIM_SUMMARY=\"sometimes\" is not valid; accepted: on, off (also 1/0, true/false, yes/no); mrshim passes every call through unrecorded"),
+        ("MRSHIM_WARN", "loud", "mrshim: MRSHIM_WARN=\"loud\" is not valid; accepted: on, off (also 1/0, true/false, yes/no); mrshim passes every call through unrecorded"),
+    ];
+    let f = fake();
+    let base = run(cmd(f.prog("fake_linked")).env("LD_LIBRARY_PATH", f.lib_dir()));
+    for (var, val, line) in cases {
+        let d = tmp("badenv");
+        let mut c = fake_cmd("fake_linked");
+        c.env("MRSHIM_LOG", d.join("x.jsonl")).env(var, val);
+        let o = run(&mut c);
+        assert!(o.status.success(), "{var}");
+        assert_eq!(stdout(&o), stdout(&base), "{var}: calls pass through");
+        assert_eq!(stderr(&o), format!("{line}\n"), "{var}");
+        assert!(files(&d).is_empty(), "{var}: nothing recorded");
+    }
+}
+
+#[test]
+fn unwritable_log_warns_once_and_the_program_works() {
+    let d = tmp("unwritable");
+    std::fs::write(d.join("file"), "").unwrap();
+    let dest = d.join("file/sub/x.jsonl");
+    let o = run(fake_cmd("fake_linked").env("MRSHIM_LOG", &dest).env("MRSHIM_SUMMARY", "off"));
+    assert!(o.status.success());
+    assert_eq!(stdout(&o).lines().count(), 6);
+    let err = stderr(&o);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].starts_with(&format!("mrshim: cannot open the log {:?}", dest.display().to_string())), "{err}");
+    assert!(lines[0].ends_with("Not a directory (os error 20); records are not written, calls pass through"), "{err}");
+}
+
+#[test]
+fn symlinked_log_file_is_not_followed() {
+    let d = tmp("symlink");
+    let victim = d.join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    std::os::unix::fs::symlink(&victim, d.join("log.jsonl")).unwrap();
+    let o = run(fake_cmd("fake_linked").env("MRSHIM_LOG", d.join("log.jsonl")).env("MRSHIM_SUMMARY", "off"));
+    assert!(o.status.success());
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    assert!(stderr(&o).contains("Too many levels of symbolic links"), "{}", stderr(&o));
+}
+
+#[test]
+fn created_files_are_0640_or_stricter() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = tmp("mode");
+    let o = run(fake_cmd("fake_linked").env("MRSHIM_LOG", &d));
+    assert!(o.status.success());
+    let mode = std::fs::metadata(only_file(&d)).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode & !0o640, 0, "{mode:o}");
+}
+
+#[test]
+fn sigkill_right_after_a_registration_keeps_the_record() {
+    let d = tmp("sigkill");
+    let o = run(fake_cmd("fake_linked").arg("kill").env("MRSHIM_LOG", &d));
+    assert_eq!(o.status.signal(), Some(9));
+    assert_eq!(stdout(&o), "reg_mr lkey=100 rkey=1100\n");
+    let recs = records(&only_file(&d));
+    assert_eq!(recs.len(), 2);
+    assert_eq!((recs[1].call.as_str(), recs[1].lkey, recs[1].result.as_str()), ("ibv_reg_mr", Some(100), "ok"));
+}
+
+#[test]
+fn fork_gives_the_child_its_own_file_and_pid() {
+    let d = tmp("fork");
+    let o = run(fake_cmd("fake_linked").arg("fork").env("MRSHIM_LOG", &d));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let fs = files(&d);
+    assert_eq!(fs.len(), 2, "{fs:?}");
+    let all: Vec<Vec<mrshim_record::Reg>> = fs.iter().map(|f| records(f)).collect();
+    let pids: HashSet<u32> = all.iter().map(|r| r[0].pid).collect();
+    assert_eq!(pids.len(), 2);
+    for recs in &all {
+        let pid = recs[0].pid;
+        assert_eq!(recs[0].kind, Some(Kind::Config));
+        assert!(recs.iter().all(|r| r.pid == pid), "every record of a file has that file's pid");
+        assert!(recs.iter().any(|r| r.call == "ibv_reg_mr"));
+        assert!(fs.iter().any(|f| f.to_str().unwrap().ends_with(&format!("-p{pid}.jsonl"))));
+    }
+}
+
+#[test]
+fn eight_threads_lose_no_record() {
+    let d = tmp("threads");
+    let o = run(fake_cmd("fake_linked").args(["threads", "500"]).env("MRSHIM_LOG", d.join("t.jsonl")));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let recs = records(&d.join("t.jsonl"));
+    assert_eq!(recs.len(), 2 + 8 * 500 * 2);
+    let seqs: HashSet<u64> = recs[1..recs.len() - 1].iter().map(|r| r.seq).collect();
+    assert_eq!(seqs.len(), 8000);
+    let tids: HashSet<u32> = recs.iter().filter(|r| r.kind == Some(Kind::Reg)).map(|r| r.tid).collect();
+    assert_eq!(tids.len(), 8);
+    let s = recs.last().unwrap().summary.as_ref().unwrap();
+    assert_eq!((s.calls, s.records_lost, s.registered_bytes), (8000, 0, 0));
+}
+
+#[test]
+fn stderr_destination_and_failures_level() {
+    let o = run(fake_cmd("fake_linked").env("MRSHIM_LOG", "stderr").env("MRSHIM_LEVEL", "failures").env("FAKE_FAIL_RELAXED", "1").env("MRSHIM_SUMMARY", "off"));
+    assert!(o.status.success());
+    assert!(stdout(&o).contains("reg_mr_iova2 failed errno=22\n"));
+    let err = stderr(&o);
+    let json: Vec<mrshim_record::Reg> = err.lines().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).unwrap()).collect();
+    let kinds: Vec<Kind> = json.iter().map(|r| r.kind.unwrap()).collect();
+    // MRSHIM_SUMMARY=off silences the stderr line only; the log keeps its summary record
+    assert_eq!(kinds, [Kind::Config, Kind::Reg, Kind::Reg, Kind::Summary], "config, the failure, the probe: {err}");
+    assert!(!err.contains("INFO summary"));
+    assert_eq!(json[1].errno_name.as_deref(), Some("EINVAL"));
+    assert!(json[2].probe);
+    assert_eq!(err.lines().filter(|l| l.contains("MRSHIM WARN")).count(), 1);
+}
+
+#[test]
+fn mrshim_exec_preloads_the_shim_next_to_it() {
+    let d = tmp("exec");
+    let f = fake();
+    let o = run(cmd(mrshim_bin()).args(["exec", "--log"]).arg(&d).arg("--").arg(f.prog("fake_linked")).env("LD_LIBRARY_PATH", f.lib_dir()).env("OMPI_COMM_WORLD_RANK", "4"));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let file = only_file(&d);
+    assert!(file.file_name().unwrap().to_str().unwrap().starts_with(&format!("mrshim-{}-r4-p", host())));
+    assert_eq!(records(&file).len(), 11);
+    // exit code and missing command
+    let o = run(cmd(mrshim_bin()).args(["exec", "--log"]).arg(&d).args(["--", "/bin/sh", "-c", "exit 5"]));
+    assert_eq!(o.status.code(), Some(5));
+    let o = run(cmd(mrshim_bin()).args(["exec", "--log"]).arg(&d).args(["--", "/no/such/cmd"]));
+    assert_eq!(o.status.code(), Some(127));
+    assert!(stderr(&o).starts_with("mrshim exec: cannot run /no/such/cmd: No such file or directory"), "{}", stderr(&o));
+    let help = run(cmd(mrshim_bin()).args(["exec", "--help"]));
+    for v in ["MRSHIM_LOG", "MRSHIM_LEVEL", "MRSHIM_WARN", "MRSHIM_SUMMARY", "%h", "%p", "%r"] {
+        assert!(stdout(&help).contains(v), "{v}");
+    }
+}
