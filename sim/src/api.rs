@@ -164,9 +164,13 @@ unsafe extern "C" fn op_query_port(c: *mut v::ibv_context, port: u8, attr: *mut 
     })
 }
 
+/// The exported (non-inline) ibv_query_port fills rdma-core's legacy `_compat_ibv_port_attr`:
+/// ibv_port_attr up to `flags`, before port_cap_flags2 was added (padded to 4 bytes).
+const COMPAT_PORT_ATTR_LEN: usize = (std::mem::offset_of!(v::ibv_port_attr, port_cap_flags2) + 3) & !3;
+
 pub unsafe extern "C" fn ibv_query_port(c: *mut v::ibv_context, port: u8, attr: *mut v::_compat_ibv_port_attr) -> c_int {
     // SAFETY: same context; the compat struct is a prefix of ibv_port_attr.
-    unsafe { op_query_port(c, port, attr.cast(), std::mem::size_of::<v::_compat_ibv_port_attr>()) }
+    unsafe { op_query_port(c, port, attr.cast(), COMPAT_PORT_ATTR_LEN) }
 }
 
 pub unsafe extern "C" fn ibv_query_gid(c: *mut v::ibv_context, port: u8, index: c_int, gid: *mut v::ibv_gid) -> c_int {

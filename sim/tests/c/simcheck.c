@@ -1,0 +1,328 @@
+/* Exercises the simulated device through the ordinary verbs API (linked with -libverbs) and
+ * prints one line per check, e.g. "len0 errno=22". Used by sim/tests/registration.rs and
+ * sim/tests/transport.rs; every expected value is asserted there. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <infiniband/verbs.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+#include <fcntl.h>
+#include <arpa/inet.h>
+
+#define FULL (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
+
+static struct ibv_context *ctx;
+static struct ibv_pd *pd;
+
+static void report(const char *name, struct ibv_mr *mr) {
+    if (mr) {
+        printf("%s ok\n", name);
+        ibv_dereg_mr(mr);
+    } else {
+        printf("%s errno=%d\n", name, errno);
+    }
+    fflush(stdout);
+}
+
+static void *page_buf(size_t len) {
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) { perror("mmap"); exit(2); }
+    memset(p, 1, len);
+    return p;
+}
+
+static void open_dev(void) {
+    int n;
+    struct ibv_device **l = ibv_get_device_list(&n);
+    if (!l || n == 0) { fprintf(stderr, "no devices (errno %d)\n", errno); exit(3); }
+    ctx = ibv_open_device(l[0]);
+    ibv_free_device_list(l);
+    if (!ctx) { perror("open"); exit(3); }
+    pd = ibv_alloc_pd(ctx);
+    if (!pd) { perror("pd"); exit(3); }
+}
+
+static void set_memlock(rlim_t soft) {
+    struct rlimit r;
+    getrlimit(RLIMIT_MEMLOCK, &r);
+    r.rlim_cur = soft;
+    if (r.rlim_max != RLIM_INFINITY && r.rlim_max < soft) r.rlim_max = soft;
+    if (setrlimit(RLIMIT_MEMLOCK, &r)) { perror("setrlimit"); exit(2); }
+}
+
+static int reg_checks(const char *which) {
+    size_t pg = 4096;
+    char *b = page_buf(1 << 20);
+    int all = !strcmp(which, "all");
+#define CASE(n) if (all || !strcmp(which, n))
+    CASE("ok") report("ok", ibv_reg_mr(pd, b, 4096, FULL));
+    CASE("len0") report("len0", ibv_reg_mr(pd, b, 0, FULL));
+    CASE("remote_write_without_local_write") report("remote_write_without_local_write", ibv_reg_mr(pd, b, 64, IBV_ACCESS_REMOTE_WRITE));
+    CASE("remote_atomic_without_local_write") report("remote_atomic_without_local_write", ibv_reg_mr(pd, b, 64, IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_REMOTE_READ));
+    CASE("remote_read_only") report("remote_read_only", ibv_reg_mr(pd, b, 64, IBV_ACCESS_REMOTE_READ));
+    CASE("unknown_mandatory_bit") report("unknown_mandatory_bit", ibv_reg_mr_iova2(pd, b, 64, (uintptr_t)b, IBV_ACCESS_LOCAL_WRITE | 0x400));
+    CASE("relaxed_ordering") report("relaxed_ordering", ibv_reg_mr_iova2(pd, b, 4096, (uintptr_t)b, FULL | IBV_ACCESS_RELAXED_ORDERING));
+    CASE("unknown_optional_bit") report("unknown_optional_bit", ibv_reg_mr_iova2(pd, b, 4096, (uintptr_t)b, FULL | (1u << 27)));
+    CASE("iova_page_offset_differs") report("iova_page_offset_differs", ibv_reg_mr_iova2(pd, b + 16, 64, 0x10000, FULL));
+    CASE("iova_same_page_offset") report("iova_same_page_offset", ibv_reg_mr_iova2(pd, b + 16, 64, 0x7000000010ull, FULL));
+    CASE("iova_legacy_entry") report("iova_legacy_entry", ibv_reg_mr_iova(pd, b + 16, 64, 0x10000, FULL));
+    CASE("odp") report("odp", ibv_reg_mr(pd, b, 64, FULL | IBV_ACCESS_ON_DEMAND));
+    CASE("unmapped") {
+        char *u = mmap(NULL, 2 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        munmap(u, 2 * pg);
+        report("unmapped", ibv_reg_mr(pd, u, pg, FULL));
+    }
+    CASE("prot_none") {
+        char *u = mmap(NULL, pg, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        report("prot_none", ibv_reg_mr(pd, u, pg, IBV_ACCESS_REMOTE_READ));
+    }
+    CASE("runs_into_unmapped") {
+        char *u = mmap(NULL, 2 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        munmap(u + pg, pg);
+        report("runs_into_unmapped", ibv_reg_mr(pd, u, 2 * pg, FULL));
+    }
+    CASE("readonly_with_write") {
+        char *u = mmap(NULL, pg, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        report("readonly_with_write", ibv_reg_mr(pd, u, pg, FULL));
+        report("readonly_read_only_access", ibv_reg_mr(pd, u, pg, IBV_ACCESS_REMOTE_READ));
+    }
+    CASE("dmabuf") {
+        report("dmabuf_fd_minus_one", ibv_reg_dmabuf_mr(pd, 0, 4096, 0, -1, FULL));
+        int f = open("/proc/self/exe", O_RDONLY);
+        report("dmabuf_not_a_dmabuf", ibv_reg_dmabuf_mr(pd, 0, 4096, 0, f, FULL));
+        int m = memfd_create("mrshim-dmabuf-test", 0);
+        ftruncate(m, 65536);
+        report("dmabuf_ok", ibv_reg_dmabuf_mr(pd, 0, 65536, 0x100000, m, FULL));
+        report("dmabuf_beyond_end", ibv_reg_dmabuf_mr(pd, 4096, 65536, 0x101000, m, FULL));
+        report("dmabuf_offset_mismatch", ibv_reg_dmabuf_mr(pd, 16, 64, 0x100000, m, FULL));
+    }
+    CASE("device_memory") {
+        int m = memfd_create("mrshim-gpu", 0);
+        ftruncate(m, 1 << 20);
+        char *g = mmap(NULL, 1 << 20, PROT_NONE, MAP_SHARED, m, 0);
+        report("device_memory", ibv_reg_mr(pd, g, 1 << 20, FULL));
+        report("device_memory_iova2", ibv_reg_mr_iova2(pd, g, 1 << 20, (uintptr_t)g, FULL | IBV_ACCESS_RELAXED_ORDERING));
+    }
+    CASE("memlock") {
+        set_memlock(64 * 1024);
+        struct ibv_mr *a = ibv_reg_mr(pd, b, 32 * 1024, FULL);
+        report("memlock_first_32k", a ? ibv_reg_mr(pd, b, 16 * 1024, FULL) : NULL);
+        report("memlock_over_limit", ibv_reg_mr(pd, b + 65536, 64 * 1024, FULL));
+        if (a) ibv_dereg_mr(a);
+        report("memlock_after_dereg", ibv_reg_mr(pd, b, 64 * 1024, FULL));
+    }
+    CASE("memlock_zero") {
+        set_memlock(0);
+        report("memlock_zero", ibv_reg_mr(pd, b, 4096, FULL));
+    }
+    CASE("repeat") {
+        for (int i = 1; i <= 4; i++) {
+            char n[32];
+            snprintf(n, sizeof n, "repeat_%d", i);
+            report(n, ibv_reg_mr(pd, b, 4096 * i, FULL));
+        }
+        report("repeat_relaxed", ibv_reg_mr_iova2(pd, b, 4096, (uintptr_t)b, FULL | IBV_ACCESS_RELAXED_ORDERING));
+        report("repeat_relaxed_reg_mr", ibv_reg_mr(pd, b, 4096, FULL | IBV_ACCESS_RELAXED_ORDERING));
+        report("repeat_big", ibv_reg_mr(pd, b, 1 << 20, FULL));
+    }
+    return 0;
+}
+
+/* ---- transport checks: two QPs in this process, connected to each other ---- */
+
+struct end { struct ibv_cq *cq; struct ibv_qp *qp; char *buf; struct ibv_mr *mr; };
+
+static struct ibv_port_attr port;
+
+static void mkend(struct end *e, int access) {
+    e->cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+    struct ibv_qp_init_attr ia = { .send_cq = e->cq, .recv_cq = e->cq, .qp_type = IBV_QPT_RC,
+        .cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 4, .max_recv_sge = 4 } };
+    e->qp = ibv_create_qp(pd, &ia);
+    e->buf = page_buf(1 << 16);
+    e->mr = ibv_reg_mr(pd, e->buf, 1 << 16, access);
+    if (!e->cq || !e->qp || !e->mr) { fprintf(stderr, "setup failed %d\n", errno); exit(4); }
+}
+
+static int to_init(struct ibv_qp *qp, int qp_access) {
+    struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1, .qp_access_flags = qp_access };
+    return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+}
+
+static int to_rtr(struct ibv_qp *qp, uint32_t dest, int mask_drop) {
+    union ibv_gid gid;
+    ibv_query_gid(ctx, 1, 3, &gid);
+    struct ibv_qp_attr a = { .qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_4096, .dest_qp_num = dest, .rq_psn = 7,
+        .max_dest_rd_atomic = 1, .min_rnr_timer = 12,
+        .ah_attr = { .is_global = port.link_layer == IBV_LINK_LAYER_ETHERNET, .dlid = port.lid ? port.lid : 0, .port_num = 1,
+                     .grh = { .dgid = gid, .sgid_index = 3, .hop_limit = 1 } } };
+    int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+    return ibv_modify_qp(qp, &a, mask & ~mask_drop);
+}
+
+static int to_rts(struct ibv_qp *qp) {
+    struct ibv_qp_attr a = { .qp_state = IBV_QPS_RTS, .sq_psn = 7, .timeout = 14, .retry_cnt = 7, .rnr_retry = 7, .max_rd_atomic = 1 };
+    return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+static void connect_pair(struct end *a, struct end *b, int qp_access) {
+    if (to_init(a->qp, qp_access) || to_init(b->qp, qp_access) || to_rtr(a->qp, b->qp->qp_num, 0) || to_rtr(b->qp, a->qp->qp_num, 0) || to_rts(a->qp) || to_rts(b->qp)) {
+        fprintf(stderr, "connect failed %d\n", errno); exit(4);
+    }
+}
+
+static struct ibv_wc wait1(struct ibv_cq *cq) {
+    struct ibv_wc wc;
+    for (long spins = 0;; spins++) {
+        int n = ibv_poll_cq(cq, 1, &wc);
+        if (n == 1) return wc;
+        if (spins > 200000000L) { fprintf(stderr, "timeout\n"); exit(5); }
+        if (spins % 1000 == 0) usleep(100);
+    }
+}
+
+static int post(struct end *e, enum ibv_wr_opcode op, void *laddr, uint32_t len, uint32_t lkey, uint64_t raddr, uint32_t rkey, uint32_t imm) {
+    struct ibv_sge s = { .addr = (uintptr_t)laddr, .length = len, .lkey = lkey };
+    struct ibv_send_wr wr = { .wr_id = 42, .sg_list = &s, .num_sge = 1, .opcode = op, .send_flags = IBV_SEND_SIGNALED, .imm_data = imm }, *bad;
+    wr.wr.rdma.remote_addr = raddr;
+    wr.wr.rdma.rkey = rkey;
+    return ibv_post_send(e->qp, &wr, &bad);
+}
+
+static int post_recv(struct end *e, void *addr, uint32_t len) {
+    struct ibv_sge s = { .addr = (uintptr_t)addr, .length = len, .lkey = e->mr->lkey };
+    struct ibv_recv_wr wr = { .wr_id = 7, .sg_list = &s, .num_sge = 1 }, *bad;
+    return ibv_post_recv(e->qp, &wr, &bad);
+}
+
+static void show(const char *name, struct ibv_wc wc) {
+    printf("%s status=%s opcode=%d byte_len=%u wr_id=%llu", name, ibv_wc_status_str(wc.status), wc.opcode, wc.byte_len, (unsigned long long)wc.wr_id);
+    if (wc.wc_flags & IBV_WC_WITH_IMM) printf(" imm=0x%x", ntohl(wc.imm_data));
+    printf("\n");
+    fflush(stdout);
+}
+
+static int transport_checks(void) {
+    ibv_query_port(ctx, 1, &port);
+    struct end a, b, c, d;
+    mkend(&a, FULL);
+    mkend(&b, FULL);
+    connect_pair(&a, &b, FULL);
+
+    /* SEND/RECV with data check */
+    for (int i = 0; i < 4096; i++) a.buf[i] = (char)(i * 7 + 1);
+    post_recv(&b, b.buf, 8192);
+    post(&a, IBV_WR_SEND, a.buf, 4096, a.mr->lkey, 0, 0, 0);
+    show("send_requester", wait1(a.cq));
+    show("send_responder", wait1(b.cq));
+    printf("send_data %s\n", memcmp(a.buf, b.buf, 4096) ? "differs" : "equal");
+
+    /* RDMA WRITE_WITH_IMM */
+    memset(b.buf, 0, 1 << 16);
+    for (int i = 0; i < 40000; i++) a.buf[i] = (char)(i * 13 + 5);
+    post_recv(&b, b.buf, 0);
+    post(&a, IBV_WR_RDMA_WRITE_WITH_IMM, a.buf, 40000, a.mr->lkey, (uintptr_t)b.buf + 100, b.mr->rkey, htonl(0xC0FFEE));
+    show("write_imm_requester", wait1(a.cq));
+    show("write_imm_responder", wait1(b.cq));
+    printf("write_data %s\n", memcmp(a.buf, b.buf + 100, 40000) ? "differs" : "equal");
+
+    /* RDMA READ */
+    memset(a.buf, 0, 1 << 16);
+    post(&a, IBV_WR_RDMA_READ, a.buf, 30000, a.mr->lkey, (uintptr_t)b.buf + 100, b.mr->rkey, 0);
+    show("read", wait1(a.cq));
+    printf("read_data %s\n", memcmp(a.buf, b.buf + 100, 30000) ? "differs" : "equal");
+
+    /* remote access errors: each breaks the pair, so use fresh pairs */
+    mkend(&c, IBV_ACCESS_LOCAL_WRITE);
+    mkend(&d, IBV_ACCESS_LOCAL_WRITE); /* d's MR allows no remote access */
+    connect_pair(&c, &d, FULL);
+    post(&c, IBV_WR_RDMA_WRITE, c.buf, 64, c.mr->lkey, (uintptr_t)d.buf, d.mr->rkey, 0);
+    show("write_no_remote_write", wait1(c.cq));
+    post(&c, IBV_WR_RDMA_WRITE, c.buf, 64, c.mr->lkey, (uintptr_t)d.buf, d.mr->rkey, 0);
+    show("after_error_flushed", wait1(c.cq));
+
+    struct end e, f;
+    mkend(&e, FULL);
+    mkend(&f, FULL);
+    connect_pair(&e, &f, FULL);
+    post(&e, IBV_WR_RDMA_WRITE, e.buf, 64, e.mr->lkey, (uintptr_t)f.buf, f.mr->rkey + 0x100, 0);
+    show("write_bad_rkey", wait1(e.cq));
+
+    mkend(&e, FULL);
+    mkend(&f, FULL);
+    connect_pair(&e, &f, FULL);
+    post(&e, IBV_WR_RDMA_WRITE, e.buf, 4096, e.mr->lkey, (uintptr_t)f.buf + (1 << 16) - 100, f.mr->rkey, 0);
+    show("write_out_of_bounds", wait1(e.cq));
+
+    mkend(&e, FULL);
+    mkend(&f, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    connect_pair(&e, &f, FULL);
+    post(&e, IBV_WR_RDMA_READ, e.buf, 64, e.mr->lkey, (uintptr_t)f.buf, f.mr->rkey, 0);
+    show("read_no_remote_read", wait1(e.cq));
+
+    mkend(&e, FULL);
+    mkend(&f, FULL);
+    connect_pair(&e, &f, IBV_ACCESS_LOCAL_WRITE); /* the QPs allow no remote access */
+    post(&e, IBV_WR_RDMA_WRITE, e.buf, 64, e.mr->lkey, (uintptr_t)f.buf, f.mr->rkey, 0);
+    show("write_qp_access_denied", wait1(e.cq));
+
+    mkend(&e, FULL);
+    mkend(&f, FULL);
+    connect_pair(&e, &f, FULL);
+    post(&e, IBV_WR_SEND, e.buf, 64, e.mr->lkey + 0x100, 0, 0, 0);
+    show("send_bad_lkey", wait1(e.cq));
+
+    mkend(&e, FULL);
+    mkend(&f, FULL);
+    connect_pair(&e, &f, FULL);
+    post_recv(&f, f.buf, 16);
+    post(&e, IBV_WR_SEND, e.buf, 64, e.mr->lkey, 0, 0, 0);
+    show("send_too_long_requester", wait1(e.cq));
+    show("send_too_long_responder", wait1(f.cq));
+    return 0;
+}
+
+static int qpstate_checks(void) {
+    ibv_query_port(ctx, 1, &port);
+    struct end a, b;
+    mkend(&a, FULL);
+    mkend(&b, FULL);
+    printf("post_send_in_reset=%d\n", post(&a, IBV_WR_SEND, a.buf, 8, a.mr->lkey, 0, 0, 0));
+    printf("post_recv_in_reset=%d\n", post_recv(&a, a.buf, 8));
+    printf("reset_to_rtr=%d\n", to_rtr(a.qp, b.qp->qp_num, 0));
+    struct ibv_qp_attr at = { .qp_state = IBV_QPS_INIT, .port_num = 1 };
+    printf("init_missing_access=%d\n", ibv_modify_qp(a.qp, &at, IBV_QP_STATE | IBV_QP_PORT | IBV_QP_PKEY_INDEX));
+    at.port_num = 2;
+    printf("init_bad_port=%d\n", ibv_modify_qp(a.qp, &at, IBV_QP_STATE | IBV_QP_PORT | IBV_QP_PKEY_INDEX | IBV_QP_ACCESS_FLAGS));
+    printf("init=%d\n", to_init(a.qp, FULL));
+    printf("post_recv_in_init=%d\n", post_recv(&a, a.buf, 8));
+    printf("post_send_in_init=%d\n", post(&a, IBV_WR_SEND, a.buf, 8, a.mr->lkey, 0, 0, 0));
+    printf("init_to_rts=%d\n", to_rts(a.qp));
+    printf("rtr_missing_dest_qpn=%d\n", to_rtr(a.qp, b.qp->qp_num, IBV_QP_DEST_QPN));
+    printf("rtr=%d\n", to_rtr(a.qp, b.qp->qp_num, 0));
+    printf("rtr_to_rts_missing_timeout=%d\n", ({ struct ibv_qp_attr x = { .qp_state = IBV_QPS_RTS, .sq_psn = 1 };
+        ibv_modify_qp(a.qp, &x, IBV_QP_STATE | IBV_QP_SQ_PSN); }));
+    printf("rts=%d\n", to_rts(a.qp));
+    printf("state_field=%d\n", a.qp->state);
+    struct ibv_qp_attr q; struct ibv_qp_init_attr qi;
+    ibv_query_qp(a.qp, &q, IBV_QP_STATE | IBV_QP_DEST_QPN, &qi);
+    printf("query_state=%d dest_ok=%d\n", q.qp_state, q.dest_qp_num == b.qp->qp_num);
+    struct ibv_qp_attr er = { .qp_state = IBV_QPS_ERR };
+    printf("to_err=%d\n", ibv_modify_qp(a.qp, &er, IBV_QP_STATE));
+    printf("cq_busy=%d\n", ibv_destroy_cq(a.cq));
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) { fprintf(stderr, "usage: simcheck reg SCENARIO|all | transport | qpstate\n"); return 2; }
+    open_dev();
+    if (!strcmp(argv[1], "reg")) return reg_checks(argc > 2 ? argv[2] : "all");
+    if (!strcmp(argv[1], "transport")) return transport_checks();
+    if (!strcmp(argv[1], "qpstate")) return qpstate_checks();
+    return 2;
+}
