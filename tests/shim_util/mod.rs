@@ -129,3 +129,88 @@ pub fn host() -> String {
     let end = b.iter().position(|&c| c == 0).unwrap();
     String::from_utf8_lossy(&b[..end]).into_owned()
 }
+
+/// A directory with libibverbs.so.1 / libibverbs.so pointing at the simulator cdylib.
+pub fn sim_lib_dir() -> &'static Path {
+    static D: OnceLock<PathBuf> = OnceLock::new();
+    D.get_or_init(|| {
+        let t = target_dir();
+        let so = [t.join("deps/libibverbs.so"), t.join("libibverbs.so")]
+            .into_iter()
+            .find(|p| p.exists())
+            .expect("the simulator's libibverbs.so is not built (it is a dev-dependency; `cargo test` builds it)");
+        let d = std::env::temp_dir().join(format!("mrshim-it-{}-simlib", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        for name in ["libibverbs.so.1", "libibverbs.so"] {
+            std::os::unix::fs::symlink(&so, d.join(name)).unwrap();
+        }
+        d
+    })
+}
+
+/// A simulated fabric private to one test (its own MRSHIM_SIM_RUNDIR).
+pub struct SimWorld {
+    pub dir: PathBuf,
+    pub env: Vec<(String, String)>,
+}
+
+impl SimWorld {
+    pub fn new(name: &str) -> SimWorld {
+        let dir = tmp(name);
+        std::fs::create_dir_all(dir.join("run")).unwrap();
+        SimWorld { dir, env: vec![] }
+    }
+    pub fn with(mut self, k: &str, v: impl Into<String>) -> SimWorld {
+        self.env.push((k.into(), v.into()));
+        self
+    }
+    /// `prog` under timeout, on the simulator, with the shim preloaded.
+    pub fn cmd(&self, prog: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut c = cmd("timeout");
+        c.args(["-k", "5", "120"]).arg(prog);
+        c.env("LD_LIBRARY_PATH", sim_lib_dir()).env("MRSHIM_SIM_RUNDIR", self.dir.join("run")).env("LD_PRELOAD", shim_lib());
+        for (k, v) in &self.env {
+            c.env(k, v);
+        }
+        c
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Server + client of a perftest-style tool (`-p PORT`, client gets the server address last).
+/// `per_side` lets each side have its own env (e.g. its own simulator log).
+pub fn server_client(w: &SimWorld, prog: &str, args: &[&str], server_env: &[(&str, String)], client_env: &[(&str, String)]) -> (Output, Output) {
+    let port = free_port().to_string();
+    let mut s = w.cmd(prog);
+    s.args(args).args(["-p", &port]).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    for (k, v) in server_env {
+        s.env(k, v);
+    }
+    let server = s.spawn().unwrap();
+    let mut client = None;
+    for _ in 0..50 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let mut c = w.cmd(prog);
+        c.args(args).args(["-p", &port, "127.0.0.1"]);
+        for (k, v) in client_env {
+            c.env(k, v);
+        }
+        let o = c.output().unwrap();
+        let err = stderr(&o);
+        if o.status.success() || !(err.contains("Couldn't connect") || err.contains("Unable to open file descriptor for socket connection")) {
+            client = Some(o);
+            break;
+        }
+    }
+    let client = client.expect("client never connected");
+    (server.wait_with_output().unwrap(), client)
+}
+
+/// The simulator's own log (MRSHIM_SIM_LOG): what the device really received.
+pub fn sim_log(p: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(p).unwrap_or_default().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}

@@ -1,0 +1,137 @@
+//! libmrshim.so on the simulated verbs device (sim/): Debian's unmodified perftest and
+//! ibv_rc_pingpong, a NCCL-style consumer with device-side fault injection, and MPI.
+
+mod shim_util;
+use mrshim_record::{Kind, Reg};
+use shim_util::*;
+
+/// Every registration the device saw has exactly one shim record with the same arguments and keys.
+fn assert_records_match_device(recs: &[Reg], dev: &[serde_json::Value], who: &str) {
+    let regs: Vec<&Reg> = recs.iter().filter(|r| r.kind == Some(Kind::Reg)).collect();
+    assert!(!dev.is_empty(), "{who}: the device saw no registration");
+    assert_eq!(regs.len(), dev.len(), "{who}: one record per registration");
+    for (r, d) in regs.iter().zip(dev) {
+        assert_eq!(r.addr.as_deref(), d["addr"].as_str(), "{who}: {d}");
+        assert_eq!(r.length, d["length"].as_u64(), "{who}: {d}");
+        assert_eq!(r.iova.as_deref(), d["iova"].as_str(), "{who}: {d}");
+        assert_eq!(r.access.map(u64::from), d["access"].as_u64(), "{who}: {d}");
+        assert_eq!(r.result, d["result"].as_str().unwrap(), "{who}: {d}");
+        if r.result == "ok" {
+            assert_eq!(r.lkey.map(u64::from), d["lkey"].as_u64(), "{who}: {d}");
+        } else {
+            assert_eq!(r.errno.map(i64::from), d["errno"].as_i64(), "{who}: {d}");
+        }
+        assert!(r.device.as_deref().is_some_and(|n| n.starts_with("mlx5_")), "{who}: {:?}", r.device);
+        assert_eq!(r.addr_page_offset, Some(u64::from_str_radix(&r.addr.as_ref().unwrap()[2..], 16).unwrap() % 4096));
+        assert!(r.duration_ns > 0);
+    }
+    let deregs = recs.iter().filter(|r| r.kind == Some(Kind::Dereg)).count();
+    let ok = regs.iter().filter(|r| r.result == "ok").count();
+    assert_eq!(deregs, ok, "{who}: every MR deregistered");
+    assert!(recs.iter().filter(|r| r.kind == Some(Kind::Dereg)).all(|r| r.reg_seq.is_some() && r.result == "ok"));
+    let s = recs.last().unwrap().summary.as_ref().expect("summary last");
+    assert_eq!(s.registered_bytes, 0);
+    assert_eq!(s.records_lost, 0);
+}
+
+fn tool_records(prog: &str, args: &[&str]) {
+    let w = SimWorld::new(prog);
+    let logs = w.dir.join("logs");
+    let (slog, clog) = (w.dir.join("sim-server.jsonl"), w.dir.join("sim-client.jsonl"));
+    let w = w.with("MRSHIM_LOG", format!("{}/", logs.display()));
+    let (s, c) = server_client(&w, prog, args, &[("MRSHIM_SIM_LOG", slog.display().to_string()), ("RANK", "0".into())], &[("MRSHIM_SIM_LOG", clog.display().to_string()), ("RANK", "1".into())]);
+    assert!(s.status.success(), "{prog} server: {}\n{}", stdout(&s), stderr(&s));
+    assert!(c.status.success(), "{prog} client: {}\n{}", stdout(&c), stderr(&c));
+    let h = host();
+    let fs = files(&logs);
+    assert_eq!(fs.len(), 2, "{fs:?}");
+    for (rank, dev_log) in [(0, &slog), (1, &clog)] {
+        let f = fs.iter().find(|f| f.file_name().unwrap().to_str().unwrap().starts_with(&format!("mrshim-{h}-r{rank}-p"))).expect("file per rank");
+        assert_records_match_device(&records(f), &sim_log(dev_log), &format!("{prog} rank {rank}"));
+    }
+}
+
+#[test]
+fn ibv_rc_pingpong_every_registration_recorded() {
+    tool_records("ibv_rc_pingpong", &["-d", "mlx5_0", "-g", "3", "-n", "50", "-s", "8192"]);
+}
+
+#[test]
+fn ib_write_bw_every_registration_recorded() {
+    tool_records("ib_write_bw", &["-d", "mlx5_0", "-x", "3", "-s", "65536", "-n", "50"]);
+}
+
+fn nccl_style() -> std::path::PathBuf {
+    fake().prog("nccl_style")
+}
+
+#[test]
+fn nccl_style_consumer_injected_relaxed_ordering_einval_is_recorded_and_warned() {
+    let w = SimWorld::new("nccl-sim");
+    let dev = w.dir.join("sim.jsonl");
+    let log = w.dir.join("r%r.jsonl");
+    let w = w.with("MRSHIM_SIM_FAULTS", "reg_mr_iova2:EINVAL:relaxed").with("MRSHIM_SIM_LOG", dev.display().to_string()).with("MRSHIM_LOG", log.display().to_string()).with("OMPI_COMM_WORLD_RANK", "0");
+    let o = w.cmd(nccl_style()).output().unwrap();
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    let out = stdout(&o);
+    for f in ["ibv_reg_mr@IBVERBS_1.1", "ibv_reg_mr_iova2@IBVERBS_1.8", "ibv_reg_dmabuf_mr@IBVERBS_1.12", "ibv_dereg_mr@IBVERBS_1.1"] {
+        assert!(out.contains(&format!("{f} from libmrshim.so\n")), "{out}");
+    }
+    assert!(out.contains("ibv_alloc_pd@IBVERBS_1.1 from libibverbs.so"), "{out}");
+    assert!(out.contains("iova2 failed errno=22\n"), "the caller sees the device's errno: {out}");
+    let recs = records(&w.dir.join("r0.jsonl"));
+    let r = recs.iter().find(|r| r.call == "ibv_reg_mr_iova2").unwrap();
+    assert_eq!((r.result.as_str(), r.errno, r.errno_name.as_deref()), ("error", Some(22), Some("EINVAL")));
+    assert!(r.relaxed_ordering);
+    assert_eq!(r.access_names, ["LOCAL_WRITE", "REMOTE_WRITE", "REMOTE_READ", "REMOTE_ATOMIC", "RELAXED_ORDERING"]);
+    let probe = recs.iter().find(|r| r.call == "ibv_reg_dmabuf_mr").unwrap();
+    assert!(probe.probe);
+    let errno_seen: String = out.lines().find(|l| l.starts_with("probe ")).unwrap().to_string();
+    assert_eq!(errno_seen, format!("probe failed errno={}", probe.errno.unwrap()), "probe errno passed through untouched");
+    let warn: Vec<String> = stderr(&o).lines().filter(|l| l.contains(" MRSHIM WARN ")).map(String::from).collect();
+    assert_eq!(warn.len(), 1, "{}", stderr(&o));
+    let a = r.addr.as_ref().unwrap();
+    assert_eq!(
+        warn[0],
+        format!("{}:{}:{} [0] MRSHIM WARN ibv_reg_mr_iova2(addr={a}, len=1048576, access=LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC|RELAXED_ORDERING, iova={a}) failed: EINVAL (22)", host(), r.pid, r.tid)
+    );
+    assert_records_match_device(&recs, &sim_log(&dev), "nccl_style");
+}
+
+#[test]
+fn mpirun_four_ranks_four_files_by_host_and_rank() {
+    if std::process::Command::new("mpirun").arg("--version").output().is_err() {
+        panic!("mpirun not installed (scripts/install-deps installs openmpi-bin)");
+    }
+    for via_exec in [true, false] {
+        let w = SimWorld::new("mpi");
+        let logs = w.dir.join("logs");
+        let mut c = cmd("timeout");
+        c.args(["-k", "5", "120", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "4"]);
+        c.env("LD_LIBRARY_PATH", sim_lib_dir()).env("MRSHIM_SIM_RUNDIR", w.dir.join("run"));
+        c.args(["-x", "LD_LIBRARY_PATH", "-x", "MRSHIM_SIM_RUNDIR"]);
+        if via_exec {
+            c.arg(mrshim_bin()).arg("exec").arg("--log").arg(&logs).arg("--");
+        } else {
+            c.arg("-x").arg(format!("LD_PRELOAD={}", shim_lib().display()));
+            c.arg("-x").arg(format!("MRSHIM_LOG={}/", logs.display()));
+        }
+        c.arg(nccl_style());
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "via_exec={via_exec}: {}\n{}", stdout(&o), stderr(&o));
+        let h = host();
+        let fs = files(&logs);
+        assert_eq!(fs.len(), 4, "{fs:?}");
+        for rank in 0..4 {
+            let f = fs
+                .iter()
+                .find(|f| f.file_name().unwrap().to_str().unwrap().starts_with(&format!("mrshim-{h}-r{rank}-p")))
+                .unwrap_or_else(|| panic!("no file for rank {rank}: {fs:?}"));
+            let recs = records(f);
+            assert!(recs.iter().all(|r| r.rank == Some(rank) && r.host == h));
+            assert_eq!(recs.iter().filter(|r| r.kind == Some(Kind::Reg)).count(), 3, "{}", f.display());
+            assert_eq!(recs[0].settings.as_ref().unwrap()["rank_from"], "OMPI_COMM_WORLD_RANK");
+        }
+        assert_eq!(stderr(&o).matches(" MRSHIM INFO summary: 5 calls").count(), 4, "{}", stderr(&o));
+    }
+}
