@@ -32,15 +32,19 @@ pub fn lib_dir() -> &'static Path {
     })
 }
 
-/// Compiles sim/tests/c/<name>.c once per test process.
+/// Compiles sim/tests/c/<name>.c once per test process (tests run in parallel threads).
 pub fn c_program(name: &str, libs: &[&str]) -> PathBuf {
-    let out = target_dir().join("sim-c").join(format!("{name}-{}", std::process::id()));
-    if !out.exists() {
-        std::fs::create_dir_all(out.parent().unwrap()).unwrap();
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c").join(format!("{name}.c"));
-        let st = Command::new("cc").args(["-O1", "-Wall", "-o"]).arg(&out).arg(&src).args(libs).status().expect("cc");
-        assert!(st.success(), "compiling {}", src.display());
+    static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap();
+    if let Some((_, p)) = built.iter().find(|(n, _)| n == name) {
+        return p.clone();
     }
+    let out = target_dir().join("sim-c").join(format!("{name}-{}", std::process::id()));
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c").join(format!("{name}.c"));
+    let st = Command::new("cc").args(["-O1", "-Wall", "-o"]).arg(&out).arg(&src).args(libs).status().expect("cc");
+    assert!(st.success(), "compiling {}", src.display());
+    built.push((name.into(), out.clone()));
     out
 }
 
