@@ -9,7 +9,7 @@ pub const PAGE: u64 = 4096;
 /// Name of the memfd behind simulated GPU memory (the GPU runtime maps it PROT_NONE at the
 /// address the application holds).
 pub const GPU_MEMFD: &str = "mrshim-gpu";
-/// Name prefix of the memfds the GPU runtime exports as dmabuf fds.
+/// Name prefix of other memfds tests may hand in as dmabufs (GPU memory fds are dmabufs too).
 pub const DMABUF_MEMFD: &str = "mrshim-dmabuf";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -192,7 +192,8 @@ pub fn check_dmabuf(offset: u64, length: u64, iova: u64, access: u32, fd_valid: 
 /// The size of a dmabuf fd exported by the simulated GPU runtime, `None` if it is something else.
 pub fn dmabuf_size(fd: i32) -> Option<u64> {
     let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
-    if !link.to_string_lossy().starts_with(&format!("/memfd:{DMABUF_MEMFD}")) {
+    let link = link.to_string_lossy();
+    if ![GPU_MEMFD, DMABUF_MEMFD].iter().any(|p| link.starts_with(&format!("/memfd:{p}"))) {
         return None;
     }
     // SAFETY: fstat writes into the zeroed stat buffer we own; fd validity is checked by the call.
