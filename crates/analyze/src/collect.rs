@@ -4,7 +4,8 @@
 use crate::event::{Event, Fact, Flag, Lib, RegEv};
 use mrshim_record::MemKind;
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 const MAX_EVIDENCE: usize = 3;
 const MAX_POINTS: usize = 20_000;
@@ -102,12 +103,27 @@ pub struct FileStat {
     pub error: Option<String>,
 }
 
+/// The part of a group key that is cheap to hash; host and call are the outer map levels so that a
+/// lookup needs no allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct SmallKey {
+    errno: Option<i32>,
+    mem: Option<MemKind>,
+    lib: Lib,
+    ok: bool,
+    relaxed: Option<bool>,
+}
+
+type Nested = HashMap<String, HashMap<String, HashMap<SmallKey, Group>>>;
+
 #[derive(Default)]
 pub struct Collector {
     pub files: Vec<FileStat>,
+    /// Filled by [`Collector::finish`].
     pub groups: HashMap<GroupKey, Group>,
+    raw: Nested,
     pub hosts: BTreeMap<String, HostFacts>,
-    pub ranks: HashMap<(String, u32), i64>,
+    pub ranks: HashMap<String, HashMap<u32, i64>>,
     /// (file, pid) -> run; pid None holds the file-wide defaults (env dumps).
     pub runs: BTreeMap<(usize, Option<u32>), Run>,
     pub retries: BTreeMap<(String, bool), u64>,
@@ -143,18 +159,24 @@ impl Collector {
         self.hosts.get_mut(h).expect("inserted")
     }
 
+    /// Moves the nested groups into [`Collector::groups`]; call once after the last event.
+    pub fn finish(&mut self) {
+        for (host, calls) in std::mem::take(&mut self.raw) {
+            for (call, smalls) in calls {
+                for (k, g) in smalls {
+                    let key = GroupKey { host: host.clone(), call: call.clone(), errno: k.errno, mem: k.mem, lib: k.lib, ok: k.ok, relaxed: k.relaxed };
+                    self.groups.insert(key, g);
+                }
+            }
+        }
+    }
+
     pub fn add(&mut self, ev: Event, file: usize, line: u64, text: &str) {
         self.order += 1;
         let evid = |l: u64, t: &str| Evid { file: String::new(), line: l, text: clip(t) };
         match ev {
             Event::Note(n) => self.note(n),
-            Event::Reg(r) => {
-                let e = match &r.evid {
-                    Some((l, t)) => evid(*l, t),
-                    None => evid(line, text),
-                };
-                self.add_reg(r, file, e);
-            }
+            Event::Reg(r) => self.add_reg(r, file, line, text),
             Event::Fact { lib, host, pid, fact } => {
                 let h = host.unwrap_or_default();
                 if !h.is_empty() && !matches!(fact, Fact::Env(..)) {
@@ -164,7 +186,7 @@ impl Collector {
                 match fact {
                     Fact::RankOf(r) => {
                         if let Some(p) = pid {
-                            self.ranks.insert((h, p), r);
+                            self.ranks.entry(h).or_default().insert(p, r);
                         }
                     }
                     Fact::Done => {
@@ -229,10 +251,15 @@ impl Collector {
         run.evid.get_or_insert(e.clone());
     }
 
-    fn add_reg(&mut self, r: RegEv, file: usize, mut e: Evid) {
-        e.file = file.to_string();
-        let host = r.host.clone().unwrap_or_default();
-        let rank = r.rank.or_else(|| r.pid.and_then(|p| self.ranks.get(&(host.clone(), p)).copied())).or(r.rank_hint);
+    fn add_reg(&mut self, mut r: RegEv, file: usize, line: u64, text: &str) {
+        // evidence text is built only where it is kept
+        let (eline, etext) = match r.evid.take() {
+            Some((l, t)) => (l, std::borrow::Cow::Owned(t)),
+            None => (line, std::borrow::Cow::Borrowed(text)),
+        };
+        let mk = || Evid { file: file.to_string(), line: eline, text: clip(&etext) };
+        let host = r.host.take().unwrap_or_default();
+        let rank = r.rank.or_else(|| r.pid.and_then(|p| self.ranks.get(host.as_str()).and_then(|m| m.get(&p)).copied())).or(r.rank_hint);
         if r.attempt > 0 {
             *self.retries.entry((r.strategy.clone().unwrap_or_else(|| "?".into()), r.ok)).or_default() += 1;
             return;
@@ -254,7 +281,9 @@ impl Collector {
                 run.ok_regs += 1;
             } else {
                 run.failed += 1;
-                run.evid.get_or_insert(e.clone());
+                if run.evid.is_none() {
+                    run.evid = Some(mk());
+                }
             }
             if r.relaxed.is_some() && run.ro.is_none() {
                 run.ro = r.relaxed;
@@ -265,13 +294,20 @@ impl Collector {
             let hf = self.host_mut(&host);
             hf.libs.insert(lib);
             if let Some(m) = r.memlock {
-                if hf.memlock.len() < 8 {
-                    hf.memlock.entry(m).or_insert(e.clone());
+                if hf.memlock.len() < 8 && !hf.memlock.contains_key(&m) {
+                    hf.memlock.insert(m, mk());
                 }
             }
         }
-        let key = GroupKey { host, call: r.call, errno: if r.ok { None } else { r.errno }, mem: r.mem, lib, ok: r.ok, relaxed: r.relaxed };
-        let g = self.groups.entry(key).or_default();
+        let small = SmallKey { errno: if r.ok { None } else { r.errno }, mem: r.mem, lib, ok: r.ok, relaxed: r.relaxed };
+        if !self.raw.contains_key(host.as_str()) {
+            self.raw.insert(host.clone(), HashMap::default());
+        }
+        let calls = self.raw.get_mut(host.as_str()).expect("inserted");
+        if !calls.contains_key(r.call.as_str()) {
+            calls.insert(r.call.clone(), HashMap::default());
+        }
+        let g = calls.get_mut(r.call.as_str()).expect("inserted").entry(small).or_default();
         g.count += 1;
         rank_set_insert(&mut g.ranks, rank);
         if let Some(a) = r.access {
@@ -285,7 +321,7 @@ impl Collector {
         g.injected += r.injected as u64;
         g.zero_len_or_addr += (r.length == Some(0) || r.addr == Some(0)) as u64;
         if g.evidence.len() < if r.ok { 1 } else { MAX_EVIDENCE } {
-            g.evidence.push(e);
+            g.evidence.push(mk());
         }
     }
 

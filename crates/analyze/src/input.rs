@@ -77,6 +77,8 @@ pub fn open(src: &Source) -> io::Result<Box<dyn BufRead>> {
 pub struct Lines<R> {
     inner: R,
     buf: Vec<u8>,
+    /// Bytes of the reader's buffer handed out by the last call, consumed on the next one.
+    pending: usize,
     /// Lines that were longer than the cap.
     pub truncated: u64,
     pub bytes: u64,
@@ -84,11 +86,25 @@ pub struct Lines<R> {
 
 impl<R: BufRead> Lines<R> {
     pub fn new(inner: R) -> Self {
-        Lines { inner, buf: Vec::with_capacity(4096), truncated: 0, bytes: 0 }
+        Lines { inner, buf: Vec::with_capacity(4096), pending: 0, truncated: 0, bytes: 0 }
     }
 
     /// The next line, or `None` at the end. An I/O error mid-stream (e.g. truncated gzip) is returned.
     pub fn next_line(&mut self) -> io::Result<Option<&[u8]>> {
+        self.inner.consume(std::mem::take(&mut self.pending));
+        // fast path: the whole line is in the reader's buffer, hand it out without copying
+        let found = match self.inner.fill_buf() {
+            Ok(avail) => memchr::memchr(b'\n', avail).filter(|&i| i <= MAX_LINE),
+            Err(_) => None,
+        };
+        if let Some(i) = found {
+            self.pending = i + 1;
+            self.bytes += i as u64 + 1;
+            // a second fill_buf returns the same buffered bytes without reading
+            let avail = self.inner.fill_buf()?;
+            let line = &avail[..i];
+            return Ok(Some(line.strip_suffix(b"\r").unwrap_or(line)));
+        }
         self.buf.clear();
         let mut any = false;
         let mut cut = false;

@@ -7,6 +7,7 @@ pub mod doctor;
 pub mod errno;
 pub mod event;
 pub mod findings;
+pub mod gen;
 pub mod fixes;
 pub mod input;
 pub mod parse;
@@ -48,6 +49,7 @@ pub fn analyze(paths: &[String]) -> Analysis {
             unreadable += 1;
         }
     }
+    col.finish();
     if parser.shim.malformed > 0 {
         col.note(format!("skipped {} malformed shim record(s)", parser.shim.malformed));
     }
@@ -55,21 +57,39 @@ pub fn analyze(paths: &[String]) -> Analysis {
     Analysis { col, findings, unreadable }
 }
 
+/// Analyzes already-open streams (benchmarks, embedding); names are used in evidence.
+pub fn analyze_readers(inputs: Vec<(String, Box<dyn std::io::BufRead>)>) -> Analysis {
+    let mut col = Collector::default();
+    let mut parser = parse::Parser::default();
+    for (name, r) in inputs {
+        read_stream(&name, r, &mut parser, &mut col);
+    }
+    col.finish();
+    let findings = findings::findings(&col);
+    Analysis { col, findings, unreadable: 0 }
+}
+
 /// Reads one source into the collector; false if it could not be opened.
 fn read_source(src: &Source, parser: &mut parse::Parser, col: &mut Collector) -> bool {
-    let idx = col.files.len();
-    col.files.push(FileStat { path: src.name(), ..Default::default() });
-    let mut r = match input::open(src) {
-        Ok(r) => r,
+    match input::open(src) {
+        Ok(r) => {
+            read_stream(&src.name(), r, parser, col);
+            true
+        }
         Err(e) => {
             col.note(format!("{}: skipped: {e}", src.name()));
-            col.files[idx].error = Some(e.to_string());
-            return false;
+            col.files.push(FileStat { path: src.name(), error: Some(e.to_string()), ..Default::default() });
+            false
         }
-    };
+    }
+}
+
+fn read_stream(name: &str, mut r: Box<dyn std::io::BufRead>, parser: &mut parse::Parser, col: &mut Collector) {
+    let idx = col.files.len();
+    col.files.push(FileStat { path: name.to_string(), ..Default::default() });
     if doctor::looks_like_report(&mut r) {
         doctor::ingest(r, idx, col);
-        return true;
+        return;
     }
     let mut lines = Lines::new(r);
     let mut ctx = parse::FileCtx::default();
@@ -100,7 +120,7 @@ fn read_source(src: &Source, parser: &mut parse::Parser, col: &mut Collector) ->
             }
             Ok(None) => break,
             Err(e) => {
-                col.note(format!("{}: read error after line {n} ({e}); the rest of it was skipped", src.name()));
+                col.note(format!("{name}: read error after line {n} ({e}); the rest of it was skipped"));
                 break;
             }
         }
@@ -109,7 +129,6 @@ fn read_source(src: &Source, parser: &mut parse::Parser, col: &mut Collector) ->
     for e in evs.drain(..) {
         col.add(e, idx, n, "");
     }
-    let name = src.name();
     if binary > 0 {
         col.note(format!("{name}: skipped {binary} binary line(s) (NUL bytes)"));
     }
@@ -131,7 +150,5 @@ fn read_source(src: &Source, parser: &mut parse::Parser, col: &mut Collector) ->
     f.binary_lines = binary;
     f.lossy_lines = lossy;
     f.truncated_lines = lines.truncated;
-    let _ = lines;
-    true
 }
 

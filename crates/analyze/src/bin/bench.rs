@@ -1,1 +1,32 @@
-fn main(){}
+//! analyze throughput on a generated 1 GiB mixed log, one thread: `cargo run --release -p mrshim-analyze
+//! --bin analyze-bench [-- BYTES]`. Prints MB/s; the goal is >= 200 MB/s. Not part of the test suite.
+use mrshim_analyze::gen;
+use std::io::BufReader;
+use std::time::Instant;
+
+fn main() {
+    let total: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1 << 30);
+    let block = gen::block(64 << 20);
+    let reader = BufReader::with_capacity(256 << 10, gen::Repeat::new(block, total));
+    let cpu0 = cpu_ns();
+    let t = Instant::now();
+    let a = mrshim_analyze::analyze_readers(vec![("generated".into(), Box::new(reader))]);
+    let secs = t.elapsed().as_secs_f64();
+    let cpu = cpu_ns().zip(cpu0).map(|(b, a)| (b - a) as f64 / 1e9);
+    let bytes: u64 = a.col.files.iter().map(|f| f.bytes).sum();
+    let lines: u64 = a.col.files.iter().map(|f| f.lines).sum();
+    println!(
+        "analyze-bench: {:.1} MiB, {lines} lines in {secs:.2} s = {:.1} MB/s wall, {} ({} failed, {} ok registrations, top: {})",
+        bytes as f64 / (1 << 20) as f64,
+        bytes as f64 / 1e6 / secs,
+        cpu.map(|c| format!("{:.1} MB/s per CPU-second", bytes as f64 / 1e6 / c)).unwrap_or_default(),
+        a.failed(),
+        a.ok(),
+        a.findings.first().map(|f| f.category).unwrap_or("-")
+    );
+}
+
+/// Nanoseconds this process spent on a CPU (first field of /proc/self/schedstat): unaffected by other load.
+fn cpu_ns() -> Option<u64> {
+    std::fs::read_to_string("/proc/self/schedstat").ok()?.split_whitespace().next()?.parse().ok()
+}

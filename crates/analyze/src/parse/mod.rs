@@ -51,7 +51,8 @@ const NEEDLES: &[&str] = &[
 
 impl Default for Parser {
     fn default() -> Self {
-        Parser { pre: AhoCorasick::new(NEEDLES).expect("static patterns"), shim: Default::default() }
+        let pre = AhoCorasick::builder().kind(Some(aho_corasick::AhoCorasickKind::DFA)).build(NEEDLES).expect("static patterns");
+        Parser { pre, shim: Default::default() }
     }
 }
 
@@ -67,18 +68,23 @@ impl Parser {
                 return true;
             }
         }
+        // NCCL-family lines are the bulk of most job logs: recognised by their tag, no prefilter needed
+        if let Some(p) = nccl::split(line) {
+            ucx::flush(ctx, emit);
+            return nccl::parse_split(line, p, ctx, emit);
+        }
         if !self.pre.is_match(line) {
             return false;
         }
-        if line.contains(" UCX ") {
+        static UCX: std::sync::LazyLock<memchr::memmem::Finder<'static>> = std::sync::LazyLock::new(|| memchr::memmem::Finder::new(" UCX "));
+        if UCX.find(line.as_bytes()).is_some() {
             if ucx::parse(line, ctx, lineno, emit) {
                 return true;
             }
         } else {
             ucx::flush(ctx, emit);
         }
-        nccl::parse(line, ctx, emit)
-            || verbs::parse(line, ctx, emit)
+        verbs::parse(line, ctx, emit)
             || kernel::parse(line, ctx, emit)
             || ompi::parse(line, ctx, emit)
             || perftest::parse(line, ctx, lineno, emit)

@@ -12,17 +12,36 @@ pub struct Prefix<'a> {
     pub msg: &'a str,
 }
 
+/// Position of the first `NCCL `/`MCCL `/`RCCL ` tag at the start of the line or after a space.
 fn tag_at(line: &str) -> Option<(usize, Lib)> {
-    for (t, lib) in [("NCCL ", Lib::Nccl), ("MCCL ", Lib::Mccl), ("RCCL ", Lib::Rccl)] {
-        if line.starts_with(t) {
-            return Some((0, lib));
+    static CCL: std::sync::LazyLock<memchr::memmem::Finder<'static>> = std::sync::LazyLock::new(|| memchr::memmem::Finder::new("CCL "));
+    let b = line.as_bytes();
+    let mut from = 0;
+    while let Some(i) = CCL.find(&b[from..]) {
+        let at = from + i;
+        if at >= 1 && (at == 1 || b[at - 2] == b' ') {
+            let lib = match b[at - 1] {
+                b'N' => Some(Lib::Nccl),
+                b'M' => Some(Lib::Mccl),
+                b'R' => Some(Lib::Rccl),
+                _ => None,
+            };
+            if let Some(lib) = lib {
+                return Some((at - 1, lib));
+            }
         }
-        if let Some(i) = line.find(&format!(" {t}")) {
-            return Some((i + 1, lib));
-        }
+        from = at + 4;
     }
     None
 }
+
+/// Messages worth a closer look; everything else (rings, channels, tuning) is skipped after one scan.
+static INTERESTING: std::sync::LazyLock<aho_corasick::AhoCorasick> = std::sync::LazyLock::new(|| {
+    aho_corasick::AhoCorasick::builder().kind(Some(aho_corasick::AhoCorasickKind::DFA)).build([
+        "Call to ", " set by environment to ", "GPU Direct RDMA", "[RO]", " nranks ", "Init COMPLETE", "version ", "ibv_", "register memory", "cuMem",
+    ])
+    .expect("static patterns")
+});
 
 pub fn split(line: &str) -> Option<Prefix<'_>> {
     let (at, lib) = tag_at(line)?;
@@ -55,11 +74,27 @@ pub fn split(line: &str) -> Option<Prefix<'_>> {
 }
 
 pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool {
-    let Some(p) = split(line) else { return false };
+    match split(line) {
+        Some(p) => parse_split(line, p, ctx, emit),
+        None => false,
+    }
+}
+
+pub fn parse_split(line: &str, p: Prefix<'_>, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool {
+    if !INTERESTING.is_match(p.msg) {
+        if let Some(h) = p.host {
+            if ctx.host.as_deref() != Some(h) {
+                ctx.host = Some(h.to_string());
+            }
+        }
+        return true;
+    }
     // RCCL prints the NCCL tag; its banner tells them apart
     let lib = if p.lib == Lib::Nccl { ctx.flavor.unwrap_or(Lib::Nccl) } else { p.lib };
     if let Some(h) = p.host {
-        ctx.host = Some(h.to_string());
+        if ctx.host.as_deref() != Some(h) {
+            ctx.host = Some(h.to_string());
+        }
     }
     let host = p.host.map(String::from).or_else(|| ctx.host.clone());
     let fact = |f: Fact| Event::Fact { lib, host: host.clone(), pid: p.pid, fact: f };

@@ -14,7 +14,7 @@ pub fn parse(line: &str, st: &mut ShimState, emit: &mut dyn FnMut(Event)) -> boo
             Ok(r) => {
                 st.version(r.v, emit);
                 if kind == "reg" {
-                    reg(&r, emit);
+                    reg(r, emit);
                 }
                 true
             }
@@ -49,7 +49,8 @@ impl ShimState {
 
 /// Value of `"key":"value"` without parsing the whole object (fast dispatch).
 fn field_str<'a>(line: &'a str, pat: &str) -> Option<&'a str> {
-    let i = line.find(pat)? + pat.len();
+    static KIND: std::sync::LazyLock<memchr::memmem::Finder<'static>> = std::sync::LazyLock::new(|| memchr::memmem::Finder::new("\"kind\":\""));
+    let i = if pat == "\"kind\":\"" { KIND.find(line.as_bytes())? } else { line.find(pat)? } + pat.len();
     let end = line[i..].find('"')?;
     Some(&line[i..i + end])
 }
@@ -60,7 +61,7 @@ pub fn parse_hex(s: &str) -> Option<u64> {
     u64::from_str_radix(h, 16).ok()
 }
 
-fn reg(r: &Reg, emit: &mut dyn FnMut(Event)) {
+fn reg(r: Reg, emit: &mut dyn FnMut(Event)) {
     if r.probe {
         return;
     }
@@ -77,10 +78,10 @@ fn reg(r: &Reg, emit: &mut dyn FnMut(Event)) {
     let over = matches!((r.memlock_soft, r.length), (Some(m), Some(l)) if r.registered_bytes.saturating_add(l) > m);
     emit(Event::Reg(RegEv {
         lib: Some(Lib::Shim),
-        host: Some(r.host.clone()),
+        host: Some(r.host),
         pid: Some(r.pid),
         rank: r.rank,
-        call: r.call.clone(),
+        call: r.call,
         ok: r.result == "ok",
         errno: r.errno,
         mem,
@@ -93,7 +94,7 @@ fn reg(r: &Reg, emit: &mut dyn FnMut(Event)) {
         memlock,
         time_ns: Some(r.time_ns),
         injected: r.injected,
-        strategy: r.strategy.clone(),
+        strategy: r.strategy,
         attempt: r.attempt,
         ..Default::default()
     }));

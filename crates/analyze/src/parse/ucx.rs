@@ -51,7 +51,9 @@ pub fn flush(ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) {
 
 pub fn parse(line: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Event)) -> bool {
     let Some((ts, host, pid, m)) = header(line) else { return false };
-    ctx.host = Some(host.to_string());
+    if ctx.host.as_deref() != Some(host) {
+        ctx.host = Some(host.to_string());
+    }
     if m.starts_with("failed to register address") {
         if let Some(ev) = ctx.ucx_pending.as_mut() {
             let cuda = m.contains("mem_type bit 0x2") || m.contains("mem_type bit 0x4") || m.contains("(cuda") || m.contains("mem_type bit 0x8") || m.contains("(rocm");
