@@ -46,6 +46,22 @@ fn nccl_memlock_on_one_host() {
 }
 
 #[test]
+fn open_mpi_locked_memory_help_text() {
+    let f = top(&["memlock-limit/ompi-openib-memlock.log"]);
+    assert_eq!(f["category"], "memlock-limit");
+    assert_eq!(strs(&f["hosts"]), ["comp003"]);
+    assert!(f["explanation"].as_str().unwrap().contains("64 KiB"));
+}
+
+#[test]
+fn perftest_use_cuda_buffer() {
+    let f = top(&["gpu-peer-memory/perftest-use-cuda.log"]);
+    assert_eq!(f["category"], "gpu-peer-memory");
+    assert_eq!(f["errno"], "EFAULT");
+    assert!(f["fixes"].to_string().contains("nvidia_peermem"));
+}
+
+#[test]
 fn rccl_gpu_memory_without_peer_memory_module() {
     let f = top(&["gpu-peer-memory/rccl-amd-no-peermem.log", "gpu-peer-memory/mi-a.doctor.json"]);
     assert_eq!(f["category"], "gpu-peer-memory");

@@ -11,7 +11,7 @@ pub fn memlock() -> Vec<String> {
         "systemd services (slurmd, containerd, your trainer): LimitMEMLOCK=infinity in the unit, then `systemctl daemon-reload` and restart",
         "Docker: `docker run --ulimit memlock=-1:-1 ...`; Kubernetes: securityContext.capabilities.add: [IPC_LOCK] and a runtime with unlimited memlock",
         "Slurm: remove `ulimit -l 64` (or any small memlock) from the prolog/TaskProlog and set PropagateResourceLimits so the submit host's unlimited limit reaches the job",
-        "Open MPI: mpirun -x LD_PRELOAD is not enough — the limit must be raised on every node before the daemons start",
+        "Open MPI / PMIx launchers: raise the limit on every node before the launcher daemons (orted, prted, slurmd) start; processes inherit it from them",
     ])
 }
 

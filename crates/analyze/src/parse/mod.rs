@@ -22,6 +22,8 @@ pub struct FileCtx {
     pub perf_ro: Option<bool>,
     pub ucx_pending: Option<RegEv>,
     pub perf_pending: Option<RegEv>,
+    /// Inside Open MPI's "failed ... to allocate some locked memory" help text.
+    pub ompi_lockwarn: bool,
 }
 
 /// The registration entry points mrshim knows.
@@ -44,7 +46,7 @@ pub struct Parser {
 
 const NEEDLES: &[&str] = &[
     "NCCL", "MCCL", "RCCL", "UCX", "ibv_", "libibverbs", "mlx5", "umem", "infiniband", "MR", "ulimit", "GDR",
-    "GPUDirect", "GPU Direct", "OpenFabrics", "openib", "Local host:", "Hostname:", "Memlock", "DMAR", "IO_PAGE_FAULT",
+    "GPUDirect", "GPU Direct", "OpenFabrics", "openib", "Local host:", "Hostname:", "Memlock", "locked memory", "DMAR", "IO_PAGE_FAULT",
     "AER:", "PCIe", "peermem", "peer_mem", "Open MPI", "cuMemAlloc", "hipMalloc", "initializing ", "ERRNO:",
     "#bytes", "failed to create mr", "MRSHIM_", "P2P", "显存", "版本", "TCP", "kernel:", "Max locked memory",
 ];

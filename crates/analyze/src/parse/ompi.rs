@@ -23,6 +23,7 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
         return true;
     }
     if t.contains("allocate some locked memory") || t.contains("limit on locked memory") || (t.contains("OpenFabrics") && t.contains("locked memory")) {
+        ctx.ompi_lockwarn = true;
         emit(fact(Fact::Flag(Flag::LockedMemWarn)));
         return true;
     }
@@ -31,8 +32,15 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
         return true;
     }
     if let Some(v) = t.strip_prefix("Memlock limit:") {
-        if let Ok(n) = v.trim().parse::<u64>() {
+        let v = v.trim();
+        if let Ok(n) = v.parse::<u64>() {
             emit(fact(Fact::Memlock(Some(n))));
+        } else if v == "unlimited" {
+            emit(fact(Fact::Memlock(None)));
+        }
+        // the help text ends the failed allocation: count it as the failed registration it was
+        if std::mem::take(&mut ctx.ompi_lockwarn) {
+            emit(Event::Reg(RegEv { lib: Some(Lib::Ompi), host: host.clone(), call: "ibv_reg_mr".into(), ..Default::default() }));
         }
         return true;
     }
