@@ -152,3 +152,16 @@ fn read_stream(name: &str, mut r: Box<dyn std::io::BufRead>, parser: &mut parse:
     f.truncated_lines = lines.truncated;
 }
 
+
+/// The fuzz harness (fuzz/fuzz_targets/parse.rs and the stable smoke test): analyzes `data` as a file,
+/// plain or gzip, and renders every output. Must never panic.
+pub fn fuzz_one(data: &[u8]) {
+    let mut r: Box<dyn std::io::BufRead> = Box::new(std::io::Cursor::new(data.to_vec()));
+    if data.starts_with(&[0x1f, 0x8b]) {
+        r = Box::new(std::io::BufReader::new(flate2::bufread::MultiGzDecoder::new(std::io::Cursor::new(data.to_vec()))));
+    }
+    let a = analyze_readers(vec![("fuzz".into(), r)]);
+    let _ = render::human::render(&a, true);
+    let _ = render::json::to_string(&a);
+    let _ = render::html::render(&a);
+}
