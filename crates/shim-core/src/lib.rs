@@ -11,6 +11,7 @@
 
 pub mod config;
 pub mod ident;
+pub mod line;
 pub mod log;
 pub mod maps;
 
@@ -138,33 +139,50 @@ impl MrTable {
     fn shard(&self, mr: usize) -> &Mutex<HashMap<usize, (u64, u64)>> {
         &self.shards[(mr >> 4) % SHARDS]
     }
-    fn insert(&self, mr: usize, len: u64, seq: u64) -> u64 {
-        if let Ok(mut g) = self.shard(mr).lock() {
-            g.insert(mr, (len, seq));
+    /// `track`: remember the MR (for `reg_seq` in dereg records); else only count bytes.
+    fn insert(&self, mr: usize, len: u64, seq: u64, track: bool) -> u64 {
+        if track {
+            if let Ok(mut g) = self.shard(mr).lock() {
+                g.insert(mr, (len, seq));
+            }
         }
-        let now = self.bytes.fetch_add(len, Relaxed) + len;
-        self.peak.fetch_max(now, Relaxed);
-        now
+        let now = self.bytes.fetch_add(len, Relaxed).wrapping_add(len);
+        // a plain load first: the peak is rarely exceeded, and fetch_max is a CAS loop
+        if (now as i64) > 0 && now > self.peak.load(Relaxed) {
+            self.peak.fetch_max(now, Relaxed);
+        }
+        clamp(now)
     }
     fn get(&self, mr: usize) -> Option<(u64, u64)> {
         self.shard(mr).lock().ok()?.get(&mr).copied()
     }
-    fn remove(&self, mr: usize) -> u64 {
-        let e = self.shard(mr).lock().ok().and_then(|mut g| g.remove(&mr));
-        match e {
-            Some((len, _)) => {
-                let mut cur = self.bytes.load(Relaxed);
-                loop {
-                    let new = cur.saturating_sub(len);
-                    match self.bytes.compare_exchange_weak(cur, new, Relaxed, Relaxed) {
-                        Ok(_) => return new,
-                        Err(c) => cur = c,
-                    }
-                }
+    /// Returns the registered bytes after removing `mr` (`len_hint`: its length as the MR says,
+    /// used when not tracking).
+    fn remove(&self, mr: usize, len_hint: u64, track: bool) -> u64 {
+        let len = if track {
+            match self.shard(mr).lock().ok().and_then(|mut g| g.remove(&mr)) {
+                Some((len, _)) => len,
+                None => return self.current(),
             }
-            None => self.bytes.load(Relaxed),
-        }
+        } else {
+            len_hint
+        };
+        // wrapping arithmetic (one fetch_sub); readers clamp a transiently negative total to 0
+        clamp(self.bytes.fetch_sub(len, Relaxed).wrapping_sub(len))
     }
+    fn current(&self) -> u64 {
+        clamp(self.bytes.load(Relaxed))
+    }
+}
+
+/// Registered-bytes totals are kept as wrapping u64 so that add/sub are single RMWs; a dereg of
+/// an MR the shim never saw registered could push it "below 0": report that as 0.
+fn clamp(v: u64) -> u64 {
+    if (v as i64) < 0 { 0 } else { v }
+}
+
+thread_local! {
+    static LINE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 static FORK_GEN: AtomicU32 = AtomicU32::new(0);
@@ -195,10 +213,6 @@ fn rlimit_memlock() -> (Option<u64>, Option<u64>) {
     }
     let f = |v: libc::rlim_t| (v != libc::RLIM_INFINITY).then_some(v as u64);
     (f(r.rlim_cur), f(r.rlim_max))
-}
-
-fn hex(v: u64) -> String {
-    format!("{v:#x}")
 }
 
 /// The shim's state for this process.
@@ -282,11 +296,11 @@ impl Shim {
     pub fn call(&self, args: &RegArgs, backend: &dyn Backend) -> Outcome {
         let Some(cfg) = &self.cfg else { return backend.invoke(args) };
         let recording = self.log.enabled();
-        let seq = self.seq.fetch_add(1, Relaxed);
+        let seq = if recording { self.seq.fetch_add(1, Relaxed) } else { 0 };
         let (wall, t0) = if recording { (SystemTime::now(), Some(Instant::now())) } else { (UNIX_EPOCH, None) };
         // For dereg, what is about to go away must be read before the call.
-        let before = if args.call() == Call::DeregMr { self.mrs.get(args.mr) } else { None };
-        let registered_before = self.mrs.bytes.load(Relaxed);
+        let before = if recording && args.call() == Call::DeregMr { self.mrs.get(args.mr) } else { None };
+        let registered_before = self.mrs.current();
 
         let out = backend.invoke(args);
         let dur = t0.map_or(0, |t| t.elapsed().as_nanos() as u64);
@@ -324,12 +338,13 @@ impl Shim {
                 *m.entry((call, out.err)).or_default() += 1;
             }
         }
+        let recording = self.log.enabled();
         let registered_after = if out.ok() && !probe {
             if call == Call::DeregMr {
-                self.mrs.remove(a.mr)
+                self.mrs.remove(a.mr, a.length, recording)
             } else {
                 self.stats.bytes_total.fetch_add(a.length, Relaxed);
-                self.mrs.insert(out.mr, a.length, seq)
+                self.mrs.insert(out.mr, a.length, seq, recording)
             }
         } else {
             registered_before
@@ -338,65 +353,83 @@ impl Shim {
         if failed && cfg.warn {
             stderr_line(&self.warn_line(a, out));
         }
-        if !self.log.enabled() || (cfg.level == Level::Failures && out.ok() && !probe) {
+        if !recording || (cfg.level == Level::Failures && out.ok() && !probe) {
             return;
         }
-        let mut r = self.base(if call == Call::DeregMr { Kind::Dereg } else { Kind::Reg }, wall);
-        r.seq = seq;
-        r.call = call.name().into();
-        r.symbol_version = a.symbol_version.map(Into::into);
-        if a.pd != 0 {
-            r.pd = Some(hex(a.pd as u64));
-            r.device = backend.device_name(a.pd);
-        }
-        if call == Call::DeregMr {
-            r.mr = Some(hex(a.mr as u64));
-            r.reg_seq = before.map(|b| b.1);
+        let device = if a.pd != 0 { backend.device_name(a.pd) } else { None };
+        let dereg = call == Call::DeregMr;
+        let mut l = line::RegLine {
+            dereg,
+            seq,
+            time_ns: wall.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64),
+            host: &self.host,
+            pid: self.pid.load(Relaxed),
+            tid: tid(),
+            rank: self.rank.map(|r| r.0),
+            local_rank: self.local_rank.map(|r| r.0),
+            call: call.name(),
+            symbol_version: a.symbol_version,
+            device: device.as_deref(),
+            pd: (a.pd != 0).then_some(a.pd as u64),
+            registered_bytes: registered_before,
+            registered_bytes_after: Some(registered_after),
+            ok: out.ok(),
+            duration_ns: dur,
+            probe,
+            ..Default::default()
+        };
+        if dereg {
+            l.mr = Some(a.mr as u64);
+            l.reg_seq = before.map(|b| b.1);
             if a.addr != 0 || a.length != 0 {
-                r.addr = Some(hex(a.addr));
-                r.length = Some(a.length);
+                l.addr = Some(a.addr);
+                l.length = Some(a.length);
             }
         } else {
-            r.addr = Some(hex(a.addr));
-            r.length = Some(a.length);
-            r.addr_page_offset = Some(a.addr % self.page);
-            r.addr_align = Some(a.addr & a.addr.wrapping_neg());
+            l.addr = Some(a.addr);
+            l.length = Some(a.length);
+            l.addr_page_offset = Some(a.addr % self.page);
+            l.addr_align = Some(a.addr & a.addr.wrapping_neg());
             if let Some(iova) = a.iova {
-                r.iova = Some(hex(iova));
-                r.iova_page_offset = Some(iova % self.page);
+                l.iova = Some(iova);
+                l.iova_page_offset = Some(iova % self.page);
             }
-            r.access = Some(a.access);
-            r.access_names = mrshim_verbs::access::names(a.access);
-            r.relaxed_ordering = a.access & mrshim_verbs::access::RELAXED_ORDERING != 0;
-            r.dmabuf_fd = a.dmabuf_fd;
-            r.dmabuf_offset = a.dmabuf_offset;
+            l.access = Some(a.access);
+            l.dmabuf_fd = a.dmabuf_fd;
+            l.dmabuf_offset = a.dmabuf_offset;
             if a.dmabuf_fd.is_some() {
-                r.mem_kind = Some(if probe { MemKind::Unknown } else { MemKind::Device });
+                l.mem_kind = Some(if probe { MemKind::Unknown } else { MemKind::Device });
             } else {
-                let l = self.maps.classify(a.addr, a.length, !out.ok());
-                r.mem_kind = Some(l.kind);
-                r.mem_region = l.path;
-                r.mem_fully_mapped = Some(l.fully_mapped);
+                let m = self.maps.classify(a.addr, a.length, !out.ok());
+                l.mem_kind = Some(m.kind);
+                l.mem_region = m.path;
+                l.mem_fully_mapped = Some(m.fully_mapped);
             }
             let (s, h) = rlimit_memlock();
-            r.memlock_soft = s;
-            r.memlock_hard = h;
+            l.memlock_soft = s;
+            l.memlock_hard = h;
             if out.ok() {
-                r.mr = Some(hex(out.mr as u64));
-                r.lkey = Some(out.lkey);
-                r.rkey = Some(out.rkey);
+                l.mr = Some(out.mr as u64);
+                l.lkey = Some(out.lkey);
+                l.rkey = Some(out.rkey);
             }
         }
-        r.registered_bytes = registered_before;
-        r.registered_bytes_after = Some(registered_after);
-        r.result = if out.ok() { "ok".into() } else { "error".into() };
         if !out.ok() {
-            r.errno = Some(out.err);
-            r.errno_name = mrshim_verbs::errno::name(out.err).map(Into::into);
+            l.errno = Some(out.err);
+            l.errno_name = mrshim_verbs::errno::name(out.err);
         }
-        r.duration_ns = dur;
-        r.probe = probe;
-        self.emit(&r);
+        let written = LINE.try_with(|b| {
+            let Ok(mut b) = b.try_borrow_mut() else { return false };
+            b.clear();
+            l.write(&mut b);
+            self.emit_bytes(&b);
+            true
+        });
+        if written != Ok(true) {
+            let mut b = Vec::with_capacity(1024);
+            l.write(&mut b);
+            self.emit_bytes(&b);
+        }
     }
 
     fn base(&self, kind: Kind, wall: SystemTime) -> Reg {
@@ -414,10 +447,13 @@ impl Shim {
     }
 
     fn emit(&self, r: &Reg) {
-        let line = r.to_line();
+        self.emit_bytes(r.to_line().as_bytes());
+    }
+
+    fn emit_bytes(&self, line: &[u8]) {
         let first = || self.config_record().to_line().into_bytes();
         let ctx = log::OpenCtx { host: &self.host, pid: self.pid.load(Relaxed), rank: self.rank.map(|r| r.0), first_line: &first };
-        self.log.write_line(line.as_bytes(), &ctx);
+        self.log.write_line(line, &ctx);
     }
 
     /// The first line of every log: version, executable, environment, effective settings.
@@ -509,7 +545,7 @@ impl Shim {
             probes: self.stats.probes.load(Relaxed),
             by_call,
             bytes_registered_total: self.stats.bytes_total.load(Relaxed),
-            registered_bytes: self.mrs.bytes.load(Relaxed),
+            registered_bytes: self.mrs.current(),
             peak_registered_bytes: self.mrs.peak.load(Relaxed),
             records_written: self.log.written.load(Relaxed),
             records_lost: self.log.lost.load(Relaxed),

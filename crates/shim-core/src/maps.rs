@@ -6,6 +6,7 @@
 
 use mrshim_record::MemKind;
 use std::sync::{Arc, Mutex};
+
 use std::time::{Duration, Instant};
 
 pub const MAX_AGE: Duration = Duration::from_secs(1);
@@ -17,12 +18,12 @@ pub struct Region {
     pub readable: bool,
     pub writable: bool,
     pub shared: bool,
-    pub path: String,
+    pub path: Arc<str>,
 }
 
 impl Region {
     pub fn kind(&self) -> MemKind {
-        let p = self.path.as_str();
+        let p: &str = &self.path;
         if p.contains("anon_hugepage") || p.starts_with("/dev/hugepages") || p.starts_with("/hugetlbfs") {
             MemKind::Hugepage
         } else if p.is_empty() || p == "[heap]" || p.starts_with("[anon") {
@@ -64,7 +65,7 @@ pub fn parse(text: &str) -> Vec<Region> {
             readable: pb[0] == b'r',
             writable: pb[1] == b'w',
             shared: pb[3] == b's',
-            path: path.to_string(),
+            path: Arc::from(path),
         });
     }
     v.sort_by_key(|r| r.start);
@@ -75,7 +76,7 @@ pub fn parse(text: &str) -> Vec<Region> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lookup {
     pub kind: MemKind,
-    pub path: Option<String>,
+    pub path: Option<Arc<str>>,
     /// false when some byte of the range is not mapped.
     pub fully_mapped: bool,
 }
