@@ -66,7 +66,7 @@ impl Parser {
             return false;
         }
         if t.starts_with('{') {
-            if shim::parse(t, &mut self.shim, emit) {
+            if shim::parse(t, &mut self.shim, lineno, emit) {
                 return true;
             }
         }

@@ -7,14 +7,14 @@ use serde_json::Value;
 const IBV_ACCESS_RELAXED_ORDERING: u32 = 1 << 20;
 
 /// Parses one record line. Returns false if it is not a shim record at all (caller may try other formats).
-pub fn parse(line: &str, st: &mut ShimState, emit: &mut dyn FnMut(Event)) -> bool {
+pub fn parse(line: &str, st: &mut ShimState, lineno: u64, emit: &mut dyn FnMut(Event)) -> bool {
     let Some(kind) = field_str(line, "\"kind\":\"") else { return false };
     match kind {
         "reg" | "dereg" => match serde_json::from_str::<Reg>(line) {
             Ok(r) => {
                 st.version(r.v, emit);
                 if kind == "reg" {
-                    reg(r, emit);
+                    reg(r, lineno, emit);
                 }
                 true
             }
@@ -61,10 +61,42 @@ pub fn parse_hex(s: &str) -> Option<u64> {
     u64::from_str_radix(h, 16).ok()
 }
 
-fn reg(r: Reg, emit: &mut dyn FnMut(Event)) {
+/// A failed record as a reader wants to see it in the evidence, instead of the raw JSON.
+fn describe(r: &Reg) -> String {
+    let mut s = format!("{}", r.host);
+    match r.rank {
+        Some(rank) => s.push_str(&format!(" rank {rank}: ")),
+        None => s.push_str(&format!(" pid {}: ", r.pid)),
+    }
+    s.push_str(&r.call);
+    if let Some(l) = r.length {
+        s.push_str(&format!(" {}", crate::findings::human_size(l)));
+    }
+    let kind = r.mem_kind.and_then(|m| serde_json::to_value(m).ok()).and_then(|v| v.as_str().map(String::from)).unwrap_or_else(|| "unknown".into());
+    s.push_str(&format!(" {kind}"));
+    if let Some(a) = r.access {
+        s.push_str(&format!(" access={a:#x}"));
+    }
+    if let Some(e) = r.errno {
+        s.push_str(&format!(" -> {}", r.errno_name.clone().unwrap_or_else(|| crate::errno::name(e))));
+    }
+    if let Some(m) = r.memlock_soft {
+        s.push_str(&format!(", memlock {}", crate::findings::human_size(m)));
+    }
+    if r.injected {
+        s.push_str(", injected");
+    }
+    if let Some(a) = &r.addr {
+        s.push_str(&format!(", addr {a}"));
+    }
+    s
+}
+
+fn reg(r: Reg, lineno: u64, emit: &mut dyn FnMut(Event)) {
     if r.probe {
         return;
     }
+    let evid = (r.result != "ok").then(|| (lineno, describe(&r)));
     let addr = r.addr.as_deref().and_then(parse_hex);
     let relaxed = r.relaxed_ordering || r.access.map(|a| a & IBV_ACCESS_RELAXED_ORDERING != 0).unwrap_or(false);
     let iova_misaligned = r.call.contains("iova") && matches!((r.iova_page_offset, r.addr_page_offset), (Some(a), Some(b)) if a != b);
@@ -96,6 +128,7 @@ fn reg(r: Reg, emit: &mut dyn FnMut(Event)) {
         injected: r.injected,
         strategy: r.strategy,
         attempt: r.attempt,
+        evid,
         ..Default::default()
     }));
 }

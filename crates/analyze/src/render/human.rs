@@ -105,7 +105,13 @@ pub fn render(a: &Analysis, color: bool) -> String {
             let _ = writeln!(o, "   evidence:");
             for e in &f.evidence {
                 let loc = format!("{}:{}", short_path(&e.file), e.line);
-                let _ = writeln!(o, "     {}", clip(&format!("{loc}  {}", e.text), W - 5));
+                let one = format!("{loc}  {}", e.text);
+                if width(&one) <= W - 5 {
+                    let _ = writeln!(o, "     {one}");
+                } else {
+                    let _ = writeln!(o, "     {}", clip(&loc, W - 5));
+                    let _ = writeln!(o, "       {}", clip(&e.text, W - 7));
+                }
             }
         }
         let _ = writeln!(o, "   fix:");
