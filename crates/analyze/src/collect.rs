@@ -285,9 +285,6 @@ impl Collector {
                     run.evid = Some(mk());
                 }
             }
-            if r.relaxed.is_some() && run.ro.is_none() {
-                run.ro = r.relaxed;
-            }
         }
         let lib = r.lib.unwrap_or(Lib::Text);
         {
