@@ -119,13 +119,23 @@ pub enum Fact {
 #[derive(Debug, Clone)]
 pub enum Event {
     Reg(RegEv),
-    Fact { lib: Lib, host: Option<String>, pid: Option<u32>, fact: Fact },
+    Fact {
+        lib: Lib,
+        host: Option<String>,
+        pid: Option<u32>,
+        fact: Fact,
+    },
     /// Something the reader should know about the input (newer schema, unparsable record...).
     Note(String),
 }
 
 impl Event {
     pub fn fact(lib: Lib, host: Option<&str>, pid: Option<u32>, fact: Fact) -> Event {
-        Event::Fact { lib, host: host.map(String::from), pid, fact }
+        Event::Fact {
+            lib,
+            host: host.map(String::from),
+            pid,
+            fact,
+        }
     }
 }

@@ -53,7 +53,10 @@ pub struct View<'a> {
 }
 
 fn is_host_mem(m: Option<MemKind>) -> bool {
-    matches!(m, Some(MemKind::HostAnon | MemKind::HostStack | MemKind::Hugepage | MemKind::FileWritable))
+    matches!(
+        m,
+        Some(MemKind::HostAnon | MemKind::HostStack | MemKind::Hugepage | MemKind::FileWritable)
+    )
 }
 fn unknown_mem(m: Option<MemKind>) -> bool {
     matches!(m, None | Some(MemKind::Unknown))
@@ -69,16 +72,33 @@ impl<'a> View<'a> {
         fails.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(b.0)));
         oks.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(b.0)));
         let mccl = c.hosts.values().any(|h| h.libs.contains(&Lib::Mccl));
-        View { c, fails, oks, runs: c.resolved_runs(), prefix: if mccl { "MCCL" } else { "NCCL" } }
+        View {
+            c,
+            fails,
+            oks,
+            runs: c.resolved_runs(),
+            prefix: if mccl { "MCCL" } else { "NCCL" },
+        }
     }
     fn flag(&self, f: Flag) -> Option<&'a Evid> {
-        self.c.hosts.values().find_map(|h| h.flags.get(&f).map(|x| &x.1))
+        self.c
+            .hosts
+            .values()
+            .find_map(|h| h.flags.get(&f).map(|x| &x.1))
     }
     fn fail_where(&self, p: impl Fn(&GroupKey, &Group) -> bool) -> Vec<G<'a>> {
-        self.fails.iter().copied().filter(|(k, g)| p(k, g)).collect()
+        self.fails
+            .iter()
+            .copied()
+            .filter(|(k, g)| p(k, g))
+            .collect()
     }
     fn ok_where(&self, p: impl Fn(&GroupKey) -> bool) -> u64 {
-        self.oks.iter().filter(|(k, _)| p(k)).map(|g| g.1.count).sum()
+        self.oks
+            .iter()
+            .filter(|(k, _)| p(k))
+            .map(|g| g.1.count)
+            .sum()
     }
     fn fail_hosts(&self) -> BTreeSet<&'a str> {
         self.fails.iter().map(|g| g.0.host.as_str()).collect()
@@ -86,8 +106,18 @@ impl<'a> View<'a> {
     /// Hosts that registered fine and never failed.
     fn good_hosts(&self) -> BTreeSet<&'a str> {
         let f = self.fail_hosts();
-        let done = self.c.runs.values().filter(|r| View::completed(r)).filter_map(|r| r.host.as_deref());
-        self.oks.iter().map(|g| g.0.host.as_str()).chain(done).filter(|h| !h.is_empty() && !f.contains(h)).collect()
+        let done = self
+            .c
+            .runs
+            .values()
+            .filter(|r| View::completed(r))
+            .filter_map(|r| r.host.as_deref());
+        self.oks
+            .iter()
+            .map(|g| g.0.host.as_str())
+            .chain(done)
+            .filter(|h| !h.is_empty() && !f.contains(h))
+            .collect()
     }
     fn errno_count(&self, e: i32) -> u64 {
         sum(&self.fail_where(|k, _| k.errno == Some(e)))
@@ -102,13 +132,20 @@ impl<'a> View<'a> {
     }
     fn memlock_evid(&self, host: &str) -> Option<Evid> {
         let hf = self.c.hosts.get(host)?;
-        hf.memlock.iter().find(|(k, _)| k.is_some()).or_else(|| hf.memlock.iter().next()).map(|(_, e)| e.clone())
+        hf.memlock
+            .iter()
+            .find(|(k, _)| k.is_some())
+            .or_else(|| hf.memlock.iter().next())
+            .map(|(_, e)| e.clone())
     }
     fn gdr_context(&self) -> bool {
         self.flag(Flag::GdrOn).is_some()
             || self.flag(Flag::GpuContext).is_some()
             || self.runs.iter().any(|r| r.gdr == Some(true))
-            || self.fails.iter().any(|g| matches!(g.0.lib, Lib::Mccl | Lib::Rccl))
+            || self
+                .fails
+                .iter()
+                .any(|g| matches!(g.0.lib, Lib::Mccl | Lib::Rccl))
     }
     fn completed(r: &Run) -> bool {
         r.failed == 0 && (r.done || r.ok_regs > 0)
@@ -127,7 +164,15 @@ struct Cand<'a> {
 
 impl<'a> Cand<'a> {
     fn new(cat: &'static str) -> Self {
-        Cand { cat, score: 0.0, groups: vec![], facts: vec![], why: vec![], fixes: vec![], retry: None }
+        Cand {
+            cat,
+            score: 0.0,
+            groups: vec![],
+            facts: vec![],
+            why: vec![],
+            fixes: vec![],
+            retry: None,
+        }
     }
     fn add(&mut self, w: f64, why: impl Into<String>, e: Option<&Evid>) {
         self.score += w;
@@ -151,7 +196,7 @@ fn errnos_of(gs: &[G]) -> Vec<(i32, u64)> {
         }
     }
     let mut v: Vec<(i32, u64)> = m.into_iter().collect();
-    v.sort_by(|a, b| b.1.cmp(&a.1));
+    v.sort_by_key(|x| std::cmp::Reverse(x.1));
     v
 }
 
@@ -160,7 +205,10 @@ fn describe_errnos(gs: &[G]) -> String {
     if v.is_empty() {
         return "an unreported errno".into();
     }
-    v.iter().map(|(e, _)| format!("{} ({})", errno::name(*e), errno::text(*e))).collect::<Vec<_>>().join(", ")
+    v.iter()
+        .map(|(e, _)| format!("{} ({})", errno::name(*e), errno::text(*e)))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn calls_of(gs: &[G]) -> Vec<String> {
@@ -208,16 +256,30 @@ fn gpu_peer_memory<'a>(v: &View<'a>) -> Cand<'a> {
     let ok_host = v.ok_where(|k| is_host_mem(k.mem));
     let ok_dev = v.ok_where(|k| k.mem == Some(MemKind::Device));
     let gdr = v.gdr_context();
-    let gdr_off_ok = v.runs.iter().filter(|r| r.gdr == Some(false) && View::completed(r)).count();
+    let gdr_off_ok = v
+        .runs
+        .iter()
+        .filter(|r| r.gdr == Some(false) && View::completed(r))
+        .count();
     if !device.is_empty() {
-        c.add(3.0, format!("{} registration(s) of GPU (device) memory failed with {}.", sum(&device), describe_errnos(&device)), None);
+        c.add(
+            3.0,
+            format!(
+                "{} registration(s) of GPU (device) memory failed with {}.",
+                sum(&device),
+                describe_errnos(&device)
+            ),
+            None,
+        );
         c.groups.extend(device.iter().copied());
         if ok_host > 0 {
             c.add(1.0, format!("Host memory registered fine ({ok_host} time(s)): the NIC and verbs stack work, GPU memory does not."), None);
         }
         if ok_dev > 0 {
             c.score -= 1.0;
-            c.why.push(format!("Note: {ok_dev} device-memory registration(s) did succeed."));
+            c.why.push(format!(
+                "Note: {ok_dev} device-memory registration(s) did succeed."
+            ));
         }
     } else if gdr && !unknown.is_empty() {
         let enomem = errnos_of(&unknown).first().map(|x| x.0) == Some(ENOMEM);
@@ -227,7 +289,14 @@ fn gpu_peer_memory<'a>(v: &View<'a>) -> Cand<'a> {
         return c;
     }
     if gdr_off_ok > 0 {
-        c.add(2.0, "A run with GPUDirect RDMA off completed: registering GPU memory is what fails.", v.runs.iter().find(|r| r.gdr == Some(false) && View::completed(r)).and_then(|r| r.evid.as_ref()));
+        c.add(
+            2.0,
+            "A run with GPUDirect RDMA off completed: registering GPU memory is what fails.",
+            v.runs
+                .iter()
+                .find(|r| r.gdr == Some(false) && View::completed(r))
+                .and_then(|r| r.evid.as_ref()),
+        );
     } else if let Some(e) = v.flag(Flag::GdrOffWorks) {
         c.add(2.0, "With GDR off (buffers in system memory) the job works: registering GPU memory is what fails.", Some(e));
     }
@@ -236,7 +305,8 @@ fn gpu_peer_memory<'a>(v: &View<'a>) -> Cand<'a> {
     }
     let calls: BTreeSet<&str> = c.groups.iter().map(|g| g.0.call.as_str()).collect();
     let both = calls.iter().any(|c| c.contains("iova")) && calls.contains("ibv_reg_mr");
-    let ro_off_fail = v.runs.iter().any(|r| r.ro == Some(false) && r.failed > 0) || c.groups.iter().any(|g| g.0.relaxed == Some(false));
+    let ro_off_fail = v.runs.iter().any(|r| r.ro == Some(false) && r.failed > 0)
+        || c.groups.iter().any(|g| g.0.relaxed == Some(false));
     let ro_still = v.flag(Flag::RoOffStillFails);
     if both || ro_off_fail || ro_still.is_some() {
         let mut s = String::from("Relaxed ordering is not the cause: ");
@@ -276,7 +346,7 @@ fn gpu_peer_memory<'a>(v: &View<'a>) -> Cand<'a> {
         }
     }
     c.fixes = fixes::gpu_peer_memory(p, efault);
-    c.retry = Some(if efault { "va-to-dmabuf,bounce" } else { "va-to-dmabuf,bounce" });
+    c.retry = Some("va-to-dmabuf,bounce");
     c
 }
 
@@ -301,7 +371,10 @@ fn memlock_limit<'a>(v: &View<'a>) -> Cand<'a> {
         }
     }
     let candidates = v.fail_where(|k, g| {
-        g.over_memlock > 0 || (matches!(k.errno, Some(ENOMEM) | Some(EPERM) | None) && (small.iter().any(|s| s.0 == k.host || s.0.is_empty()) || v.memlock(&k.host).is_none()))
+        g.over_memlock > 0
+            || (matches!(k.errno, Some(ENOMEM) | Some(EPERM) | None)
+                && (small.iter().any(|s| s.0 == k.host || s.0.is_empty())
+                    || v.memlock(&k.host).is_none()))
     });
     if candidates.is_empty() {
         return c;
@@ -309,7 +382,11 @@ fn memlock_limit<'a>(v: &View<'a>) -> Cand<'a> {
     c.groups = candidates;
     if let Some(&(h, m)) = small.iter().min_by_key(|s| s.1) {
         let w = if m < 1 << 30 { 2.5 } else { 1.0 };
-        let on = if h.is_empty() { String::new() } else { format!(" on {h}") };
+        let on = if h.is_empty() {
+            String::new()
+        } else {
+            format!(" on {h}")
+        };
         c.add(w, format!("The soft memlock limit{on} is {} (`ulimit -l`); RDMA pins every registered byte against it.", human_size(m)), v.memlock_evid(h).as_ref());
     }
     let enomem = v.errno_count(ENOMEM);
@@ -318,10 +395,18 @@ fn memlock_limit<'a>(v: &View<'a>) -> Cand<'a> {
         c.add(1.0, "The failures are ENOMEM, which is what the kernel returns when the pinned-memory limit is hit.", None);
     }
     if v.errno_count(EPERM) > 0 && small.iter().any(|s| s.1 == 0) {
-        c.add(1.0, "EPERM with a memlock limit of 0: the process may not pin memory at all.", None);
+        c.add(
+            1.0,
+            "EPERM with a memlock limit of 0: the process may not pin memory at all.",
+            None,
+        );
     }
     if let Some(e) = v.flag(Flag::LockedMemWarn) {
-        c.add(1.5, "Open MPI reported it could not allocate locked memory.", Some(e));
+        c.add(
+            1.5,
+            "Open MPI reported it could not allocate locked memory.",
+            Some(e),
+        );
     }
     if small.is_empty() && unlimited_hosts > 0 && over.is_empty() {
         c.score -= 3.0;
@@ -338,7 +423,14 @@ fn memlock_limit<'a>(v: &View<'a>) -> Cand<'a> {
         })
         .collect();
     if !small.is_empty() && !good_with_unlimited.is_empty() {
-        c.add(1.0, format!("{} registered fine with a larger limit.", good_with_unlimited.join(", ")), None);
+        c.add(
+            1.0,
+            format!(
+                "{} registered fine with a larger limit.",
+                good_with_unlimited.join(", ")
+            ),
+            None,
+        );
     }
     if c.groups.iter().any(|g| is_host_mem(g.0.mem)) {
         c.add(0.3, "", None);
@@ -359,15 +451,26 @@ fn resource_exhaustion<'a>(v: &View<'a>) -> Cand<'a> {
         c.add(3.0, "The mlx5 firmware refused to create more memory keys (CREATE_MKEY: limits exceeded): the NIC's MR/mkey resources are exhausted.", Some(e));
     }
     if let Some(e) = v.flag(Flag::KernelRegFail) {
-        c.add(1.5, "The NIC driver logged registration failures with ENOMEM in the kernel log.", Some(e));
+        c.add(
+            1.5,
+            "The NIC driver logged registration failures with ENOMEM in the kernel log.",
+            Some(e),
+        );
     }
     if let Some(e) = v.flag(Flag::RegLimitWarn) {
         c.add(1.5, "Open MPI warned that the driver only allows registering part of physical memory (MTT/mkey table too small).", Some(e));
     }
     let hosts = v.fail_hosts();
-    let unlimited = !hosts.is_empty() && hosts.iter().all(|h| v.memlock(h) == Some(None) || (v.memlock(h).is_none() && v.memlock("") == Some(None)));
+    let unlimited = !hosts.is_empty()
+        && hosts.iter().all(|h| {
+            v.memlock(h) == Some(None) || (v.memlock(h).is_none() && v.memlock("") == Some(None))
+        });
     if unlimited && v.errno_count(ENOMEM) > 0 {
-        c.add(1.5, "ENOMEM although memlock is unlimited: something other than RLIMIT_MEMLOCK ran out.", None);
+        c.add(
+            1.5,
+            "ENOMEM although memlock is unlimited: something other than RLIMIT_MEMLOCK ran out.",
+            None,
+        );
     }
     for hf in v.c.hosts.values() {
         if let Some((n, e)) = &hf.max_map_count {
@@ -378,7 +481,11 @@ fn resource_exhaustion<'a>(v: &View<'a>) -> Cand<'a> {
         }
     }
     if v.errno_count(EAGAIN) > 0 {
-        c.add(1.0, "EAGAIN: the device is temporarily out of resources.", None);
+        c.add(
+            1.0,
+            "EAGAIN: the device is temporarily out of resources.",
+            None,
+        );
     }
     let ok_on_fail_hosts = v.ok_where(|k| hosts.contains(k.host.as_str()));
     if ok_on_fail_hosts > 10_000 {
@@ -393,14 +500,18 @@ fn relaxed_ordering<'a>(v: &View<'a>) -> Cand<'a> {
     let mut c = Cand::new("relaxed-ordering");
     let p = v.prefix;
     let ro_fail = v.fail_where(|k, _| k.relaxed == Some(true));
-    let noro_fail = v.fail_where(|k, _| k.relaxed == Some(false) || (k.lib.is_ccl() && k.call == "ibv_reg_mr"));
+    let noro_fail =
+        v.fail_where(|k, _| k.relaxed == Some(false) || (k.lib.is_ccl() && k.call == "ibv_reg_mr"));
     let noro_ok = v.ok_where(|k| k.relaxed == Some(false));
     if !ro_fail.is_empty() && noro_fail.is_empty() && noro_ok > 0 {
         c.add(3.5, format!("{} registration(s) with IBV_ACCESS_RELAXED_ORDERING failed while {noro_ok} without it succeeded.", sum(&ro_fail)), None);
         c.groups = ro_fail.clone();
     }
     let on_fail = v.runs.iter().find(|r| r.ro == Some(true) && r.failed > 0);
-    let off_ok = v.runs.iter().find(|r| r.ro == Some(false) && View::completed(r));
+    let off_ok = v
+        .runs
+        .iter()
+        .find(|r| r.ro == Some(false) && View::completed(r));
     if let (Some(a), Some(b)) = (on_fail, off_ok) {
         c.add(3.0, format!("A run with relaxed ordering failed and a run with {p}_IB_PCI_RELAXED_ORDERING=0 completed."), b.evid.as_ref().or(a.evid.as_ref()));
     }
@@ -413,7 +524,10 @@ fn relaxed_ordering<'a>(v: &View<'a>) -> Cand<'a> {
             c.groups = iova_only;
         }
     }
-    if !noro_fail.is_empty() || v.flag(Flag::RoOffStillFails).is_some() || v.runs.iter().any(|r| r.ro == Some(false) && r.failed > 0) {
+    if !noro_fail.is_empty()
+        || v.flag(Flag::RoOffStillFails).is_some()
+        || v.runs.iter().any(|r| r.ro == Some(false) && r.failed > 0)
+    {
         c.score -= 4.0;
     }
     c.fixes = fixes::relaxed(p);
@@ -437,7 +551,10 @@ const WRITE_BITS: u32 = 0x1 | 0x2 | 0x8;
 
 fn access_flags<'a>(v: &View<'a>) -> Cand<'a> {
     let mut c = Cand::new("access-flags");
-    let ro = v.fail_where(|k, g| k.mem == Some(MemKind::FileReadonly) && (g.access.is_empty() || g.access.iter().any(|a| a & WRITE_BITS != 0)));
+    let ro = v.fail_where(|k, g| {
+        k.mem == Some(MemKind::FileReadonly)
+            && (g.access.is_empty() || g.access.iter().any(|a| a & WRITE_BITS != 0))
+    });
     if !ro.is_empty() {
         c.add(3.5, format!("{} registration(s) of a read-only file mapping asked for write access ({}); the kernel cannot pin read-only pages for writing.", sum(&ro), describe_errnos(&ro)), None);
         c.groups.extend(ro.iter().copied());
@@ -461,24 +578,42 @@ fn version_mismatch<'a>(v: &View<'a>) -> Cand<'a> {
         c.add(2.0, "libibverbs found no user-space provider for the device (missing or mismatched rdma-core providers).", Some(e));
     }
     if let Some(e) = v.flag(Flag::VersionMismatchProse) {
-        c.add(1.5, "The report says the kernel driver and the user-space RDMA libraries do not match.", Some(e));
+        c.add(
+            1.5,
+            "The report says the kernel driver and the user-space RDMA libraries do not match.",
+            Some(e),
+        );
     }
     if let Some(e) = v.flag(Flag::DriverLoadFail) {
         c.add(0.3, "libibverbs could not load some provider drivers (often harmless, but check the one for your NIC).", Some(e));
     }
     if let Some(e) = v.flag(Flag::DmabufUnsupported) {
-        c.add(0.5, "ibv_reg_dmabuf_mr is not supported: the driver/rdma-core is too old for dmabuf.", Some(e));
+        c.add(
+            0.5,
+            "ibv_reg_dmabuf_mr is not supported: the driver/rdma-core is too old for dmabuf.",
+            Some(e),
+        );
     }
     // versions that differ between a failing and a working host
     let fails = v.fail_hosts();
     let good = v.good_hosts();
     for f in &fails {
         for g in &good {
-            let (Some(a), Some(b)) = (v.c.hosts.get(*f), v.c.hosts.get(*g)) else { continue };
+            let (Some(a), Some(b)) = (v.c.hosts.get(*f), v.c.hosts.get(*g)) else {
+                continue;
+            };
             for (name, va) in &a.versions {
                 if let Some(vb) = b.versions.get(name) {
                     if va != vb {
-                        c.add(2.0, format!("{name} differs: {f} has {}, {g} has {}.", join(va), join(vb)), None);
+                        c.add(
+                            2.0,
+                            format!(
+                                "{name} differs: {f} has {}, {g} has {}.",
+                                join(va),
+                                join(vb)
+                            ),
+                            None,
+                        );
                     }
                 }
             }
@@ -499,7 +634,14 @@ fn address_invalid<'a>(v: &View<'a>) -> Cand<'a> {
     let mut c = Cand::new("address-invalid");
     let unm = v.fail_where(|k, _| k.mem == Some(MemKind::Unmapped));
     if !unm.is_empty() {
-        c.add(3.5, format!("{} registration(s) of an address that is not mapped in the process.", sum(&unm)), None);
+        c.add(
+            3.5,
+            format!(
+                "{} registration(s) of an address that is not mapped in the process.",
+                sum(&unm)
+            ),
+            None,
+        );
         c.groups.extend(unm.iter().copied());
     }
     let host_efault = v.fail_where(|k, _| k.errno == Some(EFAULT) && is_host_mem(k.mem));
@@ -518,7 +660,11 @@ fn address_invalid<'a>(v: &View<'a>) -> Cand<'a> {
             c.add(1.0, format!("{} registration(s) failed with EFAULT (Bad address) and nothing points at GPU memory.", sum(&unk)), None);
             c.groups.extend(unk.iter().copied());
             if let Some(e) = v.flag(Flag::UmemGetFail) {
-                c.add(0.5, "The kernel could not pin the pages (ib_umem_get failed).", Some(e));
+                c.add(
+                    0.5,
+                    "The kernel could not pin the pages (ib_umem_get failed).",
+                    Some(e),
+                );
             }
         }
     }
@@ -532,7 +678,15 @@ fn permissions<'a>(v: &View<'a>) -> Cand<'a> {
     let gs = v.fail_where(|k, _| matches!(k.errno, Some(EPERM) | Some(EACCES)));
     let zero_memlock = v.c.hosts.values().any(|h| h.memlock.contains_key(&Some(0)));
     if !gs.is_empty() && !zero_memlock {
-        c.add(2.0, format!("{} registration(s) were refused with {}.", sum(&gs), describe_errnos(&gs)), None);
+        c.add(
+            2.0,
+            format!(
+                "{} registration(s) were refused with {}.",
+                sum(&gs),
+                describe_errnos(&gs)
+            ),
+            None,
+        );
         c.groups = gs;
     }
     if let Some(e) = v.flag(Flag::DevPermission) {
@@ -540,7 +694,11 @@ fn permissions<'a>(v: &View<'a>) -> Cand<'a> {
     }
     if let (Some(e), Some(_)) = (v.flag(Flag::NoIpcLock), v.flag(Flag::Container)) {
         if c.score > 0.0 {
-            c.add(1.0, "The job runs in a container without CAP_IPC_LOCK.", Some(e));
+            c.add(
+                1.0,
+                "The job runs in a container without CAP_IPC_LOCK.",
+                Some(e),
+            );
         }
     }
     c.fixes = fixes::permissions();
@@ -551,7 +709,10 @@ fn permissions<'a>(v: &View<'a>) -> Cand<'a> {
 /// explains end up in `unknown`.
 pub fn findings(col: &Collector) -> Vec<Finding> {
     let v = View::new(col);
-    if v.fails.is_empty() && v.flag(Flag::AbiMismatch).is_none() && v.flag(Flag::NoProvider).is_none() {
+    if v.fails.is_empty()
+        && v.flag(Flag::AbiMismatch).is_none()
+        && v.flag(Flag::NoProvider).is_none()
+    {
         return vec![];
     }
     let mut cands = vec![
@@ -567,17 +728,38 @@ pub fn findings(col: &Collector) -> Vec<Finding> {
     ];
     if std::env::var_os("MRSHIM_ANALYZE_DEBUG").is_some() {
         for c in &cands {
-            eprintln!("[debug] {} score {:.2}: {}", c.cat, c.score, c.why.join(" | "));
+            eprintln!(
+                "[debug] {} score {:.2}: {}",
+                c.cat,
+                c.score,
+                c.why.join(" | ")
+            );
         }
     }
     cands.retain(|c| c.score >= 1.5);
-    cands.sort_by(|a, b| b.score.partial_cmp(&a.score).unwrap_or(std::cmp::Ordering::Equal));
-    let explained: BTreeSet<&GroupKey> = cands.iter().flat_map(|c| c.groups.iter().map(|g| g.0)).collect();
-    let rest: Vec<G> = v.fails.iter().copied().filter(|g| !explained.contains(g.0)).collect();
+    cands.sort_by(|a, b| {
+        b.score
+            .partial_cmp(&a.score)
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
+    let explained: BTreeSet<&GroupKey> = cands
+        .iter()
+        .flat_map(|c| c.groups.iter().map(|g| g.0))
+        .collect();
+    let rest: Vec<G> = v
+        .fails
+        .iter()
+        .copied()
+        .filter(|g| !explained.contains(g.0))
+        .collect();
     if !rest.is_empty() {
         let mut u = Cand::new("unknown");
         u.score = 0.5;
-        u.why.push(format!("{} failed registration(s) with {} that the evidence does not explain.", sum(&rest), describe_errnos(&rest)));
+        u.why.push(format!(
+            "{} failed registration(s) with {} that the evidence does not explain.",
+            sum(&rest),
+            describe_errnos(&rest)
+        ));
         u.groups = rest;
         u.fixes = fixes::unknown(v.prefix);
         cands.push(u);
@@ -598,7 +780,11 @@ fn finish(v: &View, c: Cand) -> Finding {
         count += g.count;
     }
     for (_, g) in c.groups.iter().take(6) {
-        for e in g.evidence.iter().take(if c.groups.len() > 2 { 1 } else { 2 }) {
+        for e in g
+            .evidence
+            .iter()
+            .take(if c.groups.len() > 2 { 1 } else { 2 })
+        {
             let e = v.c.path_of(e);
             if !evidence.contains(&e) {
                 evidence.push(e);
@@ -619,18 +805,41 @@ fn finish(v: &View, c: Cand) -> Finding {
         let gl: Vec<&str> = good.iter().copied().collect();
         why.push(format!("Only {} fail(s); {} registered without errors — compare the two (`mrshim doctor` on each, then `mrshim doctor --compare`).", hl.join(", "), gl.join(", ")));
     }
-    let mems: BTreeSet<&str> = c.groups.iter().map(|g| mem_name(g.0.mem)).filter(|m| *m != "unknown").collect();
+    let mems: BTreeSet<&str> = c
+        .groups
+        .iter()
+        .map(|g| mem_name(g.0.mem))
+        .filter(|m| *m != "unknown")
+        .collect();
     if !mems.is_empty() {
-        why.push(format!("Memory kind(s) involved: {}.", mems.into_iter().collect::<Vec<_>>().join(", ")));
+        why.push(format!(
+            "Memory kind(s) involved: {}.",
+            mems.into_iter().collect::<Vec<_>>().join(", ")
+        ));
     }
     let injected: u64 = c.groups.iter().map(|g| g.1.injected).sum();
     if injected > 0 {
-        why.push(format!("{injected} of these failures were injected with MRSHIM_INJECT."));
+        why.push(format!(
+            "{injected} of these failures were injected with MRSHIM_INJECT."
+        ));
     }
-    let rescued: u64 = v.c.retries.iter().filter(|((_, ok), _)| *ok).map(|(_, n)| n).sum();
+    let rescued: u64 =
+        v.c.retries
+            .iter()
+            .filter(|((_, ok), _)| *ok)
+            .map(|(_, n)| n)
+            .sum();
     if rescued > 0 && c.cat != "unknown" {
-        let strategies: BTreeSet<&str> = v.c.retries.keys().filter(|(_, ok)| *ok).map(|(s, _)| s.as_str()).collect();
-        why.push(format!("mrshim rescued {rescued} call(s) with retry strategy {}.", strategies.into_iter().collect::<Vec<_>>().join(", ")));
+        let strategies: BTreeSet<&str> =
+            v.c.retries
+                .keys()
+                .filter(|(_, ok)| *ok)
+                .map(|(s, _)| s.as_str())
+                .collect();
+        why.push(format!(
+            "mrshim rescued {rescued} call(s) with retry strategy {}.",
+            strategies.into_iter().collect::<Vec<_>>().join(", ")
+        ));
     }
     let mut fixes = c.fixes.clone();
     if let Some(r) = c.retry {

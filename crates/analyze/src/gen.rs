@@ -8,11 +8,15 @@ pub fn block(target: usize) -> Vec<u8> {
     let mut i: u64 = 0;
     while out.len() < target {
         i += 1;
-        let host = if i % 2 == 0 { "gpu-a" } else { "gpu-b" };
+        let host = if i.is_multiple_of(2) {
+            "gpu-a"
+        } else {
+            "gpu-b"
+        };
         let rank = i % 16;
         let pid = 4000 + rank;
         let line = match i % 10 {
-            0 | 1 | 2 => format!(
+            0..=2 => format!(
                 "{{\"v\":1,\"kind\":\"reg\",\"seq\":{i},\"time_ns\":{},\"host\":\"{host}\",\"pid\":{pid},\"tid\":{pid},\"rank\":{rank},\"call\":\"ibv_reg_mr\",\"device\":\"mlx5_0\",\"addr\":\"0x7f{:010x}\",\"length\":{},\"access\":15,\"mem_kind\":\"host-anon\",\"registered_bytes\":0,\"result\":\"ok\",\"mr\":\"0x55{:06x}\",\"lkey\":{i},\"rkey\":{i},\"duration_ns\":2100}}\n",
                 1_764_700_000_000_000_000u64 + i * 1000,
                 i * 4096,
@@ -46,7 +50,11 @@ pub struct Repeat {
 
 impl Repeat {
     pub fn new(block: Vec<u8>, total: u64) -> Repeat {
-        Repeat { block, pos: 0, left: total }
+        Repeat {
+            block,
+            pos: 0,
+            left: total,
+        }
     }
 }
 
@@ -58,7 +66,10 @@ impl Read for Repeat {
         if self.pos == self.block.len() {
             self.pos = 0;
         }
-        let n = buf.len().min(self.block.len() - self.pos).min(self.left as usize);
+        let n = buf
+            .len()
+            .min(self.block.len() - self.pos)
+            .min(self.left as usize);
         buf[..n].copy_from_slice(&self.block[self.pos..self.pos + n]);
         self.pos += n;
         self.left -= n as u64;

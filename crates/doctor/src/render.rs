@@ -38,10 +38,24 @@ pub fn tag(s: Status, color: bool) -> String {
 
 pub fn human(r: &Report, color: bool) -> String {
     let mut o = String::new();
-    let _ = writeln!(o, "mrshim doctor: {}{}", r.host, r.root.as_ref().map(|p| format!(" (from {p})")).unwrap_or_default());
+    let _ = writeln!(
+        o,
+        "mrshim doctor: {}{}",
+        r.host,
+        r.root
+            .as_ref()
+            .map(|p| format!(" (from {p})"))
+            .unwrap_or_default()
+    );
     for c in &r.checks {
         let body = wrap(&c.value, 22, 80);
-        let _ = writeln!(o, "{} {:<14} {}", tag(c.status, color), c.id, body.trim_start());
+        let _ = writeln!(
+            o,
+            "{} {:<14} {}",
+            tag(c.status, color),
+            c.id,
+            body.trim_start()
+        );
         for d in &c.details {
             let _ = writeln!(o, "{}", wrap(d, 7, 80));
         }
@@ -49,6 +63,12 @@ pub fn human(r: &Report, color: bool) -> String {
             let _ = writeln!(o, "{}", wrap(&format!("fix: {f}"), 7, 80));
         }
     }
-    let _ = writeln!(o, "{} ok, {} warn, {} fail", r.count(Status::Ok), r.count(Status::Warn), r.count(Status::Fail));
+    let _ = writeln!(
+        o,
+        "{} ok, {} warn, {} fail",
+        r.count(Status::Ok),
+        r.count(Status::Warn),
+        r.count(Status::Fail)
+    );
     o
 }

@@ -10,17 +10,28 @@ fn syslog_host(line: &str) -> Option<&str> {
 }
 
 pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool {
-    let flag = if line.contains("ib_umem_get") && line.contains("fail") || line.contains("umem get failed") {
+    let flag = if line.contains("ib_umem_get") && line.contains("fail")
+        || line.contains("umem get failed")
+    {
         Flag::UmemGetFail
     } else if line.contains("limits exceeded") && (line.contains("MKEY") || line.contains("mkey")) {
         Flag::MkeyLimit
-    } else if (line.contains("infiniband") || line.contains("mlx5")) && (line.contains("reg mr failed") || line.contains("Failed to register mr")) {
+    } else if (line.contains("infiniband") || line.contains("mlx5"))
+        && (line.contains("reg mr failed") || line.contains("Failed to register mr"))
+    {
         Flag::KernelRegFail
-    } else if line.contains("DMAR: DRHD: handling fault") || line.contains("DMAR: [DMA") || line.contains("IO_PAGE_FAULT") {
+    } else if line.contains("DMAR: DRHD: handling fault")
+        || line.contains("DMAR: [DMA")
+        || line.contains("IO_PAGE_FAULT")
+    {
         Flag::IommuFault
     } else if line.contains("AER:") || line.contains("PCIe Bus Error") {
         Flag::PcieError
-    } else if (line.contains("nvidia-peermem") || line.contains("nvidia_peermem") || line.contains("nv_peer_mem")) && line.contains("kernel") {
+    } else if (line.contains("nvidia-peermem")
+        || line.contains("nvidia_peermem")
+        || line.contains("nv_peer_mem"))
+        && line.contains("kernel")
+    {
         if line.contains("Unknown symbol") || line.contains("failed") {
             Flag::PeermemMissing
         } else {
@@ -32,6 +43,11 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
     if let Some(h) = syslog_host(line) {
         ctx.host = Some(h.to_string());
     }
-    emit(Event::Fact { lib: Lib::Kernel, host: ctx.host.clone(), pid: None, fact: Fact::Flag(flag) });
+    emit(Event::Fact {
+        lib: Lib::Kernel,
+        host: ctx.host.clone(),
+        pid: None,
+        fact: Fact::Flag(flag),
+    });
     true
 }

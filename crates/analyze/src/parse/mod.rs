@@ -28,13 +28,24 @@ pub struct FileCtx {
 
 /// The registration entry points mrshim knows.
 pub fn is_reg_call(name: &str) -> bool {
-    matches!(name, "ibv_reg_mr" | "ibv_reg_mr_iova" | "ibv_reg_mr_iova2" | "ibv_reg_dmabuf_mr" | "ibv_exp_reg_mr" | "ibv_rereg_mr")
+    matches!(
+        name,
+        "ibv_reg_mr"
+            | "ibv_reg_mr_iova"
+            | "ibv_reg_mr_iova2"
+            | "ibv_reg_dmabuf_mr"
+            | "ibv_exp_reg_mr"
+            | "ibv_rereg_mr"
+    )
 }
 
 /// The first registration entry point named in `s`.
 pub fn reg_call_in(s: &str) -> Option<&str> {
     let i = s.find("ibv_reg_").or_else(|| s.find("ibv_exp_reg_mr"))?;
-    let end = s[i..].find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).map(|e| i + e).unwrap_or(s.len());
+    let end = s[i..]
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .map(|e| i + e)
+        .unwrap_or(s.len());
     let name = &s[i..end];
     is_reg_call(name).then_some(name)
 }
@@ -45,30 +56,76 @@ pub struct Parser {
 }
 
 const NEEDLES: &[&str] = &[
-    "NCCL", "MCCL", "RCCL", "UCX", "ibv_", "libibverbs", "mlx5", "umem", "infiniband", "MR", "ulimit", "GDR",
-    "GPUDirect", "GPU Direct", "OpenFabrics", "openib", "Local host:", "Hostname:", "Memlock", "locked memory", "DMAR", "IO_PAGE_FAULT",
-    "AER:", "PCIe", "peermem", "peer_mem", "Open MPI", "cuMemAlloc", "hipMalloc", "initializing ", "ERRNO:",
-    "#bytes", "failed to create mr", "MRSHIM_", "P2P", "显存", "版本", "TCP", "kernel:", "Max locked memory",
+    "NCCL",
+    "MCCL",
+    "RCCL",
+    "UCX",
+    "ibv_",
+    "libibverbs",
+    "mlx5",
+    "umem",
+    "infiniband",
+    "MR",
+    "ulimit",
+    "GDR",
+    "GPUDirect",
+    "GPU Direct",
+    "OpenFabrics",
+    "openib",
+    "Local host:",
+    "Hostname:",
+    "Memlock",
+    "locked memory",
+    "DMAR",
+    "IO_PAGE_FAULT",
+    "AER:",
+    "PCIe",
+    "peermem",
+    "peer_mem",
+    "Open MPI",
+    "cuMemAlloc",
+    "hipMalloc",
+    "initializing ",
+    "ERRNO:",
+    "#bytes",
+    "failed to create mr",
+    "MRSHIM_",
+    "P2P",
+    "显存",
+    "版本",
+    "TCP",
+    "kernel:",
+    "Max locked memory",
 ];
 
 impl Default for Parser {
     fn default() -> Self {
-        let pre = AhoCorasick::builder().kind(Some(aho_corasick::AhoCorasickKind::DFA)).build(NEEDLES).expect("static patterns");
-        Parser { pre, shim: Default::default() }
+        let pre = AhoCorasick::builder()
+            .kind(Some(aho_corasick::AhoCorasickKind::DFA))
+            .build(NEEDLES)
+            .expect("static patterns");
+        Parser {
+            pre,
+            shim: Default::default(),
+        }
     }
 }
 
 impl Parser {
-    pub fn line(&mut self, ctx: &mut FileCtx, line: &str, lineno: u64, emit: &mut dyn FnMut(Event)) -> bool {
+    pub fn line(
+        &mut self,
+        ctx: &mut FileCtx,
+        line: &str,
+        lineno: u64,
+        emit: &mut dyn FnMut(Event),
+    ) -> bool {
         let t = line.trim_start();
         // "##" lines are comments (fixture headers, annotations) and never evidence
         if t.starts_with("##") {
             return false;
         }
-        if t.starts_with('{') {
-            if shim::parse(t, &mut self.shim, lineno, emit) {
-                return true;
-            }
+        if t.starts_with('{') && shim::parse(t, &mut self.shim, lineno, emit) {
+            return true;
         }
         // NCCL-family lines are the bulk of most job logs: recognised by their tag, no prefilter needed
         if let Some(p) = nccl::split(line) {
@@ -78,7 +135,8 @@ impl Parser {
         if !self.pre.is_match(line) {
             return false;
         }
-        static UCX: std::sync::LazyLock<memchr::memmem::Finder<'static>> = std::sync::LazyLock::new(|| memchr::memmem::Finder::new(" UCX "));
+        static UCX: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+            std::sync::LazyLock::new(|| memchr::memmem::Finder::new(" UCX "));
         if UCX.find(line.as_bytes()).is_some() {
             if ucx::parse(line, ctx, lineno, emit) {
                 return true;

@@ -5,7 +5,10 @@ use crate::event::{Event, Fact, Flag, Lib, RegEv};
 
 pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool {
     let t = line.trim();
-    if let Some(h) = t.strip_prefix("Local host:").or_else(|| t.strip_prefix("Hostname:")) {
+    if let Some(h) = t
+        .strip_prefix("Local host:")
+        .or_else(|| t.strip_prefix("Hostname:"))
+    {
         let h = h.trim();
         if !h.is_empty() {
             ctx.host = Some(h.split('.').next().unwrap_or(h).to_string());
@@ -13,16 +16,30 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
         return true;
     }
     let host = ctx.host.clone();
-    let fact = |f: Fact| Event::Fact { lib: Lib::Ompi, host: host.clone(), pid: None, fact: f };
+    let fact = |f: Fact| Event::Fact {
+        lib: Lib::Ompi,
+        host: host.clone(),
+        pid: None,
+        fact: f,
+    };
     if let Some(v) = t.strip_prefix("mpirun (Open MPI) ") {
         emit(fact(Fact::Version("Open MPI".into(), v.trim().to_string())));
         return true;
     }
     if t.contains("error registering openib memory") {
-        emit(Event::Reg(RegEv { lib: Some(Lib::Ompi), host: host.clone(), call: "ibv_reg_mr".into(), errno: errno::find(t), ..Default::default() }));
+        emit(Event::Reg(RegEv {
+            lib: Some(Lib::Ompi),
+            host: host.clone(),
+            call: "ibv_reg_mr".into(),
+            errno: errno::find(t),
+            ..Default::default()
+        }));
         return true;
     }
-    if t.contains("allocate some locked memory") || t.contains("limit on locked memory") || (t.contains("OpenFabrics") && t.contains("locked memory")) {
+    if t.contains("allocate some locked memory")
+        || t.contains("limit on locked memory")
+        || (t.contains("OpenFabrics") && t.contains("locked memory"))
+    {
         ctx.ompi_lockwarn = true;
         emit(fact(Fact::Flag(Flag::LockedMemWarn)));
         return true;
@@ -40,7 +57,12 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
         }
         // the help text ends the failed allocation: count it as the failed registration it was
         if std::mem::take(&mut ctx.ompi_lockwarn) {
-            emit(Event::Reg(RegEv { lib: Some(Lib::Ompi), host: host.clone(), call: "ibv_reg_mr".into(), ..Default::default() }));
+            emit(Event::Reg(RegEv {
+                lib: Some(Lib::Ompi),
+                host: host.clone(),
+                call: "ibv_reg_mr".into(),
+                ..Default::default()
+            }));
         }
         return true;
     }

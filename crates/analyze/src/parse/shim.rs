@@ -8,7 +8,9 @@ const IBV_ACCESS_RELAXED_ORDERING: u32 = 1 << 20;
 
 /// Parses one record line. Returns false if it is not a shim record at all (caller may try other formats).
 pub fn parse(line: &str, st: &mut ShimState, lineno: u64, emit: &mut dyn FnMut(Event)) -> bool {
-    let Some(kind) = field_str(line, "\"kind\":\"") else { return false };
+    let Some(kind) = field_str(line, "\"kind\":\"") else {
+        return false;
+    };
     match kind {
         "reg" | "dereg" => match serde_json::from_str::<Reg>(line) {
             Ok(r) => {
@@ -49,8 +51,13 @@ impl ShimState {
 
 /// Value of `"key":"value"` without parsing the whole object (fast dispatch).
 fn field_str<'a>(line: &'a str, pat: &str) -> Option<&'a str> {
-    static KIND: std::sync::LazyLock<memchr::memmem::Finder<'static>> = std::sync::LazyLock::new(|| memchr::memmem::Finder::new("\"kind\":\""));
-    let i = if pat == "\"kind\":\"" { KIND.find(line.as_bytes())? } else { line.find(pat)? } + pat.len();
+    static KIND: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new("\"kind\":\""));
+    let i = if pat == "\"kind\":\"" {
+        KIND.find(line.as_bytes())?
+    } else {
+        line.find(pat)?
+    } + pat.len();
     let end = line[i..].find('"')?;
     Some(&line[i..i + end])
 }
@@ -63,7 +70,7 @@ pub fn parse_hex(s: &str) -> Option<u64> {
 
 /// A failed record as a reader wants to see it in the evidence, instead of the raw JSON.
 fn describe(r: &Reg) -> String {
-    let mut s = format!("{}", r.host);
+    let mut s = r.host.clone();
     match r.rank {
         Some(rank) => s.push_str(&format!(" rank {rank}: ")),
         None => s.push_str(&format!(" pid {}: ", r.pid)),
@@ -72,13 +79,22 @@ fn describe(r: &Reg) -> String {
     if let Some(l) = r.length {
         s.push_str(&format!(" {}", crate::findings::human_size(l)));
     }
-    let kind = r.mem_kind.and_then(|m| serde_json::to_value(m).ok()).and_then(|v| v.as_str().map(String::from)).unwrap_or_else(|| "unknown".into());
+    let kind = r
+        .mem_kind
+        .and_then(|m| serde_json::to_value(m).ok())
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_else(|| "unknown".into());
     s.push_str(&format!(" {kind}"));
     if let Some(a) = r.access {
         s.push_str(&format!(" access={a:#x}"));
     }
     if let Some(e) = r.errno {
-        s.push_str(&format!(" -> {}", r.errno_name.clone().unwrap_or_else(|| crate::errno::name(e))));
+        s.push_str(&format!(
+            " -> {}",
+            r.errno_name
+                .clone()
+                .unwrap_or_else(|| crate::errno::name(e))
+        ));
     }
     if let Some(m) = r.memlock_soft {
         s.push_str(&format!(", memlock {}", crate::findings::human_size(m)));
@@ -98,10 +114,18 @@ fn reg(r: Reg, lineno: u64, emit: &mut dyn FnMut(Event)) {
     }
     let evid = (r.result != "ok").then(|| (lineno, describe(&r)));
     let addr = r.addr.as_deref().and_then(parse_hex);
-    let relaxed = r.relaxed_ordering || r.access.map(|a| a & IBV_ACCESS_RELAXED_ORDERING != 0).unwrap_or(false);
-    let iova_misaligned = r.call.contains("iova") && matches!((r.iova_page_offset, r.addr_page_offset), (Some(a), Some(b)) if a != b);
+    let relaxed = r.relaxed_ordering
+        || r.access
+            .map(|a| a & IBV_ACCESS_RELAXED_ORDERING != 0)
+            .unwrap_or(false);
+    let iova_misaligned = r.call.contains("iova")
+        && matches!((r.iova_page_offset, r.addr_page_offset), (Some(a), Some(b)) if a != b);
     // a range not fully covered by mappings is an invalid address whatever the kind of its start
-    let mem = if r.mem_fully_mapped == Some(false) && r.mem_kind != Some(MemKind::Device) { Some(MemKind::Unmapped) } else { r.mem_kind };
+    let mem = if r.mem_fully_mapped == Some(false) && r.mem_kind != Some(MemKind::Device) {
+        Some(MemKind::Unmapped)
+    } else {
+        r.mem_kind
+    };
     let memlock = match (r.memlock_soft, r.memlock_hard) {
         (Some(s), _) => Some(Some(s)),
         (None, Some(_)) => Some(None),
@@ -146,13 +170,21 @@ fn lenient(line: &str, kind: &str, st: &mut ShimState, emit: &mut dyn FnMut(Even
     st.version(v.get("v").and_then(Value::as_u64).unwrap_or(0) as u32, emit);
     let host = v.get("host").and_then(Value::as_str).map(String::from);
     let pid = v.get("pid").and_then(Value::as_u64).map(|p| p as u32);
-    let fact = |f: Fact| Event::Fact { lib: Lib::Shim, host: host.clone(), pid, fact: f };
+    let fact = |f: Fact| Event::Fact {
+        lib: Lib::Shim,
+        host: host.clone(),
+        pid,
+        fact: f,
+    };
     if let Some(r) = v.get("rank").and_then(Value::as_i64) {
         emit(fact(Fact::RankOf(r)));
     }
     match kind {
         "config" => {
-            match (v.get("memlock_soft").and_then(Value::as_u64), v.get("memlock_hard")) {
+            match (
+                v.get("memlock_soft").and_then(Value::as_u64),
+                v.get("memlock_hard"),
+            ) {
                 (Some(m), _) => emit(fact(Fact::Memlock(Some(m)))),
                 (None, Some(_)) => emit(fact(Fact::Memlock(None))),
                 _ => {}
@@ -184,7 +216,14 @@ fn lenient(line: &str, kind: &str, st: &mut ShimState, emit: &mut dyn FnMut(Even
                 access,
                 length: u("length"),
                 addr: s("addr").and_then(parse_hex),
-                relaxed: Some(v.get("relaxed_ordering").and_then(Value::as_bool).unwrap_or(false) || access.map(|a| a & IBV_ACCESS_RELAXED_ORDERING != 0).unwrap_or(false)),
+                relaxed: Some(
+                    v.get("relaxed_ordering")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false)
+                        || access
+                            .map(|a| a & IBV_ACCESS_RELAXED_ORDERING != 0)
+                            .unwrap_or(false),
+                ),
                 memlock: u("memlock_soft").map(Some),
                 time_ns: u("time_ns"),
                 injected: v.get("injected").and_then(Value::as_bool).unwrap_or(false),
