@@ -1,9 +1,108 @@
+//! `mrshim sim [--devices SPEC] [--faults RULES] -- CMD ARGS...`: run CMD on the simulated verbs
+//! device (and simulated GPU runtime): a directory of `libibverbs.so.1` / `libcuda.so.1` links to
+//! the simulator's libraries goes first in LD_LIBRARY_PATH, then CMD is exec(2)ed.
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-#[derive(clap::Args)]
-pub struct Args {}
+pub const ENV_HELP: &str = "\
+Environment read by the simulated device (see docs/sim.md):
+  MRSHIM_SIM_DEVICES    NAME:LINK[:mtu=N][:state=active|down],...  LINK = roce | ib
+                        (default mlx5_0:roce,mlx5_1:roce — ConnectX-7 400G look-alikes)
+  MRSHIM_SIM_FAULTS     CALL:ERRNO[:COND,...];...  e.g. reg_mr_iova2:EINVAL:relaxed
+  MRSHIM_SIM_MEMLOCK    auto | enforce (apply RLIMIT_MEMLOCK even as root) | off
+  MRSHIM_SIM_DMABUF     on | off   (off: ibv_reg_dmabuf_mr fails with EOPNOTSUPP)
+  MRSHIM_SIM_PEER_MEMORY on | off  (off: GPU memory through the VA path fails, like a missing
+                        nvidia_peermem)
+  MRSHIM_SIM_DEVICE_MEM_ERRNO  errno for that failure (default EINVAL, as in the seed)
+  MRSHIM_SIM_RUNDIR     where processes meet (default $XDG_RUNTIME_DIR or /tmp, mrshim-sim-UID)
+  MRSHIM_SIM_LOG        file: one JSON line per registration the device saw";
 
-pub fn run(_args: Args) -> ExitCode {
-    eprintln!("mrshim sim: not implemented yet");
-    ExitCode::from(2)
+#[derive(clap::Args)]
+#[command(after_long_help = ENV_HELP)]
+pub struct Args {
+    /// Sets MRSHIM_SIM_DEVICES
+    #[arg(long, value_name = "SPEC")]
+    pub devices: Option<String>,
+    /// Sets MRSHIM_SIM_FAULTS
+    #[arg(long, value_name = "RULES")]
+    pub faults: Option<String>,
+    /// Print the library directory to put in LD_LIBRARY_PATH and exit
+    #[arg(long, conflicts_with = "cmd")]
+    pub print_lib_dir: bool,
+    /// The command and its arguments (after `--`)
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD", required_unless_present = "print_lib_dir")]
+    pub cmd: Vec<OsString>,
+}
+
+/// The simulator's libraries, found next to this executable (target/<profile>/).
+fn libraries() -> Result<Vec<(&'static str, PathBuf)>, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot locate this executable: {e}"))?;
+    let dir = exe.parent().unwrap_or(Path::new("/"));
+    let find = |file: &str| [dir.join(file), dir.join("deps").join(file), dir.join("../lib/mrshim").join(file)].into_iter().find(|p| p.is_file());
+    let verbs = find("libibverbs.so").ok_or_else(|| format!("libibverbs.so (the simulator) not found next to {}: build it with `cargo build -p mrshim-sim`", exe.display()))?;
+    let mut libs = vec![("libibverbs.so.1", verbs.clone()), ("libibverbs.so", verbs)];
+    if let Some(cuda) = find("libcuda.so") {
+        libs.push(("libcuda.so.1", cuda.clone()));
+        libs.push(("libcuda.so", cuda));
+    }
+    Ok(libs)
+}
+
+/// A private directory of SONAME links (the build produces lib*.so without the .1).
+fn lib_dir() -> Result<PathBuf, String> {
+    let libs = libraries()?;
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let base = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
+    let dir = base.join(format!("mrshim-sim-lib-{uid}-{:x}", hash(&libs[0].1)));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for (name, target) in libs {
+        let link = dir.join(name);
+        if std::fs::read_link(&link).ok().as_deref() != Some(target.as_path()) {
+            let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+            let _ = std::fs::remove_file(&tmp);
+            std::os::unix::fs::symlink(&target, &tmp).and_then(|_| std::fs::rename(&tmp, &link)).map_err(|e| format!("{}: {e}", link.display()))?;
+        }
+    }
+    Ok(dir)
+}
+
+fn hash(p: &Path) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    p.hash(&mut h);
+    h.finish()
+}
+
+pub fn run(a: Args) -> ExitCode {
+    let dir = match lib_dir() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("mrshim sim: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if a.print_lib_dir {
+        println!("{}", dir.display());
+        return ExitCode::SUCCESS;
+    }
+    let mut path = OsString::from(&dir);
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|o| !o.is_empty()) {
+        path.push(":");
+        path.push(old);
+    }
+    let mut cmd = std::process::Command::new(&a.cmd[0]);
+    cmd.args(&a.cmd[1..]).env("LD_LIBRARY_PATH", path);
+    if let Some(d) = a.devices {
+        cmd.env("MRSHIM_SIM_DEVICES", d);
+    }
+    if let Some(f) = a.faults {
+        cmd.env("MRSHIM_SIM_FAULTS", f);
+    }
+    let err = cmd.exec();
+    eprintln!("mrshim sim: cannot run {}: {err}", a.cmd[0].to_string_lossy());
+    ExitCode::from(127)
 }

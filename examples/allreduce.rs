@@ -1,0 +1,682 @@
+//! A NCCL-style ring all-reduce over RDMA, the project's main demo.
+//!
+//! Like NCCL's net_ib transport it never links libibverbs or libcuda: it `dlopen`s
+//! `libibverbs.so` (fallback `.so.1`) and looks the verbs up with `dlvsym(h, name, "IBVERBS_1.1")`
+//! (`ibv_reg_mr_iova2` with IBVERBS_1.8), and `dlopen`s `libcuda.so.1` for device buffers. Buffers
+//! are registered the way NCCL does: page-aligned, LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ|
+//! REMOTE_ATOMIC, plus RELAXED_ORDERING through ibv_reg_mr_iova2 unless
+//! NCCL_IB_PCI_RELAXED_ORDERING=0. Data moves with RDMA WRITE_WITH_IMM around a ring
+//! (reduce-scatter, then all-gather); the result is checked element by element.
+//!
+//! Ranks: `--ranks N` forks N copies of itself; under `mpirun` each process is one rank
+//! (OMPI_COMM_WORLD_RANK/SIZE) and `--rundir` must name a directory all ranks see.
+//!
+//! ```text
+//! cargo run --release --example allreduce -- --ranks 4 --size 64M
+//! mrshim sim -- mrshim exec -- target/release/examples/allreduce --ranks 2
+//! ```
+
+use mrshim_verbs as v;
+use std::ffi::{c_int, c_uint, c_void, CString};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::ptr::null_mut;
+use std::time::{Duration, Instant};
+
+const FULL: c_uint = 0xf; // LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC
+const RELAXED_ORDERING: c_uint = mrshim_verbs::access::RELAXED_ORDERING;
+
+struct Opts {
+    ranks: usize,
+    size: usize,
+    iters: usize,
+    host_mem: bool,
+    rundir: Option<PathBuf>,
+}
+
+fn parse_size(s: &str) -> Option<usize> {
+    let (n, m) = match s.chars().last()? {
+        'K' | 'k' => (&s[..s.len() - 1], 1 << 10),
+        'M' | 'm' => (&s[..s.len() - 1], 1 << 20),
+        'G' | 'g' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    n.parse::<usize>().ok().map(|n| n * m)
+}
+
+fn opts() -> Result<Opts, String> {
+    let mut o = Opts { ranks: 2, size: 1 << 20, iters: 3, host_mem: false, rundir: None };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut val = |what: &str| args.next().ok_or(format!("{a} needs {what}"));
+        match a.as_str() {
+            "--ranks" => o.ranks = val("a number")?.parse().map_err(|_| "--ranks: not a number")?,
+            "--size" => o.size = parse_size(&val("a size")?).ok_or("--size: e.g. 4, 64K, 16M")?,
+            "--iters" => o.iters = val("a number")?.parse().map_err(|_| "--iters: not a number")?,
+            "--host-mem" => o.host_mem = true,
+            "--rundir" => o.rundir = Some(val("a directory")?.into()),
+            _ => return Err(format!("unknown argument {a}; usage: allreduce [--ranks N] [--size BYTES[K|M|G]] [--iters N] [--host-mem] [--rundir DIR]")),
+        }
+    }
+    if o.ranks < 1 || o.size < 4 || o.iters < 1 {
+        return Err("need --ranks >= 1, --size >= 4, --iters >= 1".into());
+    }
+    Ok(o)
+}
+
+// ------------------------------------------------------------------ dynamic loading, NCCL style
+
+fn dl_open(names: &[&str]) -> Option<*mut c_void> {
+    names.iter().find_map(|n| {
+        let c = CString::new(*n).unwrap();
+        // SAFETY: dlopen with a NUL-terminated name.
+        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW) };
+        (!h.is_null()).then_some(h)
+    })
+}
+
+fn dl_sym<T: Copy>(h: *mut c_void, name: &str, version: Option<&str>) -> Result<T, String> {
+    let n = CString::new(name).unwrap();
+    // SAFETY: dlvsym/dlsym on a live handle with NUL-terminated strings.
+    let p = unsafe {
+        match version {
+            Some(ver) => {
+                let v = CString::new(ver).unwrap();
+                libc::dlvsym(h, n.as_ptr(), v.as_ptr())
+            }
+            None => libc::dlsym(h, n.as_ptr()),
+        }
+    };
+    if p.is_null() {
+        return Err(format!("{name}{} not found", version.map(|v| format!("@{v}")).unwrap_or_default()));
+    }
+    assert_eq!(std::mem::size_of::<T>(), std::mem::size_of::<*mut c_void>());
+    // SAFETY: T is the function pointer type of this symbol (checked to be pointer-sized).
+    Ok(unsafe { std::mem::transmute_copy(&p) })
+}
+
+struct Verbs {
+    get_device_list: unsafe extern "C" fn(*mut c_int) -> *mut *mut v::ibv_device,
+    open_device: unsafe extern "C" fn(*mut v::ibv_device) -> *mut v::ibv_context,
+    alloc_pd: unsafe extern "C" fn(*mut v::ibv_context) -> *mut v::ibv_pd,
+    reg_mr: unsafe extern "C" fn(*mut v::ibv_pd, *mut c_void, usize, c_int) -> *mut v::ibv_mr,
+    reg_mr_iova2: Option<unsafe extern "C" fn(*mut v::ibv_pd, *mut c_void, usize, u64, c_uint) -> *mut v::ibv_mr>,
+    dereg_mr: unsafe extern "C" fn(*mut v::ibv_mr) -> c_int,
+    create_cq: unsafe extern "C" fn(*mut v::ibv_context, c_int, *mut c_void, *mut v::ibv_comp_channel, c_int) -> *mut v::ibv_cq,
+    create_qp: unsafe extern "C" fn(*mut v::ibv_pd, *mut v::ibv_qp_init_attr) -> *mut v::ibv_qp,
+    modify_qp: unsafe extern "C" fn(*mut v::ibv_qp, *mut v::ibv_qp_attr, c_int) -> c_int,
+    query_port: unsafe extern "C" fn(*mut v::ibv_context, u8, *mut v::ibv_port_attr) -> c_int,
+    query_gid: unsafe extern "C" fn(*mut v::ibv_context, u8, c_int, *mut v::ibv_gid) -> c_int,
+}
+
+impl Verbs {
+    fn load() -> Result<Verbs, String> {
+        let h = dl_open(&["libibverbs.so", "libibverbs.so.1"]).ok_or("NET/IB : Unable to open libibverbs.so[.1]")?;
+        Ok(Verbs {
+            get_device_list: dl_sym(h, "ibv_get_device_list", Some("IBVERBS_1.1"))?,
+            open_device: dl_sym(h, "ibv_open_device", Some("IBVERBS_1.1"))?,
+            alloc_pd: dl_sym(h, "ibv_alloc_pd", Some("IBVERBS_1.1"))?,
+            reg_mr: dl_sym(h, "ibv_reg_mr", Some("IBVERBS_1.1"))?,
+            reg_mr_iova2: dl_sym(h, "ibv_reg_mr_iova2", Some("IBVERBS_1.8")).ok(),
+            dereg_mr: dl_sym(h, "ibv_dereg_mr", Some("IBVERBS_1.1"))?,
+            create_cq: dl_sym(h, "ibv_create_cq", Some("IBVERBS_1.1"))?,
+            create_qp: dl_sym(h, "ibv_create_qp", Some("IBVERBS_1.1"))?,
+            modify_qp: dl_sym(h, "ibv_modify_qp", Some("IBVERBS_1.1"))?,
+            query_port: dl_sym(h, "ibv_query_port", Some("IBVERBS_1.1"))?,
+            query_gid: dl_sym(h, "ibv_query_gid", Some("IBVERBS_1.1"))?,
+        })
+    }
+}
+
+type CuDevPtr = u64;
+
+/// The CUDA driver API calls the demo needs (device buffers, copies for the reduction).
+struct Cuda {
+    mem_alloc: unsafe extern "C" fn(*mut CuDevPtr, usize) -> c_int,
+    htod: unsafe extern "C" fn(CuDevPtr, *const c_void, usize) -> c_int,
+    dtoh: unsafe extern "C" fn(*mut c_void, CuDevPtr, usize) -> c_int,
+}
+
+impl Cuda {
+    fn load() -> Option<Result<Cuda, String>> {
+        let h = dl_open(&["libcuda.so.1"])?;
+        Some((|| {
+            let init: unsafe extern "C" fn(c_uint) -> c_int = dl_sym(h, "cuInit", None)?;
+            let device_get: unsafe extern "C" fn(*mut c_int, c_int) -> c_int = dl_sym(h, "cuDeviceGet", None)?;
+            let ctx_create: unsafe extern "C" fn(*mut *mut c_void, c_uint, c_int) -> c_int = dl_sym(h, "cuCtxCreate_v2", None)?;
+            let mut dev = 0;
+            let mut ctx = null_mut();
+            // SAFETY: CUDA driver API calls in the documented order with valid out pointers.
+            let rc = unsafe {
+                match init(0) {
+                    0 => match device_get(&mut dev, 0) {
+                        0 => ctx_create(&mut ctx, 0, dev),
+                        e => e,
+                    },
+                    e => e,
+                }
+            };
+            if rc != 0 {
+                return Err(format!("CUDA initialisation failed: CUresult {rc}"));
+            }
+            Ok(Cuda { mem_alloc: dl_sym(h, "cuMemAlloc_v2", None)?, htod: dl_sym(h, "cuMemcpyHtoD_v2", None)?, dtoh: dl_sym(h, "cuMemcpyDtoH_v2", None)? })
+        })())
+    }
+}
+
+/// A buffer the NIC reads or writes: device memory (CPU access through copies only) or host.
+struct Buf {
+    addr: u64,
+    len: usize,
+}
+
+enum Mem {
+    Host,
+    Device(Cuda),
+}
+
+impl Mem {
+    fn alloc(&self, len: usize) -> Result<Buf, String> {
+        match self {
+            Mem::Host => {
+                let layout = std::alloc::Layout::from_size_align(len, 4096).unwrap();
+                // SAFETY: non-zero size, page alignment; the buffer lives for the whole process.
+                let p = unsafe { std::alloc::alloc_zeroed(layout) };
+                Ok(Buf { addr: p as u64, len })
+            }
+            Mem::Device(cu) => {
+                let mut d = 0;
+                // SAFETY: valid out pointer.
+                let rc = unsafe { (cu.mem_alloc)(&mut d, len) };
+                if rc != 0 {
+                    return Err(format!("cuMemAlloc({len}) failed: CUresult {rc}"));
+                }
+                Ok(Buf { addr: d, len })
+            }
+        }
+    }
+
+    /// Bytes [off, off+n) of `b` into `out`.
+    fn read(&self, b: &Buf, off: usize, out: &mut [u8]) {
+        match self {
+            // SAFETY: host buffers are plain memory of b.len bytes; off+n is in range.
+            Mem::Host => unsafe { std::ptr::copy_nonoverlapping((b.addr as usize + off) as *const u8, out.as_mut_ptr(), out.len()) },
+            Mem::Device(cu) => {
+                // SAFETY: device range within the allocation, host buffer of the same size.
+                let rc = unsafe { (cu.dtoh)(out.as_mut_ptr().cast(), b.addr + off as u64, out.len()) };
+                assert_eq!(rc, 0, "cuMemcpyDtoH");
+            }
+        }
+    }
+
+    fn write(&self, b: &Buf, off: usize, data: &[u8]) {
+        match self {
+            // SAFETY: as in read().
+            Mem::Host => unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), (b.addr as usize + off) as *mut u8, data.len()) },
+            Mem::Device(cu) => {
+                // SAFETY: as in read().
+                let rc = unsafe { (cu.htod)(b.addr + off as u64, data.as_ptr().cast(), data.len()) };
+                assert_eq!(rc, 0, "cuMemcpyHtoD");
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------ one rank
+
+/// What a rank publishes for its neighbours.
+#[derive(Clone, Copy, Default)]
+struct Info {
+    qp_from_prev: u32,
+    qp_to_next: u32,
+    lid: u16,
+    gid: [u8; 16],
+    tmp_addr: u64,
+    tmp_rkey: u32,
+    out_addr: u64,
+    out_rkey: u32,
+}
+
+impl Info {
+    fn encode(&self) -> String {
+        let gid: String = self.gid.iter().map(|b| format!("{b:02x}")).collect();
+        format!("{} {} {} {gid} {} {} {} {}", self.qp_from_prev, self.qp_to_next, self.lid, self.tmp_addr, self.tmp_rkey, self.out_addr, self.out_rkey)
+    }
+
+    fn decode(s: &str) -> Option<Info> {
+        let f: Vec<&str> = s.split_whitespace().collect();
+        let mut gid = [0u8; 16];
+        for (i, g) in gid.iter_mut().enumerate() {
+            *g = u8::from_str_radix(f.get(3)?.get(i * 2..i * 2 + 2)?, 16).ok()?;
+        }
+        Some(Info {
+            qp_from_prev: f[0].parse().ok()?,
+            qp_to_next: f[1].parse().ok()?,
+            lid: f[2].parse().ok()?,
+            gid,
+            tmp_addr: f[4].parse().ok()?,
+            tmp_rkey: f[5].parse().ok()?,
+            out_addr: f[6].parse().ok()?,
+            out_rkey: f[7].parse().ok()?,
+        })
+    }
+}
+
+fn publish(dir: &Path, rank: usize, info: &Info) {
+    let tmp = dir.join(format!(".rank-{rank}.tmp"));
+    std::fs::write(&tmp, info.encode()).unwrap();
+    std::fs::rename(tmp, dir.join(format!("rank-{rank}"))).unwrap();
+}
+
+fn wait_for(dir: &Path, rank: usize) -> Result<Info, String> {
+    let t = Instant::now();
+    loop {
+        if let Ok(s) = std::fs::read_to_string(dir.join(format!("rank-{rank}"))) {
+            return Info::decode(&s).ok_or(format!("bad rendezvous file for rank {rank}"));
+        }
+        if t.elapsed() > Duration::from_secs(60) {
+            return Err(format!("rank {rank} never showed up in {}", dir.display()));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_else(|_| "localhost".into())
+}
+
+/// NCCL's warning format: `host:pid:tid [rank] NCCL WARN ...`.
+fn warn(rank: usize, msg: &str) {
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    eprintln!("{}:{}:{} [{rank}] NCCL WARN {msg}", hostname(), std::process::id(), tid);
+}
+
+/// Element j of rank r's input; the expected result is the sum over ranks.
+fn input(r: usize, j: usize) -> u32 {
+    (j as u32).wrapping_mul(2_654_435_761).wrapping_add(r as u32 * 7919 + 1)
+}
+
+struct Ring {
+    ctx: *mut v::ibv_context,
+    cq: *mut v::ibv_cq,
+    to_next: *mut v::ibv_qp,
+    from_prev: *mut v::ibv_qp,
+}
+
+impl Ring {
+    fn post_write(&self, laddr: u64, len: usize, lkey: u32, raddr: u64, rkey: u32, imm: u32) {
+        let mut sge = v::ibv_sge { addr: laddr, length: len as u32, lkey };
+        // SAFETY: plain old data.
+        let mut wr: v::ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        wr.opcode = v::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM;
+        wr.send_flags = v::ibv_send_flags::IBV_SEND_SIGNALED.0;
+        wr.__bindgen_anon_1.imm_data = imm.to_be();
+        wr.wr.rdma.remote_addr = raddr;
+        wr.wr.rdma.rkey = rkey;
+        let mut bad = null_mut();
+        // SAFETY: the context's ops table serves ibv_post_send (static inline in verbs.h).
+        let rc = unsafe { (*self.ctx).ops.post_send.unwrap()(self.to_next, &mut wr, &mut bad) };
+        assert_eq!(rc, 0, "post_send");
+    }
+
+    fn post_recvs(&self, qp: *mut v::ibv_qp, n: usize) {
+        for _ in 0..n {
+            // SAFETY: a zero-SGE receive for WRITE_WITH_IMM notifications.
+            let mut wr: v::ibv_recv_wr = unsafe { std::mem::zeroed() };
+            let mut bad = null_mut();
+            // SAFETY: ops table as above.
+            let rc = unsafe { (*self.ctx).ops.post_recv.unwrap()(qp, &mut wr, &mut bad) };
+            assert_eq!(rc, 0, "post_recv");
+        }
+    }
+
+    /// Polls completions until `done` holds: our writes count down `pending`, the neighbour's
+    /// WRITE_WITH_IMM notifications collect in `got`.
+    fn poll_until(&self, rank: usize, pending: &mut usize, got: &mut Vec<u32>, done: impl Fn(usize, &[u32]) -> bool) -> Result<(), String> {
+        let t = Instant::now();
+        while !done(*pending, got) {
+            // SAFETY: plain old data.
+            let mut wc: [mrshim_verbs::sys::ibv_wc; 8] = unsafe { std::mem::zeroed() };
+            // SAFETY: ops table; wc has room for 8.
+            let n = unsafe { (*self.ctx).ops.poll_cq.unwrap()(self.cq, 8, wc.as_mut_ptr()) };
+            for w in &wc[..n.max(0) as usize] {
+                // SAFETY: both ibv_wc types share rdma-core's layout.
+                let w: &v::ibv_wc = unsafe { &*(w as *const _ as *const v::ibv_wc) };
+                if w.status != v::ibv_wc_status::IBV_WC_SUCCESS {
+                    warn(rank, &format!("NET/IB : Got completion with error {}, opcode {}, vendor err {}", w.status, w.opcode, w.vendor_err));
+                    return Err("completion error".into());
+                }
+                if w.opcode == v::ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM {
+                    // SAFETY: imm_data is valid with IBV_WC_WITH_IMM.
+                    got.push(u32::from_be(unsafe { w.__bindgen_anon_1.imm_data }));
+                } else {
+                    *pending -= 1;
+                }
+            }
+            if t.elapsed() > Duration::from_secs(120) {
+                return Err("timed out waiting for completions".into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the neighbour's write carrying `imm`.
+    fn wait(&self, rank: usize, imm: u32, pending: &mut usize, got: &mut Vec<u32>) -> Result<(), String> {
+        self.poll_until(rank, pending, got, |_, g| g.contains(&imm))?;
+        got.retain(|&x| x != imm);
+        Ok(())
+    }
+}
+
+fn connect(vb: &Verbs, ctx: *mut v::ibv_context, qp: *mut v::ibv_qp, port: &v::ibv_port_attr, gid_index: i32, dest: u32, peer: &Info) -> Result<(), String> {
+    use v::ibv_qp_attr_mask as m;
+    let roce = port.link_layer == v::IBV_LINK_LAYER_ETHERNET as u8;
+    // SAFETY: plain old data; modify_qp reads the attributes named in the mask.
+    unsafe {
+        let mut a: v::ibv_qp_attr = std::mem::zeroed();
+        a.qp_state = v::ibv_qp_state::IBV_QPS_INIT;
+        a.port_num = 1;
+        a.qp_access_flags = FULL;
+        let mut rc = (vb.modify_qp)(qp, &mut a, (m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT | m::IBV_QP_ACCESS_FLAGS).0 as c_int);
+        let mut a: v::ibv_qp_attr = std::mem::zeroed();
+        a.qp_state = v::ibv_qp_state::IBV_QPS_RTR;
+        a.path_mtu = port.active_mtu;
+        a.dest_qp_num = dest;
+        a.max_dest_rd_atomic = 1;
+        a.min_rnr_timer = 12;
+        a.ah_attr.port_num = 1;
+        a.ah_attr.dlid = peer.lid;
+        if roce {
+            a.ah_attr.is_global = 1;
+            a.ah_attr.grh.dgid.raw = peer.gid;
+            a.ah_attr.grh.sgid_index = gid_index as u8;
+            a.ah_attr.grh.hop_limit = 255;
+        }
+        let mask = m::IBV_QP_STATE | m::IBV_QP_AV | m::IBV_QP_PATH_MTU | m::IBV_QP_DEST_QPN | m::IBV_QP_RQ_PSN | m::IBV_QP_MAX_DEST_RD_ATOMIC | m::IBV_QP_MIN_RNR_TIMER;
+        if rc == 0 {
+            rc = (vb.modify_qp)(qp, &mut a, mask.0 as c_int);
+        }
+        let mut a: v::ibv_qp_attr = std::mem::zeroed();
+        a.qp_state = v::ibv_qp_state::IBV_QPS_RTS;
+        a.timeout = 20;
+        a.retry_cnt = 7;
+        a.rnr_retry = 7;
+        a.max_rd_atomic = 1;
+        let mask = m::IBV_QP_STATE | m::IBV_QP_TIMEOUT | m::IBV_QP_RETRY_CNT | m::IBV_QP_RNR_RETRY | m::IBV_QP_SQ_PSN | m::IBV_QP_MAX_QP_RD_ATOMIC;
+        if rc == 0 {
+            rc = (vb.modify_qp)(qp, &mut a, mask.0 as c_int);
+        }
+        let _ = ctx;
+        if rc != 0 {
+            return Err(format!("ibv_modify_qp failed with error {}", std::io::Error::from_raw_os_error(rc)));
+        }
+    }
+    Ok(())
+}
+
+/// Registers a buffer like NCCL's ncclIbRegMr: relaxed ordering via iova2 when enabled.
+fn register(vb: &Verbs, pd: *mut v::ibv_pd, b: &Buf, rank: usize) -> Result<*mut v::ibv_mr, String> {
+    let relaxed = std::env::var("NCCL_IB_PCI_RELAXED_ORDERING").map_or(true, |v| v != "0") && vb.reg_mr_iova2.is_some();
+    // SAFETY: pd is live; the buffer spans len bytes at addr.
+    let (mr, call) = unsafe {
+        if relaxed {
+            ((vb.reg_mr_iova2.unwrap())(pd, b.addr as *mut c_void, b.len, b.addr, FULL | RELAXED_ORDERING), "ibv_reg_mr_iova2")
+        } else {
+            ((vb.reg_mr)(pd, b.addr as *mut c_void, b.len, FULL as c_int), "ibv_reg_mr")
+        }
+    };
+    if mr.is_null() {
+        let e = std::io::Error::last_os_error();
+        let msg = e.to_string();
+        let msg = msg.split(" (os error").next().unwrap_or(&msg).to_string();
+        warn(rank, &format!("Call to {call} failed with error {msg}"));
+        return Err(format!("{call} failed"));
+    }
+    Ok(mr)
+}
+
+fn run_rank(o: &Opts, rank: usize, n: usize, dir: &Path) -> Result<(), String> {
+    let vb = Verbs::load().map_err(|e| {
+        warn(rank, &e);
+        e
+    })?;
+    let mem = if o.host_mem {
+        Mem::Host
+    } else {
+        match Cuda::load() {
+            Some(Ok(cu)) => Mem::Device(cu),
+            Some(Err(e)) => return Err(e),
+            None => Mem::Host,
+        }
+    };
+    let words = o.size.div_ceil(4);
+    let chunk_words = words.div_ceil(n);
+    let chunk = chunk_words * 4;
+    let total = (chunk * n).div_ceil(4096) * 4096;
+    // buf: this rank's input, reduced in place chunk by chunk; tmp: where prev's partial sums
+    // land (one chunk per step, never reused within an iteration); out: the all-gather result.
+    let buf = mem.alloc(total)?;
+    let tmp = mem.alloc(total)?;
+    let out = mem.alloc(total)?;
+    let mut host = vec![0u8; chunk * n];
+    for j in 0..words {
+        host[j * 4..j * 4 + 4].copy_from_slice(&input(rank, j).to_le_bytes());
+    }
+    mem.write(&buf, 0, &host);
+
+    // SAFETY: verbs calls in the order the API requires; every object is checked before use.
+    let (ctx, pd, port, gid) = unsafe {
+        let mut num = 0;
+        let list = (vb.get_device_list)(&mut num);
+        if list.is_null() || num < 1 {
+            warn(rank, "NET/IB : No device found.");
+            return Err("no RDMA device".into());
+        }
+        let ctx = (vb.open_device)(*list);
+        let pd = if ctx.is_null() { null_mut() } else { (vb.alloc_pd)(ctx) };
+        if pd.is_null() {
+            return Err("ibv_open_device/ibv_alloc_pd failed".into());
+        }
+        let mut port: v::ibv_port_attr = std::mem::zeroed();
+        (vb.query_port)(ctx, 1, &mut port);
+        let mut gid: v::ibv_gid = std::mem::zeroed();
+        let gid_index = std::env::var("NCCL_IB_GID_INDEX").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
+        (vb.query_gid)(ctx, 1, gid_index, &mut gid);
+        (ctx, pd, port, (gid_index, gid.raw))
+    };
+    let buf_mr = register(&vb, pd, &buf, rank)?;
+    let tmp_mr = register(&vb, pd, &tmp, rank)?;
+    let out_mr = register(&vb, pd, &out, rank)?;
+
+    // SAFETY: as above.
+    let ring = unsafe {
+        let cq = (vb.create_cq)(ctx, 4 * n as c_int + 64, null_mut(), null_mut(), 0);
+        let mut ia: v::ibv_qp_init_attr = std::mem::zeroed();
+        ia.send_cq = cq;
+        ia.recv_cq = cq;
+        ia.qp_type = v::ibv_qp_type::IBV_QPT_RC;
+        ia.cap.max_send_wr = 2 * n as u32 + 8;
+        ia.cap.max_recv_wr = 2 * n as u32 + 8;
+        ia.cap.max_send_sge = 1;
+        ia.cap.max_recv_sge = 1;
+        let to_next = (vb.create_qp)(pd, &mut ia);
+        let from_prev = (vb.create_qp)(pd, &mut ia);
+        if cq.is_null() || to_next.is_null() || from_prev.is_null() {
+            return Err("ibv_create_cq/ibv_create_qp failed".into());
+        }
+        Ring { ctx, cq, to_next, from_prev }
+    };
+    // SAFETY: the QPs are live.
+    let me = unsafe {
+        Info {
+            qp_from_prev: (*ring.from_prev).qp_num,
+            qp_to_next: (*ring.to_next).qp_num,
+            lid: port.lid,
+            gid: gid.1,
+            tmp_addr: tmp.addr,
+            tmp_rkey: (*tmp_mr).rkey,
+            out_addr: out.addr,
+            out_rkey: (*out_mr).rkey,
+        }
+    };
+    publish(dir, rank, &me);
+    let next = wait_for(dir, (rank + 1) % n)?;
+    let prev = wait_for(dir, (rank + n - 1) % n)?;
+    connect(&vb, ctx, ring.to_next, &port, gid.0, next.qp_from_prev, &next)?;
+    connect(&vb, ctx, ring.from_prev, &port, gid.0, prev.qp_to_next, &prev)?;
+    // Writes from prev arrive on from_prev and consume its receive WQEs.
+    ring.post_recvs(ring.from_prev, 2 * n);
+    std::fs::write(dir.join(format!("ready-{rank}")), "").unwrap();
+    for r in 0..n {
+        let t = Instant::now();
+        while !dir.join(format!("ready-{r}")).exists() {
+            if t.elapsed() > Duration::from_secs(60) {
+                return Err(format!("rank {r} never got ready"));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    // SAFETY: the MRs are live.
+    let (lkey_buf, lkey_out) = unsafe { ((*buf_mr).lkey, (*out_mr).lkey) };
+    let start = Instant::now();
+    let mut pending = 0usize;
+    let mut got = Vec::new();
+    let mut mine = vec![0u8; chunk];
+    let mut theirs = vec![0u8; chunk];
+    for it in 0..o.iters {
+        if it > 0 {
+            // Fresh input each iteration so every pass is checked, not just the first.
+            mem.write(&buf, 0, &host);
+        }
+        let base = (it as u32) << 16;
+        // reduce-scatter: at step s send chunk (r-s), receive chunk (r-s-1) into tmp and add.
+        for s in 0..n.saturating_sub(1) {
+            let c = (rank + n - s) % n;
+            ring.post_write(buf.addr + (c * chunk) as u64, chunk, lkey_buf, next.tmp_addr + (c * chunk) as u64, next.tmp_rkey, base | s as u32);
+            pending += 1;
+            ring.wait(rank, base | s as u32, &mut pending, &mut got)?;
+            let rc = (rank + 2 * n - s - 1) % n;
+            mem.read(&buf, rc * chunk, &mut mine);
+            mem.read(&tmp, rc * chunk, &mut theirs);
+            for (a, b) in mine.chunks_exact_mut(4).zip(theirs.chunks_exact(4)) {
+                let x = u32::from_le_bytes(a.try_into().unwrap()).wrapping_add(u32::from_le_bytes(b.try_into().unwrap()));
+                a.copy_from_slice(&x.to_le_bytes());
+            }
+            mem.write(&buf, rc * chunk, &mine);
+        }
+        // all-gather: the chunk this rank finished, (r+1), goes to out; at step s send chunk
+        // (r+1-s) from out into next's out.
+        let own = (rank + 1) % n;
+        mem.read(&buf, own * chunk, &mut mine);
+        mem.write(&out, own * chunk, &mine);
+        for s in 0..n.saturating_sub(1) {
+            let c = (rank + 1 + n - s) % n;
+            let imm = base | 0x8000 | s as u32;
+            ring.post_write(out.addr + (c * chunk) as u64, chunk, lkey_out, next.out_addr + (c * chunk) as u64, next.out_rkey, imm);
+            pending += 1;
+            ring.wait(rank, imm, &mut pending, &mut got)?;
+        }
+        ring.poll_until(rank, &mut pending, &mut got, |p, _| p == 0)?;
+        ring.post_recvs(ring.from_prev, 2 * n.saturating_sub(1));
+        // Nobody may write the next iteration into our buffers before we are done reading.
+        barrier(dir, rank, n, it)?;
+        let mut result = vec![0u8; chunk * n];
+        mem.read(&out, 0, &mut result);
+        for j in 0..words {
+            let want = (0..n).fold(0u32, |acc, r| acc.wrapping_add(input(r, j)));
+            let got = u32::from_le_bytes(result[j * 4..j * 4 + 4].try_into().unwrap());
+            if got != want {
+                return Err(format!("rank {rank}: iteration {it}: element {j} is {got:#x}, expected {want:#x}"));
+            }
+        }
+        barrier(dir, rank, n, it + 1_000_000)?;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    // SAFETY: MRs are live and no longer used.
+    unsafe {
+        (vb.dereg_mr)(buf_mr);
+        (vb.dereg_mr)(tmp_mr);
+        (vb.dereg_mr)(out_mr);
+    }
+    let kind = if matches!(mem, Mem::Device(_)) { "device" } else { "host" };
+    println!("rank {rank}: all-reduce of {} bytes ({kind} memory) x {} verified, {:.3} ms/iter, bus bandwidth {:.2} GB/s",
+        o.size, o.iters, secs * 1e3 / o.iters as f64, (2.0 * (n as f64 - 1.0) / n as f64) * o.size as f64 * o.iters as f64 / secs / 1e9);
+    Ok(())
+}
+
+/// A file-system barrier in the rendezvous directory (all ranks share it).
+fn barrier(dir: &Path, rank: usize, n: usize, tag: usize) -> Result<(), String> {
+    std::fs::write(dir.join(format!("bar-{tag}-{rank}")), "").map_err(|e| e.to_string())?;
+    let t = Instant::now();
+    for r in 0..n {
+        while !dir.join(format!("bar-{tag}-{r}")).exists() {
+            if t.elapsed() > Duration::from_secs(120) {
+                return Err(format!("barrier {tag}: rank {r} missing"));
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    Ok(())
+}
+
+fn env_usize(k: &str) -> Option<usize> {
+    std::env::var(k).ok()?.parse().ok()
+}
+
+fn main() -> ExitCode {
+    let o = match opts() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("allreduce: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // One rank of an mpirun job, or of our own launcher.
+    let as_rank = env_usize("MRSHIM_DEMO_RANK").map(|r| (r, env_usize("MRSHIM_DEMO_NRANKS").unwrap_or(1)))
+        .or_else(|| env_usize("OMPI_COMM_WORLD_RANK").map(|r| (r, env_usize("OMPI_COMM_WORLD_SIZE").unwrap_or(1))));
+    if let Some((rank, n)) = as_rank {
+        let dir = o.rundir.clone().or_else(|| std::env::var_os("MRSHIM_DEMO_RUNDIR").map(PathBuf::from)).unwrap_or_else(|| std::env::temp_dir().join("mrshim-allreduce"));
+        let _ = std::fs::create_dir_all(&dir);
+        return match run_rank(&o, rank, n, &dir) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("rank {rank}: all-reduce failed: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
+    let dir = o.rundir.clone().unwrap_or_else(|| std::env::temp_dir().join(format!("mrshim-allreduce-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..o.ranks)
+        .map(|r| {
+            std::process::Command::new(&exe)
+                .args(std::env::args_os().skip(1))
+                .env("MRSHIM_DEMO_RANK", r.to_string())
+                .env("MRSHIM_DEMO_NRANKS", o.ranks.to_string())
+                .env("MRSHIM_DEMO_RUNDIR", &dir)
+                .env("RANK", r.to_string())
+                .spawn()
+                .expect("spawn rank")
+        })
+        .collect();
+    let mut failed = 0;
+    for mut c in children {
+        if !c.wait().map(|s| s.success()).unwrap_or(false) {
+            failed += 1;
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    if failed > 0 {
+        eprintln!("all-reduce: {failed} of {} ranks failed", o.ranks);
+        ExitCode::from(1)
+    } else {
+        println!("all-reduce: {} ranks, {} bytes, {} iterations: OK", o.ranks, o.size, o.iters);
+        ExitCode::SUCCESS
+    }
+}
