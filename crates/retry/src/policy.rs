@@ -1,0 +1,202 @@
+//! `MRSHIM_RETRY`: which strategies to try, in which order, for which calls and errnos.
+//!
+//! ```text
+//! MRSHIM_RETRY = LIST [; KEY=VALUE ...]
+//! LIST         = off | auto | STRATEGY[,STRATEGY...]
+//! KEY=VALUE    : max_attempts=N (1..=16, default 6)     attempts after the original call
+//!                sticky=on|off (default on)              remember what worked per memory kind
+//!                calls=ENTRY,...                          only retry these entry points
+//!                errnos=ERRNO,...                         only retry these errnos
+//!                on.ERRNO=STRATEGY,...                    this list for this errno
+//!                on.ENTRY=STRATEGY,...                    this list for this entry point
+//! ```
+//! `auto` is every strategy in the order of [`crate::strategy::Strategy::AUTO`].
+
+use crate::strategy::Strategy;
+use crate::Entry;
+use std::fmt;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    pub strategies: Vec<Strategy>,
+    pub max_attempts: u32,
+    pub sticky: bool,
+    /// Empty: every registration entry point.
+    pub calls: Vec<Entry>,
+    /// Empty: every errno.
+    pub errnos: Vec<i32>,
+    pub per_errno: Vec<(i32, Vec<Strategy>)>,
+    pub per_call: Vec<(Entry, Vec<Strategy>)>,
+}
+
+impl Default for Policy {
+    /// `off`.
+    fn default() -> Policy {
+        Policy { strategies: Vec::new(), max_attempts: 6, sticky: true, calls: Vec::new(), errnos: Vec::new(), per_errno: Vec::new(), per_call: Vec::new() }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyError {
+    pub value: String,
+    pub accepted: String,
+}
+
+impl fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "MRSHIM_RETRY={:?} is not valid: {}", self.value, self.accepted)
+    }
+}
+
+fn strategy_names() -> String {
+    Strategy::ALL.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")
+}
+
+pub fn help() -> String {
+    format!(
+        "off, auto, or a comma-separated list of {}; then optional ';'-separated max_attempts=1..16, sticky=on|off, \
+         calls=ENTRY,..., errnos=ERRNO,..., on.ERRNO=LIST, on.ENTRY=LIST (ENTRY: ibv_reg_mr, ibv_reg_mr_iova, \
+         ibv_reg_mr_iova2, ibv_reg_dmabuf_mr; ERRNO: EINVAL, ENOMEM, ... or a number)",
+        strategy_names()
+    )
+}
+
+fn list(s: &str) -> Option<Vec<Strategy>> {
+    match s.trim() {
+        "off" | "" => Some(Vec::new()),
+        "auto" => Some(Strategy::AUTO.to_vec()),
+        l => {
+            let mut out = Vec::new();
+            for n in l.split(',').map(str::trim) {
+                let st = Strategy::parse(n)?;
+                if !out.contains(&st) {
+                    out.push(st);
+                }
+            }
+            Some(out)
+        }
+    }
+}
+
+impl Policy {
+    pub fn parse(value: &str) -> Result<Policy, PolicyError> {
+        let err = || PolicyError { value: value.into(), accepted: help() };
+        let mut parts = value.split(';');
+        let mut p = Policy { strategies: list(parts.next().unwrap_or_default()).ok_or_else(err)?, ..Policy::default() };
+        for kv in parts.map(str::trim).filter(|s| !s.is_empty()) {
+            let (k, v) = kv.split_once('=').ok_or_else(err)?;
+            let (k, v) = (k.trim(), v.trim());
+            match k {
+                "max_attempts" => p.max_attempts = v.parse().ok().filter(|n| (1..=16).contains(n)).ok_or_else(err)?,
+                "sticky" => {
+                    p.sticky = match v {
+                        "on" | "1" | "yes" => true,
+                        "off" | "0" | "no" => false,
+                        _ => return Err(err()),
+                    }
+                }
+                "calls" => p.calls = v.split(',').map(|c| Entry::parse(c.trim())).collect::<Option<_>>().ok_or_else(err)?,
+                "errnos" => p.errnos = v.split(',').map(mrshim_verbs::errno::parse).collect::<Option<_>>().ok_or_else(err)?,
+                _ => {
+                    let target = k.strip_prefix("on.").ok_or_else(err)?;
+                    let l = list(v).ok_or_else(err)?;
+                    if let Some(e) = mrshim_verbs::errno::parse(target) {
+                        p.per_errno.push((e, l));
+                    } else if let Some(c) = Entry::parse(target) {
+                        p.per_call.push((c, l));
+                    } else {
+                        return Err(err());
+                    }
+                }
+            }
+        }
+        Ok(p)
+    }
+
+    pub fn is_off(&self) -> bool {
+        self.strategies.is_empty() && self.per_errno.iter().all(|(_, l)| l.is_empty()) && self.per_call.iter().all(|(_, l)| l.is_empty())
+    }
+
+    /// The strategies to walk for this failure, in order; empty when the policy does not retry it.
+    pub fn for_failure(&self, entry: Entry, errno: i32) -> &[Strategy] {
+        if (!self.calls.is_empty() && !self.calls.contains(&entry)) || (!self.errnos.is_empty() && !self.errnos.contains(&errno)) {
+            return &[];
+        }
+        if let Some((_, l)) = self.per_errno.iter().find(|(e, _)| *e == errno) {
+            return l;
+        }
+        if let Some((_, l)) = self.per_call.iter().find(|(c, _)| *c == entry) {
+            return l;
+        }
+        &self.strategies
+    }
+
+    /// Short form for the config record and the summary.
+    pub fn describe(&self) -> String {
+        if self.is_off() {
+            return "off".into();
+        }
+        let names: Vec<&str> = self.strategies.iter().map(|s| s.name()).collect();
+        format!("{} (max_attempts={}, sticky={})", names.join(","), self.max_attempts, if self.sticky { "on" } else { "off" })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::{prop_assert_eq, proptest};
+
+    #[test]
+    fn off_auto_and_lists() {
+        assert!(Policy::parse("off").unwrap().is_off());
+        let auto = Policy::parse("auto").unwrap();
+        assert_eq!(auto.strategies, Strategy::AUTO.to_vec());
+        let p = Policy::parse("drop-relaxed-ordering,raise-memlock; max_attempts=2; sticky=off").unwrap();
+        assert_eq!(p.strategies, vec![Strategy::DropRelaxedOrdering, Strategy::RaiseMemlock]);
+        assert_eq!((p.max_attempts, p.sticky), (2, false));
+    }
+
+    #[test]
+    fn per_errno_and_per_call_rules() {
+        let p = Policy::parse("auto;on.ENOMEM=raise-memlock;on.ibv_reg_dmabuf_mr=dmabuf-to-va;errnos=EINVAL,ENOMEM,EFAULT").unwrap();
+        assert_eq!(p.for_failure(Entry::RegMr, libc::ENOMEM), &[Strategy::RaiseMemlock]);
+        assert_eq!(p.for_failure(Entry::RegDmabufMr, libc::EINVAL), &[Strategy::DmabufToVa]);
+        assert_eq!(p.for_failure(Entry::RegMrIova2, libc::EINVAL), Strategy::AUTO);
+        assert!(p.for_failure(Entry::RegMr, libc::EPERM).is_empty(), "EPERM not listed");
+        let only = Policy::parse("auto;calls=reg_mr_iova2").unwrap();
+        assert!(only.for_failure(Entry::RegMr, libc::EINVAL).is_empty());
+        assert!(!only.for_failure(Entry::RegMrIova2, libc::EINVAL).is_empty());
+    }
+
+    #[test]
+    fn bad_values_list_what_is_accepted() {
+        for bad in ["sometimes", "auto;max_attempts=0", "auto;max_attempts=99", "auto;sticky=maybe", "auto;calls=ibv_post_send", "auto;errnos=EWHAT", "auto;on.EWHAT=auto", "drop-relaxed-ordering,teleport", "auto;nonsense"] {
+            let e = Policy::parse(bad).unwrap_err();
+            let line = e.to_string();
+            assert!(line.starts_with("MRSHIM_RETRY=") && line.contains("drop-relaxed-ordering") && line.contains("max_attempts"), "{line}");
+        }
+    }
+
+    fn arb_strategy() -> impl proptest::strategy::Strategy<Value = Strategy> {
+        proptest::sample::select(Strategy::ALL.to_vec())
+    }
+
+    proptest! {
+        #[test]
+        fn any_valid_list_roundtrips(v in proptest::collection::vec(arb_strategy(), 1..6), max in 1u32..=16, sticky: bool) {
+            let names: Vec<&str> = v.iter().map(|s| s.name()).collect();
+            let text = format!("{};max_attempts={max};sticky={}", names.join(","), if sticky { "on" } else { "off" });
+            let p = Policy::parse(&text).unwrap();
+            let mut dedup = Vec::new();
+            for s in v { if !dedup.contains(&s) { dedup.push(s); } }
+            prop_assert_eq!(p.strategies, dedup);
+            prop_assert_eq!(p.max_attempts, max);
+            prop_assert_eq!(p.sticky, sticky);
+        }
+
+        #[test]
+        fn parser_never_panics(s in ".{0,80}") {
+            let _ = Policy::parse(&s);
+        }
+    }
+}
