@@ -18,7 +18,8 @@
 //! catch any panic (falling back to the real function if it had not run), restore errno.
 
 use super::real::{self, Fn_};
-use super::{elf, Guard};
+use super::{bounce, copy, elf, Guard};
+use mrshim_retry::strategy::Strategy;
 use mrshim_core::{Backend, Call, Outcome, RegArgs};
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
@@ -232,15 +233,112 @@ impl Ffi {
     }
 }
 
+impl Ffi {
+    /// The real function for `call`: the intercepted one, or (for retry attempts that switch
+    /// entry points) another real function of the same libibverbs.
+    fn real_for(&self, call: Call) -> Option<Real> {
+        let same = matches!(
+            (self.real, call),
+            (Real::RegMr(_), Call::RegMr) | (Real::Iova(_), Call::RegMrIova) | (Real::Iova2(_), Call::RegMrIova2) | (Real::Dmabuf(_), Call::RegDmabufMr) | (Real::Dereg(_), Call::DeregMr)
+        );
+        if same {
+            return Some(self.real);
+        }
+        let f = match call {
+            Call::RegMr => Fn_::RegMr,
+            Call::RegMrIova => Fn_::RegMrIova,
+            Call::RegMrIova2 => Fn_::RegMrIova2,
+            Call::RegDmabufMr => Fn_::RegDmabufMr,
+            Call::DeregMr => Fn_::DeregMr,
+        };
+        let p = real::get(f);
+        if p == 0 {
+            return None;
+        }
+        // SAFETY: p is the real function of that name and version, with this signature.
+        Some(unsafe {
+            match call {
+                Call::RegMr => Real::RegMr(std::mem::transmute::<usize, RegMrFn>(p)),
+                Call::RegMrIova => Real::Iova(std::mem::transmute::<usize, IovaFn>(p)),
+                Call::RegMrIova2 => Real::Iova2(std::mem::transmute::<usize, Iova2Fn>(p)),
+                Call::RegDmabufMr => Real::Dmabuf(std::mem::transmute::<usize, DmabufFn>(p)),
+                Call::DeregMr => Real::Dereg(std::mem::transmute::<usize, DeregFn>(p)),
+            }
+        })
+    }
+}
+
+/// Bounce shadows built for attempts, until the attempt's MR adopts them (or they are dropped).
+static SHADOWS: std::sync::Mutex<Vec<bounce::Shadow>> = std::sync::Mutex::new(Vec::new());
+
+fn take_shadow(addr: u64) -> Option<bounce::Shadow> {
+    let mut v = SHADOWS.lock().ok()?;
+    let i = v.iter().position(|s| s.addr() == addr)?;
+    Some(v.swap_remove(i))
+}
+
 impl Backend for Ffi {
+    fn is_device_memory(&self, addr: u64) -> bool {
+        copy::Cuda::get().is_some_and(|c| c.is_device(addr))
+    }
+
+    fn export_dmabuf(&self, addr: u64, len: u64) -> Result<(i32, u64), String> {
+        copy::Cuda::get().ok_or("no GPU runtime (libcuda.so.1) is loaded")?.export_dmabuf(addr, len)
+    }
+
+    fn bounce_shadow(&self, a: &RegArgs) -> Result<u64, String> {
+        let s = bounce::prepare(a.addr, a.length, a.iova.unwrap_or(a.addr), a.access)?;
+        let addr = s.addr();
+        SHADOWS.lock().map_err(|_| "poisoned")?.push(s);
+        Ok(addr)
+    }
+
+    fn adopt(&self, strategy: Strategy, orig: &RegArgs, attempt: &RegArgs, mr: usize) {
+        match strategy {
+            Strategy::Bounce => {
+                if let Some(s) = take_shadow(attempt.addr) {
+                    bounce::adopt(s, mr);
+                }
+            }
+            Strategy::VaToDmabuf => bounce::adopt_addr(mr, orig.addr, attempt.dmabuf_fd),
+            // rdma-core's dmabuf MRs carry the offset in addr.
+            Strategy::DmabufToVa => bounce::adopt_addr(mr, orig.dmabuf_offset.unwrap_or(0), None),
+            _ => {}
+        }
+    }
+
+    fn discard(&self, strategy: Strategy, attempt: &RegArgs) {
+        match strategy {
+            Strategy::Bounce => {
+                if let Some(s) = take_shadow(attempt.addr) {
+                    bounce::abandon(s);
+                }
+            }
+            Strategy::VaToDmabuf => {
+                if let Some(fd) = attempt.dmabuf_fd.filter(|fd| *fd >= 0) {
+                    // SAFETY: closing the dmabuf fd the shim exported for this failed attempt.
+                    unsafe { libc::close(fd) };
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn can_retry(&self) -> bool {
+        !self.compat10
+    }
+
     fn invoke(&self, a: &RegArgs) -> Outcome {
         let pd = a.pd as *mut c_void;
         let addr = a.addr as *mut c_void;
         let len = a.length as usize;
+        let Some(real) = self.real_for(a.call()) else {
+            return Outcome { err: libc::ENOSYS, errno_after: libc::ENOSYS, ..Default::default() };
+        };
         // SAFETY: each arm calls the real function with the application's arguments (or, for
         // retries, arguments derived from them), with the signature rdma-core declares.
         let out = unsafe {
-            match self.real {
+            match real {
                 Real::RegMr(f) => Self::mr_outcome(f(pd, addr, len, a.access as c_int)),
                 Real::Iova(f) => Self::mr_outcome(f(pd, addr, len, a.iova.unwrap_or(a.addr), a.access as c_int)),
                 Real::Iova2(f) => Self::mr_outcome(f(pd, addr, len, a.iova.unwrap_or(a.addr), a.access as c_uint)),
@@ -253,8 +351,14 @@ impl Backend for Ffi {
                     a.access as c_int,
                 )),
                 Real::Dereg(f) => {
+                    // An MR a strategy made: give rdma-core back what it set, clean up after.
+                    let after = bounce::before_dereg(a.mr);
                     let rc = f(a.mr as *mut c_void);
-                    Outcome { err: rc, errno_after: errno(), ..Default::default() }
+                    let e = errno();
+                    if let Some(after) = after {
+                        after(rc == 0);
+                    }
+                    Outcome { err: rc, errno_after: e, ..Default::default() }
                 }
             }
         };

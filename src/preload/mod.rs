@@ -2,6 +2,8 @@
 //! lookup (elf.rs, real.rs), process-level glue (constructor, fork, exit) here.
 //! Everything with a decision in it lives in the mrshim-core crate.
 
+pub mod bounce;
+pub mod copy;
 pub mod elf;
 pub mod hooks;
 pub mod real;

@@ -118,6 +118,12 @@ pub struct Reg {
     pub parent_seq: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub strategy: Option<String>,
+    /// Applied up front because it worked before for this kind of memory (sticky retry).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub learned: bool,
+    /// On an application call that failed: the strategy whose attempt rescued it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rescued_by: Option<String>,
     /// What the strategy changed, human readable ("access 0x10f -> 0xf").
     #[serde(skip_serializing_if = "Option::is_none")]
     pub change: Option<String>,
@@ -174,6 +180,9 @@ pub struct Summary {
     /// Records handed to the kernel / records that could not be written.
     pub records_written: u64,
     pub records_lost: u64,
+    /// Registrations each retry strategy rescued (learned applications included).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub rescued: BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -30,17 +30,28 @@ pub struct Config {
     pub summary: bool,
     /// Print a WARN line on stderr for every failed call.
     pub warn: bool,
+    /// MRSHIM_RETRY (default off).
+    pub retry: mrshim_retry::policy::Policy,
+    /// MRSHIM_INJECT, validated; the shim builds its rules (with their counters) from it.
+    pub inject: String,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { log: LogDest::Off, level: Level::All, summary: true, warn: true }
+        Config { log: LogDest::Off, level: Level::All, summary: true, warn: true, retry: Default::default(), inject: String::new() }
     }
 }
 
 pub const LOG_ACCEPTED: &str = "off, stderr, a file path or a directory (placeholders %h host, %p pid, %r rank, %% percent)";
 pub const LEVEL_ACCEPTED: &str = "all, failures";
 pub const ONOFF_ACCEPTED: &str = "on, off (also 1/0, true/false, yes/no)";
+pub const RETRY_ACCEPTED: &str = "off, auto, or a comma-separated list of drop-relaxed-ordering, raise-memlock, realign-iova, \
+dmabuf-to-va, va-to-dmabuf, bounce; then optional ';'-separated max_attempts=1..16, sticky=on|off, calls=ENTRY,..., \
+errnos=ERRNO,..., on.ERRNO=LIST, on.ENTRY=LIST (ENTRY: ibv_reg_mr, ibv_reg_mr_iova, ibv_reg_mr_iova2, ibv_reg_dmabuf_mr)";
+pub const INJECT_ACCEPTED: &str = "rules separated by ';', each CALL:ERRNO[:COND,...]; CALL: ibv_reg_mr, ibv_reg_mr_iova, \
+ibv_reg_mr_iova2, ibv_reg_dmabuf_mr or reg (any); ERRNO: a name like EINVAL or a number; COND: nth=N, from=N, \
+p=PROBABILITY, seed=N, relaxed, access=0xMASK, min_len=SIZE, max_len=SIZE (K/M/G), kind=host-anon|host-stack|\
+hugepage|file-readonly|file-writable|device|unmapped";
 
 /// One bad variable. Displayed as the single stderr line users see.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,7 +74,7 @@ impl fmt::Display for ConfigError {
 }
 
 /// Every variable the shim reads (echoed in the config record).
-pub const VARS: &[&str] = &["MRSHIM_LOG", "MRSHIM_LEVEL", "MRSHIM_SUMMARY", "MRSHIM_WARN"];
+pub const VARS: &[&str] = &["MRSHIM_LOG", "MRSHIM_LEVEL", "MRSHIM_SUMMARY", "MRSHIM_WARN", "MRSHIM_RETRY", "MRSHIM_INJECT"];
 
 /// Parses the configuration. `get` returns a variable's value (None when unset).
 pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<ConfigError>> {
@@ -88,6 +99,18 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<ConfigE
                 Some(b) => *slot = b,
                 None => errs.push(ConfigError { var, value: v, accepted: ONOFF_ACCEPTED, detail: None }),
             }
+        }
+    }
+    if let Some(v) = get("MRSHIM_RETRY") {
+        match mrshim_retry::policy::Policy::parse(&v) {
+            Ok(p) => c.retry = p,
+            Err(_) => errs.push(ConfigError { var: "MRSHIM_RETRY", value: v, accepted: RETRY_ACCEPTED, detail: None }),
+        }
+    }
+    if let Some(v) = get("MRSHIM_INJECT") {
+        match mrshim_retry::inject::parse(&v) {
+            Ok(_) => c.inject = v,
+            Err(_) => errs.push(ConfigError { var: "MRSHIM_INJECT", value: v, accepted: INJECT_ACCEPTED, detail: None }),
         }
     }
     if errs.is_empty() { Ok(c) } else { Err(errs) }

@@ -14,6 +14,7 @@ pub mod ident;
 pub mod line;
 pub mod log;
 pub mod maps;
+pub mod rescue;
 
 use config::{Config, Level, LogDest};
 use mrshim_record::{CallStats, Kind, MemKind, Reg, Summary, SCHEMA_VERSION};
@@ -104,6 +105,39 @@ pub trait Backend {
     fn invoke(&self, args: &RegArgs) -> Outcome;
     /// `pd->context->device->name`.
     fn device_name(&self, pd: usize) -> Option<String>;
+    /// Memory of a loaded GPU runtime (cuPointerGetAttribute), for memory kinds and strategies.
+    fn is_device_memory(&self, _addr: u64) -> bool {
+        false
+    }
+    /// A dmabuf fd for device memory, from its runtime: (fd, offset of addr in it).
+    fn export_dmabuf(&self, _addr: u64, _len: u64) -> Result<(i32, u64), String> {
+        Err("no GPU runtime is loaded".into())
+    }
+    /// A host shadow for the region (bounce strategy); its address.
+    fn bounce_shadow(&self, _args: &RegArgs) -> Result<u64, String> {
+        Err("host bounce buffers are not available here".into())
+    }
+    /// The attempt's MR goes to the caller: make it look like the caller's own call.
+    fn adopt(&self, _strategy: mrshim_retry::strategy::Strategy, _orig: &RegArgs, _attempt: &RegArgs, _mr: usize) {}
+    /// A failed attempt: release what export_dmabuf / bounce_shadow made for it.
+    fn discard(&self, _strategy: mrshim_retry::strategy::Strategy, _attempt: &RegArgs) {}
+    /// Retries may call other entry points (false for the IBVERBS_1.0 ABI).
+    fn can_retry(&self) -> bool {
+        true
+    }
+}
+
+/// How a record relates to the application's call (all zero: it is the call).
+#[derive(Default, Clone, Copy)]
+pub struct Meta<'a> {
+    pub attempt: u32,
+    pub parent_seq: Option<u64>,
+    pub strategy: Option<&'a str>,
+    pub change: Option<&'a str>,
+    pub injected: bool,
+    pub learned: bool,
+    pub refused: bool,
+    pub rescued_by: Option<&'a str>,
 }
 
 /// Writes one line to stderr with a single write(2) (no std lock, usable anywhere).
@@ -231,6 +265,8 @@ pub struct Shim {
     stats: Stats,
     mrs: MrTable,
     summarized: AtomicBool,
+    retry: mrshim_retry::engine::Engine,
+    inject: Vec<mrshim_retry::inject::Rule>,
 }
 
 static SHIM: OnceLock<Shim> = OnceLock::new();
@@ -284,6 +320,8 @@ impl Shim {
             stats: Stats::default(),
             mrs: MrTable::new(),
             summarized: AtomicBool::new(false),
+            retry: mrshim_retry::engine::Engine::new(cfg.as_ref().map(|c| c.retry.clone()).unwrap_or_default()),
+            inject: cfg.as_ref().and_then(|c| mrshim_retry::inject::parse(&c.inject).ok()).unwrap_or_default(),
             cfg,
         }
     }
@@ -292,26 +330,135 @@ impl Shim {
         self.cfg.as_ref()
     }
 
-    /// One application call: the real function exactly once, plus whatever recording is configured.
+    /// One application call: the real function once (or an injected failure), then — if it
+    /// failed and MRSHIM_RETRY allows — the retry engine's attempts, each its own record.
     pub fn call(&self, args: &RegArgs, backend: &dyn Backend) -> Outcome {
         let Some(cfg) = &self.cfg else { return backend.invoke(args) };
-        let recording = self.log.enabled();
-        let seq = if recording { self.seq.fetch_add(1, Relaxed) } else { 0 };
-        let (wall, t0) = if recording { (SystemTime::now(), Some(Instant::now())) } else { (UNIX_EPOCH, None) };
+        let req = rescue::to_req(args).filter(|r| !r.is_probe() && backend.can_retry());
+        let env = rescue::ShimEnv { shim: self, backend, orig: args };
+        // Sticky: what worked before for this kind of memory goes first, as the call itself.
+        if let Some(a) = req.as_ref().and_then(|r| self.retry.learned_attempt(r, &env)) {
+            let aargs = rescue::to_args(args, &a.req);
+            let (out, dur, wall, injected) = self.attempt(&aargs, &a.req, &env, backend);
+            self.retry.learned_result(&a, out.ok(), &env);
+            if out.ok() {
+                backend.adopt(a.strategy, args, &aargs, out.mr);
+                let meta = Meta { strategy: Some(a.strategy.name()), change: Some(&a.change), learned: true, ..Meta::default() };
+                let seq = self.next_seq();
+                self.finish_safe(cfg, &aargs, &out, seq, wall, dur, backend, &meta);
+                return out;
+            }
+            backend.discard(a.strategy, &aargs);
+            let _ = injected;
+        }
+        let seq = self.next_seq();
         // For dereg, what is about to go away must be read before the call.
-        let before = if recording && args.call() == Call::DeregMr { self.mrs.get(args.mr) } else { None };
+        let before = if self.log.enabled() && args.call() == Call::DeregMr { self.mrs.get(args.mr) } else { None };
         let registered_before = self.mrs.current();
-
-        let out = backend.invoke(args);
-        let dur = t0.map_or(0, |t| t.elapsed().as_nanos() as u64);
-        // Issue 6 (retry engine) slots in here: if !out.ok() && !args.is_probe(), walk the policy's
-        // strategies, invoking `backend` again per attempt (records with attempt/parent_seq=seq),
-        // and return the rescue's outcome or the original one.
-
+        let (out, dur, wall, injected) = match &req {
+            Some(r) => self.attempt(args, r, &env, backend),
+            None => {
+                let (wall, t0) = (SystemTime::now(), Instant::now());
+                let o = backend.invoke(args);
+                (o, t0.elapsed().as_nanos() as u64, wall, false)
+            }
+        };
+        let Some(r) = req.filter(|_| !out.ok() && !self.retry.policy.is_off()) else {
+            let meta = Meta { injected, ..Meta::default() };
+            let _ = catch_unwind(AssertUnwindSafe(|| self.finish(cfg, args, &out, seq, wall, dur, before, registered_before, backend, &meta)));
+            return out;
+        };
+        // The failure is on record before any attempt.
+        let mut rescued: Option<(Outcome, mrshim_retry::engine::Attempt)> = None;
         let _ = catch_unwind(AssertUnwindSafe(|| {
-            self.finish(cfg, args, &out, seq, wall, dur, before, registered_before, backend)
+            let meta = Meta { injected, ..Meta::default() };
+            self.finish(cfg, args, &out, seq, wall, dur, before, registered_before, backend, &meta);
+            let mut try_ = |a: &mrshim_retry::engine::Attempt| {
+                let aargs = rescue::to_args(args, &a.req);
+                let (o, d, w, inj) = self.attempt(&aargs, &a.req, &env, backend);
+                let meta = Meta { attempt: a.n, parent_seq: Some(seq), strategy: Some(a.strategy.name()), change: Some(&a.change), injected: inj, ..Meta::default() };
+                self.finish_safe(cfg, &aargs, &o, self.next_seq(), w, d, backend, &meta);
+                if o.ok() {
+                    Ok(o)
+                } else {
+                    backend.discard(a.strategy, &aargs);
+                    Err(o.err)
+                }
+            };
+            let mut note = |ev: mrshim_retry::engine::Event| self.note(cfg, args, seq, backend, ev);
+            rescued = self.retry.rescue(&r, out.err, &env, None, &mut try_, &mut note);
         }));
-        out
+        match rescued {
+            Some((o, a)) => {
+                backend.adopt(a.strategy, args, &rescue::to_args(args, &a.req), o.mr);
+                if cfg.warn {
+                    stderr_line(&format!(
+                        "{} INFO {} rescued by {}: {} (job-wide equivalent: {})",
+                        self.prefix(),
+                        args.call().name(),
+                        a.strategy.name(),
+                        a.change,
+                        a.strategy.global_equivalent()
+                    ));
+                }
+                Outcome { errno_after: out.errno_after, ..o }
+            }
+            // Every strategy failed: the caller sees the original errno, not the last attempt's.
+            None => out,
+        }
+    }
+
+    fn next_seq(&self) -> u64 {
+        if self.log.enabled() { self.seq.fetch_add(1, Relaxed) } else { 0 }
+    }
+
+    /// One try at the real function, unless MRSHIM_INJECT fails it first.
+    fn attempt(&self, a: &RegArgs, r: &mrshim_retry::Req, env: &rescue::ShimEnv, backend: &dyn Backend) -> (Outcome, u64, SystemTime, bool) {
+        let wall = SystemTime::now();
+        let t0 = Instant::now();
+        if !self.inject.is_empty() {
+            if let Some(e) = mrshim_retry::inject::check(&self.inject, r, env.kind(r)) {
+                return (Outcome { err: e, errno_after: e, ..Default::default() }, t0.elapsed().as_nanos() as u64, wall, true);
+            }
+        }
+        let o = backend.invoke(a);
+        (o, t0.elapsed().as_nanos() as u64, wall, false)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn finish_safe(&self, cfg: &Config, a: &RegArgs, out: &Outcome, seq: u64, wall: SystemTime, dur: u64, backend: &dyn Backend, meta: &Meta) {
+        let reg = self.mrs.current();
+        let _ = catch_unwind(AssertUnwindSafe(|| self.finish(cfg, a, out, seq, wall, dur, None, reg, backend, meta)));
+    }
+
+    /// Refusals and learned-policy changes, as records.
+    fn note(&self, cfg: &Config, args: &RegArgs, parent: u64, backend: &dyn Backend, ev: mrshim_retry::engine::Event) {
+        use mrshim_retry::engine::Event;
+        match ev {
+            Event::Refused { strategy, reason } => {
+                let meta = Meta { parent_seq: Some(parent), strategy: Some(strategy.name()), change: Some(&reason), refused: true, ..Meta::default() };
+                let out = Outcome { err: -1, ..Default::default() };
+                self.finish_safe(cfg, args, &out, self.next_seq(), SystemTime::now(), 0, backend, &meta);
+            }
+            Event::Learned { kind, entry, strategy } => {
+                let line = format!("{} INFO learned: {} of {} memory goes straight to {}", self.prefix(), entry.name(), line::mem_kind_str(kind), strategy.name());
+                if cfg.warn {
+                    stderr_line(&line);
+                }
+                if self.log.enabled() {
+                    let mut r = self.base(Kind::Policy, SystemTime::now());
+                    r.seq = self.next_seq();
+                    r.call = entry.name().into();
+                    r.mem_kind = Some(kind);
+                    r.strategy = Some(strategy.name().into());
+                    r.parent_seq = Some(parent);
+                    r.result = "ok".into();
+                    r.change = Some(format!("{} of {} memory goes straight to {}", entry.name(), line::mem_kind_str(kind), strategy.name()));
+                    self.emit(&r);
+                }
+            }
+            Event::Tried(..) => {}
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -326,13 +473,19 @@ impl Shim {
         before: Option<(u64, u64)>,
         registered_before: u64,
         backend: &dyn Backend,
+        meta: &Meta,
     ) {
         let call = a.call();
         let probe = a.is_probe();
-        self.stats.calls[call.idx()].fetch_add(1, Relaxed);
-        if probe {
+        // Attempts and refusals are not application calls.
+        let app_call = meta.attempt == 0 && !meta.refused;
+        if app_call {
+            self.stats.calls[call.idx()].fetch_add(1, Relaxed);
+        }
+        if meta.refused {
+        } else if probe {
             self.stats.probes.fetch_add(1, Relaxed);
-        } else if !out.ok() {
+        } else if !out.ok() && app_call {
             self.stats.failures[call.idx()].fetch_add(1, Relaxed);
             if let Ok(mut m) = self.stats.errnos.lock() {
                 *m.entry((call, out.err)).or_default() += 1;
@@ -349,7 +502,7 @@ impl Shim {
         } else {
             registered_before
         };
-        let failed = !out.ok() && !probe;
+        let failed = !out.ok() && !probe && app_call;
         if failed && cfg.warn {
             stderr_line(&self.warn_line(a, out));
         }
@@ -376,6 +529,14 @@ impl Shim {
             ok: out.ok(),
             duration_ns: dur,
             probe,
+            attempt: meta.attempt,
+            parent_seq: meta.parent_seq,
+            strategy: meta.strategy,
+            change: meta.change,
+            injected: meta.injected,
+            learned: meta.learned,
+            refused: meta.refused,
+            rescued_by: meta.rescued_by,
             ..Default::default()
         };
         if dereg {
@@ -414,7 +575,7 @@ impl Shim {
                 l.rkey = Some(out.rkey);
             }
         }
-        if !out.ok() {
+        if !out.ok() && !meta.refused {
             l.errno = Some(out.err);
             l.errno_name = mrshim_verbs::errno::name(out.err);
         }
@@ -476,6 +637,10 @@ impl Shim {
             s.insert("level".into(), if c.level == Level::All { "all" } else { "failures" }.into());
             s.insert("summary".into(), if c.summary { "on" } else { "off" }.into());
             s.insert("warn".into(), if c.warn { "on" } else { "off" }.into());
+            s.insert("retry".into(), c.retry.describe());
+            if !c.inject.is_empty() {
+                s.insert("inject".into(), c.inject.clone());
+            }
         }
         if let Some((_, v)) = self.rank {
             s.insert("rank_from".into(), v.into());
@@ -549,6 +714,7 @@ impl Shim {
             peak_registered_bytes: self.mrs.peak.load(Relaxed),
             records_written: self.log.written.load(Relaxed),
             records_lost: self.log.lost.load(Relaxed),
+            rescued: self.retry.rescued().into_iter().map(|(s, n)| (s.name().to_string(), n)).collect(),
         }
     }
 
@@ -575,6 +741,10 @@ impl Shim {
         );
         if let LogDest::Path(_) | LogDest::Stderr = self.log.dest() {
             line.push_str(&format!(", {} records written, {} lost", s.records_written, s.records_lost));
+        }
+        for (name, n) in &s.rescued {
+            let eq = mrshim_retry::strategy::Strategy::parse(name).map_or("", |st| st.global_equivalent());
+            line.push_str(&format!("; {name} rescued {n} registrations (job-wide equivalent: {eq})"));
         }
         line
     }

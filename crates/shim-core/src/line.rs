@@ -45,6 +45,19 @@ pub struct RegLine<'a> {
     pub duration_ns: u64,
     pub probe: bool,
     pub reg_seq: Option<u64>,
+    /// Retry engine: 0 for the application's call, 1.. for attempts (linked by parent_seq).
+    pub attempt: u32,
+    pub parent_seq: Option<u64>,
+    pub strategy: Option<&'a str>,
+    pub change: Option<&'a str>,
+    /// The failure was made up by MRSHIM_INJECT.
+    pub injected: bool,
+    /// The strategy was applied up front because it worked before (sticky).
+    pub learned: bool,
+    /// The strategy applied but was not done; `change` says why.
+    pub refused: bool,
+    /// On the application's failed call: the strategy whose attempt the caller got instead.
+    pub rescued_by: Option<&'a str>,
 }
 
 pub fn mem_kind_str(k: MemKind) -> &'static str {
@@ -104,22 +117,27 @@ impl W<'_> {
     fn hex(&mut self, k: &str, v: Option<u64>) {
         let Some(v) = v else { return };
         self.key(k);
-        self.b.extend_from_slice(b"\"0x");
-        if v == 0 {
-            self.b.push(b'0');
-        } else {
-            let digits = (64 - v.leading_zeros()).div_ceil(4);
-            for i in (0..digits).rev() {
-                self.b.push(b"0123456789abcdef"[((v >> (i * 4)) & 0xf) as usize]);
-            }
+        let mut t = [0u8; 20];
+        t[0] = b'"';
+        t[1] = b'0';
+        t[2] = b'x';
+        let digits = if v == 0 { 1 } else { (64 - v.leading_zeros()).div_ceil(4) as usize };
+        for i in 0..digits {
+            t[3 + i] = b"0123456789abcdef"[((v >> ((digits - 1 - i) * 4)) & 0xf) as usize];
         }
-        self.b.push(b'"');
+        t[3 + digits] = b'"';
+        self.b.extend_from_slice(&t[..4 + digits]);
     }
 }
 
 /// JSON string with serde_json's escaping.
 fn escape(b: &mut Vec<u8>, s: &str) {
     b.push(b'"');
+    if s.bytes().all(|c| c >= 0x20 && c != b'"' && c != b'\\') {
+        b.extend_from_slice(s.as_bytes());
+        b.push(b'"');
+        return;
+    }
     for &c in s.as_bytes() {
         match c {
             b'"' => b.extend_from_slice(b"\\\""),
@@ -143,6 +161,7 @@ fn escape(b: &mut Vec<u8>, s: &str) {
 impl RegLine<'_> {
     /// Appends the line (with its '\n') to `out`.
     pub fn write(&self, out: &mut Vec<u8>) {
+        out.reserve(1024);
         out.push(b'{');
         let mut w = W { b: out, first: true };
         w.u("v", SCHEMA_VERSION as u64);
@@ -217,7 +236,7 @@ impl RegLine<'_> {
         w.ou("memlock_hard", self.memlock_hard);
         w.u("registered_bytes", self.registered_bytes);
         w.ou("registered_bytes_after", self.registered_bytes_after);
-        w.s("result", if self.ok { "ok" } else { "error" });
+        w.s("result", if self.refused { "refused" } else if self.ok { "ok" } else { "error" });
         w.hex("mr", self.mr);
         w.ou("lkey", self.lkey.map(u64::from));
         w.ou("rkey", self.rkey.map(u64::from));
@@ -229,7 +248,17 @@ impl RegLine<'_> {
         if self.probe {
             w.b("probe", true);
         }
-        w.u("attempt", 0);
+        if self.injected {
+            w.b("injected", true);
+        }
+        w.u("attempt", self.attempt as u64);
+        w.ou("parent_seq", self.parent_seq);
+        w.os("strategy", self.strategy);
+        w.os("change", self.change);
+        if self.learned {
+            w.b("learned", true);
+        }
+        w.os("rescued_by", self.rescued_by);
         w.ou("reg_seq", self.reg_seq);
         out.extend_from_slice(b"}\n");
     }
@@ -340,6 +369,7 @@ mod tests {
             duration_ns: 17,
             probe: true,
             reg_seq: Some(9),
+            ..Default::default()
         };
         check(&full);
         for k in [MemKind::HostAnon, MemKind::HostStack, MemKind::Hugepage, MemKind::FileWritable, MemKind::Device, MemKind::Unmapped, MemKind::Unknown] {

@@ -5,7 +5,7 @@
 //! always read it fresh (that is where the answer matters).
 
 use mrshim_record::MemKind;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use std::time::{Duration, Instant};
 
@@ -116,45 +116,56 @@ struct Snap {
     regions: Arc<Vec<Region>>,
 }
 
-/// A cached view of this process's mappings.
+thread_local! {
+    /// Per-thread snapshot: no lock and no shared cache line on the hot path (8 threads
+    /// registering at once would otherwise all contend on one mutex).
+    static SNAP: std::cell::RefCell<Option<Snap>> = const { std::cell::RefCell::new(None) };
+}
+
+/// A cached view of this process's mappings (per thread, at most [`MAX_AGE`] old).
 #[derive(Default)]
 pub struct MapsCache {
-    snap: Mutex<Option<Snap>>,
+    _private: (),
 }
 
 impl MapsCache {
     pub const fn new() -> Self {
-        MapsCache { snap: Mutex::new(None) }
+        MapsCache { _private: () }
     }
 
     /// `fresh`: ignore the snapshot (used for failed calls).
     pub fn classify(&self, addr: u64, len: u64, fresh: bool) -> Lookup {
         if !fresh {
-            let cached = self.snap.lock().ok().and_then(|g| {
-                g.as_ref().filter(|s| s.at.elapsed() < MAX_AGE).map(|s| s.regions.clone())
-            });
-            if let Some(regions) = cached {
-                if let Some(l) = lookup(&regions, addr, len) {
-                    if l.fully_mapped {
-                        return l;
-                    }
-                }
+            let hit = SNAP
+                .try_with(|c| {
+                    let c = c.try_borrow().ok()?;
+                    let s = c.as_ref().filter(|s| s.at.elapsed() < MAX_AGE)?;
+                    lookup(&s.regions, addr, len).filter(|l| l.fully_mapped)
+                })
+                .ok()
+                .flatten();
+            if let Some(l) = hit {
+                return l;
             }
         }
         let regions = Arc::new(read_self());
         let l = lookup(&regions, addr, len)
             .unwrap_or(Lookup { kind: MemKind::Unmapped, path: None, fully_mapped: false });
-        if let Ok(mut g) = self.snap.lock() {
-            *g = Some(Snap { at: Instant::now(), regions });
-        }
+        let _ = SNAP.try_with(|c| {
+            if let Ok(mut c) = c.try_borrow_mut() {
+                *c = Some(Snap { at: Instant::now(), regions });
+            }
+        });
         l
     }
 
-    /// After fork: drop the snapshot without waiting for a lock another thread may hold forever.
+    /// After fork (in the child's only thread): drop the snapshot.
     pub fn forget(&self) {
-        if let Ok(mut g) = self.snap.try_lock() {
-            *g = None;
-        }
+        let _ = SNAP.try_with(|c| {
+            if let Ok(mut c) = c.try_borrow_mut() {
+                *c = None;
+            }
+        });
     }
 }
 
