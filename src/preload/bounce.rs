@@ -10,9 +10,10 @@
 //! - post_send: SEND / RDMA WRITE / WRITE_WITH_IMM SGE ranges in a region: app → shadow first;
 //!   RDMA READ into a region: shadow → app when a later completion of that QP is polled;
 //! - post_recv: remember the WR's ranges; poll_cq: a RECV completion copies shadow → app;
-//! - any RECV / RECV_RDMA_WITH_IMM completion also copies the regions peers may write
-//!   (REMOTE_WRITE) shadow → app, so data a peer wrote is visible once the completion announcing
-//!   it is polled.
+//! - any RECV / RECV_RDMA_WITH_IMM completion also copies what peers wrote into regions with
+//!   REMOTE_WRITE (the bytes that differ from the shadow's last synced state) shadow → app, so data
+//!   a peer wrote is visible once the completion announcing it is polled, and what the
+//!   application wrote to its own buffer meanwhile stays.
 
 use super::copy::{CopyEngine, Cuda, HostCopy};
 use mrshim_verbs as v;
@@ -32,7 +33,11 @@ pub struct Region {
     app: u64,
     /// Host pointer for `iova`.
     shadow: usize,
+    /// What the shadow held after the last copy either way: bytes that differ from it now were
+    /// written by a peer (so only those go to the application's buffer).
+    baseline: usize,
     map: (usize, usize),
+    base_map: (usize, usize),
     remote_write: bool,
     engine: Box<dyn CopyEngine>,
 }
@@ -46,10 +51,43 @@ impl Region {
         if let Err(e) = self.engine.to_host((self.shadow + off as usize) as *mut u8, self.app + off, n) {
             warn_once(&format!("{} engine: {e}", self.engine.name()));
         }
+        self.settle(off, n);
     }
     fn to_app(&self, off: u64, n: usize) {
         if let Err(e) = self.engine.to_app(self.app + off, (self.shadow + off as usize) as *const u8, n) {
             warn_once(&format!("{} engine: {e}", self.engine.name()));
+        }
+        self.settle(off, n);
+    }
+    /// Shadow and application agree on [off, off+n): remember it.
+    fn settle(&self, off: u64, n: usize) {
+        // SAFETY: both mappings cover the region's length; off+n is within it.
+        unsafe { std::ptr::copy_nonoverlapping((self.shadow + off as usize) as *const u8, (self.baseline + off as usize) as *mut u8, n) };
+    }
+    /// Copies to the application only the bytes a peer changed in the shadow since the last sync,
+    /// so what the application wrote to its buffer meanwhile is not overwritten.
+    fn sync_peer_writes(&self) {
+        let len = self.len as usize;
+        // SAFETY: shadow and baseline are live mappings of at least len bytes.
+        let (sh, ba) = unsafe { (std::slice::from_raw_parts(self.shadow as *const u8, len), std::slice::from_raw_parts(self.baseline as *const u8, len)) };
+        let mut page = 0;
+        while page < len {
+            let end = (page + PAGE as usize).min(len);
+            if sh[page..end] != ba[page..end] {
+                let mut i = page;
+                while i < end {
+                    if sh[i] == ba[i] {
+                        i += 1;
+                        continue;
+                    }
+                    let start = i;
+                    while i < end && sh[i] != ba[i] {
+                        i += 1;
+                    }
+                    self.to_app(start as u64, i - start);
+                }
+            }
+            page = end;
         }
     }
 }
@@ -88,6 +126,12 @@ pub fn prepare(app: u64, len: u64, iova: u64, access: u32) -> Result<Shadow, Str
     if p == libc::MAP_FAILED {
         return Err(format!("mmap of a {maplen}-byte shadow failed: {}", std::io::Error::last_os_error()));
     }
+    // SAFETY: as above, for the baseline copy.
+    let b = unsafe { libc::mmap(std::ptr::null_mut(), maplen, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+    if b == libc::MAP_FAILED {
+        unmap((p as usize, maplen));
+        return Err(format!("mmap of a {maplen}-byte baseline failed: {}", std::io::Error::last_os_error()));
+    }
     let region = Region {
         ctx: 0,
         lkey: 0,
@@ -95,7 +139,9 @@ pub fn prepare(app: u64, len: u64, iova: u64, access: u32) -> Result<Shadow, Str
         len,
         app,
         shadow: p as usize + off as usize,
+        baseline: b as usize + off as usize,
         map: (p as usize, maplen),
+        base_map: (b as usize, maplen),
         remote_write: access & mrshim_verbs::access::REMOTE_WRITE != 0,
         engine,
     };
@@ -124,6 +170,7 @@ fn host_readable(addr: u64, len: u64) -> bool {
 
 pub fn abandon(s: Shadow) {
     unmap(s.region.map);
+    unmap(s.region.base_map);
 }
 
 fn unmap((p, n): (usize, usize)) {
@@ -207,6 +254,7 @@ pub fn before_dereg(mr: usize) -> Option<Box<dyn FnOnce(bool)>> {
                 LIVE.fetch_sub(1, Ordering::AcqRel);
                 unpatch_if_unused(r.ctx);
                 unmap(r.map);
+                unmap(r.base_map);
             })
         }
     })
@@ -374,7 +422,7 @@ unsafe extern "C" fn poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut mrshim_verbs
     if peer_wrote {
         let regions: Vec<Arc<Region>> = REGIONS.read().unwrap().iter().filter(|r| r.ctx == ctx && r.remote_write).cloned().collect();
         for r in regions {
-            r.to_app(0, r.len as usize);
+            r.sync_peer_writes();
         }
     }
     got

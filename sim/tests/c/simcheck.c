@@ -108,6 +108,26 @@ static int reg_checks(const char *which) {
         report("device_memory", ibv_reg_mr(pd, g, 1 << 20, FULL));
         report("device_memory_iova2", ibv_reg_mr_iova2(pd, g, 1 << 20, (uintptr_t)g, FULL | IBV_ACCESS_RELAXED_ORDERING));
     }
+    CASE("dmabuf_va") {
+        /* a dmabuf that is also mapped at the iova: the VA path can stand in for it */
+        int m = memfd_create("mrshim-dmabuf-va", 0);
+        ftruncate(m, 65536);
+        char *p = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_SHARED, m, 0);
+        struct ibv_mr *mr = ibv_reg_dmabuf_mr(pd, 0, 65536, (uintptr_t)p, m, FULL);
+        if (mr) printf("dmabuf_va ok addr=%#lx length=%zu\n", (unsigned long)(uintptr_t)mr->addr, mr->length);
+        else printf("dmabuf_va errno=%d\n", errno);
+        fflush(stdout);
+        if (mr) ibv_dereg_mr(mr);
+    }
+    if (!strcmp(which, "many_relaxed")) {
+        int fails = 0;
+        for (int i = 0; i < 1000; i++) {
+            struct ibv_mr *mr = ibv_reg_mr_iova2(pd, b, 65536, (uintptr_t)b, FULL | IBV_ACCESS_RELAXED_ORDERING);
+            if (!mr) fails++;
+            else ibv_dereg_mr(mr);
+        }
+        printf("many_relaxed failures=%d\n", fails);
+    }
     CASE("memlock") {
         set_memlock(64 * 1024);
         struct ibv_mr *a = ibv_reg_mr(pd, b, 32 * 1024, FULL);
