@@ -352,7 +352,10 @@ fn gpu_peer_memory<'a>(v: &View<'a>) -> Cand<'a> {
 
 fn memlock_limit<'a>(v: &View<'a>) -> Cand<'a> {
     let mut c = Cand::new("memlock-limit");
-    let over = v.fail_where(|_, g| g.over_memlock > 0);
+    // Over the limit only matters where the kernel's memlock errno came back (ENOMEM, or EPERM
+    // for a limit of 0): EINVAL/EFAULT are decided before the pinned-page accounting.
+    let memlock_errno = |e: Option<i32>| matches!(e, Some(ENOMEM) | Some(EPERM) | None);
+    let over = v.fail_where(|k, g| g.over_memlock > 0 && memlock_errno(k.errno));
     if !over.is_empty() {
         c.add(3.5, format!("{} registration(s) would have exceeded the locked-memory limit (bytes already registered + length > RLIMIT_MEMLOCK).", sum(&over)), None);
     }
@@ -371,8 +374,8 @@ fn memlock_limit<'a>(v: &View<'a>) -> Cand<'a> {
         }
     }
     let candidates = v.fail_where(|k, g| {
-        g.over_memlock > 0
-            || (matches!(k.errno, Some(ENOMEM) | Some(EPERM) | None)
+        (g.over_memlock > 0 && memlock_errno(k.errno))
+            || (memlock_errno(k.errno)
                 && (small.iter().any(|s| s.0 == k.host || s.0.is_empty())
                     || v.memlock(&k.host).is_none()))
     });

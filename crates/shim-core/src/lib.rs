@@ -560,6 +560,9 @@ impl Shim {
             l.dmabuf_offset = a.dmabuf_offset;
             if a.dmabuf_fd.is_some() {
                 l.mem_kind = Some(if probe { MemKind::Unknown } else { MemKind::Device });
+            } else if backend.is_device_memory(a.addr) {
+                // The GPU runtime knows its memory; /proc/self/maps only sees a mapping.
+                l.mem_kind = Some(MemKind::Device);
             } else {
                 let m = self.maps.classify(a.addr, a.length, !out.ok());
                 l.mem_kind = Some(m.kind);
