@@ -117,15 +117,7 @@ fn parse_u32(s: &str) -> Option<u32> {
     }
 }
 
-pub fn parse_size(s: &str) -> Option<u64> {
-    let (num, mult) = match s.as_bytes().last()? {
-        b'K' | b'k' => (&s[..s.len() - 1], 1u64 << 10),
-        b'M' | b'm' => (&s[..s.len() - 1], 1 << 20),
-        b'G' | b'g' => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    num.parse::<u64>().ok()?.checked_mul(mult)
-}
+pub use mrshim_verbs::units::parse_size;
 
 impl Rule {
     fn targets(&self, call: Call) -> bool {

@@ -336,28 +336,56 @@ fn ranges(ctx: usize, sg: *mut v::ibv_sge, n: c_int) -> Ranges {
 static PENDING_RECV: Mutex<Option<HashMap<(u32, u64), Ranges>>> = Mutex::new(None);
 static PENDING_READ: Mutex<Option<HashMap<u32, Ranges>>> = Mutex::new(None);
 
+/// The fields of a send or receive WR that the bounce layer reads.
+trait Wr {
+    fn next(&self) -> *mut Self;
+    fn sges(&self) -> (*mut v::ibv_sge, c_int);
+}
+impl Wr for v::ibv_send_wr {
+    fn next(&self) -> *mut Self {
+        self.next
+    }
+    fn sges(&self) -> (*mut v::ibv_sge, c_int) {
+        (self.sg_list, self.num_sge)
+    }
+}
+impl Wr for v::ibv_recv_wr {
+    fn next(&self) -> *mut Self {
+        self.next
+    }
+    fn sges(&self) -> (*mut v::ibv_sge, c_int) {
+        (self.sg_list, self.num_sge)
+    }
+}
+
+/// Calls `f` for every WR of the list that touches bounce regions, with those ranges.
+fn each_wr<W: Wr>(ctx: usize, first: *mut W, mut f: impl FnMut(&W, Ranges)) {
+    let mut w = first;
+    while !w.is_null() {
+        // SAFETY: walking the application's WR list, as the provider is about to.
+        let r = unsafe { &*w };
+        let (sg, n) = r.sges();
+        let rs = ranges(ctx, sg, n);
+        if !rs.is_empty() {
+            f(r, rs);
+        }
+        w = r.next();
+    }
+}
+
 unsafe extern "C" fn post_send(qp: *mut v::ibv_qp, wr: *mut v::ibv_send_wr, bad: *mut *mut v::ibv_send_wr) -> c_int {
     // SAFETY: qp is the application's live QP; its context is one we patched.
-    let ctx = unsafe { (*qp).context } as usize;
+    let (ctx, qpn) = unsafe { ((*qp).context as usize, (*qp).qp_num) };
     let Some(o) = orig(ctx) else { return libc::EINVAL };
-    let mut w = wr;
-    while !w.is_null() {
-        // SAFETY: walking the application's WR list.
-        let r = unsafe { &*w };
-        let rs = ranges(ctx, r.sg_list, r.num_sge);
-        if !rs.is_empty() {
-            if r.opcode == v::ibv_wr_opcode::IBV_WR_RDMA_READ {
-                // SAFETY: qp is live.
-                let qpn = unsafe { (*qp).qp_num };
-                PENDING_READ.lock().unwrap().get_or_insert_with(HashMap::new).entry(qpn).or_default().extend(rs);
-            } else {
-                for (reg, off, n) in &rs {
-                    reg.to_shadow(*off, *n);
-                }
+    each_wr(ctx, wr, |r, rs| {
+        if r.opcode == v::ibv_wr_opcode::IBV_WR_RDMA_READ {
+            PENDING_READ.lock().unwrap().get_or_insert_with(HashMap::new).entry(qpn).or_default().extend(rs);
+        } else {
+            for (reg, off, n) in &rs {
+                reg.to_shadow(*off, *n);
             }
         }
-        w = r.next;
-    }
+    });
     // SAFETY: the provider's own post_send with the application's arguments.
     unsafe { (o.send)(qp, wr, bad) }
 }
@@ -366,16 +394,9 @@ unsafe extern "C" fn post_recv(qp: *mut v::ibv_qp, wr: *mut v::ibv_recv_wr, bad:
     // SAFETY: as in post_send.
     let (ctx, qpn) = unsafe { ((*qp).context as usize, (*qp).qp_num) };
     let Some(o) = orig(ctx) else { return libc::EINVAL };
-    let mut w = wr;
-    while !w.is_null() {
-        // SAFETY: walking the application's WR list.
-        let r = unsafe { &*w };
-        let rs = ranges(ctx, r.sg_list, r.num_sge);
-        if !rs.is_empty() {
-            PENDING_RECV.lock().unwrap().get_or_insert_with(HashMap::new).insert((qpn, r.wr_id), rs);
-        }
-        w = r.next;
-    }
+    each_wr(ctx, wr, |r, rs| {
+        PENDING_RECV.lock().unwrap().get_or_insert_with(HashMap::new).insert((qpn, r.wr_id), rs);
+    });
     // SAFETY: the provider's own post_recv.
     unsafe { (o.recv)(qp, wr, bad) }
 }

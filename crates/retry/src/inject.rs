@@ -47,15 +47,7 @@ pub fn help() -> &'static str {
      file-readonly|file-writable|device|unmapped"
 }
 
-fn size(s: &str) -> Option<u64> {
-    let (n, m) = match s.as_bytes().last()? {
-        b'K' | b'k' => (&s[..s.len() - 1], 1u64 << 10),
-        b'M' | b'm' => (&s[..s.len() - 1], 1 << 20),
-        b'G' | b'g' => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    n.parse::<u64>().ok()?.checked_mul(m)
-}
+use mrshim_verbs::units::parse_size as size;
 
 pub fn parse(s: &str) -> Result<Vec<Rule>, String> {
     let mut out = Vec::new();

@@ -12,6 +12,7 @@ mod extra {
 pub use extra::{ibv_wc, verbs_context};
 pub mod errno;
 pub mod access;
+pub mod units;
 
 /// Constants from verbs.h that ibverbs-sys does not carry.
 pub mod extra_consts {
