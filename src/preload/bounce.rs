@@ -64,32 +64,59 @@ impl Region {
         // SAFETY: both mappings cover the region's length; off+n is within it.
         unsafe { std::ptr::copy_nonoverlapping((self.shadow + off as usize) as *const u8, (self.baseline + off as usize) as *mut u8, n) };
     }
+    /// Before a receive is posted: bytes the application changed in its buffer since the last
+    /// sync go to the shadow (and the baseline), so that what a peer writes next is told apart
+    /// from them even where it writes the value the shadow held before.
+    fn fold_app_writes(&self) {
+        let len = self.len as usize;
+        let mut now = vec![0u8; len];
+        if let Err(e) = self.engine.to_host(now.as_mut_ptr(), self.app, len) {
+            return warn_once(&format!("{} engine: {e}", self.engine.name()));
+        }
+        // SAFETY: shadow and baseline are live mappings of at least len bytes.
+        let (sh, ba) = unsafe { (std::slice::from_raw_parts_mut(self.shadow as *mut u8, len), std::slice::from_raw_parts_mut(self.baseline as *mut u8, len)) };
+        for (a, b) in diff_runs(&now, ba) {
+            sh[a..b].copy_from_slice(&now[a..b]);
+            ba[a..b].copy_from_slice(&now[a..b]);
+        }
+    }
     /// Copies to the application only the bytes a peer changed in the shadow since the last sync,
     /// so what the application wrote to its buffer meanwhile is not overwritten.
     fn sync_peer_writes(&self) {
         let len = self.len as usize;
         // SAFETY: shadow and baseline are live mappings of at least len bytes.
         let (sh, ba) = unsafe { (std::slice::from_raw_parts(self.shadow as *const u8, len), std::slice::from_raw_parts(self.baseline as *const u8, len)) };
-        let mut page = 0;
-        while page < len {
-            let end = (page + PAGE as usize).min(len);
-            if sh[page..end] != ba[page..end] {
-                let mut i = page;
-                while i < end {
-                    if sh[i] == ba[i] {
-                        i += 1;
-                        continue;
-                    }
-                    let start = i;
-                    while i < end && sh[i] != ba[i] {
-                        i += 1;
-                    }
-                    self.to_app(start as u64, i - start);
-                }
-            }
-            page = end;
+        for (a, b) in diff_runs(sh, ba) {
+            self.to_app(a as u64, b - a);
         }
     }
+}
+
+/// The runs [start, end) of bytes where `x` and `y` differ (page by page, so equal pages cost one
+/// comparison).
+fn diff_runs(x: &[u8], y: &[u8]) -> Vec<(usize, usize)> {
+    let mut runs = Vec::new();
+    let len = x.len().min(y.len());
+    let mut page = 0;
+    while page < len {
+        let end = (page + PAGE as usize).min(len);
+        if x[page..end] != y[page..end] {
+            let mut i = page;
+            while i < end {
+                if x[i] == y[i] {
+                    i += 1;
+                    continue;
+                }
+                let start = i;
+                while i < end && x[i] != y[i] {
+                    i += 1;
+                }
+                runs.push((start, i));
+            }
+        }
+        page = end;
+    }
+    runs
 }
 
 fn warn_once(e: &str) {
@@ -394,6 +421,11 @@ unsafe extern "C" fn post_recv(qp: *mut v::ibv_qp, wr: *mut v::ibv_recv_wr, bad:
     // SAFETY: as in post_send.
     let (ctx, qpn) = unsafe { ((*qp).context as usize, (*qp).qp_num) };
     let Some(o) = orig(ctx) else { return libc::EINVAL };
+    // What peers write after this receive must be told apart from what the application wrote.
+    let regions: Vec<Arc<Region>> = REGIONS.read().unwrap().iter().filter(|r| r.ctx == ctx && r.remote_write).cloned().collect();
+    for r in regions {
+        r.fold_app_writes();
+    }
     each_wr(ctx, wr, |r, rs| {
         PENDING_RECV.lock().unwrap().get_or_insert_with(HashMap::new).insert((qpn, r.wr_id), rs);
     });
