@@ -19,6 +19,11 @@ Environment read by libmrshim.so (also when preloaded without `mrshim exec`):
   MRSHIM_LEVEL    all (default): every call is a record | failures: failed calls and probes only
   MRSHIM_WARN     on (default) | off: NCCL-style WARN line on stderr per failed call
   MRSHIM_SUMMARY  on (default) | off: one summary line on stderr at exit (processes that made calls)
+  MRSHIM_RETRY    off (default) | auto | drop-relaxed-ordering,raise-memlock,realign-iova,dmabuf-to-va,
+                  va-to-dmabuf,bounce [;max_attempts=N;sticky=on|off;calls=...;errnos=...;on.EINVAL=...]
+                  rescue failed registrations another way (docs/retry.md, docs/bounce.md)
+  MRSHIM_INJECT   CALL:ERRNO[:COND,...];...  make up failures to rehearse, e.g.
+                  ibv_reg_mr_iova2:EINVAL:relaxed (docs/retry.md)
 A bad value prints one line naming the variable, the value and what is accepted; the shim then
 passes every call through unrecorded. Rank: OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK,
 SLURM_PROCID, RANK (first one set); local rank: OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID,
