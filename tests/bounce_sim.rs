@@ -95,6 +95,10 @@ fn transport_checks_are_identical_through_bounce_buffers() {
     let w = w.with("SIMCHECK_EXTRA_ACCESS", "0x100000").with("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed").with("MRSHIM_RETRY", "bounce").with("MRSHIM_WARN", "off").with("MRSHIM_SUMMARY", "off");
     let bounced = run(w.cmd(simcheck()).arg("transport"));
     assert_eq!(stdout(&bounced), stdout(&reference), "{}", stderr(&bounced));
+    // Multiple SGEs, unaligned ranges, two QP pairs at once, deregistration of some regions
+    // while others live, READ into an unaligned range.
+    let multi = run(w.cmd(simcheck()).arg("multi"));
+    assert_eq!(stdout(&multi), "multi_sge equal\nconcurrent_qps equal\nafter_other_dereg equal\nread_unaligned equal\n", "{}", stderr(&multi));
     // Without the shim the same setup cannot register at all.
     let o = run(w.cmd(simcheck()).arg("transport").env_remove("LD_PRELOAD"));
     assert!(!o.status.success());

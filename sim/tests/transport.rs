@@ -60,6 +60,12 @@ cq_busy=16
     assert_eq!(out, want);
 }
 
+#[test]
+fn multiple_sges_unaligned_ranges_concurrent_qps() {
+    let out = simcheck(&Sim::new(), "multi");
+    assert_eq!(out, "multi_sge equal\nconcurrent_qps equal\nafter_other_dereg equal\nread_unaligned equal\n");
+}
+
 fn nccl_style(sim: &Sim, args: &[&str]) -> std::process::Output {
     let prog = c_program("nccl_style", &["-ldl"]);
     sim.run(&prog, args)
