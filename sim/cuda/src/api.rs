@@ -366,7 +366,7 @@ pub extern "C" fn cuMemGetHandleForAddressRange(handle: *mut c_void, dptr: CUdev
         }
         let a = r.exact(dptr).ok_or(CUDA_ERROR_INVALID_VALUE)?;
         let size = size as u64;
-        if size == 0 || size % memory::PAGE != 0 || size > a.size {
+        if size == 0 || !size.is_multiple_of(memory::PAGE) || size > a.size {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         use std::os::fd::AsRawFd;

@@ -3,7 +3,7 @@ mod common;
 use common::*;
 
 fn prog() -> std::path::PathBuf {
-    c_program("cudacheck", &[])
+    c_program("cudacheck", &["-lpthread"])
 }
 
 #[test]
@@ -72,4 +72,9 @@ fn device_memory_faults_on_the_cpu_but_copies_round_trip() {
 fn streams_in_order_busy_stream_and_non_blocking_stream() {
     let out = checks(&prog(), &["streams"], &[]);
     assert!(out.contains("ok nonblocking_not_delayed_by_busy_stream"), "{out}");
+}
+
+#[test]
+fn threads_bind_contexts_and_streams_independently() {
+    checks(&prog(), &["threads"], &[]);
 }

@@ -1,10 +1,11 @@
 /* Checks of the simulated libcuda.so.1 through the driver API, loaded with dlopen like NCCL.
- * Usage: cudacheck preinit|init|devices|contexts|memory|attrs|fault|streams
+ * Usage: cudacheck preinit|init|devices|contexts|memory|attrs|fault|streams|threads
  * Prints "ok NAME" / "FAIL NAME: ..." per check (plus a few "info" lines sim/cuda/tests/cuda.rs
  * asserts); the exit status is the number of failures. */
 #include "cuda_api.h"
 #include <signal.h>
 #include <sys/wait.h>
+#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -418,6 +419,59 @@ static int streams(void) {
     return fails;
 }
 
+/* Threads: the current context is per thread; each worker binds the shared context and runs
+ * its own stream's copies while the others do the same. */
+static CUcontext shared_ctx;
+static void *worker(void *arg) {
+    long id = (long)arg, bad = 0;
+    CUcontext got = (CUcontext)1;
+    cuCtxGetCurrent(&got);
+    if (got != NULL) bad |= 1; /* a new thread starts with no current context */
+    if (cuCtxSetCurrent(shared_ctx)) return (void *)2L;
+    CUstream s;
+    if (cuStreamCreate(&s, CU_STREAM_NON_BLOCKING)) return (void *)4L;
+    unsigned char src[8192], dst[8192];
+    for (int it = 0; it < 100; it++) {
+        CUdeviceptr p;
+        if (cuMemAlloc_v2(&p, sizeof src)) { bad |= 8; break; }
+        for (int i = 0; i < (int)sizeof src; i++) src[i] = (unsigned char)(i + it * 3 + id * 101);
+        memset(dst, 0, sizeof dst);
+        if (cuMemcpyHtoDAsync_v2(p, src, sizeof src, s) || cuMemcpyDtoHAsync_v2(dst, p, sizeof dst, s) || cuStreamSynchronize(s)) bad |= 16;
+        if (memcmp(src, dst, sizeof src)) bad |= 32;
+        if (cuMemFree_v2(p)) bad |= 64;
+    }
+    cuStreamDestroy_v2(s);
+    return (void *)bad;
+}
+
+static int threads(void) {
+    shared_ctx = setup();
+    pthread_t t[4];
+    for (long i = 0; i < 4; i++) pthread_create(&t[i], NULL, worker, (void *)i);
+    for (int i = 0; i < 4; i++) {
+        void *r;
+        pthread_join(t[i], &r);
+        EXPECT("thread_ok", (long)r, 0);
+    }
+    size_t fr, total;
+    MUST(cuMemGetInfo_v2(&fr, &total));
+    EXPECT("threads_freed_everything", fr, total);
+    /* Freeing memory a queued copy still reads: the copy completes with the data. */
+    CUstream s;
+    CUdeviceptr p;
+    static unsigned char src[65536], dst[65536];
+    MUST(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    MUST(cuMemAlloc_v2(&p, sizeof src));
+    for (int i = 0; i < (int)sizeof src; i++) src[i] = (unsigned char)(i * 3);
+    MUST(cuMemcpyHtoD_v2(p, src, sizeof src));
+    mrshim_sim_cuda_stream_busy(s, 200);
+    MUST(cuMemcpyDtoHAsync_v2(dst, p, sizeof dst, s));
+    EXPECT("free_with_copy_queued", cuMemFree_v2(p), CUDA_SUCCESS);
+    MUST(cuStreamSynchronize(s));
+    CHECK("queued_copy_after_free_exact", !memcmp(src, dst, sizeof src));
+    return fails;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: %s CHECK\n", argv[0]); return 2; }
     cu_load();
@@ -430,6 +484,7 @@ int main(int argc, char **argv) {
     if (!strcmp(w, "attrs")) return attrs();
     if (!strcmp(w, "fault")) return fault();
     if (!strcmp(w, "streams")) return streams();
+    if (!strcmp(w, "threads")) return threads();
     fprintf(stderr, "unknown check %s\n", w);
     return 2;
 }
