@@ -913,12 +913,7 @@ pub fn enqueue(q: &Qp, st: &mut crate::engine::QpState, w: WrDesc) -> Result<(),
         return Err(libc::ENOMEM);
     }
     if st.state == qps::IBV_QPS_ERR {
-        // SAFETY: plain old data.
-        let mut wc: v::ibv_wc = unsafe { std::mem::zeroed() };
-        wc.wr_id = w.wr_id;
-        wc.status = v::ibv_wc_status::IBV_WC_WR_FLUSH_ERR;
-        wc.qp_num = inner.qpn;
-        inner.send_cq.push(wc);
+        inner.send_cq.push(inner.wc(w.wr_id, v::ibv_wc_status::IBV_WC_WR_FLUSH_ERR, 0, 0));
         return Ok(());
     }
     let inline_data = match w.inline_data {
@@ -1016,12 +1011,7 @@ unsafe extern "C" fn op_post_recv(qp: *mut v::ibv_qp, mut wr: *mut v::ibv_recv_w
                 break;
             }
             if st.state == qps::IBV_QPS_ERR {
-                let mut wc: v::ibv_wc = unsafe { std::mem::zeroed() };
-                wc.wr_id = w.wr_id;
-                wc.status = v::ibv_wc_status::IBV_WC_WR_FLUSH_ERR;
-                wc.opcode = v::ibv_wc_opcode::IBV_WC_RECV;
-                wc.qp_num = inner.qpn;
-                inner.recv_cq.push(wc);
+                inner.recv_cq.push(inner.wc(w.wr_id, v::ibv_wc_status::IBV_WC_WR_FLUSH_ERR, v::ibv_wc_opcode::IBV_WC_RECV, 0));
             } else {
                 st.rq.push_back(RecvWqe { wr_id: w.wr_id, sges: sges(w.sg_list, w.num_sge) });
             }

@@ -184,7 +184,7 @@ impl QpInner {
         }
     }
 
-    fn wc(&self, wr_id: u64, status: u32, opcode: u32, byte_len: u32) -> ibv_wc {
+    pub fn wc(&self, wr_id: u64, status: u32, opcode: u32, byte_len: u32) -> ibv_wc {
         // SAFETY: ibv_wc is plain old data; all-zero is valid.
         let mut wc: ibv_wc = unsafe { std::mem::zeroed() };
         wc.wr_id = wr_id;
