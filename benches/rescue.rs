@@ -52,20 +52,20 @@ fn main() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("run")).unwrap();
     let lib = lib_dir(&t, &dir);
-    let prog = dir.join("bench_rescue");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/c/bench_rescue.c");
-    let st = Command::new("cc").args(["-O2", "-o"]).arg(&prog).arg(&src).arg(format!("-L{}", lib.display())).arg("-libverbs").status().unwrap();
+    let prog = dir.join("bench_reg");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/bench_reg.c");
+    let st = Command::new("cc").args(["-O2", "-o"]).arg(&prog).arg(&src).arg(format!("-L{}", lib.display())).args(["-libverbs", "-lpthread", "-ldl"]).status().unwrap();
     assert!(st.success());
     let shim = t.join("libmrshim.so");
     let rd = dir.join("run");
     let seed = ("MRSHIM_SIM_FAULTS", "reg_mr_iova2:EINVAL:relaxed");
 
     println!("registration, 64 KiB, median of 2000 (ns)");
-    let direct = median_ns(&run(&prog, &["2000", "0"], &[], &lib, &rd, None));
-    let off = median_ns(&run(&prog, &["2000", "1"], &[("MRSHIM_RETRY", "off")], &lib, &rd, Some(&shim)));
-    let auto_ok = median_ns(&run(&prog, &["2000", "1"], &[("MRSHIM_RETRY", "auto")], &lib, &rd, Some(&shim)));
-    let rescued = median_ns(&run(&prog, &["2000", "1"], &[seed, ("MRSHIM_RETRY", "auto;sticky=off")], &lib, &rd, Some(&shim)));
-    let sticky = median_ns(&run(&prog, &["2000", "1"], &[seed, ("MRSHIM_RETRY", "auto")], &lib, &rd, Some(&shim)));
+    let direct = median_ns(&run(&prog, &["rescue", "2000", "0"], &[], &lib, &rd, None));
+    let off = median_ns(&run(&prog, &["rescue", "2000", "1"], &[("MRSHIM_RETRY", "off")], &lib, &rd, Some(&shim)));
+    let auto_ok = median_ns(&run(&prog, &["rescue", "2000", "1"], &[("MRSHIM_RETRY", "auto")], &lib, &rd, Some(&shim)));
+    let rescued = median_ns(&run(&prog, &["rescue", "2000", "1"], &[seed, ("MRSHIM_RETRY", "auto;sticky=off")], &lib, &rd, Some(&shim)));
+    let sticky = median_ns(&run(&prog, &["rescue", "2000", "1"], &[seed, ("MRSHIM_RETRY", "auto")], &lib, &rd, Some(&shim)));
     println!("  direct success (no shim)             {direct:>10.0}");
     println!("  shim, success, MRSHIM_RETRY=off      {off:>10.0}   x{:.2} of direct", off / direct);
     println!("  shim, success, MRSHIM_RETRY=auto     {auto_ok:>10.0}   x{:.2} of retries off (goal: x1.00)", auto_ok / off);

@@ -1,7 +1,10 @@
 /* Registration latency and throughput on whatever libibverbs is loaded (the simulator in the
  * benchmark). Usage: bench_reg lat N | bench_reg thr THREADS N
  * lat: prints "median_reg_ns X median_dereg_ns Y" over N reg+dereg pairs of one 64 KiB buffer.
- * thr: THREADS threads each do N reg+dereg pairs; prints "calls C seconds S". */
+ * thr: THREADS threads each do N reg+dereg pairs; prints "calls C seconds S".
+ * rescue: N ibv_reg_mr_iova2 + ibv_dereg_mr pairs, with RELAXED_ORDERING if RELAXED is 1, each
+ * pair timed (failures allowed: the retry benchmark rescues them); prints
+ * "median_ns X failures F". */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <infiniband/verbs.h>
@@ -40,20 +43,39 @@ static void *worker(void *arg) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3) { fprintf(stderr, "usage: bench_reg lat N | thr THREADS N\n"); return 2; }
+    if (argc < 3) { fprintf(stderr, "usage: bench_reg lat N | thr THREADS N | rescue N RELAXED\n"); return 2; }
     /* the fake library of the hook tests has no device: it hands out a pd directly */
     struct ibv_pd *(*fake_pd)(void) = (struct ibv_pd *(*)(void))dlsym(RTLD_DEFAULT, "fake_alloc_pd");
     if (fake_pd) {
         pd = fake_pd();
     } else {
+        /* looked up, not linked: the fake library has no device functions to link against */
+        struct ibv_device **(*get_list)(int *) = (struct ibv_device **(*)(int *))dlsym(RTLD_DEFAULT, "ibv_get_device_list");
+        struct ibv_context *(*open_dev)(struct ibv_device *) = (struct ibv_context *(*)(struct ibv_device *))dlsym(RTLD_DEFAULT, "ibv_open_device");
+        struct ibv_pd *(*alloc_pd)(struct ibv_context *) = (struct ibv_pd *(*)(struct ibv_context *))dlsym(RTLD_DEFAULT, "ibv_alloc_pd");
+        if (!get_list || !open_dev || !alloc_pd) { fprintf(stderr, "no device functions\n"); return 2; }
         int n = 0;
-        struct ibv_device **devs = ibv_get_device_list(&n);
+        struct ibv_device **devs = get_list(&n);
         if (!devs || !n) { fprintf(stderr, "no device\n"); return 2; }
-        struct ibv_context *ctx = ibv_open_device(devs[0]);
-        pd = ctx ? ibv_alloc_pd(ctx) : NULL;
+        struct ibv_context *ctx = open_dev(devs[0]);
+        pd = ctx ? alloc_pd(ctx) : NULL;
     }
     if (!pd) { perror("pd"); return 2; }
-    if (!strcmp(argv[1], "lat")) {
+    if (!strcmp(argv[1], "rescue")) {
+        long iters = atol(argv[2]);
+        unsigned access = 0xf | (argc > 3 && atoi(argv[3]) ? IBV_ACCESS_RELAXED_ORDERING : 0);
+        uint64_t *t = malloc(iters * sizeof *t);
+        char *buf = aligned_alloc(4096, 65536);
+        int fails = 0;
+        for (long i = 0; i < iters; i++) {
+            uint64_t t0 = now();
+            struct ibv_mr *mr = ibv_reg_mr_iova2(pd, buf, 65536, (uintptr_t)buf, access);
+            if (mr) ibv_dereg_mr(mr); else fails++;
+            t[i] = now() - t0;
+        }
+        qsort(t, iters, sizeof *t, cmp);
+        printf("median_ns %llu failures %d\n", (unsigned long long)t[iters / 2], fails);
+    } else if (!strcmp(argv[1], "lat")) {
         long iters = atol(argv[2]);
         uint64_t *r = malloc(iters * sizeof *r), *d = malloc(iters * sizeof *d);
         char *buf = aligned_alloc(4096, 65536);

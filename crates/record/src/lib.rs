@@ -121,9 +121,6 @@ pub struct Reg {
     /// Applied up front because it worked before for this kind of memory (sticky retry).
     #[serde(default, skip_serializing_if = "is_false")]
     pub learned: bool,
-    /// On an application call that failed: the strategy whose attempt rescued it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rescued_by: Option<String>,
     /// What the strategy changed, human readable ("access 0x10f -> 0xf").
     #[serde(skip_serializing_if = "Option::is_none")]
     pub change: Option<String>,

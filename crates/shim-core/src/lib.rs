@@ -128,7 +128,7 @@ pub trait Backend {
 }
 
 /// How a record relates to the application's call (all zero: it is the call).
-#[derive(Default, Clone, Copy)]
+#[derive(Debug, Default, Clone, Copy)]
 pub struct Meta<'a> {
     pub attempt: u32,
     pub parent_seq: Option<u64>,
@@ -137,7 +137,6 @@ pub struct Meta<'a> {
     pub injected: bool,
     pub learned: bool,
     pub refused: bool,
-    pub rescued_by: Option<&'a str>,
 }
 
 /// Writes one line to stderr with a single write(2) (no std lock, usable anywhere).
@@ -339,7 +338,7 @@ impl Shim {
         // Sticky: what worked before for this kind of memory goes first, as the call itself.
         if let Some(a) = req.as_ref().and_then(|r| self.retry.learned_attempt(r, &env)) {
             let aargs = rescue::to_args(args, &a.req);
-            let (out, dur, wall, injected) = self.attempt(&aargs, &a.req, &env, backend);
+            let (out, dur, wall, _) = self.attempt(&aargs, Some(&a.req), &env, backend);
             self.retry.learned_result(&a, out.ok(), &env);
             if out.ok() {
                 backend.adopt(a.strategy, args, &aargs, out.mr);
@@ -349,20 +348,12 @@ impl Shim {
                 return out;
             }
             backend.discard(a.strategy, &aargs);
-            let _ = injected;
         }
         let seq = self.next_seq();
         // For dereg, what is about to go away must be read before the call.
         let before = if self.log.enabled() && args.call() == Call::DeregMr { self.mrs.get(args.mr) } else { None };
         let registered_before = self.mrs.current();
-        let (out, dur, wall, injected) = match &req {
-            Some(r) => self.attempt(args, r, &env, backend),
-            None => {
-                let (wall, t0) = (SystemTime::now(), Instant::now());
-                let o = backend.invoke(args);
-                (o, t0.elapsed().as_nanos() as u64, wall, false)
-            }
-        };
+        let (out, dur, wall, injected) = self.attempt(args, req.as_ref(), &env, backend);
         let Some(r) = req.filter(|_| !out.ok() && !self.retry.policy.is_off()) else {
             let meta = Meta { injected, ..Meta::default() };
             let _ = catch_unwind(AssertUnwindSafe(|| self.finish(cfg, args, &out, seq, wall, dur, before, registered_before, backend, &meta)));
@@ -375,7 +366,7 @@ impl Shim {
             self.finish(cfg, args, &out, seq, wall, dur, before, registered_before, backend, &meta);
             let mut try_ = |a: &mrshim_retry::engine::Attempt| {
                 let aargs = rescue::to_args(args, &a.req);
-                let (o, d, w, inj) = self.attempt(&aargs, &a.req, &env, backend);
+                let (o, d, w, inj) = self.attempt(&aargs, Some(&a.req), &env, backend);
                 let meta = Meta { attempt: a.n, parent_seq: Some(seq), strategy: Some(a.strategy.name()), change: Some(&a.change), injected: inj, ..Meta::default() };
                 self.finish_safe(cfg, &aargs, &o, self.next_seq(), w, d, backend, &meta);
                 if o.ok() {
@@ -412,17 +403,19 @@ impl Shim {
         if self.log.enabled() { self.seq.fetch_add(1, Relaxed) } else { 0 }
     }
 
-    /// One try at the real function, unless MRSHIM_INJECT fails it first.
-    fn attempt(&self, a: &RegArgs, r: &mrshim_retry::Req, env: &rescue::ShimEnv, backend: &dyn Backend) -> (Outcome, u64, SystemTime, bool) {
-        let wall = SystemTime::now();
-        let t0 = Instant::now();
-        if !self.inject.is_empty() {
+    /// One try at the real function, unless MRSHIM_INJECT fails it first (registrations only:
+    /// `r` is None for deregistrations, probes and the 1.0 ABI). Clocks only when recording.
+    fn attempt(&self, a: &RegArgs, r: Option<&mrshim_retry::Req>, env: &rescue::ShimEnv, backend: &dyn Backend) -> (Outcome, u64, SystemTime, bool) {
+        let clock = self.log.enabled().then(|| (SystemTime::now(), Instant::now()));
+        let took = || clock.map_or(0, |(_, t0)| t0.elapsed().as_nanos() as u64);
+        let wall = clock.map_or(UNIX_EPOCH, |(w, _)| w);
+        if let Some(r) = r.filter(|_| !self.inject.is_empty()) {
             if let Some(e) = mrshim_retry::inject::check(&self.inject, r, env.kind(r)) {
-                return (Outcome { err: e, errno_after: e, ..Default::default() }, t0.elapsed().as_nanos() as u64, wall, true);
+                return (Outcome { err: e, errno_after: e, ..Default::default() }, took(), wall, true);
             }
         }
         let o = backend.invoke(a);
-        (o, t0.elapsed().as_nanos() as u64, wall, false)
+        (o, took(), wall, false)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -529,14 +522,7 @@ impl Shim {
             ok: out.ok(),
             duration_ns: dur,
             probe,
-            attempt: meta.attempt,
-            parent_seq: meta.parent_seq,
-            strategy: meta.strategy,
-            change: meta.change,
-            injected: meta.injected,
-            learned: meta.learned,
-            refused: meta.refused,
-            rescued_by: meta.rescued_by,
+            meta: *meta,
             ..Default::default()
         };
         if dereg {

@@ -45,19 +45,8 @@ pub struct RegLine<'a> {
     pub duration_ns: u64,
     pub probe: bool,
     pub reg_seq: Option<u64>,
-    /// Retry engine: 0 for the application's call, 1.. for attempts (linked by parent_seq).
-    pub attempt: u32,
-    pub parent_seq: Option<u64>,
-    pub strategy: Option<&'a str>,
-    pub change: Option<&'a str>,
-    /// The failure was made up by MRSHIM_INJECT.
-    pub injected: bool,
-    /// The strategy was applied up front because it worked before (sticky).
-    pub learned: bool,
-    /// The strategy applied but was not done; `change` says why.
-    pub refused: bool,
-    /// On the application's failed call: the strategy whose attempt the caller got instead.
-    pub rescued_by: Option<&'a str>,
+    /// How the record relates to the application's call (retry attempts, refusals, injection).
+    pub meta: crate::Meta<'a>,
 }
 
 pub fn mem_kind_str(k: MemKind) -> &'static str {
@@ -236,7 +225,7 @@ impl RegLine<'_> {
         w.ou("memlock_hard", self.memlock_hard);
         w.u("registered_bytes", self.registered_bytes);
         w.ou("registered_bytes_after", self.registered_bytes_after);
-        w.s("result", if self.refused { "refused" } else if self.ok { "ok" } else { "error" });
+        w.s("result", if self.meta.refused { "refused" } else if self.ok { "ok" } else { "error" });
         w.hex("mr", self.mr);
         w.ou("lkey", self.lkey.map(u64::from));
         w.ou("rkey", self.rkey.map(u64::from));
@@ -248,17 +237,17 @@ impl RegLine<'_> {
         if self.probe {
             w.b("probe", true);
         }
-        if self.injected {
+        let m = &self.meta;
+        if m.injected {
             w.b("injected", true);
         }
-        w.u("attempt", self.attempt as u64);
-        w.ou("parent_seq", self.parent_seq);
-        w.os("strategy", self.strategy);
-        w.os("change", self.change);
-        if self.learned {
+        w.u("attempt", m.attempt as u64);
+        w.ou("parent_seq", m.parent_seq);
+        w.os("strategy", m.strategy);
+        w.os("change", m.change);
+        if m.learned {
             w.b("learned", true);
         }
-        w.os("rescued_by", self.rescued_by);
         w.ou("reg_seq", self.reg_seq);
         out.extend_from_slice(b"}\n");
     }
