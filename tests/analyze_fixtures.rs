@@ -9,11 +9,11 @@ fn fixture(p: &str) -> PathBuf {
         .join(p)
 }
 
-fn seed(name: &str) -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/seeds")
-        .join(name);
-    p.exists().then_some(p)
+/// The two incidents that started the project, kept verbatim as fixtures.
+fn seed(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/seeds")
+        .join(name)
 }
 
 pub fn analyze_json(args: &[&Path]) -> (i32, serde_json::Value) {
@@ -193,9 +193,7 @@ fn shim_newer_schema_is_read_with_a_note() {
 
 #[test]
 fn seed_000_mccl_metax_is_peer_memory_not_relaxed_ordering() {
-    let Some(p) = seed("000_b86d6e1b93bb2c05.txt") else {
-        return eprintln!("seed not present; skipped");
-    };
+    let p = seed("000_b86d6e1b93bb2c05.txt");
     let (code, v) = analyze_json(&[&p]);
     assert_eq!(code, 1);
     let f = &v["findings"][0];
@@ -218,9 +216,7 @@ fn seed_000_mccl_metax_is_peer_memory_not_relaxed_ordering() {
 
 #[test]
 fn seed_001_article_is_memlock_first() {
-    let Some(p) = seed("001_d69ba7302aad3a30.txt") else {
-        return eprintln!("seed not present; skipped");
-    };
+    let p = seed("001_d69ba7302aad3a30.txt");
     let (code, v) = analyze_json(&[&p]);
     assert_eq!(code, 1);
     assert_eq!(v["findings"][0]["category"], "memlock-limit");
@@ -238,7 +234,7 @@ fn human_output_fits_80_columns_without_colour() {
     let out = Command::new(env!("CARGO_BIN_EXE_mrshim"))
         .args(["analyze"])
         .arg(fixture("memlock-limit"))
-        .args(seed("000_b86d6e1b93bb2c05.txt"))
+        .arg(seed("000_b86d6e1b93bb2c05.txt"))
         .output()
         .unwrap();
     let s = String::from_utf8(out.stdout).unwrap();

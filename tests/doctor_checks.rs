@@ -104,13 +104,31 @@ fn acs_on_the_nic_gpu_path_fails() {
 
 #[test]
 fn human_output_fits_80_columns() {
-    for t in ["healthy", "memlock64k", "no-peermem", "acs-on"] {
-        let (_, s) = doctor(&["--root", tree(t).to_str().unwrap()]);
+    // A tree deep in the file system too: the header names it without overflowing.
+    let deep = std::env::temp_dir()
+        .join(format!("mrshim-doctor-{}", std::process::id()))
+        .join("a-directory-name-long-enough-to-push-the-header-past-eighty-columns");
+    std::fs::create_dir_all(&deep).unwrap();
+    let copied = Command::new("cp")
+        .arg("-r")
+        .arg(tree("memlock64k"))
+        .arg(&deep)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let trees = ["healthy", "memlock64k", "no-peermem", "acs-on"]
+        .map(tree)
+        .into_iter()
+        .chain([deep.join("memlock64k")]);
+    for t in trees {
+        let (_, s) = doctor(&["--root", t.to_str().unwrap()]);
+        let t = t.display();
         assert!(!s.contains('\x1b'));
         for l in s.lines() {
             assert!(l.chars().count() <= 80, "{t}: {l}");
         }
     }
+    let _ = std::fs::remove_dir_all(deep.parent().unwrap());
 }
 
 #[test]

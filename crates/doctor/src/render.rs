@@ -5,7 +5,14 @@ use std::fmt::Write;
 pub fn wrap(text: &str, indent: usize, width: usize) -> String {
     let mut out = String::new();
     let mut col = 0;
-    for word in text.split_whitespace() {
+    let room = width.saturating_sub(indent).max(1);
+    // A token wider than the room (a long path) is cut into pieces that fit.
+    let pieces = text.split_whitespace().flat_map(|w| {
+        let c: Vec<char> = w.chars().collect();
+        c.chunks(room).map(|p| p.iter().collect::<String>()).collect::<Vec<_>>()
+    });
+    for word in pieces {
+        let word = word.as_str();
         if col > indent && col + 1 + word.chars().count() > width {
             out.push('\n');
             col = 0;
@@ -23,6 +30,24 @@ pub fn wrap(text: &str, indent: usize, width: usize) -> String {
     out
 }
 
+/// A path cut to `max` columns by replacing its leading components with `…`, so the part that
+/// names the tree (its last components) stays readable and the 80-column promise holds.
+pub fn elide(path: &str, max: usize) -> String {
+    if path.chars().count() <= max {
+        return path.to_string();
+    }
+    let keep = max.saturating_sub(1);
+    let tail: String = {
+        let chars: Vec<char> = path.chars().collect();
+        chars[chars.len() - keep..].iter().collect()
+    };
+    // Start the tail at a component boundary when there is one.
+    match tail.find('/') {
+        Some(i) if i + 1 < tail.len() => format!("…{}", &tail[i..]),
+        _ => format!("…{tail}"),
+    }
+}
+
 pub fn tag(s: Status, color: bool) -> String {
     let (t, c) = match s {
         Status::Ok => (" ok ", "32"),
@@ -38,15 +63,10 @@ pub fn tag(s: Status, color: bool) -> String {
 
 pub fn human(r: &Report, color: bool) -> String {
     let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "mrshim doctor: {}{}",
-        r.host,
-        r.root
-            .as_ref()
-            .map(|p| format!(" (from {p})"))
-            .unwrap_or_default()
-    );
+    let _ = writeln!(o, "mrshim doctor: {}", r.host);
+    if let Some(p) = &r.root {
+        let _ = writeln!(o, "  from {}", elide(p, 80 - 7));
+    }
     for c in &r.checks {
         let body = wrap(&c.value, 22, 80);
         let _ = writeln!(
@@ -71,4 +91,27 @@ pub fn human(r: &Report, color: bool) -> String {
         r.count(Status::Fail)
     );
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrap_keeps_every_line_inside_the_width() {
+        let long = format!("see {} now", "/x".repeat(60));
+        for l in wrap(&long, 7, 40).lines() {
+            assert!(l.chars().count() <= 40, "{l}");
+        }
+        assert_eq!(wrap(&long, 7, 40).replace(['\n', ' '], ""), long.replace(' ', ""));
+    }
+
+    #[test]
+    fn elide_keeps_the_tail_of_long_paths() {
+        assert_eq!(elide("/a/b", 10), "/a/b");
+        let p = "/check/work/main/tests/fixtures/doctor/memlock64k/";
+        let e = elide(p, 30);
+        assert!(e.chars().count() <= 30, "{e}");
+        assert!(e.starts_with("…/") && e.ends_with("doctor/memlock64k/"), "{e}");
+    }
 }
