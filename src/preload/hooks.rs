@@ -13,9 +13,10 @@
 //! Not exported, only handed out by `dlvsym(h, "ibv_reg_mr" | "ibv_dereg_mr", "IBVERBS_1.0")`:
 //! `reg_mr_1_0`, `dereg_mr_1_0` (the 1.0 ABI takes rdma-core's compat `ibv_pd_1_0`).
 //!
-//! Each wrapper: nested call (guard set) → the real function, nothing else. Otherwise build a
-//! `RegArgs`, let `mrshim_core::shim().call` invoke the real function exactly once and record,
-//! catch any panic (falling back to the real function if it had not run), restore errno.
+//! Each wrapper: nested call (guard set) → the real function, nothing else. When the shim only
+//! counts, a success is the real call plus counters. Otherwise build a `RegArgs`, let
+//! `mrshim_core::shim().call` invoke the real function exactly once and record, catch any panic
+//! (falling back to the real function if it had not run), restore errno.
 
 use super::real::{self, Fn_};
 use super::{bounce, copy, elf, Guard};
@@ -208,6 +209,8 @@ struct Ffi {
     /// The IBVERBS_1.0 ABI: pd/mr are rdma-core's compat structs; don't read through them.
     compat10: bool,
     done: Cell<Option<Outcome>>,
+    /// The outcome of a real call the fast path already made: the first invoke returns it.
+    preset: Cell<Option<Outcome>>,
 }
 
 fn errno() -> c_int {
@@ -268,6 +271,10 @@ impl Ffi {
     }
 }
 
+/// Set once any MR was adopted from a strategy: until then no dereg needs a fix-up (or the
+/// bounce table's lock). The MR reaches the application after this store, so its dereg sees it.
+static ADOPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Bounce shadows built for attempts, until the attempt's MR adopts them (or they are dropped).
 static SHADOWS: std::sync::Mutex<Vec<bounce::Shadow>> = std::sync::Mutex::new(Vec::new());
 
@@ -294,6 +301,7 @@ impl Backend for Ffi {
     }
 
     fn adopt(&self, strategy: Strategy, orig: &RegArgs, attempt: &RegArgs, mr: usize) {
+        ADOPTED.store(true, std::sync::atomic::Ordering::Release);
         match strategy {
             Strategy::Bounce => {
                 if let Some(s) = take_shadow(attempt.addr) {
@@ -329,6 +337,10 @@ impl Backend for Ffi {
     }
 
     fn invoke(&self, a: &RegArgs) -> Outcome {
+        if let Some(o) = self.preset.take() {
+            self.done.set(Some(o));
+            return o;
+        }
         let pd = a.pd as *mut c_void;
         let addr = a.addr as *mut c_void;
         let len = a.length as usize;
@@ -352,7 +364,7 @@ impl Backend for Ffi {
                 )),
                 Real::Dereg(f) => {
                     // An MR a strategy made: give rdma-core back what it set, clean up after.
-                    let after = bounce::before_dereg(a.mr);
+                    let after = if ADOPTED.load(std::sync::atomic::Ordering::Acquire) { bounce::before_dereg(a.mr) } else { None };
                     let rc = f(a.mr as *mut c_void);
                     let e = errno();
                     if let Some(after) = after {
@@ -368,7 +380,7 @@ impl Backend for Ffi {
         out
     }
 
-    fn device_name(&self, pd: usize) -> Option<String> {
+    fn device_name(&self, pd: usize) -> Option<mrshim_core::DevName> {
         if self.compat10 || pd == 0 {
             return None;
         }
@@ -385,16 +397,15 @@ impl Backend for Ffi {
                 return None;
             }
             let name = &(*dev).name;
-            let bytes: &[u8] = std::slice::from_raw_parts(name.as_ptr() as *const u8, name.len());
-            let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-            Some(String::from_utf8_lossy(&bytes[..end]).into_owned())
+            Some(mrshim_core::DevName::new(std::slice::from_raw_parts(name.as_ptr() as *const u8, name.len())))
         }
     }
 }
-
-/// The common path of every wrapper (after the nested-call check).
-fn record(args: RegArgs, real: Real, compat10: bool) -> Outcome {
-    let backend = Ffi { real, compat10, done: Cell::new(None) };
+/// The slow path of every wrapper: `Shim::call` invokes the real function (unless `preset`
+/// already holds its outcome) and records; a panic falls back to the real function if it had
+/// not run yet.
+fn record(args: RegArgs, real: Real, compat10: bool, preset: Option<Outcome>) -> Outcome {
+    let backend = Ffi { real, compat10, done: Cell::new(None), preset: Cell::new(preset) };
     match catch_unwind(AssertUnwindSafe(|| mrshim_core::shim().call(&args, &backend))) {
         Ok(o) => o,
         Err(_) => match backend.done.get() {
@@ -402,6 +413,34 @@ fn record(args: RegArgs, real: Real, compat10: bool) -> Outcome {
             None => backend.invoke(&args),
         },
     }
+}
+
+/// The real function for `f`, as the function pointer type `F`.
+///
+/// # Safety
+/// `F` must be the signature of `f`'s symbol (a `fn` pointer type).
+unsafe fn real_fn<F: Copy>(f: Fn_) -> Option<F> {
+    let p = real::get(f);
+    // SAFETY: per the contract, p (non-null) is a function of type F; F is pointer-sized.
+    (p != 0).then(|| unsafe { std::mem::transmute_copy::<usize, F>(&p) })
+}
+
+/// Every registration wrapper: nested call → `direct` (the real function with the caller's
+/// arguments), nothing else. When the shim only counts (no records, retries or injection), a
+/// success is the real call plus counters; anything else goes through [`record`].
+fn reg_hook(direct: impl FnOnce() -> *mut c_void, real: Real, compat10: bool, args: impl FnOnce() -> RegArgs) -> *mut c_void {
+    let Some(_g) = Guard::enter() else { return direct() };
+    let shim = mrshim_core::shim();
+    let a = args();
+    if shim.counts_only() {
+        let mr = direct();
+        if !mr.is_null() {
+            shim.succeeded(a.call(), a.length, mr as usize);
+            return mr;
+        }
+        return finish_mr(record(a, real, compat10, Some(Ffi::mr_outcome(mr))));
+    }
+    finish_mr(record(a, real, compat10, None))
 }
 
 fn no_real() -> *mut c_void {
@@ -414,143 +453,70 @@ fn finish_mr(out: Outcome) -> *mut c_void {
     out.mr as *mut c_void
 }
 
+fn reg_args(call: Call, pd: *mut c_void, addr: u64, length: usize, iova: u64, access: u32) -> RegArgs {
+    RegArgs { call: Some(call), pd: pd as usize, addr, length: length as u64, iova: Some(iova), access, ..Default::default() }
+}
+
 /// # Safety
 /// Called by the application with ibv_reg_mr's contract.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn ibv_reg_mr(pd: *mut c_void, addr: *mut c_void, length: usize, access: c_int) -> *mut c_void {
-    let p = real::get(Fn_::RegMr);
-    if p == 0 {
-        return no_real();
-    }
-    // SAFETY: p is the real ibv_reg_mr@IBVERBS_1.1 (or the default-version definition).
-    let f: RegMrFn = unsafe { std::mem::transmute(p) };
-    let Some(_g) = Guard::enter() else {
-        // SAFETY: nested call: straight to the real function with the caller's arguments.
-        return unsafe { f(pd, addr, length, access) };
-    };
-    let a = RegArgs {
-        call: Some(Call::RegMr),
-        pd: pd as usize,
-        addr: addr as u64,
-        length: length as u64,
-        iova: Some(addr as u64),
-        access: access as u32,
-        ..Default::default()
-    };
-    finish_mr(record(a, Real::RegMr(f), false))
+    // SAFETY: the IBVERBS_1.1 (default) ibv_reg_mr has this signature.
+    let Some(f) = (unsafe { real_fn::<RegMrFn>(Fn_::RegMr) }) else { return no_real() };
+    // SAFETY: the real function with the caller's arguments.
+    let direct = || unsafe { f(pd, addr, length, access) };
+    reg_hook(direct, Real::RegMr(f), false, || reg_args(Call::RegMr, pd, addr as u64, length, addr as u64, access as u32))
 }
 
 /// # Safety
 /// Called with ibv_reg_mr@IBVERBS_1.0's contract (pd is a `struct ibv_pd_1_0 *`).
 pub unsafe extern "C" fn reg_mr_1_0(pd: *mut c_void, addr: *mut c_void, length: usize, access: c_int) -> *mut c_void {
-    let p = real::get(Fn_::RegMr10);
-    if p == 0 {
-        return no_real();
-    }
-    // SAFETY: p is the real ibv_reg_mr@IBVERBS_1.0.
-    let f: RegMrFn = unsafe { std::mem::transmute(p) };
-    let Some(_g) = Guard::enter() else {
-        // SAFETY: nested call: straight through.
-        return unsafe { f(pd, addr, length, access) };
-    };
-    let a = RegArgs {
-        call: Some(Call::RegMr),
+    // SAFETY: ibv_reg_mr@IBVERBS_1.0 has the same C signature (its pd is the compat struct).
+    let Some(f) = (unsafe { real_fn::<RegMrFn>(Fn_::RegMr10) }) else { return no_real() };
+    // SAFETY: the real function with the caller's arguments.
+    let direct = || unsafe { f(pd, addr, length, access) };
+    reg_hook(direct, Real::RegMr(f), true, || RegArgs {
         symbol_version: Some("IBVERBS_1.0"),
-        pd: pd as usize,
-        addr: addr as u64,
-        length: length as u64,
-        iova: Some(addr as u64),
-        access: access as u32,
-        ..Default::default()
-    };
-    finish_mr(record(a, Real::RegMr(f), true))
+        ..reg_args(Call::RegMr, pd, addr as u64, length, addr as u64, access as u32)
+    })
 }
 
 /// # Safety
 /// Called by the application with ibv_reg_mr_iova's contract.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn ibv_reg_mr_iova(pd: *mut c_void, addr: *mut c_void, length: usize, iova: u64, access: c_int) -> *mut c_void {
-    let p = real::get(Fn_::RegMrIova);
-    if p == 0 {
-        return no_real();
-    }
-    // SAFETY: p is the real ibv_reg_mr_iova@IBVERBS_1.7.
-    let f: IovaFn = unsafe { std::mem::transmute(p) };
-    let Some(_g) = Guard::enter() else {
-        // SAFETY: nested call: straight through.
-        return unsafe { f(pd, addr, length, iova, access) };
-    };
-    let a = RegArgs {
-        call: Some(Call::RegMrIova),
-        pd: pd as usize,
-        addr: addr as u64,
-        length: length as u64,
-        iova: Some(iova),
-        access: access as u32,
-        ..Default::default()
-    };
-    finish_mr(record(a, Real::Iova(f), false))
+    // SAFETY: ibv_reg_mr_iova@IBVERBS_1.7 has this signature.
+    let Some(f) = (unsafe { real_fn::<IovaFn>(Fn_::RegMrIova) }) else { return no_real() };
+    // SAFETY: the real function with the caller's arguments.
+    let direct = || unsafe { f(pd, addr, length, iova, access) };
+    reg_hook(direct, Real::Iova(f), false, || reg_args(Call::RegMrIova, pd, addr as u64, length, iova, access as u32))
 }
 
 /// # Safety
 /// Called by the application with ibv_reg_mr_iova2's contract.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn ibv_reg_mr_iova2(pd: *mut c_void, addr: *mut c_void, length: usize, iova: u64, access: c_uint) -> *mut c_void {
-    let p = real::get(Fn_::RegMrIova2);
-    if p == 0 {
-        return no_real();
-    }
-    // SAFETY: p is the real ibv_reg_mr_iova2@IBVERBS_1.8.
-    let f: Iova2Fn = unsafe { std::mem::transmute(p) };
-    let Some(_g) = Guard::enter() else {
-        // SAFETY: nested call (e.g. from libibverbs' own ibv_reg_mr): straight through.
-        return unsafe { f(pd, addr, length, iova, access) };
-    };
-    let a = RegArgs {
-        call: Some(Call::RegMrIova2),
-        pd: pd as usize,
-        addr: addr as u64,
-        length: length as u64,
-        iova: Some(iova),
-        access,
-        ..Default::default()
-    };
-    finish_mr(record(a, Real::Iova2(f), false))
+    // SAFETY: ibv_reg_mr_iova2@IBVERBS_1.8 has this signature.
+    let Some(f) = (unsafe { real_fn::<Iova2Fn>(Fn_::RegMrIova2) }) else { return no_real() };
+    // SAFETY: the real function with the caller's arguments (nested: libibverbs' own ibv_reg_mr).
+    let direct = || unsafe { f(pd, addr, length, iova, access) };
+    reg_hook(direct, Real::Iova2(f), false, || reg_args(Call::RegMrIova2, pd, addr as u64, length, iova, access))
 }
 
 /// # Safety
 /// Called by the application with ibv_reg_dmabuf_mr's contract.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn ibv_reg_dmabuf_mr(
-    pd: *mut c_void,
-    offset: u64,
-    length: usize,
-    iova: u64,
-    fd: c_int,
-    access: c_int,
-) -> *mut c_void {
-    let p = real::get(Fn_::RegDmabufMr);
-    if p == 0 {
-        return no_real();
-    }
-    // SAFETY: p is the real ibv_reg_dmabuf_mr@IBVERBS_1.12.
-    let f: DmabufFn = unsafe { std::mem::transmute(p) };
-    let Some(_g) = Guard::enter() else {
-        // SAFETY: nested call: straight through.
-        return unsafe { f(pd, offset, length, iova, fd, access) };
-    };
-    let a = RegArgs {
-        call: Some(Call::RegDmabufMr),
-        pd: pd as usize,
-        addr: iova,
-        length: length as u64,
-        iova: Some(iova),
-        access: access as u32,
+pub unsafe extern "C" fn ibv_reg_dmabuf_mr(pd: *mut c_void, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int) -> *mut c_void {
+    // SAFETY: ibv_reg_dmabuf_mr@IBVERBS_1.12 has this signature.
+    let Some(f) = (unsafe { real_fn::<DmabufFn>(Fn_::RegDmabufMr) }) else { return no_real() };
+    // SAFETY: the real function with the caller's arguments.
+    let direct = || unsafe { f(pd, offset, length, iova, fd, access) };
+    // The VA of a dmabuf MR is its iova; `offset` is into the dmabuf.
+    reg_hook(direct, Real::Dmabuf(f), false, || RegArgs {
         dmabuf_fd: Some(fd),
         dmabuf_offset: Some(offset),
-        ..Default::default()
-    };
-    finish_mr(record(a, Real::Dmabuf(f), false))
+        ..reg_args(Call::RegDmabufMr, pd, iova, length, iova, access as u32)
+    })
 }
 
 fn dereg_args(mr: *mut c_void, compat10: bool) -> RegArgs {
@@ -569,12 +535,29 @@ fn dereg_args(mr: *mut c_void, compat10: bool) -> RegArgs {
     a
 }
 
-fn dereg(f: DeregFn, mr: *mut c_void, compat10: bool) -> c_int {
-    let Some(_g) = Guard::enter() else {
-        // SAFETY: nested call: straight through.
-        return unsafe { f(mr) };
+/// Both ibv_dereg_mr wrappers; the fast path as in [`reg_hook`] (an MR a strategy made always
+/// takes the slow one: it needs its fix-up).
+fn dereg_hook(f: Option<DeregFn>, mr: *mut c_void, compat10: bool) -> c_int {
+    let Some(f) = f else {
+        set_errno(libc::ENOSYS);
+        return libc::ENOSYS;
     };
-    let out = record(dereg_args(mr, compat10), Real::Dereg(f), compat10);
+    // SAFETY: the real ibv_dereg_mr with the caller's MR.
+    let direct = || unsafe { f(mr) };
+    let Some(_g) = Guard::enter() else { return direct() };
+    let shim = mrshim_core::shim();
+    let a = dereg_args(mr, compat10);
+    let preset = if shim.counts_only() && !ADOPTED.load(std::sync::atomic::Ordering::Acquire) {
+        let rc = direct();
+        if rc == 0 {
+            shim.succeeded(Call::DeregMr, a.length, mr as usize);
+            return 0;
+        }
+        Some(Outcome { err: rc, errno_after: errno(), ..Default::default() })
+    } else {
+        None
+    };
+    let out = record(a, Real::Dereg(f), compat10, preset);
     set_errno(out.errno_after);
     out.err
 }
@@ -583,23 +566,13 @@ fn dereg(f: DeregFn, mr: *mut c_void, compat10: bool) -> c_int {
 /// Called by the application with ibv_dereg_mr's contract.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut c_void) -> c_int {
-    let p = real::get(Fn_::DeregMr);
-    if p == 0 {
-        set_errno(libc::ENOSYS);
-        return libc::ENOSYS;
-    }
-    // SAFETY: p is the real ibv_dereg_mr@IBVERBS_1.1.
-    dereg(unsafe { std::mem::transmute::<usize, DeregFn>(p) }, mr, false)
+    // SAFETY: ibv_dereg_mr@IBVERBS_1.1 has this signature.
+    dereg_hook(unsafe { real_fn::<DeregFn>(Fn_::DeregMr) }, mr, false)
 }
 
 /// # Safety
 /// Called with ibv_dereg_mr@IBVERBS_1.0's contract.
 pub unsafe extern "C" fn dereg_mr_1_0(mr: *mut c_void) -> c_int {
-    let p = real::get(Fn_::DeregMr10);
-    if p == 0 {
-        set_errno(libc::ENOSYS);
-        return libc::ENOSYS;
-    }
-    // SAFETY: p is the real ibv_dereg_mr@IBVERBS_1.0.
-    dereg(unsafe { std::mem::transmute::<usize, DeregFn>(p) }, mr, true)
+    // SAFETY: ibv_dereg_mr@IBVERBS_1.0 has the same C signature (its mr is the compat struct).
+    dereg_hook(unsafe { real_fn::<DeregFn>(Fn_::DeregMr10) }, mr, true)
 }

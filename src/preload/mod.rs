@@ -18,19 +18,26 @@ thread_local! {
     static IN_HOOK: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Proof that this thread entered the shim from outside; leaving drops it.
-pub struct Guard(());
+/// Proof that this thread entered the shim from outside; leaving drops it. Holds the flag's
+/// address: in a cdylib every TLS access is a `__tls_get_addr` call, so look it up once.
+pub struct Guard(*const Cell<bool>);
 
 impl Guard {
     /// None when already inside a hook on this thread (or TLS is gone).
+    #[inline]
     pub fn enter() -> Option<Guard> {
-        IN_HOOK.try_with(|c| if c.replace(true) { None } else { Some(Guard(())) }).ok().flatten()
+        let c = IN_HOOK.try_with(|c| c as *const Cell<bool>).ok()?;
+        // SAFETY: this thread's own flag; it lives as long as the thread, the guard does not
+        // leave the thread (raw pointer: !Send).
+        (!unsafe { (*c).replace(true) }).then_some(Guard(c))
     }
 }
 
 impl Drop for Guard {
+    #[inline]
     fn drop(&mut self) {
-        let _ = IN_HOOK.try_with(|c| c.set(false));
+        // SAFETY: as in enter: the current thread's flag, still alive.
+        unsafe { (*self.0).set(false) };
     }
 }
 

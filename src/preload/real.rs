@@ -77,11 +77,18 @@ pub fn remember_siblings(handle: *mut c_void) {
 }
 
 /// The real function's address, or 0 if there is none.
+#[inline]
 pub fn get(f: Fn_) -> usize {
     let p = PTRS[f as usize].load(Acquire);
     if p != 0 {
         return p;
     }
+    get_slow(f)
+}
+
+#[cold]
+#[inline(never)]
+fn get_slow(f: Fn_) -> usize {
     let p = resolve(f);
     if p != 0 {
         PTRS[f as usize].store(p, Release);

@@ -9,8 +9,10 @@
 //! `finish` (counters, MR table, one record = one write(2), WARN line). Panics in the shim's own
 //! parts are caught inside [`Shim::call`]; the real call happens exactly once regardless.
 
+pub mod clock;
 pub mod config;
 pub mod ident;
+pub mod limits;
 pub mod line;
 pub mod log;
 pub mod maps;
@@ -22,7 +24,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 use std::sync::{Mutex, OnceLock};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// The intercepted entry points.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -104,7 +105,7 @@ pub trait Backend {
     /// Calls the real function once.
     fn invoke(&self, args: &RegArgs) -> Outcome;
     /// `pd->context->device->name`.
-    fn device_name(&self, pd: usize) -> Option<String>;
+    fn device_name(&self, pd: usize) -> Option<DevName>;
     /// Memory of a loaded GPU runtime (cuPointerGetAttribute), for memory kinds and strategies.
     fn is_device_memory(&self, _addr: u64) -> bool {
         false
@@ -124,6 +125,28 @@ pub trait Backend {
     /// Retries may call other entry points (false for the IBVERBS_1.0 ABI).
     fn can_retry(&self) -> bool {
         true
+    }
+}
+
+/// A device name (rdma-core's `char name[IBV_SYSFS_NAME_MAX]`), copied without allocating.
+#[derive(Clone, Copy)]
+pub struct DevName {
+    buf: [u8; 64],
+    len: u8,
+}
+
+impl DevName {
+    /// Up to the first NUL, at most 64 bytes, cut to valid UTF-8.
+    pub fn new(bytes: &[u8]) -> DevName {
+        let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len()).min(64);
+        let valid = std::str::from_utf8(&bytes[..end]).map_or_else(|e| e.valid_up_to(), str::len);
+        let mut buf = [0u8; 64];
+        buf[..valid].copy_from_slice(&bytes[..valid]);
+        DevName { buf, len: valid as u8 }
+    }
+    pub fn as_str(&self) -> &str {
+        // new() keeps only a valid UTF-8 prefix.
+        std::str::from_utf8(&self.buf[..self.len as usize]).unwrap_or("")
     }
 }
 
@@ -158,18 +181,39 @@ struct Stats {
 
 const SHARDS: usize = 16;
 
+/// MR pointers are heap addresses the shim never lets anyone choose: a multiplicative hash is
+/// enough (SipHash was a tenth of a record's user-space cost).
+#[derive(Default, Clone, Copy)]
+struct PtrHash(u64);
+
+impl std::hash::Hasher for PtrHash {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.0 = (v as u64 >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type MrMap = HashMap<usize, (u64, u64), std::hash::BuildHasherDefault<PtrHash>>;
+
 /// Live MRs registered through the shim: length and the seq of their registration.
 struct MrTable {
-    shards: [Mutex<HashMap<usize, (u64, u64)>>; SHARDS],
+    shards: [Mutex<MrMap>; SHARDS],
     bytes: AtomicU64,
     peak: AtomicU64,
 }
 
 impl MrTable {
     fn new() -> Self {
-        MrTable { shards: std::array::from_fn(|_| Mutex::new(HashMap::new())), bytes: AtomicU64::new(0), peak: AtomicU64::new(0) }
+        MrTable { shards: std::array::from_fn(|_| Mutex::new(MrMap::default())), bytes: AtomicU64::new(0), peak: AtomicU64::new(0) }
     }
-    fn shard(&self, mr: usize) -> &Mutex<HashMap<usize, (u64, u64)>> {
+    fn shard(&self, mr: usize) -> &Mutex<MrMap> {
         &self.shards[(mr >> 4) % SHARDS]
     }
     /// `track`: remember the MR (for `reg_seq` in dereg records); else only count bytes.
@@ -186,8 +230,14 @@ impl MrTable {
         }
         clamp(now)
     }
-    fn get(&self, mr: usize) -> Option<(u64, u64)> {
-        self.shard(mr).lock().ok()?.get(&mr).copied()
+    /// Removes `mr`'s entry without changing the byte count (see `remove`, `put_back`).
+    fn take(&self, mr: usize) -> Option<(u64, u64)> {
+        self.shard(mr).lock().ok()?.remove(&mr)
+    }
+    fn put_back(&self, mr: usize, entry: (u64, u64)) {
+        if let Ok(mut g) = self.shard(mr).lock() {
+            g.insert(mr, entry);
+        }
     }
     /// Returns the registered bytes after removing `mr` (`len_hint`: its length as the MR says,
     /// used when not tracking).
@@ -238,16 +288,6 @@ fn tid() -> u32 {
     })
 }
 
-fn rlimit_memlock() -> (Option<u64>, Option<u64>) {
-    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: r is a valid, writable rlimit.
-    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) } != 0 {
-        return (None, None);
-    }
-    let f = |v: libc::rlim_t| (v != libc::RLIM_INFINITY).then_some(v as u64);
-    (f(r.rlim_cur), f(r.rlim_max))
-}
-
 /// The shim's state for this process.
 pub struct Shim {
     /// `None`: configuration was bad; every call passes through unrecorded.
@@ -264,8 +304,12 @@ pub struct Shim {
     stats: Stats,
     mrs: MrTable,
     summarized: AtomicBool,
+    clock: clock::Clock,
+    memlock: limits::Memlock,
     retry: mrshim_retry::engine::Engine,
     inject: Vec<mrshim_retry::inject::Rule>,
+    /// No records, no retries, no injection: a call is the real function plus counters.
+    plain: bool,
 }
 
 static SHIM: OnceLock<Shim> = OnceLock::new();
@@ -305,7 +349,7 @@ impl Shim {
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
         let log = log::Log::new(cfg.as_ref().map_or(LogDest::Off, |c| c.log.clone()));
-        Shim {
+        let mut s = Shim {
             host: ident::hostname(),
             // SAFETY: getpid has no preconditions.
             pid: AtomicU32::new(unsafe { libc::getpid() } as u32),
@@ -319,10 +363,15 @@ impl Shim {
             stats: Stats::default(),
             mrs: MrTable::new(),
             summarized: AtomicBool::new(false),
+            clock: clock::Clock::default(),
+            memlock: limits::Memlock::default(),
             retry: mrshim_retry::engine::Engine::new(cfg.as_ref().map(|c| c.retry.clone()).unwrap_or_default()),
             inject: cfg.as_ref().and_then(|c| mrshim_retry::inject::parse(&c.inject).ok()).unwrap_or_default(),
+            plain: false,
             cfg,
-        }
+        };
+        s.plain = !s.log.enabled() && s.inject.is_empty() && s.retry.policy.is_off();
+        s
     }
 
     pub fn config(&self) -> Option<&Config> {
@@ -333,37 +382,47 @@ impl Shim {
     /// failed and MRSHIM_RETRY allows — the retry engine's attempts, each its own record.
     pub fn call(&self, args: &RegArgs, backend: &dyn Backend) -> Outcome {
         let Some(cfg) = &self.cfg else { return backend.invoke(args) };
+        if self.plain {
+            let out = backend.invoke(args);
+            // A success is only counted, and only if a summary will show it.
+            if cfg.summary || !out.ok() {
+                let reg = self.mrs.current();
+                let _ = catch_unwind(AssertUnwindSafe(|| self.finish(cfg, args, &out, 0, 0, 0, None, reg, backend, &Meta::default())));
+            }
+            return out;
+        }
         let req = rescue::to_req(args).filter(|r| !r.is_probe() && backend.can_retry());
         let env = rescue::ShimEnv { shim: self, backend, orig: args };
         // Sticky: what worked before for this kind of memory goes first, as the call itself.
         if let Some(a) = req.as_ref().and_then(|r| self.retry.learned_attempt(r, &env)) {
             let aargs = rescue::to_args(args, &a.req);
-            let (out, dur, wall, _) = self.attempt(&aargs, Some(&a.req), &env, backend);
+            let (out, dur, t0, _) = self.attempt(&aargs, Some(&a.req), &env, backend);
             self.retry.learned_result(&a, out.ok(), &env);
             if out.ok() {
                 backend.adopt(a.strategy, args, &aargs, out.mr);
                 let meta = Meta { strategy: Some(a.strategy.name()), change: Some(&a.change), learned: true, ..Meta::default() };
                 let seq = self.next_seq();
-                self.finish_safe(cfg, &aargs, &out, seq, wall, dur, backend, &meta);
+                self.finish_safe(cfg, &aargs, &out, seq, t0, dur, backend, &meta);
                 return out;
             }
             backend.discard(a.strategy, &aargs);
         }
         let seq = self.next_seq();
-        // For dereg, what is about to go away must be read before the call.
-        let before = if self.log.enabled() && args.call() == Call::DeregMr { self.mrs.get(args.mr) } else { None };
+        // For dereg, the entry leaves the table before the call: once the real dereg frees the
+        // MR, another thread may get the same address for a new one (put back if it fails).
+        let before = if self.log.enabled() && args.call() == Call::DeregMr { self.mrs.take(args.mr) } else { None };
         let registered_before = self.mrs.current();
-        let (out, dur, wall, injected) = self.attempt(args, req.as_ref(), &env, backend);
+        let (out, dur, t0, injected) = self.attempt(args, req.as_ref(), &env, backend);
         let Some(r) = req.filter(|_| !out.ok() && !self.retry.policy.is_off()) else {
             let meta = Meta { injected, ..Meta::default() };
-            let _ = catch_unwind(AssertUnwindSafe(|| self.finish(cfg, args, &out, seq, wall, dur, before, registered_before, backend, &meta)));
+            let _ = catch_unwind(AssertUnwindSafe(|| self.finish(cfg, args, &out, seq, t0, dur, before, registered_before, backend, &meta)));
             return out;
         };
         // The failure is on record before any attempt.
         let mut rescued: Option<(Outcome, mrshim_retry::engine::Attempt)> = None;
         let _ = catch_unwind(AssertUnwindSafe(|| {
             let meta = Meta { injected, ..Meta::default() };
-            self.finish(cfg, args, &out, seq, wall, dur, before, registered_before, backend, &meta);
+            self.finish(cfg, args, &out, seq, t0, dur, before, registered_before, backend, &meta);
             let mut try_ = |a: &mrshim_retry::engine::Attempt| {
                 let aargs = rescue::to_args(args, &a.req);
                 let (o, d, w, inj) = self.attempt(&aargs, Some(&a.req), &env, backend);
@@ -399,29 +458,57 @@ impl Shim {
         }
     }
 
+    /// Registered bytes after a successful registration or deregistration of `mr`.
+    fn count_ok(&self, call: Call, length: u64, mr: usize, seq: u64, track: bool) -> u64 {
+        if call == Call::DeregMr {
+            self.mrs.remove(mr, length, track)
+        } else {
+            self.stats.bytes_total.fetch_add(length, Relaxed);
+            self.mrs.insert(mr, length, seq, track)
+        }
+    }
+
+    /// True when a successful call needs nothing but [`Shim::succeeded`] (bad configuration, or
+    /// no records, retries or injection): the hook layer may call the real function itself and
+    /// take [`Shim::call`] only for failures, with their outcome.
+    #[inline]
+    pub fn counts_only(&self) -> bool {
+        self.plain || self.cfg.is_none()
+    }
+
+    /// A successful call made on the fast path; counted only if a summary will show it.
+    #[inline]
+    pub fn succeeded(&self, call: Call, length: u64, mr: usize) {
+        if !self.cfg.as_ref().is_some_and(|c| c.summary) {
+            return;
+        }
+        self.stats.calls[call.idx()].fetch_add(1, Relaxed);
+        self.count_ok(call, length, mr, 0, false);
+    }
+
     fn next_seq(&self) -> u64 {
         if self.log.enabled() { self.seq.fetch_add(1, Relaxed) } else { 0 }
     }
 
     /// One try at the real function, unless MRSHIM_INJECT fails it first (registrations only:
     /// `r` is None for deregistrations, probes and the 1.0 ABI). Clocks only when recording.
-    fn attempt(&self, a: &RegArgs, r: Option<&mrshim_retry::Req>, env: &rescue::ShimEnv, backend: &dyn Backend) -> (Outcome, u64, SystemTime, bool) {
-        let clock = self.log.enabled().then(|| (SystemTime::now(), Instant::now()));
-        let took = || clock.map_or(0, |(_, t0)| t0.elapsed().as_nanos() as u64);
-        let wall = clock.map_or(UNIX_EPOCH, |(w, _)| w);
+    /// Returns (outcome, duration ns, monotonic start ns, injected).
+    fn attempt(&self, a: &RegArgs, r: Option<&mrshim_retry::Req>, env: &rescue::ShimEnv, backend: &dyn Backend) -> (Outcome, u64, u64, bool) {
+        let t0 = if self.log.enabled() { clock::mono_ns() } else { 0 };
+        let took = || if t0 != 0 { clock::mono_ns().saturating_sub(t0) } else { 0 };
         if let Some(r) = r.filter(|_| !self.inject.is_empty()) {
             if let Some(e) = mrshim_retry::inject::check(&self.inject, r, env.kind(r)) {
-                return (Outcome { err: e, errno_after: e, ..Default::default() }, took(), wall, true);
+                return (Outcome { err: e, errno_after: e, ..Default::default() }, took(), t0, true);
             }
         }
         let o = backend.invoke(a);
-        (o, took(), wall, false)
+        (o, took(), t0, false)
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn finish_safe(&self, cfg: &Config, a: &RegArgs, out: &Outcome, seq: u64, wall: SystemTime, dur: u64, backend: &dyn Backend, meta: &Meta) {
+    fn finish_safe(&self, cfg: &Config, a: &RegArgs, out: &Outcome, seq: u64, t0: u64, dur: u64, backend: &dyn Backend, meta: &Meta) {
         let reg = self.mrs.current();
-        let _ = catch_unwind(AssertUnwindSafe(|| self.finish(cfg, a, out, seq, wall, dur, None, reg, backend, meta)));
+        let _ = catch_unwind(AssertUnwindSafe(|| self.finish(cfg, a, out, seq, t0, dur, None, reg, backend, meta)));
     }
 
     /// Refusals and learned-policy changes, as records.
@@ -431,7 +518,7 @@ impl Shim {
             Event::Refused { strategy, reason } => {
                 let meta = Meta { parent_seq: Some(parent), strategy: Some(strategy.name()), change: Some(&reason), refused: true, ..Meta::default() };
                 let out = Outcome { err: -1, ..Default::default() };
-                self.finish_safe(cfg, args, &out, self.next_seq(), SystemTime::now(), 0, backend, &meta);
+                self.finish_safe(cfg, args, &out, self.next_seq(), clock::mono_ns(), 0, backend, &meta);
             }
             Event::Learned { kind, entry, strategy } => {
                 let line = format!("{} INFO learned: {} of {} memory goes straight to {}", self.prefix(), entry.name(), line::mem_kind_str(kind), strategy.name());
@@ -439,7 +526,7 @@ impl Shim {
                     stderr_line(&line);
                 }
                 if self.log.enabled() {
-                    let mut r = self.base(Kind::Policy, SystemTime::now());
+                    let mut r = self.base(Kind::Policy, clock::wall_now_ns());
                     r.seq = self.next_seq();
                     r.call = entry.name().into();
                     r.mem_kind = Some(kind);
@@ -461,7 +548,7 @@ impl Shim {
         a: &RegArgs,
         out: &Outcome,
         seq: u64,
-        wall: SystemTime,
+        t0: u64,
         dur: u64,
         before: Option<(u64, u64)>,
         registered_before: u64,
@@ -485,15 +572,15 @@ impl Shim {
             }
         }
         let recording = self.log.enabled();
-        let registered_after = if out.ok() && !probe {
-            if call == Call::DeregMr {
-                self.mrs.remove(a.mr, a.length, recording)
-            } else {
-                self.stats.bytes_total.fetch_add(a.length, Relaxed);
-                self.mrs.insert(out.mr, a.length, seq, recording)
+        let registered_after = match (call, before) {
+            // taken out of the table already: only the byte count changes
+            (Call::DeregMr, Some((len, _))) if out.ok() => self.mrs.remove(a.mr, len, false),
+            (Call::DeregMr, Some(entry)) => {
+                self.mrs.put_back(a.mr, entry);
+                registered_before
             }
-        } else {
-            registered_before
+            _ if out.ok() && !probe => self.count_ok(call, a.length, if call == Call::DeregMr { a.mr } else { out.mr }, seq, recording),
+            _ => registered_before,
         };
         let failed = !out.ok() && !probe && app_call;
         if failed && cfg.warn {
@@ -507,7 +594,7 @@ impl Shim {
         let mut l = line::RegLine {
             dereg,
             seq,
-            time_ns: wall.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64),
+            time_ns: self.clock.wall_ns(t0),
             host: &self.host,
             pid: self.pid.load(Relaxed),
             tid: tid(),
@@ -515,7 +602,7 @@ impl Shim {
             local_rank: self.local_rank.map(|r| r.0),
             call: call.name(),
             symbol_version: a.symbol_version,
-            device: device.as_deref(),
+            device: device.as_ref().map(DevName::as_str),
             pd: (a.pd != 0).then_some(a.pd as u64),
             registered_bytes: registered_before,
             registered_bytes_after: Some(registered_after),
@@ -555,7 +642,7 @@ impl Shim {
                 l.mem_region = m.path;
                 l.mem_fully_mapped = Some(m.fully_mapped);
             }
-            let (s, h) = rlimit_memlock();
+            let (s, h) = self.memlock.get(t0, !out.ok());
             l.memlock_soft = s;
             l.memlock_hard = h;
             if out.ok() {
@@ -570,9 +657,13 @@ impl Shim {
         }
         let written = LINE.try_with(|b| {
             let Ok(mut b) = b.try_borrow_mut() else { return false };
-            b.clear();
-            l.write(&mut b);
-            self.emit_bytes(&b);
+            // a scratch that only grows: no zeroing per record
+            let need = l.bound();
+            if b.len() < need {
+                b.resize(need, 0);
+            }
+            let n = l.write_into(&mut b);
+            self.emit_bytes(&b[..n]);
             true
         });
         if written != Ok(true) {
@@ -582,11 +673,11 @@ impl Shim {
         }
     }
 
-    fn base(&self, kind: Kind, wall: SystemTime) -> Reg {
+    fn base(&self, kind: Kind, time_ns: u64) -> Reg {
         Reg {
             v: SCHEMA_VERSION,
             kind: Some(kind),
-            time_ns: wall.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64),
+            time_ns,
             host: self.host.clone(),
             pid: self.pid.load(Relaxed),
             tid: tid(),
@@ -608,7 +699,7 @@ impl Shim {
 
     /// The first line of every log: version, executable, environment, effective settings.
     pub fn config_record(&self) -> Reg {
-        let mut r = self.base(Kind::Config, SystemTime::now());
+        let mut r = self.base(Kind::Config, clock::wall_now_ns());
         r.seq = 0;
         r.shim_version = Some(env!("CARGO_PKG_VERSION").into());
         r.exe = std::fs::read_link("/proc/self/exe").ok().map(|p| p.display().to_string());
@@ -746,7 +837,7 @@ impl Shim {
             return;
         }
         if self.log.enabled() {
-            let mut r = self.base(Kind::Summary, SystemTime::now());
+            let mut r = self.base(Kind::Summary, clock::wall_now_ns());
             r.seq = self.seq.load(Relaxed);
             r.summary = Some(s.clone());
             r.registered_bytes = s.registered_bytes;

@@ -62,194 +62,283 @@ pub fn mem_kind_str(k: MemKind) -> &'static str {
     }
 }
 
-struct W<'b> {
-    b: &'b mut Vec<u8>,
-    first: bool,
+/// `,"name":` as bytes: every key after the first ("v") starts with the comma.
+macro_rules! k {
+    ($k:literal) => {
+        concat!(",\"", $k, "\":").as_bytes()
+    };
 }
 
+/// Upper bound of a line without its variable strings (checked by the tests below); each
+/// variable string adds at most six bytes per byte (`\u00XX`) plus quotes.
+const FIXED_MAX: usize = 2048;
+
+/// Writes into a slice already long enough for the line (see [`RegLine::bound`]): plain indexed
+/// copies, no capacity check or growth per field (a Vec's were most of the formatting cost).
+struct W<'b> {
+    b: &'b mut [u8],
+    n: usize,
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+const DIGIT_PAIRS: &[u8; 200] = b"00010203040506070809101112131415161718192021222324252627282930313233343536373839404142434445464748495051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899";
+
 impl W<'_> {
-    fn key(&mut self, k: &str) {
-        if !self.first {
-            self.b.push(b',');
+    #[inline(always)]
+    fn put(&mut self, s: &[u8]) {
+        let e = self.n + s.len();
+        self.b[self.n..e].copy_from_slice(s);
+        self.n = e;
+    }
+    #[inline(always)]
+    fn byte(&mut self, c: u8) {
+        self.b[self.n] = c;
+        self.n += 1;
+    }
+    #[inline(always)]
+    fn u(&mut self, k: &[u8], v: u64) {
+        self.put(k);
+        self.dec(v);
+    }
+    #[inline(always)]
+    fn i(&mut self, k: &[u8], v: i64) {
+        self.put(k);
+        if v < 0 {
+            self.byte(b'-');
         }
-        self.first = false;
-        self.b.push(b'"');
-        self.b.extend_from_slice(k.as_bytes());
-        self.b.extend_from_slice(b"\":");
+        self.dec(v.unsigned_abs());
     }
-    fn u(&mut self, k: &str, v: u64) {
-        self.key(k);
-        self.b.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
-    }
-    fn i(&mut self, k: &str, v: i64) {
-        self.key(k);
-        self.b.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
-    }
-    fn ou(&mut self, k: &str, v: Option<u64>) {
+    #[inline(always)]
+    fn ou(&mut self, k: &[u8], v: Option<u64>) {
         if let Some(v) = v {
             self.u(k, v);
         }
     }
-    fn b(&mut self, k: &str, v: bool) {
-        self.key(k);
-        self.b.extend_from_slice(if v { b"true" } else { b"false" });
+    #[inline(always)]
+    fn b(&mut self, k: &[u8], v: bool) {
+        self.put(k);
+        self.put(if v { b"true" } else { b"false" });
     }
-    fn s(&mut self, k: &str, v: &str) {
-        self.key(k);
-        escape(self.b, v);
+    #[inline(always)]
+    fn s(&mut self, k: &[u8], v: &str) {
+        self.put(k);
+        self.escape(v);
     }
-    fn os(&mut self, k: &str, v: Option<&str>) {
+    #[inline(always)]
+    fn os(&mut self, k: &[u8], v: Option<&str>) {
         if let Some(v) = v {
             self.s(k, v);
         }
     }
-    fn hex(&mut self, k: &str, v: Option<u64>) {
-        let Some(v) = v else { return };
-        self.key(k);
-        let mut t = [0u8; 20];
-        t[0] = b'"';
-        t[1] = b'0';
-        t[2] = b'x';
+    /// A string the shim itself chose (call, kind, errno and strategy names): never needs
+    /// escaping, so it is copied as is.
+    #[inline(always)]
+    fn lit(&mut self, k: &[u8], v: &str) {
+        debug_assert!(v.bytes().all(|c| c >= 0x20 && c != b'"' && c != b'\\'), "{v}");
+        self.put(k);
+        self.byte(b'"');
+        self.put(v.as_bytes());
+        self.byte(b'"');
+    }
+    #[inline(always)]
+    fn olit(&mut self, k: &[u8], v: Option<&str>) {
+        if let Some(v) = v {
+            self.lit(k, v);
+        }
+    }
+    /// Decimal digits, written straight into place (no intermediate buffer, no memcpy call per
+    /// number); four digits per step so the division chain stays short.
+    #[inline(always)]
+    fn dec(&mut self, mut v: u64) {
+        let len = v.checked_ilog10().map_or(1, |l| l as usize + 1);
+        let d = &mut self.b[self.n..self.n + len];
+        let mut i = len;
+        let pair = |x: u32| {
+            let p = x as usize * 2;
+            [DIGIT_PAIRS[p], DIGIT_PAIRS[p + 1]]
+        };
+        while i >= 4 {
+            let r = (v % 10_000) as u32;
+            v /= 10_000;
+            d[i - 4..i - 2].copy_from_slice(&pair(r / 100));
+            d[i - 2..i].copy_from_slice(&pair(r % 100));
+            i -= 4;
+        }
+        let mut v = v as u32;
+        if i >= 2 {
+            d[i - 2..i].copy_from_slice(&pair(v % 100));
+            v /= 100;
+            i -= 2;
+        }
+        if i == 1 {
+            d[0] = b'0' + v as u8;
+        }
+        self.n += len;
+    }
+    /// `"0x…"`, lower case, no leading zeros.
+    fn hex_str(&mut self, mut v: u64) {
         let digits = if v == 0 { 1 } else { (64 - v.leading_zeros()).div_ceil(4) as usize };
-        for i in 0..digits {
-            t[3 + i] = b"0123456789abcdef"[((v >> ((digits - 1 - i) * 4)) & 0xf) as usize];
+        self.put(b"\"0x");
+        let d = &mut self.b[self.n..self.n + digits];
+        for c in d.iter_mut().rev() {
+            *c = HEX[(v & 0xf) as usize];
+            v >>= 4;
         }
-        t[3 + digits] = b'"';
-        self.b.extend_from_slice(&t[..4 + digits]);
+        self.n += digits;
+        self.byte(b'"');
     }
-}
-
-/// JSON string with serde_json's escaping.
-fn escape(b: &mut Vec<u8>, s: &str) {
-    b.push(b'"');
-    if s.bytes().all(|c| c >= 0x20 && c != b'"' && c != b'\\') {
-        b.extend_from_slice(s.as_bytes());
-        b.push(b'"');
-        return;
+    #[inline(always)]
+    fn hex(&mut self, k: &[u8], v: Option<u64>) {
+        if let Some(v) = v {
+            self.put(k);
+            self.hex_str(v);
+        }
     }
-    for &c in s.as_bytes() {
-        match c {
-            b'"' => b.extend_from_slice(b"\\\""),
-            b'\\' => b.extend_from_slice(b"\\\\"),
-            b'\n' => b.extend_from_slice(b"\\n"),
-            b'\r' => b.extend_from_slice(b"\\r"),
-            b'\t' => b.extend_from_slice(b"\\t"),
-            0x08 => b.extend_from_slice(b"\\b"),
-            0x0c => b.extend_from_slice(b"\\f"),
-            c if c < 0x20 => {
-                b.extend_from_slice(b"\\u00");
-                b.push(b"0123456789abcdef"[(c >> 4) as usize]);
-                b.push(b"0123456789abcdef"[(c & 0xf) as usize]);
+    /// JSON string with serde_json's escaping.
+    fn escape(&mut self, s: &str) {
+        self.byte(b'"');
+        if s.bytes().all(|c| c >= 0x20 && c != b'"' && c != b'\\') {
+            self.put(s.as_bytes());
+            self.byte(b'"');
+            return;
+        }
+        for &c in s.as_bytes() {
+            match c {
+                b'"' => self.put(b"\\\""),
+                b'\\' => self.put(b"\\\\"),
+                b'\n' => self.put(b"\\n"),
+                b'\r' => self.put(b"\\r"),
+                b'\t' => self.put(b"\\t"),
+                0x08 => self.put(b"\\b"),
+                0x0c => self.put(b"\\f"),
+                c if c < 0x20 => {
+                    self.put(b"\\u00");
+                    self.byte(HEX[(c >> 4) as usize]);
+                    self.byte(HEX[(c & 0xf) as usize]);
+                }
+                c => self.byte(c),
             }
-            c => b.push(c),
         }
+        self.byte(b'"');
     }
-    b.push(b'"');
 }
 
 impl RegLine<'_> {
+    /// How many bytes [`RegLine::write_into`] may need.
+    pub fn bound(&self) -> usize {
+        let m = &self.meta;
+        let strs = [self.host, self.call, self.symbol_version.unwrap_or(""), self.device.unwrap_or(""), self.mem_region.as_deref().unwrap_or(""), self.errno_name.unwrap_or(""), m.strategy.unwrap_or(""), m.change.unwrap_or("")];
+        FIXED_MAX + strs.iter().map(|s| 6 * s.len() + 2).sum::<usize>()
+    }
+
     /// Appends the line (with its '\n') to `out`.
     pub fn write(&self, out: &mut Vec<u8>) {
-        out.reserve(1024);
-        out.push(b'{');
-        let mut w = W { b: out, first: true };
-        w.u("v", SCHEMA_VERSION as u64);
-        w.s("kind", if self.dereg { "dereg" } else { "reg" });
-        w.u("seq", self.seq);
-        w.u("time_ns", self.time_ns);
-        w.s("host", self.host);
-        w.u("pid", self.pid as u64);
-        w.u("tid", self.tid as u64);
+        let start = out.len();
+        out.resize(start + self.bound(), 0);
+        let n = self.write_into(&mut out[start..]);
+        out.truncate(start + n);
+    }
+
+    /// Writes the line (with its '\n') at the start of `b`, which must hold [`RegLine::bound`]
+    /// bytes (a reused scratch buffer: no zeroing per record); returns its length.
+    pub fn write_into(&self, b: &mut [u8]) -> usize {
+        let mut w = W { b, n: 0 };
+        w.put(b"{\"v\":");
+        w.dec(SCHEMA_VERSION as u64);
+        w.lit(k!("kind"), if self.dereg { "dereg" } else { "reg" });
+        w.u(k!("seq"), self.seq);
+        w.u(k!("time_ns"), self.time_ns);
+        w.s(k!("host"), self.host);
+        w.u(k!("pid"), self.pid as u64);
+        w.u(k!("tid"), self.tid as u64);
         if let Some(r) = self.rank {
-            w.i("rank", r);
+            w.i(k!("rank"), r);
         }
         if let Some(r) = self.local_rank {
-            w.i("local_rank", r);
+            w.i(k!("local_rank"), r);
         }
-        w.s("call", self.call);
-        w.os("symbol_version", self.symbol_version);
-        w.os("device", self.device);
-        w.hex("pd", self.pd);
-        w.hex("addr", self.addr);
-        w.ou("length", self.length);
-        w.ou("addr_page_offset", self.addr_page_offset);
-        w.ou("addr_align", self.addr_align);
-        w.hex("iova", self.iova);
-        w.ou("iova_page_offset", self.iova_page_offset);
+        w.lit(k!("call"), self.call);
+        w.olit(k!("symbol_version"), self.symbol_version);
+        w.os(k!("device"), self.device);
+        w.hex(k!("pd"), self.pd);
+        w.hex(k!("addr"), self.addr);
+        w.ou(k!("length"), self.length);
+        w.ou(k!("addr_page_offset"), self.addr_page_offset);
+        w.ou(k!("addr_align"), self.addr_align);
+        w.hex(k!("iova"), self.iova);
+        w.ou(k!("iova_page_offset"), self.iova_page_offset);
         if let Some(a) = self.access {
-            w.u("access", a as u64);
-            w.key("access_names");
-            w.b.push(b'[');
+            w.u(k!("access"), a as u64);
+            w.put(k!("access_names"));
+            w.byte(b'[');
             let mut first = true;
             let mut rest = a;
             for (n, bit) in mrshim_verbs::access::NAMES {
                 if a & bit != 0 {
                     if !first {
-                        w.b.push(b',');
+                        w.byte(b',');
                     }
                     first = false;
-                    escape(w.b, n);
+                    w.byte(b'"');
+                    w.put(n.as_bytes());
+                    w.byte(b'"');
                     rest &= !bit;
                 }
             }
-            for i in 0..32 {
-                if rest & (1 << i) != 0 {
-                    if !first {
-                        w.b.push(b',');
-                    }
-                    first = false;
-                    w.b.extend_from_slice(b"\"0x");
-                    let v = 1u32 << i;
-                    let digits = (32 - v.leading_zeros()).div_ceil(4);
-                    for d in (0..digits).rev() {
-                        w.b.push(b"0123456789abcdef"[((v >> (d * 4)) & 0xf) as usize]);
-                    }
-                    w.b.push(b'"');
+            // unknown bits as hex strings, lowest first
+            while rest != 0 {
+                let bit = rest & rest.wrapping_neg();
+                rest &= rest - 1;
+                if !first {
+                    w.byte(b',');
                 }
+                first = false;
+                w.hex_str(bit as u64);
             }
-            w.b.push(b']');
+            w.byte(b']');
         }
-        w.b("relaxed_ordering", self.access.unwrap_or(0) & mrshim_verbs::access::RELAXED_ORDERING != 0);
+        w.b(k!("relaxed_ordering"), self.access.unwrap_or(0) & mrshim_verbs::access::RELAXED_ORDERING != 0);
         if let Some(fd) = self.dmabuf_fd {
-            w.i("dmabuf_fd", fd as i64);
+            w.i(k!("dmabuf_fd"), fd as i64);
         }
-        w.ou("dmabuf_offset", self.dmabuf_offset);
-        if let Some(k) = self.mem_kind {
-            w.s("mem_kind", mem_kind_str(k));
+        w.ou(k!("dmabuf_offset"), self.dmabuf_offset);
+        if let Some(kd) = self.mem_kind {
+            w.lit(k!("mem_kind"), mem_kind_str(kd));
         }
-        w.os("mem_region", self.mem_region.as_deref());
+        w.os(k!("mem_region"), self.mem_region.as_deref());
         if let Some(f) = self.mem_fully_mapped {
-            w.b("mem_fully_mapped", f);
+            w.b(k!("mem_fully_mapped"), f);
         }
-        w.ou("memlock_soft", self.memlock_soft);
-        w.ou("memlock_hard", self.memlock_hard);
-        w.u("registered_bytes", self.registered_bytes);
-        w.ou("registered_bytes_after", self.registered_bytes_after);
-        w.s("result", if self.meta.refused { "refused" } else if self.ok { "ok" } else { "error" });
-        w.hex("mr", self.mr);
-        w.ou("lkey", self.lkey.map(u64::from));
-        w.ou("rkey", self.rkey.map(u64::from));
+        w.ou(k!("memlock_soft"), self.memlock_soft);
+        w.ou(k!("memlock_hard"), self.memlock_hard);
+        w.u(k!("registered_bytes"), self.registered_bytes);
+        w.ou(k!("registered_bytes_after"), self.registered_bytes_after);
+        w.lit(k!("result"), if self.meta.refused { "refused" } else if self.ok { "ok" } else { "error" });
+        w.hex(k!("mr"), self.mr);
+        w.ou(k!("lkey"), self.lkey.map(u64::from));
+        w.ou(k!("rkey"), self.rkey.map(u64::from));
         if let Some(e) = self.errno {
-            w.i("errno", e as i64);
+            w.i(k!("errno"), e as i64);
         }
-        w.os("errno_name", self.errno_name);
-        w.u("duration_ns", self.duration_ns);
+        w.olit(k!("errno_name"), self.errno_name);
+        w.u(k!("duration_ns"), self.duration_ns);
         if self.probe {
-            w.b("probe", true);
+            w.b(k!("probe"), true);
         }
         let m = &self.meta;
         if m.injected {
-            w.b("injected", true);
+            w.b(k!("injected"), true);
         }
-        w.u("attempt", m.attempt as u64);
-        w.ou("parent_seq", m.parent_seq);
-        w.os("strategy", m.strategy);
-        w.os("change", m.change);
+        w.u(k!("attempt"), m.attempt as u64);
+        w.ou(k!("parent_seq"), m.parent_seq);
+        w.olit(k!("strategy"), m.strategy);
+        w.os(k!("change"), m.change);
         if m.learned {
-            w.b("learned", true);
+            w.b(k!("learned"), true);
         }
-        w.ou("reg_seq", self.reg_seq);
-        out.extend_from_slice(b"}\n");
+        w.ou(k!("reg_seq"), self.reg_seq);
+        w.put(b"}\n");
+        w.n
     }
 
     /// The same record as the schema type (what the line must parse back to).
@@ -318,6 +407,58 @@ mod tests {
     }
 
     #[test]
+    fn the_fixed_part_stays_inside_its_bound() {
+        let meta = crate::Meta { attempt: u32::MAX, parent_seq: Some(u64::MAX), strategy: Some(""), change: Some(""), injected: true, learned: true, refused: true };
+        let worst = RegLine {
+            seq: u64::MAX,
+            time_ns: u64::MAX,
+            pid: u32::MAX,
+            tid: u32::MAX,
+            rank: Some(i64::MIN),
+            local_rank: Some(i64::MIN),
+            symbol_version: Some(""),
+            device: Some(""),
+            pd: Some(u64::MAX),
+            addr: Some(u64::MAX),
+            length: Some(u64::MAX),
+            addr_page_offset: Some(u64::MAX),
+            addr_align: Some(u64::MAX),
+            iova: Some(u64::MAX),
+            iova_page_offset: Some(u64::MAX),
+            access: Some(u32::MAX),
+            dmabuf_fd: Some(i32::MIN),
+            dmabuf_offset: Some(u64::MAX),
+            mem_kind: Some(MemKind::FileWritable),
+            mem_region: Some(Arc::from("")),
+            mem_fully_mapped: Some(false),
+            memlock_soft: Some(u64::MAX),
+            memlock_hard: Some(u64::MAX),
+            registered_bytes: u64::MAX,
+            registered_bytes_after: Some(u64::MAX),
+            mr: Some(u64::MAX),
+            lkey: Some(u32::MAX),
+            rkey: Some(u32::MAX),
+            errno: Some(i32::MIN),
+            errno_name: Some("EOPNOTSUPP"),
+            duration_ns: u64::MAX,
+            probe: true,
+            reg_seq: Some(u64::MAX),
+            meta,
+            ..Default::default()
+        };
+        let mut b = Vec::new();
+        worst.write(&mut b);
+        assert!(b.len() + 256 < FIXED_MAX, "{} bytes: raise FIXED_MAX", b.len());
+        // strings at their worst (every byte escaped as \u00XX) fit their share of the bound
+        let ctl = "\u{1}".repeat(300);
+        let l = RegLine { host: &ctl, device: Some(&ctl), mem_region: Some(Arc::from(ctl.as_str())), meta: crate::Meta { change: Some(&ctl), ..meta }, ..worst };
+        let mut b = Vec::new();
+        l.write(&mut b);
+        assert!(b.len() <= l.bound());
+        serde_json::from_slice::<serde_json::Value>(&b).unwrap();
+    }
+
+    #[test]
     fn minimal_and_full_lines_parse_back_exactly() {
         check(&RegLine { host: "h", call: "ibv_dereg_mr", dereg: true, ok: true, ..Default::default() });
         let full = RegLine {
@@ -370,5 +511,35 @@ mod tests {
         for v in [1u64, 0xf, 0x10, 0xabc, 1 << 63] {
             check(&RegLine { addr: Some(v), pd: Some(v), ..full.clone() });
         }
+    }
+}
+
+#[cfg(test)]
+mod number_tests {
+    use super::*;
+
+    fn dec(v: u64) -> String {
+        let mut b = [0u8; 32];
+        let mut w = W { b: &mut b, n: 0 };
+        w.dec(v);
+        let n = w.n;
+        String::from_utf8(b[..n].to_vec()).unwrap()
+    }
+
+    #[test]
+    fn decimal_digits_match_std() {
+        let mut v = 1u64;
+        for _ in 0..64 {
+            for x in [v - 1, v, v + 1, v.wrapping_mul(10).wrapping_sub(1)] {
+                assert_eq!(dec(x), x.to_string());
+            }
+            v = v.wrapping_mul(3);
+        }
+        for p in 0..20 {
+            let x = 10u64.pow(p);
+            assert_eq!(dec(x), x.to_string());
+            assert_eq!(dec(x - 1), (x - 1).to_string());
+        }
+        assert_eq!(dec(u64::MAX), u64::MAX.to_string());
     }
 }

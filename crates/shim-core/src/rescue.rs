@@ -70,7 +70,7 @@ impl ShimEnv<'_> {
 }
 
 fn memlock() -> (u64, u64) {
-    let (s, h) = crate::rlimit_memlock();
+    let (s, h) = crate::limits::read();
     (s.unwrap_or(u64::MAX), h.unwrap_or(u64::MAX))
 }
 
@@ -95,6 +95,7 @@ impl Env for ShimEnv<'_> {
             if libc::setrlimit(libc::RLIMIT_MEMLOCK, &rl) != 0 {
                 return Err(format!("setrlimit: {}", std::io::Error::last_os_error()));
             }
+            self.shim.memlock.invalidate();
             let f = |v: libc::rlim_t| if v == libc::RLIM_INFINITY { "unlimited".to_string() } else { v.to_string() };
             Ok(format!("RLIMIT_MEMLOCK soft {} -> {} (the hard limit)", f(old), f(rl.rlim_max)))
         }

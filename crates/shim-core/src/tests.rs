@@ -32,11 +32,11 @@ impl Backend for Fake {
         let n = self.invoked.borrow().len() as u32;
         Outcome { mr: 0x1000 * n as usize, lkey: 100 + n, rkey: 200 + n, err: 0, errno_after: 0 }
     }
-    fn device_name(&self, _pd: usize) -> Option<String> {
+    fn device_name(&self, _pd: usize) -> Option<DevName> {
         if self.panic_in_device {
             panic!("boom");
         }
-        Some("mrsim0".into())
+        Some(DevName::new(b"mrsim0\0junk"))
     }
 }
 
@@ -115,7 +115,7 @@ fn every_field_of_a_registration() {
     assert_eq!(r.errno, None);
     assert_eq!(r.registered_bytes, 0);
     assert_eq!(r.registered_bytes_after, Some(8192));
-    let (soft, hard) = rlimit_memlock();
+    let (soft, hard) = crate::limits::read();
     assert_eq!((r.memlock_soft, r.memlock_hard), (soft, hard));
     assert!(r.time_ns > 1_600_000_000_000_000_000);
 
@@ -223,7 +223,7 @@ fn many_threads_lose_nothing() {
         fn invoke(&self, _a: &RegArgs) -> Outcome {
             Outcome { mr: 8, lkey: 1, rkey: 2, ..Default::default() }
         }
-        fn device_name(&self, _pd: usize) -> Option<String> {
+        fn device_name(&self, _pd: usize) -> Option<DevName> {
             None
         }
     }
@@ -245,4 +245,11 @@ fn many_threads_lose_nothing() {
     seqs.sort();
     assert_eq!(seqs, (1..=4000).collect::<Vec<_>>());
     assert_eq!(s.summary().records_lost, 0);
+}
+
+#[test]
+fn device_names_stop_at_nul_and_stay_utf8() {
+    assert_eq!(DevName::new(b"mlx5_0\0\0\0").as_str(), "mlx5_0");
+    assert_eq!(DevName::new(&[b'a'; 80]).as_str().len(), 64);
+    assert_eq!(DevName::new(b"ok\xff\xfe").as_str(), "ok");
 }
