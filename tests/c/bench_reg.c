@@ -4,9 +4,13 @@
  * thr: THREADS threads each do N reg+dereg pairs; prints "calls C seconds S".
  * rescue: N ibv_reg_mr_iova2 + ibv_dereg_mr pairs, with RELAXED_ORDERING if RELAXED is 1, each
  * pair timed (failures allowed: the retry benchmark rescues them); prints
- * "median_ns X failures F". */
+ * "median_ns X failures F".
+ * write: N write(2)s of a BYTES-byte line to PATH opened O_APPEND (the floor of one record on
+ * that file system); prints "median_write_ns X". Needs no device. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -42,8 +46,28 @@ static void *worker(void *arg) {
     return NULL;
 }
 
+static int write_floor(long iters, const char *path, size_t bytes) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) { perror(path); return 2; }
+    char *line = malloc(bytes);
+    memset(line, 'x', bytes);
+    line[bytes - 1] = '\n';
+    uint64_t *t = malloc(iters * sizeof *t);
+    for (long i = 0; i < iters; i++) {
+        uint64_t t0 = now();
+        if (write(fd, line, bytes) != (ssize_t)bytes) { perror("write"); return 3; }
+        t[i] = now() - t0;
+    }
+    close(fd);
+    unlink(path);
+    qsort(t, iters, sizeof *t, cmp);
+    printf("median_write_ns %llu\n", (unsigned long long)t[iters / 2]);
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    if (argc < 3) { fprintf(stderr, "usage: bench_reg lat N | thr THREADS N | rescue N RELAXED\n"); return 2; }
+    if (argc < 3) { fprintf(stderr, "usage: bench_reg lat N | thr THREADS N | rescue N RELAXED | write N PATH BYTES\n"); return 2; }
+    if (!strcmp(argv[1], "write") && argc > 4) return write_floor(atol(argv[2]), argv[3], (size_t)atol(argv[4]));
     /* the fake library of the hook tests has no device: it hands out a pd directly */
     struct ibv_pd *(*fake_pd)(void) = (struct ibv_pd *(*)(void))dlsym(RTLD_DEFAULT, "fake_alloc_pd");
     if (fake_pd) {
