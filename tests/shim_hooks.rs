@@ -271,6 +271,36 @@ fn fork_gives_the_child_its_own_file_and_pid() {
 }
 
 #[test]
+fn children_forked_while_other_threads_are_inside_the_shim_never_hang() {
+    // Every fork lands while four threads register through the shim (locks held for a few ns
+    // at a time); each child registers, fails a registration and exit()s with its summary.
+    let d = tmp("fork-busy");
+    let o = run(fake_cmd("fake_linked").args(["fork-busy", "100"]).env("MRSHIM_LOG", &d).env("FAKE_FAIL_RELAXED", "1").env("MRSHIM_WARN", "off"));
+    assert_eq!(stdout(&o), "forks 100 hung 0 failed 0\n", "{}", stderr(&o));
+    assert!(o.status.success());
+    // each child wrote its own file, ending with its summary
+    let fs = files(&d);
+    assert_eq!(fs.len(), 101, "one file per process");
+    let child = fs.iter().map(|f| records(f)).find(|r| r.len() == 5).expect("a child's file: config, reg, dereg, failure, summary");
+    let s = child.last().unwrap().summary.as_ref().unwrap();
+    assert_eq!((s.calls, s.failures, s.registered_bytes), (3, 1, 0));
+}
+
+#[test]
+fn a_child_forked_while_a_parent_thread_holds_the_log_lock_records_anyway() {
+    // Deterministic: the parent's log is a FIFO nobody reads yet, so the thread that records
+    // first blocks inside the shim, holding the lock that serialises opening the log.
+    let d = tmp("fork-opening");
+    let o = run(fake_cmd("fake_linked").args(["fork-opening", d.to_str().unwrap()]).env("MRSHIM_LOG", d.join("log-p%p.jsonl")));
+    assert_eq!(stdout(&o), "child ok, parent wrote its records\n", "{}", stderr(&o));
+    let fs = files(&d);
+    assert_eq!(fs.len(), 1, "{fs:?}");
+    let recs = records(&fs[0]);
+    assert_eq!(recs.iter().filter(|r| r.kind == Some(Kind::Reg)).count(), 1);
+    assert!(recs.last().unwrap().summary.is_some());
+}
+
+#[test]
 fn eight_threads_lose_no_record() {
     let d = tmp("threads");
     let o = run(fake_cmd("fake_linked").args(["threads", "500"]).env("MRSHIM_LOG", d.join("t.jsonl")));

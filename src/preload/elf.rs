@@ -251,12 +251,12 @@ mod tests {
     #[test]
     fn finds_glibcs_own_dlsym_and_dlvsym() {
         // In the unit-test binary nothing interposes, so libc's symbols are the real ones.
-        assert_eq!(resolve(), libc::dlsym as usize);
-        assert_eq!(resolve_v(), libc::dlvsym as usize);
+        assert_eq!(resolve(), libc::dlsym as *const () as usize);
+        assert_eq!(resolve_v(), libc::dlvsym as *const () as usize);
         let f = real_dlsym().unwrap();
         // SAFETY: f is glibc's dlsym; the name is NUL-terminated.
         let p = unsafe { f(libc::RTLD_DEFAULT, c"getpid".as_ptr()) };
-        assert_eq!(p as usize, libc::getpid as usize);
+        assert_eq!(p as usize, libc::getpid as *const () as usize);
     }
 
     #[test]

@@ -1,4 +1,12 @@
-/* Linked against (the fake) libibverbs.so.1. Usage: fake_linked [basic|kill|fork|threads N] */
+/* Linked against (the fake) libibverbs.so.1.
+ * Usage: fake_linked [basic|kill|fork|threads N|fork-busy FORKS]
+ * fork-busy: four threads register and deregister (some with RELAXED_ORDERING, which fails
+ * when FAKE_FAIL_RELAXED is set) while the main thread forks FORKS children; each child
+ * registers, deregisters, fails one registration and exit()s (so the shim's exit summary runs).
+ * A child that hangs (on a lock a parent thread held at the fork) is killed by its alarm.
+ * fork-opening DIR: the process's log (MRSHIM_LOG=DIR/log-%p.jsonl) is made a FIFO, so a thread's
+ * first registration blocks inside the shim while it opens the log (holding its lock); the main
+ * thread forks then: the child must record into its own file regardless. */
 #include <infiniband/verbs.h>
 #include <errno.h>
 #include <pthread.h>
@@ -8,6 +16,9 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <stdatomic.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #undef ibv_reg_mr
 #undef ibv_reg_mr_iova
 
@@ -27,9 +38,80 @@ static void *worker(void *arg) {
     return NULL;
 }
 
+static atomic_int stop;
+static void *busy(void *arg) {
+    char *b = malloc(8192);
+    unsigned ro = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_RELAXED_ORDERING;
+    for (long i = 0; !atomic_load(&stop); i++) {
+        struct ibv_mr *mr = ibv_reg_mr_iova2(pd, b + (long)arg * 64, 4096, (uintptr_t)b, i % 4 ? IBV_ACCESS_LOCAL_WRITE : ro);
+        if (mr) ibv_dereg_mr(mr);
+    }
+    free(b);
+    return NULL;
+}
+
+static int fork_busy(int forks) {
+    pthread_t t[4];
+    for (long i = 0; i < 4; i++) pthread_create(&t[i], NULL, busy, (void *)i);
+    int hung = 0, failed = 0;
+    for (int i = 0; i < forks; i++) {
+        pid_t c = fork();
+        if (c == 0) {
+            alarm(10);
+            struct ibv_mr *m = ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+            if (m) ibv_dereg_mr(m);
+            ibv_reg_mr_iova2(pd, buf, 4096, (uintptr_t)buf, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_RELAXED_ORDERING);
+            exit(m ? 0 : 1);
+        }
+        int st;
+        waitpid(c, &st, 0);
+        if (WIFSIGNALED(st)) hung++;
+        else if (WEXITSTATUS(st)) failed++;
+    }
+    atomic_store(&stop, 1);
+    for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+    printf("forks %d hung %d failed %d\n", forks, hung, failed);
+    return hung || failed;
+}
+
+static void *one_reg(void *arg) {
+    (void)arg;
+    struct ibv_mr *m = ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+    if (m) ibv_dereg_mr(m);
+    return NULL;
+}
+
+static int fork_opening(const char *dir) {
+    char fifo[4096];
+    snprintf(fifo, sizeof fifo, "%s/log-p%d.jsonl", dir, (int)getpid());
+    if (mkfifo(fifo, 0600)) { perror("mkfifo"); return 2; }
+    pthread_t t;
+    pthread_create(&t, NULL, one_reg, NULL);
+    usleep(300000); /* the thread is now blocked opening the FIFO, inside the shim */
+    pid_t c = fork();
+    if (c == 0) {
+        alarm(10);
+        struct ibv_mr *m = ibv_reg_mr(pd, buf + 4096, 4096, IBV_ACCESS_LOCAL_WRITE);
+        if (m) ibv_dereg_mr(m);
+        exit(m ? 0 : 1);
+    }
+    int st;
+    waitpid(c, &st, 0);
+    /* let the parent's thread finish: read what it writes into the FIFO */
+    int r = open(fifo, O_RDONLY);
+    pthread_join(t, NULL);
+    char sink[65536];
+    int n = (int)read(r, sink, sizeof sink);
+    unlink(fifo); /* r stays open: the exit summary still has a reader */
+    printf("child %s, parent wrote %s\n", WIFSIGNALED(st) ? "hung" : WEXITSTATUS(st) ? "failed" : "ok", n > 0 ? "its records" : "nothing");
+    return WIFSIGNALED(st) || WEXITSTATUS(st);
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "basic";
     pd = fake_alloc_pd();
+    if (!strcmp(mode, "fork-busy")) return fork_busy(argc > 2 ? atoi(argv[2]) : 100);
+    if (!strcmp(mode, "fork-opening") && argc > 2) return fork_opening(argv[2]);
     if (!strcmp(mode, "threads")) {
         long n = argc > 2 ? atol(argv[2]) : 1000;
         pthread_t t[8];

@@ -7,7 +7,7 @@ use crate::policy::Policy;
 use crate::strategy::{Facts, Plan, Strategy};
 use crate::{Entry, MemKind, Req};
 use std::collections::HashMap;
-use std::sync::Mutex;
+use mrshim_forklock::ForkLock;
 
 /// What the shim provides: facts about the memory and the side effects some strategies need.
 pub trait Env {
@@ -44,8 +44,8 @@ pub enum Event {
 #[derive(Default)]
 pub struct Engine {
     pub policy: Policy,
-    learned: Mutex<HashMap<(MemKind, Entry), (Strategy, i32)>>,
-    rescued: Mutex<HashMap<Strategy, u64>>,
+    learned: ForkLock<HashMap<(MemKind, Entry), (Strategy, i32)>>,
+    rescued: ForkLock<HashMap<Strategy, u64>>,
 }
 
 impl Engine {
@@ -53,9 +53,16 @@ impl Engine {
         Engine { policy, ..Default::default() }
     }
 
+    /// In a forked child: the locks may have been held by a parent thread; start over (what was
+    /// learned is for the parent's memory, the counts are the parent's).
+    pub fn reset_in_child(&self) {
+        self.learned.reset_in_child(HashMap::new());
+        self.rescued.reset_in_child(HashMap::new());
+    }
+
     /// How many registrations each strategy rescued (learned applications included).
     pub fn rescued(&self) -> Vec<(Strategy, u64)> {
-        let mut v: Vec<_> = self.rescued.lock().unwrap().iter().map(|(s, n)| (*s, *n)).collect();
+        let mut v: Vec<_> = self.rescued.lock().iter().map(|(s, n)| (*s, *n)).collect();
         v.sort();
         v
     }
@@ -67,7 +74,7 @@ impl Engine {
             return None;
         }
         let kind = env.facts(req).kind;
-        let (strategy, errno) = *self.learned.lock().unwrap().get(&(kind, req.entry))?;
+        let (strategy, errno) = *self.learned.lock().get(&(kind, req.entry))?;
         let (req2, change) = self.prepare(strategy, req, errno, env).ok()??;
         Some(Attempt { n: 0, strategy, req: req2, change, learned: true })
     }
@@ -75,10 +82,10 @@ impl Engine {
     /// The learned attempt worked: count it. (It failed: forget it, and call `rescue` as usual.)
     pub fn learned_result(&self, a: &Attempt, ok: bool, env: &dyn Env) {
         if ok {
-            *self.rescued.lock().unwrap().entry(a.strategy).or_default() += 1;
+            *self.rescued.lock().entry(a.strategy).or_default() += 1;
         } else {
             let kind = env.facts(&a.req).kind;
-            self.learned.lock().unwrap().retain(|(k, _), (s, _)| !(*k == kind && *s == a.strategy));
+            self.learned.lock().retain(|(k, _), (s, _)| !(*k == kind && *s == a.strategy));
         }
     }
 
@@ -133,7 +140,7 @@ impl Engine {
             match try_(&a) {
                 Ok(t) => {
                     note(Event::Tried(a.clone(), Ok(())));
-                    *self.rescued.lock().unwrap().entry(s).or_default() += 1;
+                    *self.rescued.lock().entry(s).or_default() += 1;
                     self.learn(orig, errno, s, env, note);
                     return Some((t, a));
                 }
@@ -149,7 +156,7 @@ impl Engine {
             return;
         }
         let kind = env.facts(orig).kind;
-        let prev = self.learned.lock().unwrap().insert((kind, orig.entry), (s, errno));
+        let prev = self.learned.lock().insert((kind, orig.entry), (s, errno));
         if prev.map(|p| p.0) != Some(s) {
             note(Event::Learned { kind, entry: orig.entry, strategy: s });
         }

@@ -23,7 +23,8 @@ use mrshim_record::{CallStats, Kind, MemKind, Reg, Summary, SCHEMA_VERSION};
 use std::collections::{BTreeMap, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
-use std::sync::{Mutex, OnceLock};
+use mrshim_forklock::ForkLock;
+use std::sync::OnceLock;
 
 /// The intercepted entry points.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -175,7 +176,7 @@ struct Stats {
     calls: [AtomicU64; 5],
     failures: [AtomicU64; 5],
     probes: AtomicU64,
-    errnos: Mutex<BTreeMap<(Call, i32), u64>>,
+    errnos: ForkLock<BTreeMap<(Call, i32), u64>>,
     bytes_total: AtomicU64,
 }
 
@@ -204,24 +205,22 @@ type MrMap = HashMap<usize, (u64, u64), std::hash::BuildHasherDefault<PtrHash>>;
 
 /// Live MRs registered through the shim: length and the seq of their registration.
 struct MrTable {
-    shards: [Mutex<MrMap>; SHARDS],
+    shards: [ForkLock<MrMap>; SHARDS],
     bytes: AtomicU64,
     peak: AtomicU64,
 }
 
 impl MrTable {
     fn new() -> Self {
-        MrTable { shards: std::array::from_fn(|_| Mutex::new(MrMap::default())), bytes: AtomicU64::new(0), peak: AtomicU64::new(0) }
+        MrTable { shards: std::array::from_fn(|_| ForkLock::default()), bytes: AtomicU64::new(0), peak: AtomicU64::new(0) }
     }
-    fn shard(&self, mr: usize) -> &Mutex<MrMap> {
+    fn shard(&self, mr: usize) -> &ForkLock<MrMap> {
         &self.shards[(mr >> 4) % SHARDS]
     }
     /// `track`: remember the MR (for `reg_seq` in dereg records); else only count bytes.
     fn insert(&self, mr: usize, len: u64, seq: u64, track: bool) -> u64 {
         if track {
-            if let Ok(mut g) = self.shard(mr).lock() {
-                g.insert(mr, (len, seq));
-            }
+            self.shard(mr).lock().insert(mr, (len, seq));
         }
         let now = self.bytes.fetch_add(len, Relaxed).wrapping_add(len);
         // a plain load first: the peak is rarely exceeded, and fetch_max is a CAS loop
@@ -232,18 +231,16 @@ impl MrTable {
     }
     /// Removes `mr`'s entry without changing the byte count (see `remove`, `put_back`).
     fn take(&self, mr: usize) -> Option<(u64, u64)> {
-        self.shard(mr).lock().ok()?.remove(&mr)
+        self.shard(mr).lock().remove(&mr)
     }
     fn put_back(&self, mr: usize, entry: (u64, u64)) {
-        if let Ok(mut g) = self.shard(mr).lock() {
-            g.insert(mr, entry);
-        }
+        self.shard(mr).lock().insert(mr, entry);
     }
     /// Returns the registered bytes after removing `mr` (`len_hint`: its length as the MR says,
     /// used when not tracking).
     fn remove(&self, mr: usize, len_hint: u64, track: bool) -> u64 {
         let len = if track {
-            match self.shard(mr).lock().ok().and_then(|mut g| g.remove(&mr)) {
+            match self.shard(mr).lock().remove(&mr) {
                 Some((len, _)) => len,
                 None => return self.current(),
             }
@@ -255,6 +252,14 @@ impl MrTable {
     }
     fn current(&self) -> u64 {
         clamp(self.bytes.load(Relaxed))
+    }
+    /// The parent's MRs are not the child's to account for (and a shard may have been locked).
+    fn reset_in_child(&self) {
+        for s in &self.shards {
+            s.reset_in_child(MrMap::default());
+        }
+        self.bytes.store(0, Relaxed);
+        self.peak.store(0, Relaxed);
     }
 }
 
@@ -567,9 +572,7 @@ impl Shim {
             self.stats.probes.fetch_add(1, Relaxed);
         } else if !out.ok() && app_call {
             self.stats.failures[call.idx()].fetch_add(1, Relaxed);
-            if let Ok(mut m) = self.stats.errnos.lock() {
-                *m.entry((call, out.err)).or_default() += 1;
-            }
+            *self.stats.errnos.lock().entry((call, out.err)).or_default() += 1;
         }
         let recording = self.log.enabled();
         let registered_after = match (call, before) {
@@ -764,7 +767,7 @@ impl Shim {
 
     pub fn summary(&self) -> Summary {
         let mut by_call = BTreeMap::new();
-        let errnos = self.stats.errnos.lock().map(|m| m.clone()).unwrap_or_default();
+        let errnos = self.stats.errnos.lock().clone();
         let mut calls = 0;
         let mut failures = 0;
         for c in Call::ALL {
@@ -863,9 +866,10 @@ impl Shim {
         }
         self.stats.probes.store(0, Relaxed);
         self.stats.bytes_total.store(0, Relaxed);
-        if let Ok(mut m) = self.stats.errnos.try_lock() {
-            m.clear();
-        }
+        // Locks another thread of the parent may have held at the fork: the child's own again.
+        self.stats.errnos.reset_in_child(BTreeMap::new());
+        self.mrs.reset_in_child();
+        self.retry.reset_in_child();
         self.summarized.store(false, Relaxed);
     }
 }

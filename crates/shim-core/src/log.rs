@@ -12,8 +12,8 @@ const FAILED: i32 = -2;
 pub struct Log {
     dest: LogDest,
     fd: AtomicI32,
-    /// A spin lock (not a Mutex) so that a forked child can reset it unconditionally.
-    opening: AtomicBool,
+    /// Serialises opening; a forked child can take it back (see `after_fork`).
+    opening: mrshim_forklock::ForkLock<()>,
     opened_by: AtomicU32,
     pid_dependent: AtomicBool,
     warned_write: AtomicBool,
@@ -35,7 +35,7 @@ impl Log {
         Log {
             dest,
             fd: AtomicI32::new(UNOPENED),
-            opening: AtomicBool::new(false),
+            opening: mrshim_forklock::ForkLock::new(()),
             opened_by: AtomicU32::new(0),
             pid_dependent: AtomicBool::new(false),
             warned_write: AtomicBool::new(false),
@@ -77,9 +77,7 @@ impl Log {
         if fd != UNOPENED {
             return fd;
         }
-        while self.opening.compare_exchange_weak(false, true, Acquire, Relaxed).is_err() {
-            std::thread::yield_now();
-        }
+        let opening = self.opening.lock();
         let mut fd = self.fd.load(Acquire);
         if fd == UNOPENED {
             fd = self.open(ctx);
@@ -92,7 +90,7 @@ impl Log {
             self.opened_by.store(ctx.pid, Relaxed);
             self.fd.store(fd, Release);
         }
-        self.opening.store(false, Release);
+        drop(opening);
         fd
     }
 
@@ -128,7 +126,7 @@ impl Log {
 
     /// In a forked child: a per-pid destination gets a new file at the next record.
     pub fn after_fork(&self, child_pid: u32) {
-        self.opening.store(false, Relaxed);
+        self.opening.reset_in_child(());
         let fd = self.fd.load(Relaxed);
         if fd >= 0 && fd != 2 && self.pid_dependent.load(Relaxed) && self.opened_by.load(Relaxed) != child_pid {
             // SAFETY: fd is the child's own copy of the log descriptor; nothing else uses it.

@@ -1,0 +1,146 @@
+//! A lock a forked child can take back.
+//!
+//! fork(2) copies only the calling thread. If another thread of the parent held a lock at that
+//! instant, the child's copy stays locked forever, and the child's first registration (or its
+//! exit summary) would hang on it. A `std::sync::Mutex` cannot be reset; this one can: in the
+//! child — one thread, nobody else can hold it — [`ForkLock::reset_in_child`] replaces the value
+//! (the old one may be half-updated, so it is leaked, not dropped) and unlocks.
+//!
+//! A test-and-set spin lock that yields: the shim holds its locks for a handful of instructions
+//! (a table insert, a counter update), never across a call into the application or the driver.
+
+use std::cell::UnsafeCell;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicBool, Ordering::*};
+
+pub struct ForkLock<T> {
+    locked: AtomicBool,
+    value: UnsafeCell<T>,
+}
+
+// SAFETY: the value is only reached through a guard, and one guard exists at a time.
+unsafe impl<T: Send> Sync for ForkLock<T> {}
+// SAFETY: moving the lock moves the value; no guard can outlive a move.
+unsafe impl<T: Send> Send for ForkLock<T> {}
+
+impl<T: Default> Default for ForkLock<T> {
+    fn default() -> Self {
+        ForkLock::new(T::default())
+    }
+}
+
+impl<T> ForkLock<T> {
+    pub const fn new(v: T) -> Self {
+        ForkLock { locked: AtomicBool::new(false), value: UnsafeCell::new(v) }
+    }
+
+    pub fn lock(&self) -> Guard<'_, T> {
+        let mut spins = 0u32;
+        while self.locked.compare_exchange_weak(false, true, Acquire, Relaxed).is_err() {
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        Guard { lock: self }
+    }
+
+    pub fn try_lock(&self) -> Option<Guard<'_, T>> {
+        self.locked.compare_exchange(false, true, Acquire, Relaxed).ok().map(|_| Guard { lock: self })
+    }
+
+    /// In a forked child only (it has one thread): forget whoever held the lock in the parent
+    /// and start from `v`. The previous value is leaked: it may be in the middle of an update.
+    pub fn reset_in_child(&self, v: T) {
+        // SAFETY: the child has a single thread, which is here; no guard of this thread is alive
+        // (callers run this from the atfork child handler), so nothing else touches the value.
+        let old = unsafe { std::ptr::replace(self.value.get(), v) };
+        std::mem::forget(old);
+        self.locked.store(false, Release);
+    }
+}
+
+pub struct Guard<'a, T> {
+    lock: &'a ForkLock<T>,
+}
+
+impl<T> Deref for Guard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: this guard holds the lock.
+        unsafe { &*self.lock.value.get() }
+    }
+}
+
+impl<T> DerefMut for Guard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: this guard holds the lock, exclusively.
+        unsafe { &mut *self.lock.value.get() }
+    }
+}
+
+impl<T> Drop for Guard<'_, T> {
+    fn drop(&mut self) {
+        self.lock.locked.store(false, Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn excludes_across_threads() {
+        let l = Arc::new(ForkLock::new(0u64));
+        let ts: Vec<_> = (0..8)
+            .map(|_| {
+                let l = l.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..20_000 {
+                        *l.lock() += 1;
+                    }
+                })
+            })
+            .collect();
+        for t in ts {
+            t.join().unwrap();
+        }
+        assert_eq!(*l.lock(), 160_000);
+    }
+
+    #[test]
+    fn a_lock_held_at_fork_is_usable_in_the_child() {
+        let l = Arc::new(ForkLock::new(vec![1u8]));
+        let (held, release) = (Arc::new(std::sync::Barrier::new(2)), Arc::new(std::sync::Barrier::new(2)));
+        let t = {
+            let (l, held, release) = (l.clone(), held.clone(), release.clone());
+            std::thread::spawn(move || {
+                let _g = l.lock();
+                held.wait();
+                release.wait();
+            })
+        };
+        held.wait();
+        assert!(l.try_lock().is_none());
+        // SAFETY: a multi-threaded process may fork if the child stays simple: it touches only
+        // the lock (reset_in_child leaks, the comparison does not allocate), then _exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let ok = l.try_lock().is_none();
+            l.reset_in_child(vec![2]);
+            let ok = ok && *l.lock() == [2];
+            // SAFETY: leaving the child without running the parent's destructors.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for the child just forked.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        release.wait();
+        t.join().unwrap();
+        assert_eq!(status, 0, "the child could not take the lock back");
+        assert_eq!(*l.lock(), [1], "the parent's value is untouched");
+    }
+}
