@@ -12,7 +12,6 @@
 //! stream, so a copy cannot deadlock against a long-running kernel.
 
 use std::ffi::{c_int, c_uint, c_void};
-use std::sync::OnceLock;
 
 pub trait CopyEngine: Send + Sync {
     fn name(&self) -> &'static str;
@@ -72,11 +71,18 @@ fn sym<T: Copy>(h: *mut c_void, name: &std::ffi::CStr) -> Option<T> {
     (!p.is_null()).then(|| unsafe { std::mem::transmute_copy(&p) })
 }
 
+/// Looked up at first use (fork-aware: see `after_fork_child`).
+static CUDA: mrshim_forklock::ForkOnce<Option<Cuda>> = mrshim_forklock::ForkOnce::new();
+
+/// In a forked child: a lookup a parent thread had in progress is started again.
+pub fn after_fork_child() {
+    CUDA.reset_in_child();
+}
+
 impl Cuda {
     /// libcuda.so.1 if the application has loaded it (a runtime nobody loaded has no memory).
     pub fn get() -> Option<&'static Cuda> {
-        static C: OnceLock<Option<Cuda>> = OnceLock::new();
-        C.get_or_init(|| {
+        CUDA.get_or_init(|| {
             // SAFETY: RTLD_NOLOAD only returns a handle to an already loaded library.
             let h = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
             if h.is_null() {

@@ -57,9 +57,10 @@ mod process {
     }
 
     extern "C" fn child() {
-        if let Some(s) = mrshim_core::shim_if_initialized() {
-            let _ = catch_unwind(AssertUnwindSafe(|| s.after_fork_child()));
-        }
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            mrshim_core::after_fork_child();
+            super::copy::after_fork_child();
+        }));
     }
 
     extern "C" fn fini() {

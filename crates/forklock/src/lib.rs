@@ -6,12 +6,15 @@
 //! child — one thread, nobody else can hold it — [`ForkLock::reset_in_child`] replaces the value
 //! (the old one may be half-updated, so it is leaked, not dropped) and unlocks.
 //!
+//! [`ForkOnce`] is the same for a process-wide value built on first use: if the thread building it
+//! did not make it into the child, the child builds its own instead of waiting forever.
+//!
 //! A test-and-set spin lock that yields: the shim holds its locks for a handful of instructions
 //! (a table insert, a counter update), never across a call into the application or the driver.
 
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering::*};
 
 pub struct ForkLock<T> {
     locked: AtomicBool,
@@ -87,10 +90,71 @@ impl<T> Drop for Guard<'_, T> {
     }
 }
 
+/// A value built once, on first use, and never freed (a process-wide singleton).
+pub struct ForkOnce<T> {
+    value: AtomicPtr<T>,
+    building: ForkLock<()>,
+}
+
+impl<T> Default for ForkOnce<T> {
+    fn default() -> Self {
+        ForkOnce::new()
+    }
+}
+
+impl<T> ForkOnce<T> {
+    pub const fn new() -> Self {
+        ForkOnce { value: AtomicPtr::new(std::ptr::null_mut()), building: ForkLock::new(()) }
+    }
+
+    pub fn get(&self) -> Option<&T> {
+        // SAFETY: a non-null pointer is a leaked Box published after it was fully built.
+        unsafe { self.value.load(Acquire).as_ref() }
+    }
+
+    pub fn get_or_init(&self, f: impl FnOnce() -> T) -> &T {
+        if let Some(v) = self.get() {
+            return v;
+        }
+        self.init_slow(f)
+    }
+
+    #[cold]
+    fn init_slow(&self, f: impl FnOnce() -> T) -> &T {
+        let _g = self.building.lock();
+        if let Some(v) = self.get() {
+            return v;
+        }
+        let p = Box::into_raw(Box::new(f()));
+        self.value.store(p, Release);
+        // SAFETY: just published; never freed.
+        unsafe { &*p }
+    }
+
+    /// In a forked child only: if a parent thread was still building the value, build afresh.
+    pub fn reset_in_child(&self) {
+        if self.get().is_none() {
+            self.building.reset_in_child(());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::Arc;
+
+    #[test]
+    fn once_builds_once() {
+        let o = Arc::new(ForkOnce::new());
+        let ts: Vec<_> = (0..8).map(|i| {
+            let o = o.clone();
+            std::thread::spawn(move || *o.get_or_init(|| i))
+        }).collect();
+        let vals: Vec<i32> = ts.into_iter().map(|t| t.join().unwrap()).collect();
+        assert!(vals.iter().all(|v| *v == vals[0]));
+        assert_eq!(o.get(), Some(&vals[0]));
+    }
 
     #[test]
     fn excludes_across_threads() {

@@ -24,7 +24,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 use mrshim_forklock::ForkLock;
-use std::sync::OnceLock;
 
 /// The intercepted entry points.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -317,7 +316,9 @@ pub struct Shim {
     plain: bool,
 }
 
-static SHIM: OnceLock<Shim> = OnceLock::new();
+/// Built at the first intercepted call; a child forked while another thread was building it
+/// builds its own (see [`after_fork_child`]).
+static SHIM: mrshim_forklock::ForkOnce<Shim> = mrshim_forklock::ForkOnce::new();
 
 /// The process-wide shim, built from the environment on first use.
 pub fn shim() -> &'static Shim {
@@ -327,6 +328,14 @@ pub fn shim() -> &'static Shim {
 /// The shim if it was ever used (for the exit summary and fork handlers).
 pub fn shim_if_initialized() -> Option<&'static Shim> {
     SHIM.get()
+}
+
+/// The atfork child handler's part: the child's own pid, counters, file and locks.
+pub fn after_fork_child() {
+    SHIM.reset_in_child();
+    if let Some(s) = SHIM.get() {
+        s.after_fork_child();
+    }
 }
 
 impl Shim {
@@ -640,7 +649,7 @@ impl Shim {
                 // The GPU runtime knows its memory; /proc/self/maps only sees a mapping.
                 l.mem_kind = Some(MemKind::Device);
             } else {
-                let m = self.maps.classify(a.addr, a.length, !out.ok());
+                let m = self.maps.classify(a.addr, a.length, !out.ok(), if t0 != 0 { t0 } else { clock::mono_ns() });
                 l.mem_kind = Some(m.kind);
                 l.mem_region = m.path;
                 l.mem_fully_mapped = Some(m.fully_mapped);

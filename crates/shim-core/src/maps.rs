@@ -7,7 +7,7 @@
 use mrshim_record::MemKind;
 use std::sync::Arc;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub const MAX_AGE: Duration = Duration::from_secs(1);
 
@@ -112,7 +112,8 @@ pub fn read_self() -> Vec<Region> {
 }
 
 struct Snap {
-    at: Instant,
+    /// Monotonic ns it was read at.
+    at: u64,
     regions: Arc<Vec<Region>>,
 }
 
@@ -133,13 +134,14 @@ impl MapsCache {
         MapsCache { _private: () }
     }
 
-    /// `fresh`: ignore the snapshot (used for failed calls).
-    pub fn classify(&self, addr: u64, len: u64, fresh: bool) -> Lookup {
+    /// `fresh`: ignore the snapshot (used for failed calls). `now`: monotonic ns (the call's
+    /// own start time: no extra clock read).
+    pub fn classify(&self, addr: u64, len: u64, fresh: bool, now: u64) -> Lookup {
         if !fresh {
             let hit = SNAP
                 .try_with(|c| {
                     let c = c.try_borrow().ok()?;
-                    let s = c.as_ref().filter(|s| s.at.elapsed() < MAX_AGE)?;
+                    let s = c.as_ref().filter(|s| now.wrapping_sub(s.at) < MAX_AGE.as_nanos() as u64)?;
                     lookup(&s.regions, addr, len).filter(|l| l.fully_mapped)
                 })
                 .ok()
@@ -153,7 +155,7 @@ impl MapsCache {
             .unwrap_or(Lookup { kind: MemKind::Unmapped, path: None, fully_mapped: false });
         let _ = SNAP.try_with(|c| {
             if let Ok(mut c) = c.try_borrow_mut() {
-                *c = Some(Snap { at: Instant::now(), regions });
+                *c = Some(Snap { at: now, regions });
             }
         });
         l
@@ -221,13 +223,13 @@ garbage line
     fn live_process() {
         let v = vec![0u8; 1 << 20];
         let c = MapsCache::new();
-        let l = c.classify(v.as_ptr() as u64, v.len() as u64, false);
+        let l = c.classify(v.as_ptr() as u64, v.len() as u64, false, crate::clock::mono_ns());
         assert_eq!(l.kind, MemKind::HostAnon);
         assert!(l.fully_mapped);
         let s = 7u64;
         // test threads run on mmap'ed stacks (anonymous); only the main thread's is [stack]
-        let k = c.classify(&s as *const u64 as u64, 8, true).kind;
+        let k = c.classify(&s as *const u64 as u64, 8, true, crate::clock::mono_ns()).kind;
         assert!(matches!(k, MemKind::HostStack | MemKind::HostAnon), "{k:?}");
-        assert_eq!(c.classify(0x10, 8, false).kind, MemKind::Unmapped);
+        assert_eq!(c.classify(0x10, 8, false, crate::clock::mono_ns()).kind, MemKind::Unmapped);
     }
 }

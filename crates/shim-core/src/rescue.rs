@@ -65,7 +65,7 @@ impl ShimEnv<'_> {
         if self.backend.is_device_memory(r.addr) {
             return MemKind::Device;
         }
-        self.shim.maps.classify(r.addr, r.length, false).kind
+        self.shim.maps.classify(r.addr, r.length, false, crate::clock::mono_ns()).kind
     }
 }
 
