@@ -162,6 +162,21 @@ fn another_preload_using_rtld_next_works_in_both_orders() {
 }
 
 #[test]
+fn a_preload_constructor_calling_dlsym_before_ours_runs_works() {
+    // Constructors of independent preloads run last-listed first: with mrshim listed first,
+    // the other library's constructor calls dlsym before mrshim's constructor has run.
+    let f = fake();
+    let other = f.dir.join("libother.so");
+    let shim = shim_lib();
+    for order in [format!("{} {}", shim.display(), other.display()), format!("{} {}", other.display(), shim.display())] {
+        let o = run(cmd("/bin/true").env("LD_PRELOAD", &order).env("OTHER_CTOR_REPORT", "1"));
+        assert!(o.status.success(), "{order}: {}", stderr(&o));
+        let e = stderr(&o);
+        assert!(e.starts_with("other: ctor next rand in ") && e.contains("libc.so.6, getpid ok"), "{order}: {e}");
+    }
+}
+
+#[test]
 fn programs_without_verbs_run_unchanged() {
     let d = tmp("noverbs");
     for (prog, args, code, out) in [

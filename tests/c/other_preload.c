@@ -9,6 +9,17 @@
 struct ibv_mr;
 struct ibv_pd;
 
+/* Like many preloads, look things up in a constructor: with LD_PRELOAD="libmrshim.so
+ * libother.so" this runs before mrshim's own constructor, so mrshim's dlsym must already work.
+ * Reported only when OTHER_CTOR_REPORT is set. */
+__attribute__((constructor)) static void other_init(void) {
+    void *next_rand = dlsym(RTLD_NEXT, "rand");
+    void *pid = dlvsym(RTLD_DEFAULT, "getpid", "GLIBC_2.2.5");
+    Dl_info i;
+    const char *where = next_rand && dladdr(next_rand, &i) ? i.dli_fname : "none";
+    if (getenv("OTHER_CTOR_REPORT")) fprintf(stderr, "other: ctor next rand in %s, getpid %s\n", where, pid == (void *)getpid ? "ok" : "wrong");
+}
+
 struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access) {
     static struct ibv_mr *(*next)(struct ibv_pd *, void *, size_t, int);
     static int depth;
