@@ -177,6 +177,19 @@ fn a_preload_constructor_calling_dlsym_before_ours_runs_works() {
 }
 
 #[test]
+fn dlvsym_rtld_default_from_a_plugin_with_a_private_libibverbs_is_recorded() {
+    let f = fake();
+    let d = tmp("local-plugin");
+    // no LD_LIBRARY_PATH: the plugin finds its libibverbs through its own rpath, privately
+    let o = run(cmd(f.prog("local_plugin")).arg(f.dir.join("liblocal_plugin.so")).env("LD_PRELOAD", shim_lib()).env("MRSHIM_LOG", &d));
+    assert!(o.status.success(), "{:?} {}", o.status, stderr(&o));
+    assert_eq!(stdout(&o), "plugin lkey=100\n");
+    let recs = records(&only_file(&d));
+    let calls: Vec<&str> = recs.iter().filter(|r| r.kind == Some(Kind::Reg) || r.kind == Some(Kind::Dereg)).map(|r| r.call.as_str()).collect();
+    assert_eq!(calls, ["ibv_reg_mr", "ibv_dereg_mr"]);
+}
+
+#[test]
 fn programs_without_verbs_run_unchanged() {
     let d = tmp("noverbs");
     for (prog, args, code, out) in [

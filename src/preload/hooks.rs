@@ -81,10 +81,12 @@ pub unsafe extern "C" fn dlvsym(handle: *mut c_void, name: *const c_char, versio
         "test rdi, rdi",
         "jnz 5f",
         // RTLD_DEFAULT: glibc's dlvsym never matches our unversioned definitions, so for our
-        // names ask dlvsym_default first; it answers 0 for anything else (then: tail jump).
+        // names ask dlvsym_default first (with the caller's return address, in rcx); it answers
+        // 0 for anything else (then: tail jump).
         "push rdi",
         "push rsi",
         "push rdx",
+        "mov rcx, qword ptr [rsp + 24]",
         "call {default}",
         "pop rdx",
         "pop rsi",
@@ -139,10 +141,11 @@ unsafe extern "C" fn dlvsym_handle(handle: *mut c_void, name: *const c_char, ver
 }
 
 /// dlvsym(RTLD_DEFAULT, name, version) for one of our names: look it up from here (the global
-/// scope, same as the caller's unless the caller sits in an RTLD_LOCAL object) and hand back our
-/// wrapper. 0 means "not ours / not found here": the trampoline then lets glibc answer for the
-/// caller, exactly as without the shim.
-unsafe extern "C" fn dlvsym_default(handle: *mut c_void, name: *const c_char, version: *const c_char) -> *mut c_void {
+/// scope), else in the scope of the object `caller` (a return address) belongs to — an
+/// RTLD_LOCAL plugin whose libibverbs is private to it — and hand back our wrapper. 0 means
+/// "not ours / not found": the trampoline then lets glibc answer for the caller, exactly as
+/// without the shim.
+unsafe extern "C" fn dlvsym_default(handle: *mut c_void, name: *const c_char, version: *const c_char, caller: usize) -> *mut c_void {
     if name.is_null() || version.is_null() {
         return std::ptr::null_mut();
     }
@@ -151,12 +154,33 @@ unsafe extern "C" fn dlvsym_default(handle: *mut c_void, name: *const c_char, ve
     let Some(f) = real::classify(n, Some(v)) else { return std::ptr::null_mut() };
     let Some(real) = elf::real_dlvsym() else { return std::ptr::null_mut() };
     // SAFETY: forwarding the caller's arguments to glibc's dlvsym.
-    let p = unsafe { real(handle, name, version) };
+    let mut p = unsafe { real(handle, name, version) };
+    let mut scope = std::ptr::null_mut();
+    if p.is_null() {
+        scope = caller_map(caller);
+        if !scope.is_null() {
+            // SAFETY: a link map is a valid dlvsym handle: that object and its dependencies.
+            p = unsafe { real(scope, name, version) };
+        }
+    }
     if p.is_null() || is_ours(p as usize) {
         return p;
     }
     real::remember(f, p as usize);
+    if !scope.is_null() {
+        real::remember_siblings(scope);
+    }
     wrapper(f) as *mut c_void
+}
+
+/// The link map (usable as a dlopen handle) of the object containing code address `addr`.
+fn caller_map(addr: usize) -> *mut c_void {
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::uninit();
+    let mut map: *mut c_void = std::ptr::null_mut();
+    const RTLD_DL_LINKMAP: c_int = 2;
+    // SAFETY: dladdr1 only reads the address and fills info and map.
+    let ok = unsafe { libc::dladdr1(addr as *const c_void, info.as_mut_ptr(), &mut map, RTLD_DL_LINKMAP) };
+    if ok == 0 { std::ptr::null_mut() } else { map }
 }
 
 /// # Safety
