@@ -23,9 +23,22 @@ fn exports_only_the_hooks_and_needs_no_libibverbs() {
         })
         .collect();
     defined.sort();
+    // with the versions of the definitions they stand in front of
     assert_eq!(
         defined,
-        ["dlsym", "dlvsym", "ibv_dereg_mr", "ibv_reg_dmabuf_mr", "ibv_reg_mr", "ibv_reg_mr_iova", "ibv_reg_mr_iova2"]
+        [
+            "dlsym@@GLIBC_2.34",
+            "dlsym@GLIBC_2.2.5",
+            "dlvsym@@GLIBC_2.34",
+            "dlvsym@GLIBC_2.2.5",
+            "ibv_dereg_mr@@IBVERBS_1.1",
+            "ibv_dereg_mr@IBVERBS_1.0",
+            "ibv_reg_dmabuf_mr@@IBVERBS_1.12",
+            "ibv_reg_mr@@IBVERBS_1.1",
+            "ibv_reg_mr@IBVERBS_1.0",
+            "ibv_reg_mr_iova2@@IBVERBS_1.8",
+            "ibv_reg_mr_iova@@IBVERBS_1.7",
+        ]
     );
 }
 
@@ -187,6 +200,21 @@ fn dlvsym_rtld_default_from_a_plugin_with_a_private_libibverbs_is_recorded() {
     let recs = records(&only_file(&d));
     let calls: Vec<&str> = recs.iter().filter(|r| r.kind == Some(Kind::Reg) || r.kind == Some(Kind::Dereg)).map(|r| r.call.as_str()).collect();
     assert_eq!(calls, ["ibv_reg_mr", "ibv_dereg_mr"]);
+}
+
+#[test]
+fn a_binary_linked_against_the_1_0_abi_gets_the_1_0_wrappers() {
+    let d = tmp("v10");
+    let flog = d.join("fake.log");
+    let o = run(fake_cmd("fake_linked").arg("v10").env("MRSHIM_LOG", d.join("r.jsonl")).env("FAKE_LOG", &flog));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "v10 lkey=100\n");
+    // the library's 1.0 functions were reached (not the 1.1 ones with a 1.0 pd)
+    let reached = std::fs::read_to_string(&flog).unwrap();
+    assert!(reached.starts_with("ibv_reg_mr@1.0 ") && reached.contains("\nibv_dereg_mr@1.0 lkey=100"), "{reached}");
+    let recs = records(&d.join("r.jsonl"));
+    let v: Vec<(&str, Option<&str>)> = recs.iter().filter(|r| r.kind == Some(Kind::Reg) || r.kind == Some(Kind::Dereg)).map(|r| (r.call.as_str(), r.symbol_version.as_deref())).collect();
+    assert_eq!(v, [("ibv_reg_mr", Some("IBVERBS_1.0")), ("ibv_dereg_mr", Some("IBVERBS_1.0"))]);
 }
 
 #[test]

@@ -7,11 +7,12 @@
 //! |                     | handle goes to `*_handle`: real lookup, and for our names remember the |
 //! |                     | real pointer and hand back our wrapper                                |
 //! | `ibv_reg_mr`, `ibv_reg_mr_iova`, `ibv_reg_mr_iova2`, `ibv_reg_dmabuf_mr`, `ibv_dereg_mr` | |
-//! |                     | unversioned definitions: programs linked against libibverbs bind their |
-//! |                     | versioned references to them (IBVERBS_1.1/1.7/1.8/1.12)               |
+//! |                     | with rdma-core's versions (libmrshim.map): programs linked against    |
+//! |                     | libibverbs bind here; `ibv_reg_mr@IBVERBS_1.0` / `ibv_dereg_mr@...1.0` |
+//! |                     | are `reg_mr_1_0` / `dereg_mr_1_0` (the 1.0 ABI's compat `ibv_pd_1_0`) |
 //!
-//! Not exported, only handed out by `dlvsym(h, "ibv_reg_mr" | "ibv_dereg_mr", "IBVERBS_1.0")`:
-//! `reg_mr_1_0`, `dereg_mr_1_0` (the 1.0 ABI takes rdma-core's compat `ibv_pd_1_0`).
+//! dlsym/dlvsym are exported as `@GLIBC_2.2.5` and `@@GLIBC_2.34`, the names in two version nodes
+//! through tail-jump stubs (`.symver` must sit next to the symbol it names, hence assembly).
 //!
 //! Each wrapper: nested call (guard set) → the real function, nothing else. When the shim only
 //! counts, a success is the real call plus counters. Otherwise build a `RegArgs`, let
@@ -40,7 +41,6 @@ type DeregFn = unsafe extern "C" fn(*mut c_void) -> c_int;
 /// yet, the arguments are saved around `elf::resolve` and restored before the jump, so the
 /// caller's return address is still on top of the stack when glibc runs.
 #[unsafe(naked)]
-#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
     std::arch::naked_asm!(
         "test rdi, rdi",
@@ -75,7 +75,6 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut
 
 /// `dlvsym`: as [`dlsym`], with the version in rdx.
 #[unsafe(naked)]
-#[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn dlvsym(handle: *mut c_void, name: *const c_char, version: *const c_char) -> *mut c_void {
     std::arch::naked_asm!(
         "test rdi, rdi",
@@ -210,9 +209,48 @@ fn wrapper(f: Fn_) -> usize {
     }
 }
 
+/// True for any code address inside libmrshim.so: our wrappers and the versioned stubs glibc
+/// hands out for them (a "real" function that is ours would recurse forever).
 pub fn is_ours(p: usize) -> bool {
-    real::ALL.into_iter().any(|f| wrapper(f) == p) || p == dlsym as *const () as usize || p == dlvsym as *const () as usize
+    p != 0 && object_base(p) == object_base(is_ours as *const () as usize)
 }
+
+fn object_base(addr: usize) -> usize {
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::uninit();
+    // SAFETY: dladdr only reads the address and fills info.
+    if unsafe { libc::dladdr(addr as *const c_void, info.as_mut_ptr()) } == 0 {
+        return 0;
+    }
+    // SAFETY: dladdr succeeded, so info is filled.
+    unsafe { info.assume_init() }.dli_fbase as usize
+}
+
+/// Two exported versions of one name: `name@old` and the default `name@@new`, both tail jumps
+/// (no frame: the dlsym trampolines rely on the caller's return address being on top).
+macro_rules! two_versions {
+    ($name:literal, $old_ver:literal => $old:path, $new_ver:literal => $new:path) => {
+        #[cfg(not(test))]
+        std::arch::global_asm!(
+            concat!(".globl __mrshim_", $name, "_old"),
+            concat!(".type __mrshim_", $name, "_old,@function"),
+            concat!("__mrshim_", $name, "_old:"),
+            "jmp {old}",
+            concat!(".symver __mrshim_", $name, "_old, ", $name, "@", $old_ver),
+            concat!(".globl __mrshim_", $name, "_new"),
+            concat!(".type __mrshim_", $name, "_new,@function"),
+            concat!("__mrshim_", $name, "_new:"),
+            "jmp {new}",
+            concat!(".symver __mrshim_", $name, "_new, ", $name, "@@", $new_ver),
+            old = sym $old,
+            new = sym $new,
+        );
+    };
+}
+
+two_versions!("dlsym", "GLIBC_2.2.5" => dlsym, "GLIBC_2.34" => dlsym);
+two_versions!("dlvsym", "GLIBC_2.2.5" => dlvsym, "GLIBC_2.34" => dlvsym);
+two_versions!("ibv_reg_mr", "IBVERBS_1.0" => reg_mr_1_0, "IBVERBS_1.1" => ibv_reg_mr);
+two_versions!("ibv_dereg_mr", "IBVERBS_1.0" => dereg_mr_1_0, "IBVERBS_1.1" => ibv_dereg_mr);
 
 // ---------------------------------------------------------------------------------------------
 // The verbs wrappers
@@ -482,8 +520,7 @@ fn reg_args(call: Call, pd: *mut c_void, addr: u64, length: usize, iova: u64, ac
 }
 
 /// # Safety
-/// Called by the application with ibv_reg_mr's contract.
-#[cfg_attr(not(test), no_mangle)]
+/// Called by the application with ibv_reg_mr's contract (exported as `ibv_reg_mr@@IBVERBS_1.1`).
 pub unsafe extern "C" fn ibv_reg_mr(pd: *mut c_void, addr: *mut c_void, length: usize, access: c_int) -> *mut c_void {
     // SAFETY: the IBVERBS_1.1 (default) ibv_reg_mr has this signature.
     let Some(f) = (unsafe { real_fn::<RegMrFn>(Fn_::RegMr) }) else { return no_real() };
@@ -587,8 +624,7 @@ fn dereg_hook(f: Option<DeregFn>, mr: *mut c_void, compat10: bool) -> c_int {
 }
 
 /// # Safety
-/// Called by the application with ibv_dereg_mr's contract.
-#[cfg_attr(not(test), no_mangle)]
+/// Called by the application with ibv_dereg_mr's contract (exported as `ibv_dereg_mr@@IBVERBS_1.1`).
 pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut c_void) -> c_int {
     // SAFETY: ibv_dereg_mr@IBVERBS_1.1 has this signature.
     dereg_hook(unsafe { real_fn::<DeregFn>(Fn_::DeregMr) }, mr, false)

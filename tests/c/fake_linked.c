@@ -1,5 +1,7 @@
 /* Linked against (the fake) libibverbs.so.1.
- * Usage: fake_linked [basic|kill|fork|threads N|fork-busy FORKS]
+ * Usage: fake_linked [basic|kill|fork|threads N|fork-busy FORKS|v10|fork-opening DIR]
+ * v10: calls ibv_reg_mr / ibv_dereg_mr through references bound to their IBVERBS_1.0 versions,
+ * as a binary linked against libibverbs < 1.1 does.
  * fork-busy: four threads register and deregister (some with RELAXED_ORDERING, which fails
  * when FAKE_FAIL_RELAXED is set) while the main thread forks FORKS children; each child
  * registers, deregisters, fails one registration and exit()s (so the shim's exit summary runs).
@@ -36,6 +38,19 @@ static void *worker(void *arg) {
     }
     free(b);
     return NULL;
+}
+
+/* references to the 1.0 ABI, as an old binary has them */
+struct ibv_mr *reg_mr_v10(void *pd10, void *addr, size_t len, int access);
+int dereg_mr_v10(struct ibv_mr *mr);
+__asm__(".symver reg_mr_v10, ibv_reg_mr@IBVERBS_1.0");
+__asm__(".symver dereg_mr_v10, ibv_dereg_mr@IBVERBS_1.0");
+
+static int v10(void) {
+    struct ibv_mr *mr = reg_mr_v10(NULL, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+    if (!mr) { perror("ibv_reg_mr@IBVERBS_1.0"); return 1; }
+    printf("v10 lkey=%u\n", mr->lkey);
+    return dereg_mr_v10(mr);
 }
 
 static atomic_int stop;
@@ -112,6 +127,7 @@ int main(int argc, char **argv) {
     pd = fake_alloc_pd();
     if (!strcmp(mode, "fork-busy")) return fork_busy(argc > 2 ? atoi(argv[2]) : 100);
     if (!strcmp(mode, "fork-opening") && argc > 2) return fork_opening(argv[2]);
+    if (!strcmp(mode, "v10")) return v10();
     if (!strcmp(mode, "threads")) {
         long n = argc > 2 ? atol(argv[2]) : 1000;
         pthread_t t[8];
