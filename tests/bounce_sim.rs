@@ -104,6 +104,19 @@ fn transport_checks_are_identical_through_bounce_buffers() {
     assert!(!o.status.success());
 }
 
+/// Streaming WRITE_WITH_IMM, 16 in flight, every byte new in each message: the peer's next
+/// write lands in the shadow while the previous completion's sync copies it out; none of it is
+/// lost (the final buffer is the last message, byte for byte).
+#[test]
+fn streaming_writes_landing_during_a_sync_are_not_lost() {
+    let w = SimWorld::new("bounce-stream").with("SIMCHECK_EXTRA_ACCESS", "0x100000").with("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed").with("MRSHIM_RETRY", "bounce").with("MRSHIM_WARN", "off");
+    for (size, iters) in [("4097", "3000"), ("65536", "4096"), ("16777216", "16")] {
+        let o = run(w.cmd(simcheck()).args(["bench-bw", size, iters]));
+        assert!(o.status.success() && stdout(&o).contains("data equal"), "{size}: {}\n{}", stdout(&o), stderr(&o));
+        assert!(stderr(&o).contains("bounce rescued 2 registrations"), "{size}: {}", stderr(&o));
+    }
+}
+
 #[test]
 fn ten_thousand_bounce_cycles_keep_memory_and_fds_flat() {
     let w = SimWorld::new("bounce-cycles").with("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed").with("MRSHIM_RETRY", "bounce").with("MRSHIM_WARN", "off");

@@ -19,7 +19,7 @@ use super::copy::{CopyEngine, Cuda, HostCopy};
 use mrshim_verbs as v;
 use std::collections::HashMap;
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 const PAGE: u64 = 4096;
@@ -34,12 +34,15 @@ pub struct Region {
     /// Host pointer for `iova`.
     shadow: usize,
     /// What the shadow held after the last copy either way: bytes that differ from it now were
-    /// written by a peer (so only those go to the application's buffer).
+    /// written by a peer (so only those go to the application's buffer). Kept only for regions
+    /// peers can write.
     baseline: usize,
     map: (usize, usize),
     base_map: (usize, usize),
     remote_write: bool,
     engine: Box<dyn CopyEngine>,
+    /// Serialises the whole-region syncs; holds the scratch copy of device memory they diff.
+    sync: Mutex<Vec<u8>>,
 }
 
 impl Region {
@@ -47,76 +50,93 @@ impl Region {
         let end = addr.checked_add(len)?;
         (addr >= self.iova && end <= self.iova + self.len).then(|| (addr - self.iova, len as usize))
     }
+    /// Application → shadow. For regions peers write, through the baseline: it holds exactly
+    /// what the shadow was given, so a peer's write that lands meanwhile still shows as a change.
     fn to_shadow(&self, off: u64, n: usize) {
-        if let Err(e) = self.engine.to_host((self.shadow + off as usize) as *mut u8, self.app + off, n) {
-            warn_once(&format!("{} engine: {e}", self.engine.name()));
-        }
-        self.settle(off, n);
+        self.through_baseline(off, n, |ba, sh, o, k| {
+            let dst = ba.unwrap_or(sh);
+            if let Err(e) = self.engine.to_host(dst as *mut u8, self.app + o, k) {
+                warn_once(&format!("{} engine: {e}", self.engine.name()));
+            }
+            if let Some(ba) = ba {
+                // SAFETY: both mappings cover the region's length; [o, o+k) is within it.
+                unsafe { std::ptr::copy_nonoverlapping(ba as *const u8, sh as *mut u8, k) };
+            }
+        });
     }
+    /// Shadow → application. For regions peers write, through the baseline: a snapshot first,
+    /// then the application gets exactly the snapshot, so bytes a peer writes while this runs
+    /// differ from the baseline and go over at the next sync instead of being lost.
     fn to_app(&self, off: u64, n: usize) {
-        if let Err(e) = self.engine.to_app(self.app + off, (self.shadow + off as usize) as *const u8, n) {
-            warn_once(&format!("{} engine: {e}", self.engine.name()));
-        }
-        self.settle(off, n);
+        self.through_baseline(off, n, |ba, sh, o, k| {
+            if let Some(ba) = ba {
+                // SAFETY: as in to_shadow.
+                unsafe { std::ptr::copy_nonoverlapping(sh as *const u8, ba as *mut u8, k) };
+            }
+            if let Err(e) = self.engine.to_app(self.app + o, ba.unwrap_or(sh) as *const u8, k) {
+                warn_once(&format!("{} engine: {e}", self.engine.name()));
+            }
+        });
     }
-    /// Shadow and application agree on [off, off+n): remember it.
-    fn settle(&self, off: u64, n: usize) {
-        // SAFETY: both mappings cover the region's length; off+n is within it.
-        unsafe { std::ptr::copy_nonoverlapping((self.shadow + off as usize) as *const u8, (self.baseline + off as usize) as *mut u8, n) };
+    /// Runs `step(baseline, shadow, offset, len)` over [off, off+n): for host memory in 16 KiB
+    /// steps, so the second copy of each step reads the baseline from cache; in one step for a
+    /// GPU runtime (each of its copies is a call and a stream sync). No baseline: one step.
+    fn through_baseline(&self, off: u64, n: usize, mut step: impl FnMut(Option<usize>, usize, u64, usize)) {
+        const STEP: usize = 16 << 10;
+        let unit = if self.remote_write && self.engine.app_is_host() { STEP } else { n.max(1) };
+        let mut done = 0;
+        while done < n {
+            let k = unit.min(n - done);
+            let o = off as usize + done;
+            step(self.remote_write.then_some(self.baseline + o), self.shadow + o, o as u64, k);
+            done += k;
+        }
+    }
+    /// The runs where the shadow (or, with `app`, the given view of the application's buffer)
+    /// differs from the baseline.
+    fn changed(&self, now: Option<&[u8]>) -> Vec<(usize, usize)> {
+        let len = self.len as usize;
+        // SAFETY: shadow and baseline are live mappings of at least len bytes; only read here.
+        let (sh, ba) = unsafe { (std::slice::from_raw_parts(self.shadow as *const u8, len), std::slice::from_raw_parts(self.baseline as *const u8, len)) };
+        let mut runs = Vec::new();
+        mrshim_core::diff::for_each_run(now.unwrap_or(sh), ba, |a, b| runs.push((a, b)));
+        runs
     }
     /// Before a receive is posted: bytes the application changed in its buffer since the last
     /// sync go to the shadow (and the baseline), so that what a peer writes next is told apart
-    /// from them even where it writes the value the shadow held before.
+    /// from them even where it writes the value the shadow held before. Host memory is compared
+    /// in place; device memory through one copy into a scratch buffer kept for the next time.
     fn fold_app_writes(&self) {
         let len = self.len as usize;
-        let mut now = vec![0u8; len];
-        if let Err(e) = self.engine.to_host(now.as_mut_ptr(), self.app, len) {
-            return warn_once(&format!("{} engine: {e}", self.engine.name()));
-        }
-        // SAFETY: shadow and baseline are live mappings of at least len bytes.
-        let (sh, ba) = unsafe { (std::slice::from_raw_parts_mut(self.shadow as *mut u8, len), std::slice::from_raw_parts_mut(self.baseline as *mut u8, len)) };
-        for (a, b) in diff_runs(&now, ba) {
-            sh[a..b].copy_from_slice(&now[a..b]);
-            ba[a..b].copy_from_slice(&now[a..b]);
+        let mut scratch = self.sync.lock().unwrap_or_else(|p| p.into_inner());
+        let now: &[u8] = if self.engine.app_is_host() {
+            // SAFETY: host memory the region covers, readable for len bytes (checked when the
+            // shadow was prepared); racing writes by the application are what a NIC would see too.
+            unsafe { std::slice::from_raw_parts(self.app as *const u8, len) }
+        } else {
+            scratch.resize(len, 0);
+            if let Err(e) = self.engine.to_host(scratch.as_mut_ptr(), self.app, len) {
+                return warn_once(&format!("{} engine: {e}", self.engine.name()));
+            }
+            &scratch
+        };
+        for (a, b) in self.changed(Some(now)) {
+            // SAFETY: shadow and baseline are live, each [a, b) is within len, and neither
+            // aliases `now` (the application's buffer or the scratch copy).
+            unsafe {
+                std::ptr::copy_nonoverlapping(now[a..].as_ptr(), (self.shadow + a) as *mut u8, b - a);
+                std::ptr::copy_nonoverlapping(now[a..].as_ptr(), (self.baseline + a) as *mut u8, b - a);
+            }
         }
     }
     /// Copies to the application only the bytes a peer changed in the shadow since the last sync,
     /// so what the application wrote to its buffer meanwhile is not overwritten.
     fn sync_peer_writes(&self) {
-        let len = self.len as usize;
-        // SAFETY: shadow and baseline are live mappings of at least len bytes.
-        let (sh, ba) = unsafe { (std::slice::from_raw_parts(self.shadow as *const u8, len), std::slice::from_raw_parts(self.baseline as *const u8, len)) };
-        for (a, b) in diff_runs(sh, ba) {
+        let _one_at_a_time = self.sync.lock().unwrap_or_else(|p| p.into_inner());
+        for (a, b) in self.changed(None) {
             self.to_app(a as u64, b - a);
         }
     }
-}
-
-/// The runs [start, end) of bytes where `x` and `y` differ (page by page, so equal pages cost one
-/// comparison).
-fn diff_runs(x: &[u8], y: &[u8]) -> Vec<(usize, usize)> {
-    let mut runs = Vec::new();
-    let len = x.len().min(y.len());
-    let mut page = 0;
-    while page < len {
-        let end = (page + PAGE as usize).min(len);
-        if x[page..end] != y[page..end] {
-            let mut i = page;
-            while i < end {
-                if x[i] == y[i] {
-                    i += 1;
-                    continue;
-                }
-                let start = i;
-                while i < end && x[i] != y[i] {
-                    i += 1;
-                }
-                runs.push((start, i));
-            }
-        }
-        page = end;
-    }
-    runs
 }
 
 fn warn_once(e: &str) {
@@ -148,29 +168,26 @@ pub fn prepare(app: u64, len: u64, iova: u64, access: u32) -> Result<Shadow, Str
     };
     let off = app % PAGE;
     let maplen = ((off + len).div_ceil(PAGE) * PAGE) as usize;
-    // SAFETY: a fresh private anonymous mapping, owned by the region until deregistration.
-    let p = unsafe { libc::mmap(std::ptr::null_mut(), maplen, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
-    if p == libc::MAP_FAILED {
-        return Err(format!("mmap of a {maplen}-byte shadow failed: {}", std::io::Error::last_os_error()));
-    }
-    // SAFETY: as above, for the baseline copy.
-    let b = unsafe { libc::mmap(std::ptr::null_mut(), maplen, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
-    if b == libc::MAP_FAILED {
-        unmap((p as usize, maplen));
-        return Err(format!("mmap of a {maplen}-byte baseline failed: {}", std::io::Error::last_os_error()));
-    }
+    let remote_write = access & mrshim_verbs::access::REMOTE_WRITE != 0;
+    let p = map_anon(maplen, "shadow")?;
+    let b = if remote_write {
+        map_anon(maplen, "baseline").inspect_err(|_| unmap((p, maplen)))?
+    } else {
+        0
+    };
     let region = Region {
         ctx: 0,
         lkey: 0,
         iova,
         len,
         app,
-        shadow: p as usize + off as usize,
-        baseline: b as usize + off as usize,
-        map: (p as usize, maplen),
-        base_map: (b as usize, maplen),
-        remote_write: access & mrshim_verbs::access::REMOTE_WRITE != 0,
+        shadow: p + off as usize,
+        baseline: b + off as usize,
+        map: (p, maplen),
+        base_map: (b, if remote_write { maplen } else { 0 }),
+        remote_write,
         engine,
+        sync: Mutex::new(Vec::new()),
     };
     region.to_shadow(0, len as usize);
     Ok(Shadow { region })
@@ -200,7 +217,20 @@ pub fn abandon(s: Shadow) {
     unmap(s.region.base_map);
 }
 
+/// A fresh private anonymous mapping of `n` bytes, owned by a region until deregistration.
+fn map_anon(n: usize, what: &str) -> Result<usize, String> {
+    // SAFETY: a new mapping nobody else references; no address hint.
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), n, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+    if p == libc::MAP_FAILED {
+        return Err(format!("mmap of a {n}-byte {what} failed: {}", std::io::Error::last_os_error()));
+    }
+    Ok(p as usize)
+}
+
 fn unmap((p, n): (usize, usize)) {
+    if n == 0 {
+        return;
+    }
     // SAFETY: unmapping a shadow this module mapped and nobody references any more.
     unsafe { libc::munmap(p as *mut libc::c_void, n) };
 }
@@ -244,9 +274,10 @@ pub fn adopt(s: Shadow, mr: usize) {
     r.lkey = m.lkey;
     let real = std::mem::replace(mr_addr(mr), r.app);
     let r = Arc::new(r);
-    patch(r.ctx);
     REGIONS.write().unwrap().push(r.clone());
+    lkey_slot(r.lkey).fetch_add(1, Ordering::AcqRel);
     LIVE.fetch_add(1, Ordering::AcqRel);
+    patch(r.ctx);
     FIXES.lock().unwrap().push((mr, Fix::Bounce(real, r)));
 }
 
@@ -278,6 +309,7 @@ pub fn before_dereg(mr: usize) -> Option<Box<dyn FnOnce(bool)>> {
                     return; // the MR lives on: keep serving it
                 }
                 REGIONS.write().unwrap().retain(|x| !Arc::ptr_eq(x, &r));
+                lkey_slot(r.lkey).fetch_sub(1, Ordering::AcqRel);
                 LIVE.fetch_sub(1, Ordering::AcqRel);
                 unpatch_if_unused(r.ctx);
                 unmap(r.map);
@@ -293,31 +325,70 @@ type PostSend = unsafe extern "C" fn(*mut v::ibv_qp, *mut v::ibv_send_wr, *mut *
 type PostRecv = unsafe extern "C" fn(*mut v::ibv_qp, *mut v::ibv_recv_wr, *mut *mut v::ibv_recv_wr) -> c_int;
 type PollCq = unsafe extern "C" fn(*mut v::ibv_cq, c_int, *mut mrshim_verbs::sys::ibv_wc) -> c_int;
 
-#[derive(Clone, Copy)]
+/// The provider's own ops of one patched context. Nodes are leaked and never unlinked: a
+/// wrapper that read the patched pointer just before the context was restored still finds its
+/// provider, and the lookup on every post/poll takes no lock.
 struct Orig {
     ctx: usize,
-    send: PostSend,
-    recv: PostRecv,
-    poll: PollCq,
+    send: AtomicUsize,
+    recv: AtomicUsize,
+    poll: AtomicUsize,
+    next: *const Orig,
 }
 
-static ORIG: RwLock<Vec<Orig>> = RwLock::new(Vec::new());
+static ORIGS: AtomicPtr<Orig> = AtomicPtr::new(std::ptr::null_mut());
+/// Serialises patching and restoring.
+static PATCHING: Mutex<()> = Mutex::new(());
 
-fn orig(ctx: usize) -> Option<Orig> {
-    ORIG.read().unwrap().iter().find(|o| o.ctx == ctx).copied()
+fn orig(ctx: usize) -> Option<&'static Orig> {
+    let mut p = ORIGS.load(Ordering::Acquire).cast_const();
+    while !p.is_null() {
+        // SAFETY: nodes are leaked Boxes, published with Release and never freed.
+        let o = unsafe { &*p };
+        if o.ctx == ctx {
+            return Some(o);
+        }
+        p = o.next;
+    }
+    None
+}
+
+impl Orig {
+    fn send(&self) -> PostSend {
+        // SAFETY: stored from the provider's non-null post_send in patch().
+        unsafe { std::mem::transmute::<usize, PostSend>(self.send.load(Ordering::Acquire)) }
+    }
+    fn recv(&self) -> PostRecv {
+        // SAFETY: as above, post_recv.
+        unsafe { std::mem::transmute::<usize, PostRecv>(self.recv.load(Ordering::Acquire)) }
+    }
+    fn poll(&self) -> PollCq {
+        // SAFETY: as above, poll_cq.
+        unsafe { std::mem::transmute::<usize, PollCq>(self.poll.load(Ordering::Acquire)) }
+    }
 }
 
 fn patch(ctx: usize) {
-    let mut o = ORIG.write().unwrap();
-    if o.iter().any(|x| x.ctx == ctx) {
-        return;
-    }
+    let _g = PATCHING.lock().unwrap_or_else(|p| p.into_inner());
     // SAFETY: ctx is a live ibv_context (from the MR); its ops are plain function pointers that
     // the static-inline verbs read on every call. Pointer-sized aligned stores are atomic.
     unsafe {
         let ops = &mut (*(ctx as *mut v::ibv_context)).ops;
         let (Some(send), Some(recv), Some(poll)) = (ops.post_send, ops.post_recv, ops.poll_cq) else { return };
-        o.push(Orig { ctx, send, recv, poll });
+        if send as usize == post_send as PostSend as usize {
+            return; // already patched
+        }
+        let o = match orig(ctx) {
+            Some(o) => o,
+            None => {
+                let n = Box::leak(Box::new(Orig { ctx, send: AtomicUsize::new(0), recv: AtomicUsize::new(0), poll: AtomicUsize::new(0), next: ORIGS.load(Ordering::Acquire) }));
+                ORIGS.store(n, Ordering::Release);
+                n
+            }
+        };
+        o.send.store(send as usize, Ordering::Release);
+        o.recv.store(recv as usize, Ordering::Release);
+        o.poll.store(poll as usize, Ordering::Release);
         ops.post_send = Some(post_send);
         ops.post_recv = Some(post_recv);
         ops.poll_cq = Some(poll_cq);
@@ -325,20 +396,27 @@ fn patch(ctx: usize) {
 }
 
 fn unpatch_if_unused(ctx: usize) {
+    let _g = PATCHING.lock().unwrap_or_else(|p| p.into_inner());
     if REGIONS.read().unwrap().iter().any(|r| r.ctx == ctx) {
         return;
     }
-    let mut o = ORIG.write().unwrap();
-    if let Some(i) = o.iter().position(|x| x.ctx == ctx) {
-        let x = o.swap_remove(i);
+    if let Some(o) = orig(ctx) {
         // SAFETY: as in patch(): restoring the provider's own pointers.
         unsafe {
             let ops = &mut (*(ctx as *mut v::ibv_context)).ops;
-            ops.post_send = Some(x.send);
-            ops.post_recv = Some(x.recv);
-            ops.poll_cq = Some(x.poll);
+            ops.post_send = Some(o.send());
+            ops.post_recv = Some(o.recv());
+            ops.poll_cq = Some(o.poll());
         }
     }
+}
+
+/// Live bounce lkeys, counted per hash slot: an SGE whose slot is empty is in no bounce region,
+/// so WRs that touch none pass without a lock.
+static LKEYS: [AtomicU32; 256] = [const { AtomicU32::new(0) }; 256];
+
+fn lkey_slot(lkey: u32) -> &'static AtomicU32 {
+    &LKEYS[((lkey ^ (lkey >> 8) ^ (lkey >> 16) ^ (lkey >> 24)) & 255) as usize]
 }
 
 /// SGE ranges of one WR that lie in bounce regions: (region, offset, length).
@@ -348,9 +426,12 @@ fn ranges(ctx: usize, sg: *mut v::ibv_sge, n: c_int) -> Ranges {
     if sg.is_null() || n <= 0 {
         return Vec::new();
     }
-    let regions = REGIONS.read().unwrap();
     // SAFETY: the WR's scatter/gather list as the application built it.
     let sges = unsafe { std::slice::from_raw_parts(sg, n as usize) };
+    if sges.iter().all(|s| lkey_slot(s.lkey).load(Ordering::Acquire) == 0) {
+        return Vec::new();
+    }
+    let regions = REGIONS.read().unwrap();
     sges.iter()
         .filter_map(|s| {
             let r = regions.iter().find(|r| r.ctx == ctx && r.lkey == s.lkey)?;
@@ -360,8 +441,45 @@ fn ranges(ctx: usize, sg: *mut v::ibv_sge, n: c_int) -> Ranges {
         .collect()
 }
 
-static PENDING_RECV: Mutex<Option<HashMap<(u32, u64), Ranges>>> = Mutex::new(None);
-static PENDING_READ: Mutex<Option<HashMap<u32, Ranges>>> = Mutex::new(None);
+/// Ranges to copy to the application when a completion is polled, with a count of entries so
+/// that completions with nothing pending skip the lock.
+struct Pending<K> {
+    map: Mutex<Option<HashMap<K, Ranges>>>,
+    len: AtomicUsize,
+}
+
+impl<K: std::hash::Hash + Eq> Pending<K> {
+    const fn new() -> Self {
+        Pending { map: Mutex::new(None), len: AtomicUsize::new(0) }
+    }
+    fn add(&self, k: K, rs: Ranges) {
+        let mut m = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        let e = m.get_or_insert_with(HashMap::new).entry(k).or_default();
+        if e.is_empty() {
+            self.len.fetch_add(1, Ordering::AcqRel);
+        }
+        e.extend(rs);
+    }
+    fn take(&self, k: &K) -> Option<Ranges> {
+        if self.len.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let r = self.map.lock().unwrap_or_else(|p| p.into_inner()).as_mut()?.remove(k)?;
+        self.len.fetch_sub(1, Ordering::AcqRel);
+        Some(r)
+    }
+}
+
+/// Posted receives' ranges by (qp_num, wr_id); RDMA READs' by qp_num.
+static PENDING_RECV: Pending<(u32, u64)> = Pending::new();
+static PENDING_READ: Pending<u32> = Pending::new();
+
+/// Every bounce region of `ctx` that peers can write.
+fn each_writable(ctx: usize, f: impl Fn(&Region)) {
+    for r in REGIONS.read().unwrap().iter().filter(|r| r.ctx == ctx && r.remote_write) {
+        f(r);
+    }
+}
 
 /// The fields of a send or receive WR that the bounce layer reads.
 trait Wr {
@@ -406,7 +524,7 @@ unsafe extern "C" fn post_send(qp: *mut v::ibv_qp, wr: *mut v::ibv_send_wr, bad:
     let Some(o) = orig(ctx) else { return libc::EINVAL };
     each_wr(ctx, wr, |r, rs| {
         if r.opcode == v::ibv_wr_opcode::IBV_WR_RDMA_READ {
-            PENDING_READ.lock().unwrap().get_or_insert_with(HashMap::new).entry(qpn).or_default().extend(rs);
+            PENDING_READ.add(qpn, rs);
         } else {
             for (reg, off, n) in &rs {
                 reg.to_shadow(*off, *n);
@@ -414,7 +532,7 @@ unsafe extern "C" fn post_send(qp: *mut v::ibv_qp, wr: *mut v::ibv_send_wr, bad:
         }
     });
     // SAFETY: the provider's own post_send with the application's arguments.
-    unsafe { (o.send)(qp, wr, bad) }
+    unsafe { (o.send())(qp, wr, bad) }
 }
 
 unsafe extern "C" fn post_recv(qp: *mut v::ibv_qp, wr: *mut v::ibv_recv_wr, bad: *mut *mut v::ibv_recv_wr) -> c_int {
@@ -422,15 +540,10 @@ unsafe extern "C" fn post_recv(qp: *mut v::ibv_qp, wr: *mut v::ibv_recv_wr, bad:
     let (ctx, qpn) = unsafe { ((*qp).context as usize, (*qp).qp_num) };
     let Some(o) = orig(ctx) else { return libc::EINVAL };
     // What peers write after this receive must be told apart from what the application wrote.
-    let regions: Vec<Arc<Region>> = REGIONS.read().unwrap().iter().filter(|r| r.ctx == ctx && r.remote_write).cloned().collect();
-    for r in regions {
-        r.fold_app_writes();
-    }
-    each_wr(ctx, wr, |r, rs| {
-        PENDING_RECV.lock().unwrap().get_or_insert_with(HashMap::new).insert((qpn, r.wr_id), rs);
-    });
+    each_writable(ctx, Region::fold_app_writes);
+    each_wr(ctx, wr, |r, rs| PENDING_RECV.add((qpn, r.wr_id), rs));
     // SAFETY: the provider's own post_recv.
-    unsafe { (o.recv)(qp, wr, bad) }
+    unsafe { (o.recv())(qp, wr, bad) }
 }
 
 unsafe extern "C" fn poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut mrshim_verbs::sys::ibv_wc) -> c_int {
@@ -438,7 +551,7 @@ unsafe extern "C" fn poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut mrshim_verbs
     let ctx = unsafe { (*cq).context } as usize;
     let Some(o) = orig(ctx) else { return -1 };
     // SAFETY: the provider's own poll_cq.
-    let got = unsafe { (o.poll)(cq, n, wc) };
+    let got = unsafe { (o.poll())(cq, n, wc) };
     if got <= 0 || LIVE.load(Ordering::Acquire) == 0 {
         return got;
     }
@@ -449,7 +562,7 @@ unsafe extern "C" fn poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut mrshim_verbs
         let ok = w.status == v::ibv_wc_status::IBV_WC_SUCCESS;
         match w.opcode {
             v::ibv_wc_opcode::IBV_WC_RECV | v::ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM => {
-                let mine = PENDING_RECV.lock().unwrap().as_mut().and_then(|m| m.remove(&(w.qp_num, w.wr_id)));
+                let mine = PENDING_RECV.take(&(w.qp_num, w.wr_id));
                 if ok {
                     let mut left = w.byte_len as usize;
                     for (r, off, len) in mine.unwrap_or_default() {
@@ -460,23 +573,18 @@ unsafe extern "C" fn poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut mrshim_verbs
                     peer_wrote = true;
                 }
             }
+            // RC completes in order: every READ posted on this QP before is done.
             _ => {
-                // RC completes in order: every READ posted on this QP before is done.
-                if let Some(rs) = PENDING_READ.lock().unwrap().as_mut().and_then(|m| m.remove(&w.qp_num)) {
-                    if ok {
-                        for (r, off, len) in rs {
-                            r.to_app(off, len);
-                        }
+                if let Some(rs) = PENDING_READ.take(&w.qp_num).filter(|_| ok) {
+                    for (r, off, len) in rs {
+                        r.to_app(off, len);
                     }
                 }
             }
         }
     }
     if peer_wrote {
-        let regions: Vec<Arc<Region>> = REGIONS.read().unwrap().iter().filter(|r| r.ctx == ctx && r.remote_write).cloned().collect();
-        for r in regions {
-            r.sync_peer_writes();
-        }
+        each_writable(ctx, Region::sync_peer_writes);
     }
     got
 }

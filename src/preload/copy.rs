@@ -19,6 +19,10 @@ pub trait CopyEngine: Send + Sync {
     fn to_host(&self, dst: *mut u8, src: u64, n: usize) -> Result<(), String>;
     /// `n` bytes of host memory at `src` into the application's buffer at `dst`.
     fn to_app(&self, dst: u64, src: *const u8, n: usize) -> Result<(), String>;
+    /// The application's addresses are host memory the shim may read in place.
+    fn app_is_host(&self) -> bool {
+        false
+    }
 }
 
 /// Plain memory on both sides.
@@ -27,6 +31,9 @@ pub struct HostCopy;
 impl CopyEngine for HostCopy {
     fn name(&self) -> &'static str {
         "host"
+    }
+    fn app_is_host(&self) -> bool {
+        true
     }
     fn to_host(&self, dst: *mut u8, src: u64, n: usize) -> Result<(), String> {
         // SAFETY: the bounce layer passes ranges inside a registered region and its shadow.

@@ -11,6 +11,7 @@
 
 pub mod clock;
 pub mod config;
+pub mod diff;
 pub mod ident;
 pub mod limits;
 pub mod line;
