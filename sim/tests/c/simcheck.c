@@ -1,6 +1,7 @@
 /* Exercises the simulated device through the ordinary verbs API (linked with -libverbs) and
  * prints one line per check, e.g. "len0 errno=22". Used by sim/tests/registration.rs and
- * sim/tests/transport.rs; every expected value is asserted there. */
+ * sim/tests/transport.rs, where every expected value is asserted, by tests/bounce_sim.rs, and
+ * (bench-* modes) by benches/rescue.rs. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <infiniband/verbs.h>
@@ -12,6 +13,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 #include <fcntl.h>
+#include <time.h>
 #include <arpa/inet.h>
 
 #define FULL (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
@@ -177,6 +179,8 @@ static int reg_checks(const char *which) {
 struct end { struct ibv_cq *cq; struct ibv_qp *qp; char *buf; struct ibv_mr *mr; };
 
 static struct ibv_port_attr port;
+/* Buffer size of every end (the bench modes raise it). */
+static size_t buf_len = 1 << 16;
 
 static void mkend(struct end *e, int access) {
     /* SIMCHECK_EXTRA_ACCESS: bits added to every buffer's registration (the bounce tests use
@@ -188,8 +192,8 @@ static void mkend(struct end *e, int access) {
     struct ibv_qp_init_attr ia = { .send_cq = e->cq, .recv_cq = e->cq, .qp_type = IBV_QPT_RC,
         .cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 4, .max_recv_sge = 4 } };
     e->qp = ibv_create_qp(pd, &ia);
-    e->buf = page_buf(1 << 16);
-    e->mr = ibv_reg_mr(pd, e->buf, 1 << 16, access);
+    e->buf = page_buf(buf_len);
+    e->mr = ibv_reg_mr(pd, e->buf, buf_len, access);
     if (!e->cq || !e->qp || !e->mr) { fprintf(stderr, "setup failed %d\n", errno); exit(4); }
 }
 
@@ -408,12 +412,127 @@ static int qpstate_checks(void) {
     return 0;
 }
 
+/* ---- benchmark modes (benches/bounce.rs): numbers on stdout, checked data ---- */
+
+static uint64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + t.tv_nsec;
+}
+
+static int cmp_u64(const void *x, const void *y) {
+    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+static uint64_t median(uint64_t *v, int n) {
+    qsort(v, n, sizeof *v, cmp_u64);
+    return v[n / 2];
+}
+
+/* Streaming RDMA WRITE_WITH_IMM of SIZE bytes, a -> b, up to 16 in flight, the receiver
+ * reposting a zero-SGE receive per completion (the NCCL pattern). The sender alternates between
+ * two halves of its buffer that differ in every byte, so every message changes every byte the
+ * receiver holds. Prints "MB/s X data equal|differs". */
+static int bench_bw(size_t size, long iters) {
+    ibv_query_port(ctx, 1, &port);
+    struct end a, b;
+    buf_len = 2 * size;
+    mkend(&a, FULL);
+    buf_len = size;
+    mkend(&b, FULL);
+    connect_pair(&a, &b, FULL);
+    for (size_t i = 0; i < 2 * size; i++) a.buf[i] = (char)(i < size ? i * 7 + 1 : (i - size) * 7 + 2);
+    long posted = 0, sent = 0, recvd = 0;
+    for (int i = 0; i < 16; i++) post_recv(&b, b.buf, 0);
+    struct ibv_wc wc[16];
+    uint64_t t0 = now_ns();
+    while (recvd < iters) {
+        while (posted < iters && posted - sent < 16 && posted - recvd < 16) {
+            char *src = a.buf + (posted & 1) * size;
+            if (post(&a, IBV_WR_RDMA_WRITE_WITH_IMM, src, size, a.mr->lkey, (uintptr_t)b.buf, b.mr->rkey, (uint32_t)posted)) { fprintf(stderr, "post_send failed\n"); return 5; }
+            posted++;
+        }
+        int n = ibv_poll_cq(a.cq, 16, wc);
+        for (int i = 0; i < n; i++) if (wc[i].status) { fprintf(stderr, "send wc %s\n", ibv_wc_status_str(wc[i].status)); return 5; }
+        sent += n > 0 ? n : 0;
+        n = ibv_poll_cq(b.cq, 16, wc);
+        for (int i = 0; i < n; i++) {
+            if (wc[i].status) { fprintf(stderr, "recv wc %s\n", ibv_wc_status_str(wc[i].status)); return 5; }
+            if (++recvd + 16 <= iters) post_recv(&b, b.buf, 0);
+        }
+    }
+    double secs = (now_ns() - t0) / 1e9;
+    int equal = !memcmp(b.buf, a.buf + ((iters - 1) & 1) * size, size);
+    printf("MB/s %.1f data %s\n", size * (double)iters / secs / 1e6, equal ? "equal" : "differs");
+    return equal ? 0 : 6;
+}
+
+/* The cost of the verbs the bounce layer wraps, for WRs that touch no bounce region. With
+ * SIMCHECK_BOUNCE_REGION set, one more 4 KiB buffer is registered with RELAXED_ORDERING (which
+ * the benchmark's fault makes the device refuse, so the shim bounces it) and never used.
+ * Prints "poll_empty_ns W post_ns X post_list_ns Y roundtrip_ns Z": an ibv_poll_cq that finds
+ * nothing; one ibv_post_send of a 64-byte RDMA WRITE (16 per batch, the last signaled); per WR,
+ * one ibv_post_send of a chain of 16 such WRs (the device's doorbell once per call, so the
+ * per-WR work of any wrapper shows); and per WR, a batch posted and its completion polled.
+ * Medians over BATCHES. */
+static int bench_post(int batches) {
+    ibv_query_port(ctx, 1, &port);
+    struct end a, b;
+    mkend(&a, FULL);
+    mkend(&b, FULL);
+    connect_pair(&a, &b, FULL);
+    if (getenv("SIMCHECK_BOUNCE_REGION")) {
+        char *x = page_buf(4096);
+        if (!ibv_reg_mr(pd, x, 4096, FULL | IBV_ACCESS_RELAXED_ORDERING)) { fprintf(stderr, "bounce region: errno %d\n", errno); return 4; }
+    }
+    uint64_t *poll_t = malloc(batches * sizeof *poll_t), *post_t = malloc(batches * sizeof *post_t), *rt = malloc(batches * sizeof *rt), *list_t = malloc(batches * sizeof *list_t);
+    struct ibv_sge ls = { .addr = (uintptr_t)a.buf, .length = 64, .lkey = a.mr->lkey };
+    struct ibv_send_wr chain[16];
+    for (int i = 0; i < 16; i++) {
+        chain[i] = (struct ibv_send_wr){ .wr_id = 2, .sg_list = &ls, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE, .send_flags = i == 15 ? IBV_SEND_SIGNALED : 0, .next = i < 15 ? &chain[i + 1] : NULL };
+        chain[i].wr.rdma.remote_addr = (uintptr_t)b.buf;
+        chain[i].wr.rdma.rkey = b.mr->rkey;
+    }
+    struct ibv_wc wc;
+    for (int k = 0; k < batches; k++) {
+        uint64_t t0 = now_ns();
+        for (int i = 0; i < 1000; i++) ibv_poll_cq(a.cq, 1, &wc);
+        poll_t[k] = (now_ns() - t0) / 1000;
+        struct ibv_sge s = { .addr = (uintptr_t)a.buf, .length = 64, .lkey = a.mr->lkey };
+        struct ibv_send_wr wr = { .wr_id = 1, .sg_list = &s, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE }, *bad;
+        wr.wr.rdma.remote_addr = (uintptr_t)b.buf;
+        wr.wr.rdma.rkey = b.mr->rkey;
+        uint64_t post_sum = 0;
+        t0 = now_ns();
+        for (int i = 0; i < 16; i++) {
+            wr.send_flags = i == 15 ? IBV_SEND_SIGNALED : 0;
+            uint64_t p0 = now_ns();
+            if (ibv_post_send(a.qp, &wr, &bad)) { fprintf(stderr, "post_send failed\n"); return 5; }
+            post_sum += now_ns() - p0;
+        }
+        while (ibv_poll_cq(a.cq, 1, &wc) == 0) {}
+        rt[k] = (now_ns() - t0) / 16;
+        post_t[k] = post_sum / 16;
+        if (wc.status) { fprintf(stderr, "wc %s\n", ibv_wc_status_str(wc.status)); return 5; }
+        t0 = now_ns();
+        if (ibv_post_send(a.qp, chain, &bad)) { fprintf(stderr, "post_send list failed\n"); return 5; }
+        list_t[k] = (now_ns() - t0) / 16;
+        while (ibv_poll_cq(a.cq, 1, &wc) == 0) {}
+        if (wc.status) { fprintf(stderr, "wc %s\n", ibv_wc_status_str(wc.status)); return 5; }
+    }
+    printf("poll_empty_ns %llu post_ns %llu post_list_ns %llu roundtrip_ns %llu\n", (unsigned long long)median(poll_t, batches), (unsigned long long)median(post_t, batches), (unsigned long long)median(list_t, batches), (unsigned long long)median(rt, batches));
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    if (argc < 2) { fprintf(stderr, "usage: simcheck reg SCENARIO|all | transport | qpstate\n"); return 2; }
+    if (argc < 2) { fprintf(stderr, "usage: simcheck reg SCENARIO|all | transport | qpstate | multi | bench-bw SIZE ITERS | bench-post BATCHES\n"); return 2; }
     open_dev();
     if (!strcmp(argv[1], "reg")) return reg_checks(argc > 2 ? argv[2] : "all");
     if (!strcmp(argv[1], "transport")) return transport_checks();
     if (!strcmp(argv[1], "qpstate")) return qpstate_checks();
     if (!strcmp(argv[1], "multi")) return multi_checks();
+    if (!strcmp(argv[1], "bench-bw") && argc > 3) return bench_bw((size_t)atol(argv[2]), atol(argv[3]));
+    if (!strcmp(argv[1], "bench-post") && argc > 2) return bench_post(atoi(argv[2]));
     return 2;
 }
