@@ -64,8 +64,13 @@ fn perftest_on_rejected_host_memory_keeps_working_through_bounce() {
     // The device refuses the application's registration (relaxed ordering); the shadow is
     // registered without it and so is accepted.
     let w = SimWorld::new("pt-bounce").with("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed").with("MRSHIM_RETRY", "bounce");
-    for prog in ["ib_write_bw", "ib_send_bw"] {
-        let (s, c) = server_client(&w, prog, &["-d", "mlx5_0", "-x", "3", "-s", "65536", "-n", "200", "--use_old_post_send"], &[], &[]);
+    // perftest posts through the ibv_wr_* builder API unless told --use_old_post_send: both.
+    for (prog, old) in [("ib_write_bw", true), ("ib_send_bw", true), ("ib_write_bw", false), ("ib_send_bw", false)] {
+        let mut args = vec!["-d", "mlx5_0", "-x", "3", "-s", "65536", "-n", "200"];
+        if old {
+            args.push("--use_old_post_send");
+        }
+        let (s, c) = server_client(&w, prog, &args, &[], &[]);
         assert!(s.status.success() && c.status.success(), "{prog}: {}\n{}\n{}", stdout(&c), stderr(&c), stderr(&s));
         assert!(stderr(&c).contains("rescued by bounce"), "{prog}: {}", stderr(&c));
         assert!(stdout(&c).lines().any(|l| l.trim_start().starts_with("65536")), "{}", stdout(&c));
@@ -99,6 +104,11 @@ fn transport_checks_are_identical_through_bounce_buffers() {
     // while others live, READ into an unaligned range.
     let multi = run(w.cmd(simcheck()).arg("multi"));
     assert_eq!(stdout(&multi), "multi_sge equal\nconcurrent_qps equal\nafter_other_dereg equal\nread_unaligned equal\n", "{}", stderr(&multi));
+    // The same through the ibv_wr_* builder API, on QPs whose ibv_qp_ex was taken before any
+    // buffer existed, with the application changing its buffer after the peer's receive was
+    // posted, and a new QP pair after two were destroyed.
+    let qpex = run(w.cmd(simcheck()).arg("qpex"));
+    assert_eq!(stdout(&qpex), "qpex_send_sge_list equal\nqpex_write_imm equal\nqpex_read_unaligned equal\nqpex_after_destroy equal\n", "{}", stderr(&qpex));
     // Without the shim the same setup cannot register at all.
     let o = run(w.cmd(simcheck()).arg("transport").env_remove("LD_PRELOAD"));
     assert!(!o.status.success());

@@ -33,6 +33,8 @@ fn exports_only_the_hooks_and_needs_no_libibverbs() {
             "dlvsym@GLIBC_2.2.5",
             "ibv_dereg_mr@@IBVERBS_1.1",
             "ibv_dereg_mr@IBVERBS_1.0",
+            "ibv_destroy_qp@@IBVERBS_1.1",
+            "ibv_qp_to_qp_ex@@IBVERBS_1.6",
             "ibv_reg_dmabuf_mr@@IBVERBS_1.12",
             "ibv_reg_mr@@IBVERBS_1.1",
             "ibv_reg_mr@IBVERBS_1.0",

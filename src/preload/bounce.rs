@@ -13,7 +13,9 @@
 //! - any RECV / RECV_RDMA_WITH_IMM completion also copies what peers wrote into regions with
 //!   REMOTE_WRITE (the bytes that differ from the shadow's last synced state) shadow → app, so data
 //!   a peer wrote is visible once the completion announcing it is polled, and what the
-//!   application wrote to its own buffer meanwhile stays.
+//!   application wrote to its own buffer meanwhile stays;
+//! - the `ibv_wr_*` builder API: the same rules, applied by wrapping `wr_start`, `wr_rdma_read`,
+//!   `wr_set_sge(_list)` of every `ibv_qp_ex` of that context (section at the end).
 
 use super::copy::{CopyEngine, Cuda, HostCopy};
 use mrshim_verbs as v;
@@ -393,6 +395,7 @@ fn patch(ctx: usize) {
         ops.post_recv = Some(post_recv);
         ops.poll_cq = Some(poll_cq);
     }
+    each_qpx(ctx, |n| n.patch());
 }
 
 fn unpatch_if_unused(ctx: usize) {
@@ -409,6 +412,14 @@ fn unpatch_if_unused(ctx: usize) {
             ops.poll_cq = Some(o.poll());
         }
     }
+    each_qpx(ctx, |n| n.unpatch());
+}
+
+/// Whether a context's ops are ours right now (it has a bounce region).
+fn is_patched(ctx: usize) -> bool {
+    // SAFETY: ctx is a live context (from a live QP); reading one function pointer.
+    let send = unsafe { (*(ctx as *const v::ibv_context)).ops.post_send };
+    send.is_some_and(|f| f as usize == post_send as PostSend as usize)
 }
 
 /// Live bounce lkeys, counted per hash slot: an SGE whose slot is empty is in no bounce region,
@@ -587,4 +598,192 @@ unsafe extern "C" fn poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut mrshim_verbs
         each_writable(ctx, Region::sync_peer_writes);
     }
     got
+}
+
+// ----------------------------------------------------------------- ibv_qp_ex (ibv_wr_*)
+//
+// The builder API calls through function pointers in each QP's `ibv_qp_ex`, not the context's
+// ops. The shim learns every `ibv_qp_ex` the application obtains (ibv_qp_to_qp_ex, the only way
+// to one) and forgets it when its QP is destroyed; while the QP's context has a bounce region,
+// four of its ops are wrapped: `wr_start` and `wr_rdma_read` track whether the WR being built
+// reads, `wr_set_sge` / `wr_set_sge_list` copy outgoing ranges application → shadow (or
+// remember a READ's ranges for the poll), exactly as post_send does for an `ibv_send_wr`.
+
+type QxStart = unsafe extern "C" fn(*mut v::ibv_qp_ex);
+type QxRead = unsafe extern "C" fn(*mut v::ibv_qp_ex, u32, u64);
+type QxSge = unsafe extern "C" fn(*mut v::ibv_qp_ex, u32, u64, u32);
+type QxSgeList = unsafe extern "C" fn(*mut v::ibv_qp_ex, usize, *const v::ibv_sge);
+
+/// One `ibv_qp_ex` the application holds, with the provider's ops while they are wrapped.
+/// Leaked and never unlinked (lock-free lookup from the wrappers); a destroyed QP's node is
+/// reused for the next one.
+struct Qpx {
+    qpx: AtomicUsize,
+    ctx: AtomicUsize,
+    start: AtomicUsize,
+    read: AtomicUsize,
+    sge: AtomicUsize,
+    sge_list: AtomicUsize,
+    /// The WR being built is an RDMA READ.
+    reading: std::sync::atomic::AtomicBool,
+    next: *const Qpx,
+}
+
+static QPXS: AtomicPtr<Qpx> = AtomicPtr::new(std::ptr::null_mut());
+
+fn qpx_nodes() -> impl Iterator<Item = &'static Qpx> {
+    let mut p = QPXS.load(Ordering::Acquire).cast_const();
+    std::iter::from_fn(move || {
+        // SAFETY: nodes are leaked Boxes published with Release, never freed.
+        let n = unsafe { p.as_ref()? };
+        p = n.next;
+        Some(n)
+    })
+}
+
+fn qnode(q: *mut v::ibv_qp_ex) -> Option<&'static Qpx> {
+    qpx_nodes().find(|n| n.qpx.load(Ordering::Acquire) == q as usize)
+}
+
+/// Under PATCHING.
+fn each_qpx(ctx: usize, f: impl Fn(&Qpx)) {
+    for n in qpx_nodes().filter(|n| n.qpx.load(Ordering::Acquire) != 0 && n.ctx.load(Ordering::Acquire) == ctx) {
+        f(n);
+    }
+}
+
+impl Qpx {
+    fn q(&self) -> &'static mut v::ibv_qp_ex {
+        // SAFETY: a live ibv_qp_ex (nodes of destroyed QPs have qpx 0 and are not visited).
+        unsafe { &mut *(self.qpx.load(Ordering::Acquire) as *mut v::ibv_qp_ex) }
+    }
+    fn patch(&self) {
+        let q = self.q();
+        let (Some(start), Some(read), Some(sge), Some(list)) = (q.wr_start, q.wr_rdma_read, q.wr_set_sge, q.wr_set_sge_list) else { return };
+        if sge as usize == qx_set_sge as QxSge as usize {
+            return;
+        }
+        self.start.store(start as usize, Ordering::Release);
+        self.read.store(read as usize, Ordering::Release);
+        self.sge.store(sge as usize, Ordering::Release);
+        self.sge_list.store(list as usize, Ordering::Release);
+        self.reading.store(false, Ordering::Release);
+        // Pointer-sized aligned stores: a racing ibv_wr_* call sees the old or the new op.
+        q.wr_start = Some(qx_start);
+        q.wr_rdma_read = Some(qx_rdma_read);
+        q.wr_set_sge = Some(qx_set_sge);
+        q.wr_set_sge_list = Some(qx_set_sge_list);
+    }
+    fn unpatch(&self) {
+        let q = self.q();
+        if q.wr_set_sge.map(|f| f as usize) != Some(qx_set_sge as QxSge as usize) {
+            return;
+        }
+        // SAFETY: the provider's own ops, saved by patch() from this very object.
+        unsafe {
+            q.wr_start = Some(std::mem::transmute::<usize, QxStart>(self.start.load(Ordering::Acquire)));
+            q.wr_rdma_read = Some(std::mem::transmute::<usize, QxRead>(self.read.load(Ordering::Acquire)));
+            q.wr_set_sge = Some(std::mem::transmute::<usize, QxSge>(self.sge.load(Ordering::Acquire)));
+            q.wr_set_sge_list = Some(std::mem::transmute::<usize, QxSgeList>(self.sge_list.load(Ordering::Acquire)));
+        }
+    }
+    fn ctx(&self) -> usize {
+        self.ctx.load(Ordering::Acquire)
+    }
+    /// The ranges of an SGE list in bounce regions: copied to the shadow now, or for an RDMA
+    /// READ remembered until its completion is polled.
+    fn sges(&self, q: *mut v::ibv_qp_ex, sg: *mut v::ibv_sge, n: c_int) {
+        let rs = ranges(self.ctx(), sg, n);
+        if rs.is_empty() {
+            return;
+        }
+        if self.reading.load(Ordering::Acquire) {
+            // SAFETY: q is the application's live ibv_qp_ex; qp_base is its ibv_qp.
+            PENDING_READ.add(unsafe { (*q).qp_base.qp_num }, rs);
+        } else {
+            for (reg, off, n) in &rs {
+                reg.to_shadow(*off, *n);
+            }
+        }
+    }
+}
+
+/// ibv_qp_to_qp_ex returned `qpx`: follow it (and wrap it now if its context has a bounce region).
+pub fn note_qpx(qpx: usize) {
+    // SAFETY: the provider just returned this live ibv_qp_ex; its qp_base.context is its context.
+    let ctx = unsafe { (*(qpx as *const v::ibv_qp_ex)).qp_base.context } as usize;
+    let _g = PATCHING.lock().unwrap_or_else(|p| p.into_inner());
+    let node = match qpx_nodes().find(|n| n.qpx.load(Ordering::Acquire) == qpx) {
+        Some(n) => n,
+        None => match qpx_nodes().find(|n| n.qpx.load(Ordering::Acquire) == 0) {
+            Some(n) => {
+                n.ctx.store(ctx, Ordering::Release);
+                n.qpx.store(qpx, Ordering::Release);
+                n
+            }
+            None => {
+                let z = || AtomicUsize::new(0);
+                let n = Box::leak(Box::new(Qpx { qpx: AtomicUsize::new(qpx), ctx: AtomicUsize::new(ctx), start: z(), read: z(), sge: z(), sge_list: z(), reading: Default::default(), next: QPXS.load(Ordering::Acquire) }));
+                QPXS.store(n, Ordering::Release);
+                n
+            }
+        },
+    };
+    if is_patched(ctx) {
+        node.patch();
+    }
+}
+
+/// Around the real ibv_destroy_qp: a destroyed QP's `ibv_qp_ex` is forgotten (its node freed
+/// for reuse); one that survives (EBUSY) stays followed.
+pub fn destroying_qp(qp: usize, destroy: impl FnOnce() -> c_int) -> c_int {
+    if qpx_nodes().all(|n| n.qpx.load(Ordering::Acquire) != qp) {
+        return destroy();
+    }
+    // Holding PATCHING: no patch of this object can start while it is being freed.
+    let _g = PATCHING.lock().unwrap_or_else(|p| p.into_inner());
+    let rc = destroy();
+    if rc == 0 {
+        for n in qpx_nodes().filter(|n| n.qpx.load(Ordering::Acquire) == qp) {
+            n.qpx.store(0, Ordering::Release);
+        }
+    }
+    rc
+}
+
+fn provider<F>(slot: &AtomicUsize) -> F {
+    // SAFETY: only called from wrappers installed by Qpx::patch, which stored the provider's
+    // non-null function of type F in this slot first.
+    unsafe { std::mem::transmute_copy::<usize, F>(&slot.load(Ordering::Acquire)) }
+}
+
+unsafe extern "C" fn qx_start(q: *mut v::ibv_qp_ex) {
+    let Some(n) = qnode(q) else { return };
+    n.reading.store(false, Ordering::Release);
+    // SAFETY: the provider's wr_start with the application's QP.
+    unsafe { provider::<QxStart>(&n.start)(q) }
+}
+
+unsafe extern "C" fn qx_rdma_read(q: *mut v::ibv_qp_ex, rkey: u32, raddr: u64) {
+    let Some(n) = qnode(q) else { return };
+    n.reading.store(true, Ordering::Release);
+    // SAFETY: the provider's wr_rdma_read with the application's arguments.
+    unsafe { provider::<QxRead>(&n.read)(q, rkey, raddr) }
+}
+
+unsafe extern "C" fn qx_set_sge(q: *mut v::ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+    let Some(n) = qnode(q) else { return };
+    let mut s = v::ibv_sge { addr, length, lkey };
+    n.sges(q, &mut s, 1);
+    n.reading.store(false, Ordering::Release);
+    // SAFETY: the provider's wr_set_sge with the application's arguments.
+    unsafe { provider::<QxSge>(&n.sge)(q, lkey, addr, length) }
+}
+
+unsafe extern "C" fn qx_set_sge_list(q: *mut v::ibv_qp_ex, num: usize, list: *const v::ibv_sge) {
+    let Some(n) = qnode(q) else { return };
+    n.sges(q, list.cast_mut(), num.min(c_int::MAX as usize) as c_int);
+    n.reading.store(false, Ordering::Release);
+    // SAFETY: the provider's wr_set_sge_list with the application's arguments.
+    unsafe { provider::<QxSgeList>(&n.sge_list)(q, num, list) }
 }

@@ -10,6 +10,9 @@
 //! |                     | with rdma-core's versions (libmrshim.map): programs linked against    |
 //! |                     | libibverbs bind here; `ibv_reg_mr@IBVERBS_1.0` / `ibv_dereg_mr@...1.0` |
 //! |                     | are `reg_mr_1_0` / `dereg_mr_1_0` (the 1.0 ABI's compat `ibv_pd_1_0`) |
+//! | `ibv_qp_to_qp_ex`, `ibv_destroy_qp` | the real call, and the bounce layer learns / forgets the   |
+//! |                     | QP's `ibv_qp_ex` (whose `ibv_wr_*` ops it patches while its context   |
+//! |                     | has a bounce region); nothing is recorded                             |
 //!
 //! dlsym/dlvsym are exported as `@GLIBC_2.2.5` and `@@GLIBC_2.34`, the names in two version nodes
 //! through tail-jump stubs (`.symver` must sit next to the symbol it names, hence assembly).
@@ -32,6 +35,8 @@ type IovaFn = unsafe extern "C" fn(*mut c_void, *mut c_void, usize, u64, c_int) 
 type Iova2Fn = unsafe extern "C" fn(*mut c_void, *mut c_void, usize, u64, c_uint) -> *mut c_void;
 type DmabufFn = unsafe extern "C" fn(*mut c_void, u64, usize, u64, c_int, c_int) -> *mut c_void;
 type DeregFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+type QpToQpExFn = unsafe extern "C" fn(*mut c_void) -> *mut c_void;
+type DestroyQpFn = unsafe extern "C" fn(*mut c_void) -> c_int;
 
 // ---------------------------------------------------------------------------------------------
 // dlsym / dlvsym
@@ -206,6 +211,8 @@ fn wrapper(f: Fn_) -> usize {
         Fn_::RegDmabufMr => ibv_reg_dmabuf_mr as *const () as usize,
         Fn_::DeregMr => ibv_dereg_mr as *const () as usize,
         Fn_::DeregMr10 => dereg_mr_1_0 as *const () as usize,
+        Fn_::QpToQpEx => ibv_qp_to_qp_ex as *const () as usize,
+        Fn_::DestroyQp => ibv_destroy_qp as *const () as usize,
     }
 }
 
@@ -635,4 +642,40 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut c_void) -> c_int {
 pub unsafe extern "C" fn dereg_mr_1_0(mr: *mut c_void) -> c_int {
     // SAFETY: ibv_dereg_mr@IBVERBS_1.0 has the same C signature (its mr is the compat struct).
     dereg_hook(unsafe { real_fn::<DeregFn>(Fn_::DeregMr10) }, mr, true)
+}
+
+// ---------------------------------------------------------------------------------------------
+// QP objects the bounce layer follows
+// ---------------------------------------------------------------------------------------------
+
+/// # Safety
+/// Called by the application with ibv_qp_to_qp_ex's contract (`@@IBVERBS_1.6`).
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut c_void) -> *mut c_void {
+    // SAFETY: ibv_qp_to_qp_ex@IBVERBS_1.6 has this signature.
+    let Some(f) = (unsafe { real_fn::<QpToQpExFn>(Fn_::QpToQpEx) }) else {
+        set_errno(libc::EOPNOTSUPP);
+        return std::ptr::null_mut();
+    };
+    // SAFETY: the real function with the caller's QP.
+    let q = unsafe { f(qp) };
+    if !q.is_null() {
+        let e = errno();
+        let _ = catch_unwind(|| bounce::note_qpx(q as usize));
+        set_errno(e);
+    }
+    q
+}
+
+/// # Safety
+/// Called with ibv_destroy_qp's contract (`@@IBVERBS_1.1`).
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut c_void) -> c_int {
+    // SAFETY: ibv_destroy_qp@IBVERBS_1.1 has this signature.
+    let Some(f) = (unsafe { real_fn::<DestroyQpFn>(Fn_::DestroyQp) }) else {
+        set_errno(libc::ENOSYS);
+        return libc::ENOSYS;
+    };
+    // SAFETY: the real function with the caller's QP, called exactly once.
+    bounce::destroying_qp(qp as usize, || unsafe { f(qp) })
 }

@@ -19,9 +19,12 @@ pub enum Fn_ {
     RegDmabufMr,
     DeregMr,
     DeregMr10,
+    /// Not registrations: the bounce layer follows ibv_qp_ex objects (docs/bounce.md).
+    QpToQpEx,
+    DestroyQp,
 }
 
-pub const COUNT: usize = 7;
+pub const COUNT: usize = 9;
 
 /// (name, version) per [`Fn_`], in order.
 pub const SYMS: [(&CStr, &CStr); COUNT] = [
@@ -32,10 +35,12 @@ pub const SYMS: [(&CStr, &CStr); COUNT] = [
     (c"ibv_reg_dmabuf_mr", c"IBVERBS_1.12"),
     (c"ibv_dereg_mr", c"IBVERBS_1.1"),
     (c"ibv_dereg_mr", c"IBVERBS_1.0"),
+    (c"ibv_qp_to_qp_ex", c"IBVERBS_1.6"),
+    (c"ibv_destroy_qp", c"IBVERBS_1.1"),
 ];
 
 pub const ALL: [Fn_; COUNT] =
-    [Fn_::RegMr, Fn_::RegMr10, Fn_::RegMrIova, Fn_::RegMrIova2, Fn_::RegDmabufMr, Fn_::DeregMr, Fn_::DeregMr10];
+    [Fn_::RegMr, Fn_::RegMr10, Fn_::RegMrIova, Fn_::RegMrIova2, Fn_::RegDmabufMr, Fn_::DeregMr, Fn_::DeregMr10, Fn_::QpToQpEx, Fn_::DestroyQp];
 
 static PTRS: [AtomicUsize; COUNT] = [const { AtomicUsize::new(0) }; COUNT];
 

@@ -182,19 +182,34 @@ static struct ibv_port_attr port;
 /* Buffer size of every end (the bench modes raise it). */
 static size_t buf_len = 1 << 16;
 
-static void mkend(struct end *e, int access) {
+/* An end: CQ, RC QP, buffer, MR. With qx, the QP comes from ibv_create_qp_ex with the ibv_wr_*
+ * ops, and its ibv_qp_ex is taken before the buffer is registered. */
+static void mkend_qp(struct end *e, int access, struct ibv_qp_ex **qx) {
     /* SIMCHECK_EXTRA_ACCESS: bits added to every buffer's registration (the bounce tests use
      * RELAXED_ORDERING to make the device refuse the application's buffers but not the shim's
      * shadows, which are registered without optional bits). */
     const char *extra = getenv("SIMCHECK_EXTRA_ACCESS");
     if (extra) access |= (int)strtoul(extra, NULL, 0);
     e->cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
-    struct ibv_qp_init_attr ia = { .send_cq = e->cq, .recv_cq = e->cq, .qp_type = IBV_QPT_RC,
-        .cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 4, .max_recv_sge = 4 } };
-    e->qp = ibv_create_qp(pd, &ia);
+    struct ibv_qp_init_attr_ex ia = { .send_cq = e->cq, .recv_cq = e->cq, .qp_type = IBV_QPT_RC,
+        .cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 4, .max_recv_sge = 4 },
+        .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS, .pd = pd,
+        .send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ };
+    if (qx) {
+        e->qp = ibv_create_qp_ex(ctx, &ia);
+        *qx = e->qp ? ibv_qp_to_qp_ex(e->qp) : NULL;
+        if (!*qx) { fprintf(stderr, "qp_ex setup failed %d\n", errno); exit(4); }
+    } else {
+        struct ibv_qp_init_attr a = { .send_cq = e->cq, .recv_cq = e->cq, .qp_type = IBV_QPT_RC, .cap = ia.cap };
+        e->qp = ibv_create_qp(pd, &a);
+    }
     e->buf = page_buf(buf_len);
     e->mr = ibv_reg_mr(pd, e->buf, buf_len, access);
     if (!e->cq || !e->qp || !e->mr) { fprintf(stderr, "setup failed %d\n", errno); exit(4); }
+}
+
+static void mkend(struct end *e, int access) {
+    mkend_qp(e, access, NULL);
 }
 
 static int to_init(struct ibv_qp *qp, int qp_access) {
@@ -412,6 +427,72 @@ static int qpstate_checks(void) {
     return 0;
 }
 
+/* One signaled WR through the ibv_wr_* builder API. */
+static int wr_post(struct ibv_qp_ex *qx, enum ibv_wr_opcode op, struct ibv_sge *sg, int n, void *raddr, uint32_t rkey, uint32_t imm) {
+    ibv_wr_start(qx);
+    qx->wr_id = 9;
+    qx->wr_flags = IBV_SEND_SIGNALED;
+    switch (op) {
+    case IBV_WR_SEND: ibv_wr_send(qx); break;
+    case IBV_WR_RDMA_WRITE_WITH_IMM: ibv_wr_rdma_write_imm(qx, rkey, (uintptr_t)raddr, htonl(imm)); break;
+    case IBV_WR_RDMA_READ: ibv_wr_rdma_read(qx, rkey, (uintptr_t)raddr); break;
+    default: ibv_wr_rdma_write(qx, rkey, (uintptr_t)raddr); break;
+    }
+    if (n == 1) ibv_wr_set_sge(qx, sg->lkey, sg->addr, sg->length);
+    else ibv_wr_set_sge_list(qx, n, sg);
+    return ibv_wr_complete(qx);
+}
+
+/* The coherence clauses through the ibv_wr_* API, on QPs whose ibv_qp_ex was taken before any
+ * buffer was registered: SEND gathered with wr_set_sge_list, WRITE_WITH_IMM and an unaligned RDMA
+ * READ with wr_set_sge, and a new QP pair after two others were destroyed. Each prints
+ * "name equal|differs". */
+static int qpex_checks(void) {
+    ibv_query_port(ctx, 1, &port);
+    struct end a, b, c, d;
+    struct ibv_qp_ex *qa, *qb, *qc, *qd;
+    mkend_qp(&a, FULL, &qa); mkend_qp(&b, FULL, &qb);
+    connect_pair(&a, &b, FULL);
+    for (int i = 0; i < 65536; i++) a.buf[i] = (char)(i * 31 + 7);
+    memset(b.buf, 0, 65536);
+    struct ibv_sge rs[2] = { { (uintptr_t)b.buf + 3, 1000, b.mr->lkey }, { (uintptr_t)b.buf + 5001, 9000, b.mr->lkey } };
+    struct ibv_recv_wr rwr = { .wr_id = 1, .sg_list = rs, .num_sge = 2 }, *rbad;
+    ibv_post_recv(b.qp, &rwr, &rbad);
+    struct ibv_sge ss[3] = { { (uintptr_t)a.buf + 1, 2000, a.mr->lkey }, { (uintptr_t)a.buf + 7777, 3000, a.mr->lkey }, { (uintptr_t)a.buf + 40001, 5000, a.mr->lkey } };
+    if (wr_post(qa, IBV_WR_SEND, ss, 3, NULL, 0, 0)) { fprintf(stderr, "wr_complete failed\n"); return 5; }
+    wait1(a.cq);
+    struct ibv_wc wc = wait1(b.cq);
+    char want[10000];
+    memcpy(want, a.buf + 1, 2000); memcpy(want + 2000, a.buf + 7777, 3000); memcpy(want + 5000, a.buf + 40001, 5000);
+    printf("qpex_send_sge_list %s\n", wc.byte_len == 10000 && !memcmp(b.buf + 3, want, 1000) && !memcmp(b.buf + 5001, want + 1000, 9000) ? "equal" : "differs");
+    /* the application changes its buffer after the peer posted its receive, then writes it */
+    memset(b.buf, 0, 65536);
+    post_recv(&b, b.buf, 0);
+    for (int i = 0; i < 65536; i++) a.buf[i] = (char)(i * 13 + 5);
+    struct ibv_sge s1 = { (uintptr_t)a.buf + 11, 30000, a.mr->lkey };
+    wr_post(qa, IBV_WR_RDMA_WRITE_WITH_IMM, &s1, 1, b.buf + 333, b.mr->rkey, 1);
+    wait1(a.cq); wait1(b.cq);
+    printf("qpex_write_imm %s\n", !memcmp(a.buf + 11, b.buf + 333, 30000) ? "equal" : "differs");
+    memset(a.buf, 0, 65536);
+    struct ibv_sge s2 = { (uintptr_t)a.buf + 4097, 12345, a.mr->lkey };
+    wr_post(qa, IBV_WR_RDMA_READ, &s2, 1, b.buf + 99, b.mr->rkey, 0);
+    wait1(a.cq);
+    printf("qpex_read_unaligned %s\n", !memcmp(a.buf + 4097, b.buf + 99, 12345) ? "equal" : "differs");
+    /* destroy a second pair's QPs, then a new pair reuses what followed them */
+    mkend_qp(&c, FULL, &qc); mkend_qp(&d, FULL, &qd);
+    if (ibv_destroy_qp(c.qp) || ibv_destroy_qp(d.qp)) { fprintf(stderr, "destroy_qp failed\n"); return 5; }
+    mkend_qp(&c, FULL, &qc); mkend_qp(&d, FULL, &qd);
+    connect_pair(&c, &d, FULL);
+    post_recv(&d, d.buf, 0);
+    for (int i = 0; i < 65536; i++) c.buf[i] = (char)(i * 17 + 3);
+    struct ibv_sge s3 = { (uintptr_t)c.buf, 65536, c.mr->lkey };
+    wr_post(qc, IBV_WR_RDMA_WRITE_WITH_IMM, &s3, 1, d.buf, d.mr->rkey, 2);
+    wait1(c.cq); wait1(d.cq);
+    printf("qpex_after_destroy %s\n", !memcmp(c.buf, d.buf, 65536) ? "equal" : "differs");
+    (void)qb; (void)qd;
+    return 0;
+}
+
 /* ---- benchmark modes (benches/bounce.rs): numbers on stdout, checked data ---- */
 
 static uint64_t now_ns(void) {
@@ -526,12 +607,13 @@ static int bench_post(int batches) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) { fprintf(stderr, "usage: simcheck reg SCENARIO|all | transport | qpstate | multi | bench-bw SIZE ITERS | bench-post BATCHES\n"); return 2; }
+    if (argc < 2) { fprintf(stderr, "usage: simcheck reg SCENARIO|all | transport | qpstate | multi | qpex | bench-bw SIZE ITERS | bench-post BATCHES\n"); return 2; }
     open_dev();
     if (!strcmp(argv[1], "reg")) return reg_checks(argc > 2 ? argv[2] : "all");
     if (!strcmp(argv[1], "transport")) return transport_checks();
     if (!strcmp(argv[1], "qpstate")) return qpstate_checks();
     if (!strcmp(argv[1], "multi")) return multi_checks();
+    if (!strcmp(argv[1], "qpex")) return qpex_checks();
     if (!strcmp(argv[1], "bench-bw") && argc > 3) return bench_bw((size_t)atol(argv[2]), atol(argv[3]));
     if (!strcmp(argv[1], "bench-post") && argc > 2) return bench_post(atoi(argv[2]));
     return 2;
