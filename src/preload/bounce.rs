@@ -21,7 +21,7 @@ use super::copy::{CopyEngine, Cuda, HostCopy};
 use mrshim_verbs as v;
 use std::collections::HashMap;
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 const PAGE: u64 = 4096;
@@ -45,6 +45,17 @@ pub struct Region {
     engine: Box<dyn CopyEngine>,
     /// Serialises the whole-region syncs; holds the scratch copy of device memory they diff.
     sync: Mutex<Vec<u8>>,
+    /// The [`EPOCH`] of the last fold: receives posted back to back fold once.
+    folded: AtomicU64,
+}
+
+/// Bumped by every post_send and every poll that returns completions in a patched context: the
+/// application reacts to those, so its buffer may have changed since; between two post_recv
+/// calls with neither in between, the first one's fold stands.
+static EPOCH: AtomicU64 = AtomicU64::new(0);
+
+fn bump_epoch() {
+    EPOCH.fetch_add(1, Ordering::AcqRel);
 }
 
 impl Region {
@@ -111,6 +122,10 @@ impl Region {
     fn fold_app_writes(&self) {
         let len = self.len as usize;
         let mut scratch = self.sync.lock().unwrap_or_else(|p| p.into_inner());
+        let epoch = EPOCH.load(Ordering::Acquire);
+        if self.folded.load(Ordering::Acquire) == epoch {
+            return;
+        }
         let now: &[u8] = if self.engine.app_is_host() {
             // SAFETY: host memory the region covers, readable for len bytes (checked when the
             // shadow was prepared); racing writes by the application are what a NIC would see too.
@@ -130,6 +145,7 @@ impl Region {
                 std::ptr::copy_nonoverlapping(now[a..].as_ptr(), (self.baseline + a) as *mut u8, b - a);
             }
         }
+        self.folded.store(epoch, Ordering::Release);
     }
     /// Copies to the application only the bytes a peer changed in the shadow since the last sync,
     /// so what the application wrote to its buffer meanwhile is not overwritten.
@@ -190,6 +206,7 @@ pub fn prepare(app: u64, len: u64, iova: u64, access: u32) -> Result<Shadow, Str
         remote_write,
         engine,
         sync: Mutex::new(Vec::new()),
+        folded: AtomicU64::new(u64::MAX),
     };
     region.to_shadow(0, len as usize);
     Ok(Shadow { region })
@@ -533,6 +550,7 @@ unsafe extern "C" fn post_send(qp: *mut v::ibv_qp, wr: *mut v::ibv_send_wr, bad:
     // SAFETY: qp is the application's live QP; its context is one we patched.
     let (ctx, qpn) = unsafe { ((*qp).context as usize, (*qp).qp_num) };
     let Some(o) = orig(ctx) else { return libc::EINVAL };
+    bump_epoch();
     each_wr(ctx, wr, |r, rs| {
         if r.opcode == v::ibv_wr_opcode::IBV_WR_RDMA_READ {
             PENDING_READ.add(qpn, rs);
@@ -566,6 +584,7 @@ unsafe extern "C" fn poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut mrshim_verbs
     if got <= 0 || LIVE.load(Ordering::Acquire) == 0 {
         return got;
     }
+    bump_epoch();
     // SAFETY: the provider filled `got` entries; both ibv_wc types share rdma-core's layout.
     let wcs = unsafe { std::slice::from_raw_parts(wc.cast::<v::ibv_wc>(), got as usize) };
     let mut peer_wrote = false;
@@ -759,6 +778,7 @@ fn provider<F>(slot: &AtomicUsize) -> F {
 
 unsafe extern "C" fn qx_start(q: *mut v::ibv_qp_ex) {
     let Some(n) = qnode(q) else { return };
+    bump_epoch();
     n.reading.store(false, Ordering::Release);
     // SAFETY: the provider's wr_start with the application's QP.
     unsafe { provider::<QxStart>(&n.start)(q) }
