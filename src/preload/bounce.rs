@@ -120,12 +120,12 @@ impl Region {
     /// from them even where it writes the value the shadow held before. Host memory is compared
     /// in place; device memory through one copy into a scratch buffer kept for the next time.
     fn fold_app_writes(&self) {
-        let len = self.len as usize;
-        let mut scratch = self.sync.lock().unwrap_or_else(|p| p.into_inner());
         let epoch = EPOCH.load(Ordering::Acquire);
         if self.folded.load(Ordering::Acquire) == epoch {
             return;
         }
+        let len = self.len as usize;
+        let mut scratch = self.sync.lock().unwrap_or_else(|p| p.into_inner());
         let now: &[u8] = if self.engine.app_is_host() {
             // SAFETY: host memory the region covers, readable for len bytes (checked when the
             // shadow was prepared); racing writes by the application are what a NIC would see too.
@@ -344,47 +344,60 @@ type PostSend = unsafe extern "C" fn(*mut v::ibv_qp, *mut v::ibv_send_wr, *mut *
 type PostRecv = unsafe extern "C" fn(*mut v::ibv_qp, *mut v::ibv_recv_wr, *mut *mut v::ibv_recv_wr) -> c_int;
 type PollCq = unsafe extern "C" fn(*mut v::ibv_cq, c_int, *mut mrshim_verbs::sys::ibv_wc) -> c_int;
 
-/// The provider's own ops of one patched context. Nodes are leaked and never unlinked: a
-/// wrapper that read the patched pointer just before the context was restored still finds its
-/// provider, and the lookup on every post/poll takes no lock.
+/// An append-only list of leaked nodes: lookups from the post/poll wrappers take no lock, and
+/// a wrapper that read a patched pointer just before it was restored still finds its provider.
+/// Pushed to only under PATCHING.
+struct Leaked<T: 'static> {
+    head: AtomicPtr<Node<T>>,
+}
+
+struct Node<T: 'static> {
+    item: T,
+    next: *const Node<T>,
+}
+
+impl<T> Leaked<T> {
+    const fn new() -> Self {
+        Leaked { head: AtomicPtr::new(std::ptr::null_mut()) }
+    }
+    fn iter(&self) -> impl Iterator<Item = &'static T> {
+        let mut p = self.head.load(Ordering::Acquire).cast_const();
+        std::iter::from_fn(move || {
+            // SAFETY: nodes are leaked Boxes published with Release, never freed.
+            let n = unsafe { p.as_ref()? };
+            p = n.next;
+            Some(&n.item)
+        })
+    }
+    fn push(&self, item: T) -> &'static T {
+        let n = Box::leak(Box::new(Node { item, next: self.head.load(Ordering::Acquire) }));
+        self.head.store(n, Ordering::Release);
+        &n.item
+    }
+}
+
+/// A provider function saved in `slot` by a patch.
+fn provider<F>(slot: &AtomicUsize) -> F {
+    debug_assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<usize>());
+    // SAFETY: only called for slots a patch filled with the provider's non-null function of
+    // type F (a pointer-sized function pointer) before installing the wrapper that calls it.
+    unsafe { std::mem::transmute_copy::<usize, F>(&slot.load(Ordering::Acquire)) }
+}
+
+/// The provider's own ops of one patched context.
 struct Orig {
     ctx: usize,
     send: AtomicUsize,
     recv: AtomicUsize,
     poll: AtomicUsize,
-    next: *const Orig,
 }
 
-static ORIGS: AtomicPtr<Orig> = AtomicPtr::new(std::ptr::null_mut());
+static ORIGS: Leaked<Orig> = Leaked::new();
 /// Serialises patching and restoring.
 static PATCHING: Mutex<()> = Mutex::new(());
 
 fn orig(ctx: usize) -> Option<&'static Orig> {
-    let mut p = ORIGS.load(Ordering::Acquire).cast_const();
-    while !p.is_null() {
-        // SAFETY: nodes are leaked Boxes, published with Release and never freed.
-        let o = unsafe { &*p };
-        if o.ctx == ctx {
-            return Some(o);
-        }
-        p = o.next;
-    }
-    None
-}
-
-impl Orig {
-    fn send(&self) -> PostSend {
-        // SAFETY: stored from the provider's non-null post_send in patch().
-        unsafe { std::mem::transmute::<usize, PostSend>(self.send.load(Ordering::Acquire)) }
-    }
-    fn recv(&self) -> PostRecv {
-        // SAFETY: as above, post_recv.
-        unsafe { std::mem::transmute::<usize, PostRecv>(self.recv.load(Ordering::Acquire)) }
-    }
-    fn poll(&self) -> PollCq {
-        // SAFETY: as above, poll_cq.
-        unsafe { std::mem::transmute::<usize, PollCq>(self.poll.load(Ordering::Acquire)) }
-    }
+    ORIGS.iter().find(|o| o.ctx == ctx)
 }
 
 fn patch(ctx: usize) {
@@ -394,17 +407,10 @@ fn patch(ctx: usize) {
     unsafe {
         let ops = &mut (*(ctx as *mut v::ibv_context)).ops;
         let (Some(send), Some(recv), Some(poll)) = (ops.post_send, ops.post_recv, ops.poll_cq) else { return };
-        if send as usize == post_send as PostSend as usize {
-            return; // already patched
+        if is_patched(ctx) {
+            return;
         }
-        let o = match orig(ctx) {
-            Some(o) => o,
-            None => {
-                let n = Box::leak(Box::new(Orig { ctx, send: AtomicUsize::new(0), recv: AtomicUsize::new(0), poll: AtomicUsize::new(0), next: ORIGS.load(Ordering::Acquire) }));
-                ORIGS.store(n, Ordering::Release);
-                n
-            }
-        };
+        let o = orig(ctx).unwrap_or_else(|| ORIGS.push(Orig { ctx, send: AtomicUsize::new(0), recv: AtomicUsize::new(0), poll: AtomicUsize::new(0) }));
         o.send.store(send as usize, Ordering::Release);
         o.recv.store(recv as usize, Ordering::Release);
         o.poll.store(poll as usize, Ordering::Release);
@@ -424,9 +430,9 @@ fn unpatch_if_unused(ctx: usize) {
         // SAFETY: as in patch(): restoring the provider's own pointers.
         unsafe {
             let ops = &mut (*(ctx as *mut v::ibv_context)).ops;
-            ops.post_send = Some(o.send());
-            ops.post_recv = Some(o.recv());
-            ops.poll_cq = Some(o.poll());
+            ops.post_send = Some(provider(&o.send));
+            ops.post_recv = Some(provider(&o.recv));
+            ops.poll_cq = Some(provider(&o.poll));
         }
     }
     each_qpx(ctx, |n| n.unpatch());
@@ -502,6 +508,18 @@ impl<K: std::hash::Hash + Eq> Pending<K> {
 static PENDING_RECV: Pending<(u32, u64)> = Pending::new();
 static PENDING_READ: Pending<u32> = Pending::new();
 
+/// A send WR's ranges in bounce regions: an RDMA READ's are remembered until a completion of its
+/// QP is polled; everything else (SEND, WRITE, WRITE_WITH_IMM) goes application → shadow now.
+fn outgoing(qpn: u32, read: bool, rs: Ranges) {
+    if read {
+        PENDING_READ.add(qpn, rs);
+    } else {
+        for (reg, off, n) in &rs {
+            reg.to_shadow(*off, *n);
+        }
+    }
+}
+
 /// Every bounce region of `ctx` that peers can write.
 fn each_writable(ctx: usize, f: impl Fn(&Region)) {
     for r in REGIONS.read().unwrap().iter().filter(|r| r.ctx == ctx && r.remote_write) {
@@ -551,17 +569,9 @@ unsafe extern "C" fn post_send(qp: *mut v::ibv_qp, wr: *mut v::ibv_send_wr, bad:
     let (ctx, qpn) = unsafe { ((*qp).context as usize, (*qp).qp_num) };
     let Some(o) = orig(ctx) else { return libc::EINVAL };
     bump_epoch();
-    each_wr(ctx, wr, |r, rs| {
-        if r.opcode == v::ibv_wr_opcode::IBV_WR_RDMA_READ {
-            PENDING_READ.add(qpn, rs);
-        } else {
-            for (reg, off, n) in &rs {
-                reg.to_shadow(*off, *n);
-            }
-        }
-    });
+    each_wr(ctx, wr, |r, rs| outgoing(qpn, r.opcode == v::ibv_wr_opcode::IBV_WR_RDMA_READ, rs));
     // SAFETY: the provider's own post_send with the application's arguments.
-    unsafe { (o.send())(qp, wr, bad) }
+    unsafe { provider::<PostSend>(&o.send)(qp, wr, bad) }
 }
 
 unsafe extern "C" fn post_recv(qp: *mut v::ibv_qp, wr: *mut v::ibv_recv_wr, bad: *mut *mut v::ibv_recv_wr) -> c_int {
@@ -572,7 +582,7 @@ unsafe extern "C" fn post_recv(qp: *mut v::ibv_qp, wr: *mut v::ibv_recv_wr, bad:
     each_writable(ctx, Region::fold_app_writes);
     each_wr(ctx, wr, |r, rs| PENDING_RECV.add((qpn, r.wr_id), rs));
     // SAFETY: the provider's own post_recv.
-    unsafe { (o.recv())(qp, wr, bad) }
+    unsafe { provider::<PostRecv>(&o.recv)(qp, wr, bad) }
 }
 
 unsafe extern "C" fn poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut mrshim_verbs::sys::ibv_wc) -> c_int {
@@ -580,7 +590,7 @@ unsafe extern "C" fn poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut mrshim_verbs
     let ctx = unsafe { (*cq).context } as usize;
     let Some(o) = orig(ctx) else { return -1 };
     // SAFETY: the provider's own poll_cq.
-    let got = unsafe { (o.poll())(cq, n, wc) };
+    let got = unsafe { provider::<PollCq>(&o.poll)(cq, n, wc) };
     if got <= 0 || LIVE.load(Ordering::Acquire) == 0 {
         return got;
     }
@@ -645,28 +655,18 @@ struct Qpx {
     sge_list: AtomicUsize,
     /// The WR being built is an RDMA READ.
     reading: std::sync::atomic::AtomicBool,
-    next: *const Qpx,
 }
 
-static QPXS: AtomicPtr<Qpx> = AtomicPtr::new(std::ptr::null_mut());
+static QPXS: Leaked<Qpx> = Leaked::new();
 
-fn qpx_nodes() -> impl Iterator<Item = &'static Qpx> {
-    let mut p = QPXS.load(Ordering::Acquire).cast_const();
-    std::iter::from_fn(move || {
-        // SAFETY: nodes are leaked Boxes published with Release, never freed.
-        let n = unsafe { p.as_ref()? };
-        p = n.next;
-        Some(n)
-    })
-}
 
 fn qnode(q: *mut v::ibv_qp_ex) -> Option<&'static Qpx> {
-    qpx_nodes().find(|n| n.qpx.load(Ordering::Acquire) == q as usize)
+    QPXS.iter().find(|n| n.qpx.load(Ordering::Acquire) == q as usize)
 }
 
 /// Under PATCHING.
 fn each_qpx(ctx: usize, f: impl Fn(&Qpx)) {
-    for n in qpx_nodes().filter(|n| n.qpx.load(Ordering::Acquire) != 0 && n.ctx.load(Ordering::Acquire) == ctx) {
+    for n in QPXS.iter().filter(|n| n.qpx.load(Ordering::Acquire) != 0 && n.ctx.load(Ordering::Acquire) == ctx) {
         f(n);
     }
 }
@@ -698,31 +698,18 @@ impl Qpx {
         if q.wr_set_sge.map(|f| f as usize) != Some(qx_set_sge as QxSge as usize) {
             return;
         }
-        // SAFETY: the provider's own ops, saved by patch() from this very object.
-        unsafe {
-            q.wr_start = Some(std::mem::transmute::<usize, QxStart>(self.start.load(Ordering::Acquire)));
-            q.wr_rdma_read = Some(std::mem::transmute::<usize, QxRead>(self.read.load(Ordering::Acquire)));
-            q.wr_set_sge = Some(std::mem::transmute::<usize, QxSge>(self.sge.load(Ordering::Acquire)));
-            q.wr_set_sge_list = Some(std::mem::transmute::<usize, QxSgeList>(self.sge_list.load(Ordering::Acquire)));
-        }
-    }
-    fn ctx(&self) -> usize {
-        self.ctx.load(Ordering::Acquire)
+        q.wr_start = Some(provider(&self.start));
+        q.wr_rdma_read = Some(provider(&self.read));
+        q.wr_set_sge = Some(provider(&self.sge));
+        q.wr_set_sge_list = Some(provider(&self.sge_list));
     }
     /// The ranges of an SGE list in bounce regions: copied to the shadow now, or for an RDMA
     /// READ remembered until its completion is polled.
     fn sges(&self, q: *mut v::ibv_qp_ex, sg: *mut v::ibv_sge, n: c_int) {
-        let rs = ranges(self.ctx(), sg, n);
-        if rs.is_empty() {
-            return;
-        }
-        if self.reading.load(Ordering::Acquire) {
+        let rs = ranges(self.ctx.load(Ordering::Acquire), sg, n);
+        if !rs.is_empty() {
             // SAFETY: q is the application's live ibv_qp_ex; qp_base is its ibv_qp.
-            PENDING_READ.add(unsafe { (*q).qp_base.qp_num }, rs);
-        } else {
-            for (reg, off, n) in &rs {
-                reg.to_shadow(*off, *n);
-            }
+            outgoing(unsafe { (*q).qp_base.qp_num }, self.reading.load(Ordering::Acquire), rs);
         }
     }
 }
@@ -732,9 +719,9 @@ pub fn note_qpx(qpx: usize) {
     // SAFETY: the provider just returned this live ibv_qp_ex; its qp_base.context is its context.
     let ctx = unsafe { (*(qpx as *const v::ibv_qp_ex)).qp_base.context } as usize;
     let _g = PATCHING.lock().unwrap_or_else(|p| p.into_inner());
-    let node = match qpx_nodes().find(|n| n.qpx.load(Ordering::Acquire) == qpx) {
+    let node = match QPXS.iter().find(|n| n.qpx.load(Ordering::Acquire) == qpx) {
         Some(n) => n,
-        None => match qpx_nodes().find(|n| n.qpx.load(Ordering::Acquire) == 0) {
+        None => match QPXS.iter().find(|n| n.qpx.load(Ordering::Acquire) == 0) {
             Some(n) => {
                 n.ctx.store(ctx, Ordering::Release);
                 n.qpx.store(qpx, Ordering::Release);
@@ -742,9 +729,7 @@ pub fn note_qpx(qpx: usize) {
             }
             None => {
                 let z = || AtomicUsize::new(0);
-                let n = Box::leak(Box::new(Qpx { qpx: AtomicUsize::new(qpx), ctx: AtomicUsize::new(ctx), start: z(), read: z(), sge: z(), sge_list: z(), reading: Default::default(), next: QPXS.load(Ordering::Acquire) }));
-                QPXS.store(n, Ordering::Release);
-                n
+                QPXS.push(Qpx { qpx: AtomicUsize::new(qpx), ctx: AtomicUsize::new(ctx), start: z(), read: z(), sge: z(), sge_list: z(), reading: Default::default() })
             }
         },
     };
@@ -756,24 +741,18 @@ pub fn note_qpx(qpx: usize) {
 /// Around the real ibv_destroy_qp: a destroyed QP's `ibv_qp_ex` is forgotten (its node freed
 /// for reuse); one that survives (EBUSY) stays followed.
 pub fn destroying_qp(qp: usize, destroy: impl FnOnce() -> c_int) -> c_int {
-    if qpx_nodes().all(|n| n.qpx.load(Ordering::Acquire) != qp) {
+    if QPXS.iter().all(|n| n.qpx.load(Ordering::Acquire) != qp) {
         return destroy();
     }
     // Holding PATCHING: no patch of this object can start while it is being freed.
     let _g = PATCHING.lock().unwrap_or_else(|p| p.into_inner());
     let rc = destroy();
     if rc == 0 {
-        for n in qpx_nodes().filter(|n| n.qpx.load(Ordering::Acquire) == qp) {
+        for n in QPXS.iter().filter(|n| n.qpx.load(Ordering::Acquire) == qp) {
             n.qpx.store(0, Ordering::Release);
         }
     }
     rc
-}
-
-fn provider<F>(slot: &AtomicUsize) -> F {
-    // SAFETY: only called from wrappers installed by Qpx::patch, which stored the provider's
-    // non-null function of type F in this slot first.
-    unsafe { std::mem::transmute_copy::<usize, F>(&slot.load(Ordering::Acquire)) }
 }
 
 unsafe extern "C" fn qx_start(q: *mut v::ibv_qp_ex) {
@@ -806,4 +785,56 @@ unsafe extern "C" fn qx_set_sge_list(q: *mut v::ibv_qp_ex, num: usize, list: *co
     n.reading.store(false, Ordering::Release);
     // SAFETY: the provider's wr_set_sge_list with the application's arguments.
     unsafe { provider::<QxSgeList>(&n.sge_list)(q, num, list) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+
+    /// A host copy engine behind which "the NIC" writes the next message into the shadow right
+    /// after the first copy to the application: the window a streaming peer hits.
+    struct NicWritesDuringCopy {
+        shadow: usize,
+        len: usize,
+        fired: AtomicBool,
+    }
+
+    impl CopyEngine for NicWritesDuringCopy {
+        fn name(&self) -> &'static str {
+            "racy"
+        }
+        fn to_host(&self, dst: *mut u8, src: u64, n: usize) -> Result<(), String> {
+            HostCopy.to_host(dst, src, n)
+        }
+        fn to_app(&self, dst: u64, src: *const u8, n: usize) -> Result<(), String> {
+            HostCopy.to_app(dst, src, n)?;
+            if !self.fired.swap(true, Ordering::AcqRel) {
+                // SAFETY: the region's live shadow, len bytes.
+                unsafe { std::ptr::write_bytes(self.shadow as *mut u8, 0xee, self.len) };
+            }
+            Ok(())
+        }
+        fn app_is_host(&self) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn a_peer_write_landing_during_a_sync_reaches_the_application_at_the_next_one() {
+        let len = 8192;
+        let mut app = vec![0u8; len];
+        let access = mrshim_verbs::access::LOCAL_WRITE | mrshim_verbs::access::REMOTE_WRITE;
+        let p = app.as_mut_ptr() as u64;
+        let mut s = prepare(p, len as u64, p, access).unwrap();
+        s.region.engine = Box::new(NicWritesDuringCopy { shadow: s.region.shadow, len, fired: AtomicBool::new(false) });
+        let r = &s.region;
+        // SAFETY: the region's live shadow; the peer's first message.
+        unsafe { std::ptr::write_bytes(r.shadow as *mut u8, 0x11, len) };
+        r.sync_peer_writes();
+        assert!(app.iter().all(|&b| b == 0x11), "first message copied");
+        r.sync_peer_writes(); // the completion of the message that landed meanwhile
+        assert!(app.iter().all(|&b| b == 0xee), "the second message was lost");
+        abandon(s);
+    }
 }

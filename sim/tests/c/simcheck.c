@@ -350,6 +350,32 @@ static int transport_checks(void) {
     return 0;
 }
 
+static int wr_post(struct ibv_qp_ex *qx, enum ibv_wr_opcode op, struct ibv_sge *sg, int n, void *raddr, uint32_t rkey, uint32_t imm);
+
+/* A SEND gathering three unaligned pieces of a's buffer, scattered into two pieces of b's;
+ * through ibv_post_send, or with qx through the ibv_wr_* API. a's buffer gets its data only
+ * after b's receive is posted (so a bounce layer must copy it at the post, not earlier).
+ * 1 if b received exactly those bytes. */
+static int gather_scatter(struct end *a, struct end *b, struct ibv_qp_ex *qx) {
+    memset(b->buf, 0, 65536);
+    struct ibv_sge rs[2] = { { (uintptr_t)b->buf + 3, 1000, b->mr->lkey }, { (uintptr_t)b->buf + 5001, 9000, b->mr->lkey } };
+    struct ibv_recv_wr rwr = { .wr_id = 1, .sg_list = rs, .num_sge = 2 }, *rbad;
+    ibv_post_recv(b->qp, &rwr, &rbad);
+    for (int i = 0; i < 65536; i++) a->buf[i] = (char)(i * 31 + 7);
+    struct ibv_sge ss[3] = { { (uintptr_t)a->buf + 1, 2000, a->mr->lkey }, { (uintptr_t)a->buf + 7777, 3000, a->mr->lkey }, { (uintptr_t)a->buf + 40001, 5000, a->mr->lkey } };
+    if (qx) {
+        if (wr_post(qx, IBV_WR_SEND, ss, 3, NULL, 0, 0)) { fprintf(stderr, "wr_complete failed\n"); exit(5); }
+    } else {
+        struct ibv_send_wr swr = { .wr_id = 2, .sg_list = ss, .num_sge = 3, .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *sbad;
+        ibv_post_send(a->qp, &swr, &sbad);
+    }
+    wait1(a->cq);
+    struct ibv_wc wc = wait1(b->cq);
+    char want[10000];
+    memcpy(want, a->buf + 1, 2000); memcpy(want + 2000, a->buf + 7777, 3000); memcpy(want + 5000, a->buf + 40001, 5000);
+    return wc.byte_len == 10000 && !memcmp(b->buf + 3, want, 1000) && !memcmp(b->buf + 5001, want + 1000, 9000);
+}
+
 /* Multiple SGEs, unaligned ranges, two QP pairs at once, and deregistration of one region while
  * others live: each prints "name equal|differs". */
 static int multi_checks(void) {
@@ -358,21 +384,7 @@ static int multi_checks(void) {
     mkend(&a, FULL); mkend(&b, FULL); mkend(&c, FULL); mkend(&d, FULL);
     connect_pair(&a, &b, FULL);
     connect_pair(&c, &d, FULL);
-    /* SEND gathering three unaligned pieces of a.buf, scattered into two pieces of b.buf */
-    for (int i = 0; i < 65536; i++) a.buf[i] = (char)(i * 31 + 7);
-    memset(b.buf, 0, 65536);
-    struct ibv_sge rs[2] = { { (uintptr_t)b.buf + 3, 1000, b.mr->lkey }, { (uintptr_t)b.buf + 5001, 9000, b.mr->lkey } };
-    struct ibv_recv_wr rwr = { .wr_id = 1, .sg_list = rs, .num_sge = 2 }, *rbad;
-    ibv_post_recv(b.qp, &rwr, &rbad);
-    struct ibv_sge ss[3] = { { (uintptr_t)a.buf + 1, 2000, a.mr->lkey }, { (uintptr_t)a.buf + 7777, 3000, a.mr->lkey }, { (uintptr_t)a.buf + 40001, 5000, a.mr->lkey } };
-    struct ibv_send_wr swr = { .wr_id = 2, .sg_list = ss, .num_sge = 3, .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *sbad;
-    ibv_post_send(a.qp, &swr, &sbad);
-    wait1(a.cq);
-    struct ibv_wc wc = wait1(b.cq);
-    char want[10000];
-    memcpy(want, a.buf + 1, 2000); memcpy(want + 2000, a.buf + 7777, 3000); memcpy(want + 5000, a.buf + 40001, 5000);
-    int ok = wc.byte_len == 10000 && !memcmp(b.buf + 3, want, 1000) && !memcmp(b.buf + 5001, want + 1000, 9000);
-    printf("multi_sge %s\n", ok ? "equal" : "differs");
+    printf("multi_sge %s\n", gather_scatter(&a, &b, NULL) ? "equal" : "differs");
     /* two pairs at once: WRITE_WITH_IMM on both before polling either */
     memset(b.buf, 0, 65536); memset(d.buf, 0, 65536);
     for (int i = 0; i < 65536; i++) c.buf[i] = (char)(i * 17 + 3);
@@ -453,18 +465,7 @@ static int qpex_checks(void) {
     struct ibv_qp_ex *qa, *qb, *qc, *qd;
     mkend_qp(&a, FULL, &qa); mkend_qp(&b, FULL, &qb);
     connect_pair(&a, &b, FULL);
-    for (int i = 0; i < 65536; i++) a.buf[i] = (char)(i * 31 + 7);
-    memset(b.buf, 0, 65536);
-    struct ibv_sge rs[2] = { { (uintptr_t)b.buf + 3, 1000, b.mr->lkey }, { (uintptr_t)b.buf + 5001, 9000, b.mr->lkey } };
-    struct ibv_recv_wr rwr = { .wr_id = 1, .sg_list = rs, .num_sge = 2 }, *rbad;
-    ibv_post_recv(b.qp, &rwr, &rbad);
-    struct ibv_sge ss[3] = { { (uintptr_t)a.buf + 1, 2000, a.mr->lkey }, { (uintptr_t)a.buf + 7777, 3000, a.mr->lkey }, { (uintptr_t)a.buf + 40001, 5000, a.mr->lkey } };
-    if (wr_post(qa, IBV_WR_SEND, ss, 3, NULL, 0, 0)) { fprintf(stderr, "wr_complete failed\n"); return 5; }
-    wait1(a.cq);
-    struct ibv_wc wc = wait1(b.cq);
-    char want[10000];
-    memcpy(want, a.buf + 1, 2000); memcpy(want + 2000, a.buf + 7777, 3000); memcpy(want + 5000, a.buf + 40001, 5000);
-    printf("qpex_send_sge_list %s\n", wc.byte_len == 10000 && !memcmp(b.buf + 3, want, 1000) && !memcmp(b.buf + 5001, want + 1000, 9000) ? "equal" : "differs");
+    printf("qpex_send_sge_list %s\n", gather_scatter(&a, &b, qa) ? "equal" : "differs");
     /* the application changes its buffer after the peer posted its receive, then writes it */
     memset(b.buf, 0, 65536);
     post_recv(&b, b.buf, 0);
