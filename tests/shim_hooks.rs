@@ -246,7 +246,13 @@ fn bad_values_print_one_line_and_pass_through() {
         ("MRSHIM_LOG", "", "mrshim: MRSHIM_LOG=\"\" is not valid (empty); accepted: off, stderr, a file path or a directory (placeholders %h host, %p pid, %r rank, %% percent); mrshim passes every call through unrecorded"),
         ("MRSHIM_SUMMARY", "sometimes", "mrshim: MRSHIM_SUMMARY=\"sometimes\" is not valid; accepted: on, off (also 1/0, true/false, yes/no); mrshim passes every call through unrecorded"),
         ("MRSHIM_WARN", "loud", "mrshim: MRSHIM_WARN=\"loud\" is not valid; accepted: on, off (also 1/0, true/false, yes/no); mrshim passes every call through unrecorded"),
+        ("MRSHIM_DEBUG_PANIC", "always", "mrshim: MRSHIM_DEBUG_PANIC=\"always\" is not valid; accepted: init, hook, record, exit (where the shim panics on purpose; unset in production); mrshim passes every call through unrecorded"),
     ];
+    use mrshim_core::config::{INJECT_ACCEPTED, RETRY_ACCEPTED};
+    let long = |var: &str, val: &str, acc: &str| format!("mrshim: {var}={val:?} is not valid; accepted: {acc}; mrshim passes every call through unrecorded");
+    let retry = long("MRSHIM_RETRY", "drop-everything", RETRY_ACCEPTED);
+    let inject = long("MRSHIM_INJECT", "ibv_reg_mr:EWHAT", INJECT_ACCEPTED);
+    let cases = cases.into_iter().map(|(a, b, c)| (a, b, c.to_string())).chain([("MRSHIM_RETRY", "drop-everything", retry), ("MRSHIM_INJECT", "ibv_reg_mr:EWHAT", inject)]);
     let f = fake();
     let base = run(cmd(f.prog("fake_linked")).env("LD_LIBRARY_PATH", f.lib_dir()));
     for (var, val, line) in cases {
@@ -258,6 +264,58 @@ fn bad_values_print_one_line_and_pass_through() {
         assert_eq!(stdout(&o), stdout(&base), "{var}: calls pass through");
         assert_eq!(stderr(&o), format!("{line}\n"), "{var}");
         assert!(files(&d).is_empty(), "{var}: nothing recorded");
+    }
+}
+
+/// MRSHIM_DEBUG_PANIC makes the shim panic on purpose at each point of its own code: the program
+/// must see exactly what it sees without the shim (same output, exit code, lkeys), stderr gets one
+/// line naming the panic, and the log says what happened.
+#[test]
+fn a_panic_inside_the_shim_never_reaches_the_application() {
+    let f = fake();
+    let base = run(cmd(f.prog("fake_linked")).env("LD_LIBRARY_PATH", f.lib_dir()));
+    assert!(base.status.success());
+    for stage in ["init", "hook", "record", "exit"] {
+        let d = tmp(&format!("panic-{stage}"));
+        let log = d.join("x.jsonl");
+        let o = run(fake_cmd("fake_linked").env("MRSHIM_LOG", &log).env("MRSHIM_DEBUG_PANIC", stage));
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{stage}: {err}");
+        assert_eq!(stdout(&o), stdout(&base), "{stage}: every call answered as without the shim");
+        let lines: Vec<&str> = err.lines().filter(|l| l.contains("internal error")).collect();
+        assert_eq!(lines.len(), if stage == "exit" || stage == "init" { 1 } else { 2 }, "{stage}: one line, plus the summary's count: {err}");
+        assert!(lines[0].starts_with("mrshim: internal error in ") && lines[0].contains(&format!("MRSHIM_DEBUG_PANIC={stage} at ")), "{stage}: {err}");
+        assert!(lines[0].contains("the call was passed through to the real function"), "{stage}: {err}");
+        assert!(!err.contains("panicked"), "{stage}: no Rust panic message: {err}");
+        if stage == "init" {
+            assert!(!log.exists(), "init: a shim that could not start records nothing");
+            continue;
+        }
+        let recs = records(&log);
+        let errors: Vec<_> = recs.iter().filter(|r| r.kind == Some(Kind::Error)).collect();
+        let kinds: Vec<Kind> = recs.iter().map(|r| r.kind.unwrap()).collect();
+        match stage {
+            // nine intercepted calls, each one an error record instead of its reg/dereg record
+            "hook" | "record" => {
+                assert_eq!(errors.len(), 9, "{stage}: {kinds:?}");
+                assert!(errors.iter().all(|r| r.error.as_deref().unwrap().starts_with(&format!("MRSHIM_DEBUG_PANIC={stage} at "))));
+                let calls: HashSet<&str> = errors.iter().map(|r| r.call.as_str()).collect();
+                assert_eq!(calls, HashSet::from(["ibv_reg_mr", "ibv_reg_mr_iova", "ibv_reg_mr_iova2", "ibv_reg_dmabuf_mr", "ibv_dereg_mr"]), "{stage}");
+                let sum = recs.last().unwrap().summary.as_ref().unwrap_or_else(|| panic!("{stage}: {kinds:?}"));
+                assert_eq!(sum.internal_errors, 9, "{stage}");
+                // hook: the shim never got to count the calls; record: it did, then failed to write
+                assert_eq!(sum.calls, if stage == "hook" { 0 } else { 9 }, "{stage}");
+                assert!(err.contains(", 9 internal errors (each call passed through)"), "{stage}: {err}");
+                let report = stdout(&run(cmd(mrshim_bin()).arg("analyze").arg(&log)));
+                assert!(report.contains("libmrshim.so caught an internal error in ibv_reg_mr on "), "{stage}: analyze says so: {report}");
+            }
+            _ => {
+                assert_eq!(errors.len(), 1, "exit: {kinds:?}");
+                assert_eq!(errors[0].call, "the exit summary");
+                assert!(!kinds.contains(&Kind::Summary), "exit: {kinds:?}");
+                assert_eq!(kinds.iter().filter(|k| matches!(k, Kind::Reg | Kind::Dereg)).count(), 9, "exit: every call recorded");
+            }
+        }
     }
 }
 

@@ -24,8 +24,11 @@ Environment read by libmrshim.so (also when preloaded without `mrshim exec`):
                   rescue failed registrations another way (docs/retry.md, docs/bounce.md)
   MRSHIM_INJECT   CALL:ERRNO[:COND,...];...  make up failures to rehearse, e.g.
                   ibv_reg_mr_iova2:EINVAL:relaxed (docs/retry.md)
+  MRSHIM_DEBUG_PANIC  init | hook | record | exit: the shim panics there on purpose, to show that
+                  no panic reaches the program (one stderr line, an `error` record, the call
+                  passed through). Unset in production.
 A bad value prints one line naming the variable, the value and what is accepted; the shim then
-passes every call through unrecorded. Rank: OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK,
+passes every call through unrecorded. Rank: OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK,
 SLURM_PROCID, RANK (first one set); local rank: OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID,
 SLURM_LOCALID, LOCAL_RANK.
 

@@ -8,7 +8,13 @@ mod exec;
 mod sim;
 
 #[derive(Parser)]
-#[command(name = "mrshim", version, about = "Record, explain and rescue RDMA memory registrations")]
+#[command(
+    name = "mrshim",
+    version,
+    about = "Record, explain and rescue RDMA memory registrations",
+    after_help = "Environment variables of libmrshim.so: `mrshim --help`.",
+    after_long_help = exec::ENV_HELP
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,

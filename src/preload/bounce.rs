@@ -21,6 +21,7 @@ use super::copy::{CopyEngine, Cuda, HostCopy};
 use mrshim_verbs as v;
 use std::collections::HashMap;
 use std::ffi::c_int;
+use mrshim_core::internal::guarded;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -568,8 +569,10 @@ unsafe extern "C" fn post_send(qp: *mut v::ibv_qp, wr: *mut v::ibv_send_wr, bad:
     // SAFETY: qp is the application's live QP; its context is one we patched.
     let (ctx, qpn) = unsafe { ((*qp).context as usize, (*qp).qp_num) };
     let Some(o) = orig(ctx) else { return libc::EINVAL };
-    bump_epoch();
-    each_wr(ctx, wr, |r, rs| outgoing(qpn, r.opcode == v::ibv_wr_opcode::IBV_WR_RDMA_READ, rs));
+    guarded("ibv_post_send", || {
+        bump_epoch();
+        each_wr(ctx, wr, |r, rs| outgoing(qpn, r.opcode == v::ibv_wr_opcode::IBV_WR_RDMA_READ, rs));
+    });
     // SAFETY: the provider's own post_send with the application's arguments.
     unsafe { provider::<PostSend>(&o.send)(qp, wr, bad) }
 }
@@ -579,8 +582,10 @@ unsafe extern "C" fn post_recv(qp: *mut v::ibv_qp, wr: *mut v::ibv_recv_wr, bad:
     let (ctx, qpn) = unsafe { ((*qp).context as usize, (*qp).qp_num) };
     let Some(o) = orig(ctx) else { return libc::EINVAL };
     // What peers write after this receive must be told apart from what the application wrote.
-    each_writable(ctx, Region::fold_app_writes);
-    each_wr(ctx, wr, |r, rs| PENDING_RECV.add((qpn, r.wr_id), rs));
+    guarded("ibv_post_recv", || {
+        each_writable(ctx, Region::fold_app_writes);
+        each_wr(ctx, wr, |r, rs| PENDING_RECV.add((qpn, r.wr_id), rs));
+    });
     // SAFETY: the provider's own post_recv.
     unsafe { provider::<PostRecv>(&o.recv)(qp, wr, bad) }
 }
@@ -594,9 +599,15 @@ unsafe extern "C" fn poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut mrshim_verbs
     if got <= 0 || LIVE.load(Ordering::Acquire) == 0 {
         return got;
     }
-    bump_epoch();
     // SAFETY: the provider filled `got` entries; both ibv_wc types share rdma-core's layout.
     let wcs = unsafe { std::slice::from_raw_parts(wc.cast::<v::ibv_wc>(), got as usize) };
+    guarded("ibv_poll_cq", || completed(ctx, wcs));
+    got
+}
+
+/// Completions just polled: what peers wrote reaches the application.
+fn completed(ctx: usize, wcs: &[v::ibv_wc]) {
+    bump_epoch();
     let mut peer_wrote = false;
     for w in wcs {
         let ok = w.status == v::ibv_wc_status::IBV_WC_SUCCESS;
@@ -626,7 +637,6 @@ unsafe extern "C" fn poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut mrshim_verbs
     if peer_wrote {
         each_writable(ctx, Region::sync_peer_writes);
     }
-    got
 }
 
 // ----------------------------------------------------------------- ibv_qp_ex (ibv_wr_*)
@@ -773,7 +783,7 @@ unsafe extern "C" fn qx_rdma_read(q: *mut v::ibv_qp_ex, rkey: u32, raddr: u64) {
 unsafe extern "C" fn qx_set_sge(q: *mut v::ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
     let Some(n) = qnode(q) else { return };
     let mut s = v::ibv_sge { addr, length, lkey };
-    n.sges(q, &mut s, 1);
+    guarded("ibv_wr_set_sge", || n.sges(q, &mut s, 1));
     n.reading.store(false, Ordering::Release);
     // SAFETY: the provider's wr_set_sge with the application's arguments.
     unsafe { provider::<QxSge>(&n.sge)(q, lkey, addr, length) }
@@ -781,7 +791,7 @@ unsafe extern "C" fn qx_set_sge(q: *mut v::ibv_qp_ex, lkey: u32, addr: u64, leng
 
 unsafe extern "C" fn qx_set_sge_list(q: *mut v::ibv_qp_ex, num: usize, list: *const v::ibv_sge) {
     let Some(n) = qnode(q) else { return };
-    n.sges(q, list.cast_mut(), num.min(c_int::MAX as usize) as c_int);
+    guarded("ibv_wr_set_sge_list", || n.sges(q, list.cast_mut(), num.min(c_int::MAX as usize) as c_int));
     n.reading.store(false, Ordering::Release);
     // SAFETY: the provider's wr_set_sge_list with the application's arguments.
     unsafe { provider::<QxSgeList>(&n.sge_list)(q, num, list) }

@@ -25,6 +25,7 @@
 use super::real::{self, Fn_};
 use super::{bounce, copy, elf, Guard};
 use mrshim_retry::strategy::Strategy;
+use mrshim_core::config::PanicAt;
 use mrshim_core::{Backend, Call, Outcome, RegArgs};
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
@@ -475,12 +476,41 @@ impl Backend for Ffi {
 /// not run yet.
 fn record(args: RegArgs, real: Real, compat10: bool, preset: Option<Outcome>) -> Outcome {
     let backend = Ffi { real, compat10, done: Cell::new(None), preset: Cell::new(preset) };
+    let call = args.call();
     match catch_unwind(AssertUnwindSafe(|| mrshim_core::shim().call(&args, &backend))) {
         Ok(o) => o,
-        Err(_) => match backend.done.get() {
-            Some(o) => o,
-            None => backend.invoke(&args),
-        },
+        Err(_) => {
+            mrshim_core::internal::caught(call.name());
+            match backend.done.get() {
+                Some(o) => o,
+                None => backend.invoke(&args),
+            }
+        }
+    }
+}
+
+/// Runs a wrapper's own part, `body`, which calls the real function through the `direct` it is
+/// handed (at most once). A panic anywhere in it is caught and reported, and the caller gets
+/// the real function's answer (calling it now if it had not run), with its errno.
+fn shielded<R: Copy>(name: &'static str, direct: impl Fn() -> R, body: impl FnOnce(&dyn Fn() -> R) -> R) -> R {
+    let ran: Cell<Option<(R, c_int)>> = Cell::new(None);
+    let once = || {
+        let r = direct();
+        ran.set(Some((r, errno())));
+        r
+    };
+    match catch_unwind(AssertUnwindSafe(|| body(&once))) {
+        Ok(r) => r,
+        Err(_) => {
+            mrshim_core::internal::caught(name);
+            match ran.get() {
+                Some((r, e)) => {
+                    set_errno(e);
+                    r
+                }
+                None => direct(),
+            }
+        }
     }
 }
 
@@ -495,21 +525,24 @@ unsafe fn real_fn<F: Copy>(f: Fn_) -> Option<F> {
 }
 
 /// Every registration wrapper: nested call → `direct` (the real function with the caller's
-/// arguments), nothing else. When the shim only counts (no records, retries or injection), a
-/// success is the real call plus counters; anything else goes through [`record`].
-fn reg_hook(direct: impl FnOnce() -> *mut c_void, real: Real, compat10: bool, args: impl FnOnce() -> RegArgs) -> *mut c_void {
+/// arguments), nothing else. When the shim only counts (no records, injection or anything
+/// learned), a success is the real call plus counters; anything else goes through [`record`].
+fn reg_hook(call: Call, direct: impl Fn() -> *mut c_void, real: Real, compat10: bool, args: impl FnOnce() -> RegArgs) -> *mut c_void {
     let Some(_g) = Guard::enter() else { return direct() };
-    let shim = mrshim_core::shim();
-    let a = args();
-    if shim.counts_only() {
-        let mr = direct();
-        if !mr.is_null() {
-            shim.succeeded(a.call(), a.length, mr as usize);
-            return mr;
+    shielded(call.name(), direct, |direct| {
+        let shim = mrshim_core::shim();
+        shim.debug_panic(PanicAt::Hook);
+        let a = args();
+        if shim.counts_only(call) {
+            let mr = direct();
+            if !mr.is_null() {
+                shim.succeeded(call, a.length, mr as usize);
+                return mr;
+            }
+            return finish_mr(record(a, real, compat10, Some(Ffi::mr_outcome(mr))));
         }
-        return finish_mr(record(a, real, compat10, Some(Ffi::mr_outcome(mr))));
-    }
-    finish_mr(record(a, real, compat10, None))
+        finish_mr(record(a, real, compat10, None))
+    })
 }
 
 fn no_real() -> *mut c_void {
@@ -533,7 +566,7 @@ pub unsafe extern "C" fn ibv_reg_mr(pd: *mut c_void, addr: *mut c_void, length: 
     let Some(f) = (unsafe { real_fn::<RegMrFn>(Fn_::RegMr) }) else { return no_real() };
     // SAFETY: the real function with the caller's arguments.
     let direct = || unsafe { f(pd, addr, length, access) };
-    reg_hook(direct, Real::RegMr(f), false, || reg_args(Call::RegMr, pd, addr as u64, length, addr as u64, access as u32))
+    reg_hook(Call::RegMr, direct, Real::RegMr(f), false, || reg_args(Call::RegMr, pd, addr as u64, length, addr as u64, access as u32))
 }
 
 /// # Safety
@@ -543,7 +576,7 @@ pub unsafe extern "C" fn reg_mr_1_0(pd: *mut c_void, addr: *mut c_void, length: 
     let Some(f) = (unsafe { real_fn::<RegMrFn>(Fn_::RegMr10) }) else { return no_real() };
     // SAFETY: the real function with the caller's arguments.
     let direct = || unsafe { f(pd, addr, length, access) };
-    reg_hook(direct, Real::RegMr(f), true, || RegArgs {
+    reg_hook(Call::RegMr, direct, Real::RegMr(f), true, || RegArgs {
         symbol_version: Some("IBVERBS_1.0"),
         ..reg_args(Call::RegMr, pd, addr as u64, length, addr as u64, access as u32)
     })
@@ -557,7 +590,7 @@ pub unsafe extern "C" fn ibv_reg_mr_iova(pd: *mut c_void, addr: *mut c_void, len
     let Some(f) = (unsafe { real_fn::<IovaFn>(Fn_::RegMrIova) }) else { return no_real() };
     // SAFETY: the real function with the caller's arguments.
     let direct = || unsafe { f(pd, addr, length, iova, access) };
-    reg_hook(direct, Real::Iova(f), false, || reg_args(Call::RegMrIova, pd, addr as u64, length, iova, access as u32))
+    reg_hook(Call::RegMrIova, direct, Real::Iova(f), false, || reg_args(Call::RegMrIova, pd, addr as u64, length, iova, access as u32))
 }
 
 /// # Safety
@@ -568,7 +601,7 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(pd: *mut c_void, addr: *mut c_void, le
     let Some(f) = (unsafe { real_fn::<Iova2Fn>(Fn_::RegMrIova2) }) else { return no_real() };
     // SAFETY: the real function with the caller's arguments (nested: libibverbs' own ibv_reg_mr).
     let direct = || unsafe { f(pd, addr, length, iova, access) };
-    reg_hook(direct, Real::Iova2(f), false, || reg_args(Call::RegMrIova2, pd, addr as u64, length, iova, access))
+    reg_hook(Call::RegMrIova2, direct, Real::Iova2(f), false, || reg_args(Call::RegMrIova2, pd, addr as u64, length, iova, access))
 }
 
 /// # Safety
@@ -580,7 +613,7 @@ pub unsafe extern "C" fn ibv_reg_dmabuf_mr(pd: *mut c_void, offset: u64, length:
     // SAFETY: the real function with the caller's arguments.
     let direct = || unsafe { f(pd, offset, length, iova, fd, access) };
     // The VA of a dmabuf MR is its iova; `offset` is into the dmabuf.
-    reg_hook(direct, Real::Dmabuf(f), false, || RegArgs {
+    reg_hook(Call::RegDmabufMr, direct, Real::Dmabuf(f), false, || RegArgs {
         dmabuf_fd: Some(fd),
         dmabuf_offset: Some(offset),
         ..reg_args(Call::RegDmabufMr, pd, iova, length, iova, access as u32)
@@ -613,21 +646,24 @@ fn dereg_hook(f: Option<DeregFn>, mr: *mut c_void, compat10: bool) -> c_int {
     // SAFETY: the real ibv_dereg_mr with the caller's MR.
     let direct = || unsafe { f(mr) };
     let Some(_g) = Guard::enter() else { return direct() };
-    let shim = mrshim_core::shim();
-    let a = dereg_args(mr, compat10);
-    let preset = if shim.counts_only() && !ADOPTED.load(std::sync::atomic::Ordering::Acquire) {
-        let rc = direct();
-        if rc == 0 {
-            shim.succeeded(Call::DeregMr, a.length, mr as usize);
-            return 0;
-        }
-        Some(Outcome { err: rc, errno_after: errno(), ..Default::default() })
-    } else {
-        None
-    };
-    let out = record(a, Real::Dereg(f), compat10, preset);
-    set_errno(out.errno_after);
-    out.err
+    shielded(Call::DeregMr.name(), direct, |direct| {
+        let shim = mrshim_core::shim();
+        shim.debug_panic(PanicAt::Hook);
+        let a = dereg_args(mr, compat10);
+        let preset = if shim.counts_only(Call::DeregMr) && !ADOPTED.load(std::sync::atomic::Ordering::Acquire) {
+            let rc = direct();
+            if rc == 0 {
+                shim.succeeded(Call::DeregMr, a.length, mr as usize);
+                return 0;
+            }
+            Some(Outcome { err: rc, errno_after: errno(), ..Default::default() })
+        } else {
+            None
+        };
+        let out = record(a, Real::Dereg(f), compat10, preset);
+        set_errno(out.errno_after);
+        out.err
+    })
 }
 
 /// # Safety
@@ -661,7 +697,7 @@ pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut c_void) -> *mut c_void {
     let q = unsafe { f(qp) };
     if !q.is_null() {
         let e = errno();
-        let _ = catch_unwind(|| bounce::note_qpx(q as usize));
+        mrshim_core::internal::guarded("ibv_qp_to_qp_ex", || bounce::note_qpx(q as usize));
         set_errno(e);
     }
     q

@@ -43,30 +43,28 @@ impl Drop for Guard {
 
 #[cfg(not(test))]
 mod process {
-    use std::panic::{catch_unwind, AssertUnwindSafe};
-
     extern "C" fn init() {
         // Resolve glibc's dlsym/dlvsym now (the trampolines also do it lazily, for dlsym calls
         // made by constructors that run before this one).
         super::elf::resolve();
-        std::panic::set_hook(Box::new(|info| {
-            mrshim_core::stderr_line(&format!("mrshim: internal error ({info}); the call was passed through"));
-        }));
+        // This is libmrshim.so's own std: the hook sees only the shim's panics. The catcher
+        // reports them (mrshim_core::internal), with the message kept here.
+        std::panic::set_hook(Box::new(mrshim_core::internal::note_panic));
         // SAFETY: registering a plain extern "C" fn without arguments.
         unsafe { libc::pthread_atfork(None, None, Some(child)) };
     }
 
     extern "C" fn child() {
-        let _ = catch_unwind(AssertUnwindSafe(|| {
+        mrshim_core::internal::guarded("the fork handler", || {
             mrshim_core::after_fork_child();
             super::copy::after_fork_child();
-        }));
+        });
     }
 
     extern "C" fn fini() {
         let Some(_g) = super::Guard::enter() else { return };
         if let Some(s) = mrshim_core::shim_if_initialized() {
-            let _ = catch_unwind(AssertUnwindSafe(|| s.at_exit()));
+            mrshim_core::internal::guarded("the exit summary", || s.at_exit());
         }
     }
 

@@ -20,6 +20,8 @@ pub enum Kind {
     Policy,
     /// Per-process exit summary.
     Summary,
+    /// The shim caught a panic of its own; the call it interrupted went to the real function.
+    Error,
 }
 
 /// Where the registered address lives, as far as the shim can tell.
@@ -156,6 +158,9 @@ pub struct Reg {
     /// Summary records (last line of a log when the process exits normally).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub summary: Option<Summary>,
+    /// Error records: what went wrong inside the shim (a panic message and where).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// Per-process totals, written as the `summary` of a [`Kind::Summary`] line.
@@ -180,6 +185,13 @@ pub struct Summary {
     /// Registrations each retry strategy rescued (learned applications included).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub rescued: BTreeMap<String, u64>,
+    /// Panics the shim caught in itself (each one passed its call through; see `error` lines).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub internal_errors: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -7,6 +7,7 @@ use crate::policy::Policy;
 use crate::strategy::{Facts, Plan, Strategy};
 use crate::{Entry, MemKind, Req};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use mrshim_forklock::ForkLock;
 
 /// What the shim provides: facts about the memory and the side effects some strategies need.
@@ -45,6 +46,8 @@ pub enum Event {
 pub struct Engine {
     pub policy: Policy,
     learned: ForkLock<HashMap<(MemKind, Entry), (Strategy, i32)>>,
+    /// Set with the first learned entry: until then a registration needs no facts up front.
+    any_learned: AtomicBool,
     rescued: ForkLock<HashMap<Strategy, u64>>,
 }
 
@@ -57,6 +60,7 @@ impl Engine {
     /// learned is for the parent's memory, the counts are the parent's).
     pub fn reset_in_child(&self) {
         self.learned.reset_in_child(HashMap::new());
+        self.any_learned.store(false, Relaxed);
         self.rescued.reset_in_child(HashMap::new());
     }
 
@@ -67,10 +71,17 @@ impl Engine {
         v
     }
 
+    /// True once sticky mode learned anything: only then can a registration start with
+    /// something other than the caller's own call.
+    #[inline]
+    pub fn has_learned(&self) -> bool {
+        self.any_learned.load(Relaxed)
+    }
+
     /// Sticky mode: the strategy that worked for this kind of memory, applied before the
     /// original call. None when nothing is learned (or it no longer applies).
     pub fn learned_attempt(&self, req: &Req, env: &dyn Env) -> Option<Attempt> {
-        if !self.policy.sticky || req.is_probe() || self.policy.is_off() {
+        if !self.has_learned() || !self.policy.sticky || req.is_probe() || self.policy.is_off() {
             return None;
         }
         let kind = env.facts(req).kind;
@@ -157,6 +168,7 @@ impl Engine {
         }
         let kind = env.facts(orig).kind;
         let prev = self.learned.lock().insert((kind, orig.entry), (s, errno));
+        self.any_learned.store(true, Relaxed);
         if prev.map(|p| p.0) != Some(s) {
             note(Event::Learned { kind, entry: orig.entry, strategy: s });
         }

@@ -34,11 +34,47 @@ pub struct Config {
     pub retry: mrshim_retry::policy::Policy,
     /// MRSHIM_INJECT, validated; the shim builds its rules (with their counters) from it.
     pub inject: String,
+    /// MRSHIM_DEBUG_PANIC: make the shim panic at one point, to prove it never takes the
+    /// application down (tests, and users who want to see it for themselves).
+    pub debug_panic: Option<PanicAt>,
+}
+
+/// Where MRSHIM_DEBUG_PANIC makes the shim panic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PanicAt {
+    /// Building the shim's state (first intercepted call).
+    Init,
+    /// In a hook, before the real function ran.
+    Hook,
+    /// While recording, after the real function ran.
+    Record,
+    /// In the exit summary.
+    Exit,
+}
+
+impl PanicAt {
+    pub fn parse(v: &str) -> Option<PanicAt> {
+        Some(match v.trim().to_ascii_lowercase().as_str() {
+            "init" => PanicAt::Init,
+            "hook" => PanicAt::Hook,
+            "record" => PanicAt::Record,
+            "exit" => PanicAt::Exit,
+            _ => return None,
+        })
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            PanicAt::Init => "init",
+            PanicAt::Hook => "hook",
+            PanicAt::Record => "record",
+            PanicAt::Exit => "exit",
+        }
+    }
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config { log: LogDest::Off, level: Level::All, summary: true, warn: true, retry: Default::default(), inject: String::new() }
+        Config { log: LogDest::Off, level: Level::All, summary: true, warn: true, retry: Default::default(), inject: String::new(), debug_panic: None }
     }
 }
 
@@ -52,6 +88,7 @@ pub const INJECT_ACCEPTED: &str = "rules separated by ';', each CALL:ERRNO[:COND
 ibv_reg_mr_iova2, ibv_reg_dmabuf_mr or reg (any); ERRNO: a name like EINVAL or a number; COND: nth=N, from=N, \
 p=PROBABILITY, seed=N, relaxed, access=0xMASK, min_len=SIZE, max_len=SIZE (K/M/G), kind=host-anon|host-stack|\
 hugepage|file-readonly|file-writable|device|unmapped";
+pub const DEBUG_PANIC_ACCEPTED: &str = "init, hook, record, exit (where the shim panics on purpose; unset in production)";
 
 /// One bad variable. Displayed as the single stderr line users see.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,7 +111,7 @@ impl fmt::Display for ConfigError {
 }
 
 /// Every variable the shim reads (echoed in the config record).
-pub const VARS: &[&str] = &["MRSHIM_LOG", "MRSHIM_LEVEL", "MRSHIM_SUMMARY", "MRSHIM_WARN", "MRSHIM_RETRY", "MRSHIM_INJECT"];
+pub const VARS: &[&str] = &["MRSHIM_LOG", "MRSHIM_LEVEL", "MRSHIM_SUMMARY", "MRSHIM_WARN", "MRSHIM_RETRY", "MRSHIM_INJECT", "MRSHIM_DEBUG_PANIC"];
 
 /// Parses the configuration. `get` returns a variable's value (None when unset).
 pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<ConfigError>> {
@@ -111,6 +148,12 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<ConfigE
         match mrshim_retry::inject::parse(&v) {
             Ok(_) => c.inject = v,
             Err(_) => errs.push(ConfigError { var: "MRSHIM_INJECT", value: v, accepted: INJECT_ACCEPTED, detail: None }),
+        }
+    }
+    if let Some(v) = get("MRSHIM_DEBUG_PANIC") {
+        match PanicAt::parse(&v) {
+            Some(at) => c.debug_panic = Some(at),
+            None => errs.push(ConfigError { var: "MRSHIM_DEBUG_PANIC", value: v, accepted: DEBUG_PANIC_ACCEPTED, detail: None }),
         }
     }
     if errs.is_empty() { Ok(c) } else { Err(errs) }

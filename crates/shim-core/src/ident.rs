@@ -1,7 +1,7 @@
 //! Who is calling: host, pid, tid, rank and local rank.
 
 /// Rank variables in the order they are consulted.
-pub const RANK_VARS: &[&str] = &["OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", "RANK"];
+pub const RANK_VARS: &[&str] = &["OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "RANK"];
 pub const LOCAL_RANK_VARS: &[&str] =
     &["OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"];
 
@@ -49,6 +49,7 @@ mod tests {
     fn precedence_and_garbage() {
         assert_eq!(rank(&env(&[("RANK", "7"), ("PMI_RANK", "3")])), Some((3, "PMI_RANK")));
         assert_eq!(rank(&env(&[("OMPI_COMM_WORLD_RANK", "1"), ("PMIX_RANK", "2")])), Some((1, "OMPI_COMM_WORLD_RANK")));
+        assert_eq!(rank(&env(&[("PMIX_RANK", "5"), ("PMI_RANK", "4")])), Some((4, "PMI_RANK")), "the order the issue lists");
         assert_eq!(rank(&env(&[("OMPI_COMM_WORLD_RANK", "x"), ("SLURM_PROCID", " 5 ")])), Some((5, "SLURM_PROCID")));
         assert_eq!(rank(&env(&[("RANK", "-1")])), None);
         assert_eq!(rank(&env(&[])), None);

@@ -13,16 +13,16 @@ pub mod clock;
 pub mod config;
 pub mod diff;
 pub mod ident;
+pub mod internal;
 pub mod limits;
 pub mod line;
 pub mod log;
 pub mod maps;
 pub mod rescue;
 
-use config::{Config, Level, LogDest};
+use config::{Config, Level, LogDest, PanicAt};
 use mrshim_record::{CallStats, Kind, MemKind, Reg, Summary, SCHEMA_VERSION};
 use std::collections::{BTreeMap, HashMap};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 use mrshim_forklock::ForkLock;
 
@@ -315,15 +315,22 @@ pub struct Shim {
     inject: Vec<mrshim_retry::inject::Rule>,
     /// No records, no retries, no injection: a call is the real function plus counters.
     plain: bool,
+    /// No records, no injection: a success needs no record (retries only act on failures).
+    quiet: bool,
+    debug_panic: Option<PanicAt>,
 }
 
 /// Built at the first intercepted call; a child forked while another thread was building it
 /// builds its own (see [`after_fork_child`]).
 static SHIM: mrshim_forklock::ForkOnce<Shim> = mrshim_forklock::ForkOnce::new();
 
-/// The process-wide shim, built from the environment on first use.
+/// The process-wide shim, built from the environment on first use (if that panics: a shim
+/// that passes every call through).
 pub fn shim() -> &'static Shim {
-    SHIM.get_or_init(|| Shim::from_env(|k| std::env::var_os(k).map(|v| v.to_string_lossy().into_owned())))
+    SHIM.get_or_init(|| {
+        internal::guarded("the shim's start-up", || Shim::from_env(|k| std::env::var_os(k).map(|v| v.to_string_lossy().into_owned())))
+            .unwrap_or_else(|| Shim::new(None, &|_| None))
+    })
 }
 
 /// The shim if it was ever used (for the exit summary and fork handlers).
@@ -355,6 +362,9 @@ impl Shim {
     }
 
     pub fn new(cfg: Option<Config>, get: &impl Fn(&str) -> Option<String>) -> Shim {
+        if cfg.as_ref().and_then(|c| c.debug_panic) == Some(PanicAt::Init) {
+            panic!("MRSHIM_DEBUG_PANIC=init");
+        }
         let mut env_echo = BTreeMap::new();
         for v in config::VARS.iter().chain(ident::RANK_VARS).chain(ident::LOCAL_RANK_VARS) {
             if let Some(x) = get(v) {
@@ -383,14 +393,45 @@ impl Shim {
             retry: mrshim_retry::engine::Engine::new(cfg.as_ref().map(|c| c.retry.clone()).unwrap_or_default()),
             inject: cfg.as_ref().and_then(|c| mrshim_retry::inject::parse(&c.inject).ok()).unwrap_or_default(),
             plain: false,
+            quiet: false,
+            debug_panic: cfg.as_ref().and_then(|c| c.debug_panic),
             cfg,
         };
-        s.plain = !s.log.enabled() && s.inject.is_empty() && s.retry.policy.is_off();
+        s.quiet = !s.log.enabled() && s.inject.is_empty();
+        s.plain = s.quiet && s.retry.policy.is_off();
         s
     }
 
     pub fn config(&self) -> Option<&Config> {
         self.cfg.as_ref()
+    }
+
+    /// Panics if MRSHIM_DEBUG_PANIC names `at` (the hook layer's points call this too).
+    #[inline]
+    #[track_caller]
+    pub fn debug_panic(&self, at: PanicAt) {
+        if self.debug_panic == Some(at) {
+            panic!("MRSHIM_DEBUG_PANIC={}", at.name());
+        }
+    }
+
+    /// An `error` record: a panic the shim caught while handling `call`.
+    pub fn record_error(&self, call: &str, msg: &str) {
+        if !self.log.enabled() {
+            return;
+        }
+        let mut r = self.base(Kind::Error, clock::wall_now_ns());
+        r.seq = self.next_seq();
+        r.call = call.into();
+        r.result = "error".into();
+        r.error = Some(msg.into());
+        self.emit(&r);
+    }
+
+    /// `finish`, with a panic in it caught and reported (the call's outcome stands).
+    #[allow(clippy::too_many_arguments)]
+    fn finish_guarded(&self, cfg: &Config, a: &RegArgs, out: &Outcome, seq: u64, t0: u64, dur: u64, before: Option<(u64, u64)>, registered_before: u64, backend: &dyn Backend, meta: &Meta) {
+        internal::guarded(a.call().name(), || self.finish(cfg, a, out, seq, t0, dur, before, registered_before, backend, meta));
     }
 
     /// One application call: the real function once (or an injected failure), then — if it
@@ -402,7 +443,7 @@ impl Shim {
             // A success is only counted, and only if a summary will show it.
             if cfg.summary || !out.ok() {
                 let reg = self.mrs.current();
-                let _ = catch_unwind(AssertUnwindSafe(|| self.finish(cfg, args, &out, 0, 0, 0, None, reg, backend, &Meta::default())));
+                self.finish_guarded(cfg, args, &out, 0, 0, 0, None, reg, backend, &Meta::default());
             }
             return out;
         }
@@ -430,12 +471,12 @@ impl Shim {
         let (out, dur, t0, injected) = self.attempt(args, req.as_ref(), &env, backend);
         let Some(r) = req.filter(|_| !out.ok() && !self.retry.policy.is_off()) else {
             let meta = Meta { injected, ..Meta::default() };
-            let _ = catch_unwind(AssertUnwindSafe(|| self.finish(cfg, args, &out, seq, t0, dur, before, registered_before, backend, &meta)));
+            self.finish_guarded(cfg, args, &out, seq, t0, dur, before, registered_before, backend, &meta);
             return out;
         };
         // The failure is on record before any attempt.
         let mut rescued: Option<(Outcome, mrshim_retry::engine::Attempt)> = None;
-        let _ = catch_unwind(AssertUnwindSafe(|| {
+        internal::guarded(args.call().name(), || {
             let meta = Meta { injected, ..Meta::default() };
             self.finish(cfg, args, &out, seq, t0, dur, before, registered_before, backend, &meta);
             let mut try_ = |a: &mrshim_retry::engine::Attempt| {
@@ -452,7 +493,7 @@ impl Shim {
             };
             let mut note = |ev: mrshim_retry::engine::Event| self.note(cfg, args, seq, backend, ev);
             rescued = self.retry.rescue(&r, out.err, &env, None, &mut try_, &mut note);
-        }));
+        });
         match rescued {
             Some((o, a)) => {
                 backend.adopt(a.strategy, args, &rescue::to_args(args, &a.req), o.mr);
@@ -484,11 +525,13 @@ impl Shim {
     }
 
     /// True when a successful call needs nothing but [`Shim::succeeded`] (bad configuration, or
-    /// no records, retries or injection): the hook layer may call the real function itself and
-    /// take [`Shim::call`] only for failures, with their outcome.
+    /// no records and no injection; for registrations also nothing learned by sticky retries):
+    /// the hook layer may call the real function itself and take [`Shim::call`] only for
+    /// failures, with their outcome. Retries only act on failures, so a policy alone costs a
+    /// success nothing.
     #[inline]
-    pub fn counts_only(&self) -> bool {
-        self.plain || self.cfg.is_none()
+    pub fn counts_only(&self, call: Call) -> bool {
+        self.cfg.is_none() || (self.quiet && (call == Call::DeregMr || !self.retry.has_learned()))
     }
 
     /// A successful call made on the fast path; counted only if a summary will show it.
@@ -522,8 +565,7 @@ impl Shim {
 
     #[allow(clippy::too_many_arguments)]
     fn finish_safe(&self, cfg: &Config, a: &RegArgs, out: &Outcome, seq: u64, t0: u64, dur: u64, backend: &dyn Backend, meta: &Meta) {
-        let reg = self.mrs.current();
-        let _ = catch_unwind(AssertUnwindSafe(|| self.finish(cfg, a, out, seq, t0, dur, None, reg, backend, meta)));
+        self.finish_guarded(cfg, a, out, seq, t0, dur, None, self.mrs.current(), backend, meta);
     }
 
     /// Refusals and learned-policy changes, as records.
@@ -602,6 +644,7 @@ impl Shim {
         if !recording || (cfg.level == Level::Failures && out.ok() && !probe) {
             return;
         }
+        self.debug_panic(PanicAt::Record);
         let device = if a.pd != 0 { backend.device_name(a.pd) } else { None };
         let dereg = call == Call::DeregMr;
         let mut l = line::RegLine {
@@ -808,6 +851,7 @@ impl Shim {
             records_written: self.log.written.load(Relaxed),
             records_lost: self.log.lost.load(Relaxed),
             rescued: self.retry.rescued().into_iter().map(|(s, n)| (s.name().to_string(), n)).collect(),
+            internal_errors: internal::count(),
         }
     }
 
@@ -835,6 +879,9 @@ impl Shim {
         if let LogDest::Path(_) | LogDest::Stderr = self.log.dest() {
             line.push_str(&format!(", {} records written, {} lost", s.records_written, s.records_lost));
         }
+        if s.internal_errors > 0 {
+            line.push_str(&format!(", {} internal errors (each call passed through)", s.internal_errors));
+        }
         for (name, n) in &s.rescued {
             let eq = mrshim_retry::strategy::Strategy::parse(name).map_or("", |st| st.global_equivalent());
             line.push_str(&format!("; {name} rescued {n} registrations (job-wide equivalent: {eq})"));
@@ -845,8 +892,9 @@ impl Shim {
     /// At normal process exit: the summary record and line, once, if the process made any call.
     pub fn at_exit(&self) {
         let Some(cfg) = &self.cfg else { return };
+        self.debug_panic(PanicAt::Exit);
         let s = self.summary();
-        if s.calls == 0 || self.summarized.swap(true, Relaxed) {
+        if (s.calls == 0 && s.internal_errors == 0) || self.summarized.swap(true, Relaxed) {
             return;
         }
         if self.log.enabled() {
@@ -880,6 +928,7 @@ impl Shim {
         self.stats.errnos.reset_in_child(BTreeMap::new());
         self.mrs.reset_in_child();
         self.retry.reset_in_child();
+        internal::reset_in_child();
         self.summarized.store(false, Relaxed);
     }
 }

@@ -24,7 +24,7 @@ pub fn parse(line: &str, st: &mut ShimState, lineno: u64, emit: &mut dyn FnMut(E
             }
             Err(_) => lenient(line, kind, st, emit),
         },
-        "config" | "summary" | "policy" => lenient(line, kind, st, emit),
+        "config" | "summary" | "policy" | "error" => lenient(line, kind, st, emit),
         _ => {
             st.malformed += 1;
             true
@@ -237,6 +237,16 @@ fn lenient(line: &str, kind: &str, st: &mut ShimState, emit: &mut dyn FnMut(Even
                 attempt: u("attempt").unwrap_or(0) as u32,
                 ..Default::default()
             }));
+        }
+        "error" => {
+            let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("?");
+            emit(Event::Note(format!(
+                "libmrshim.so caught an internal error in {} on {} (pid {}): {}; the call was passed through to the real function",
+                s("call"),
+                host.as_deref().unwrap_or("?"),
+                pid.map_or("?".into(), |p| p.to_string()),
+                s("error")
+            )));
         }
         _ => {}
     }
