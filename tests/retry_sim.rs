@@ -46,6 +46,16 @@ fn seed_incident_rescued_by_dropping_relaxed_ordering() {
         assert!(rescue.change.as_deref().unwrap().contains("0x10000f -> 0xf"));
     }
     assert!(recs.iter().any(|r| r.kind == Some(mrshim_record::Kind::Policy) && r.strategy.as_deref() == Some("drop-relaxed-ordering")));
+    // The exit summary (of the parent rank: the forked one leaves with _exit, which runs no exit
+    // handlers): what rescued how many, and the job-wide knob with the same effect.
+    let eq = "NCCL_IB_PCI_RELAXED_ORDERING=0 (MCCL_IB_PCI_RELAXED_ORDERING=0)";
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("MRSHIM INFO summary:")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].contains(&format!("; drop-relaxed-ordering rescued 1 registrations (job-wide equivalent: {eq})")), "{err}");
+    let sums: Vec<_> = recs.iter().filter_map(|r| r.summary.as_ref()).collect();
+    assert_eq!(sums.len(), 1);
+    assert_eq!(sums[0].rescued.get("drop-relaxed-ordering"), Some(&1));
+    assert_eq!(sums[0].equivalents.get("drop-relaxed-ordering").map(String::as_str), Some(eq));
 }
 
 #[test]
@@ -104,6 +114,13 @@ fn dmabuf_failure_rescued_through_the_va_path() {
     assert!(recs.iter().any(|r| r.call == "ibv_reg_dmabuf_mr" && r.errno == Some(libc::EOPNOTSUPP)));
     assert!(recs.iter().any(|r| r.call == "ibv_reg_mr_iova2" && r.strategy.as_deref() == Some("dmabuf-to-va") && r.result == "ok"));
     assert!(recs.iter().any(|r| r.call == "ibv_dereg_mr" && r.result == "ok"), "dereg of the patched MR works");
+    // ... and carries data as the dmabuf MR the caller asked for: rkey at the iova for a peer's
+    // WRITE_WITH_IMM and READ, lkey at the iova for its own WRITE.
+    for (dmabuf, retry) in [("on", "off"), ("off", "dmabuf-to-va")] {
+        let w = SimWorld::new("dmabuf-va-data").with("MRSHIM_SIM_DMABUF", dmabuf).with("MRSHIM_RETRY", retry);
+        let o = run(w.cmd(sim_c("simcheck", &["-libverbs"])).arg("dmabuf-data"));
+        assert_eq!(stdout(&o), "dmabuf_data addr=0 length=65536 write_in=equal read_out=equal write_out=equal dereg=0\n", "dmabuf={dmabuf}: {}", stderr(&o));
+    }
 }
 
 #[test]
@@ -154,5 +171,145 @@ fn bad_retry_and_inject_values_name_the_variable_and_pass_through() {
         assert_eq!(ours.len(), 2, "one line per process: {}", stderr(&o));
         assert!(ours[0].contains(&format!("{var}=\"{val}\"")) && ours[0].contains(accepted), "{}", ours[0]);
         assert_eq!(o.status.code(), Some(1), "passes through: the seed failure stands");
+    }
+}
+
+/// Seeded fuzzing: random retry policies, random device faults and random shim-side injections
+/// against random registrations (entry point, length, page offset, relaxed ordering), each pair
+/// of MRs then used for a WRITE_WITH_IMM and a READ. Whatever the mix: the program never
+/// crashes, every MR the caller gets is what it asked for and carries data byte-exact, every
+/// deregistration succeeds, and every failure the caller sees has the errno of its own call
+/// (not of the last attempt), exactly as the records say.
+#[test]
+fn random_policies_and_failures_never_crash_and_every_mr_carries_data() {
+    const STRATEGIES: [&str; 6] = ["drop-relaxed-ordering", "raise-memlock", "realign-iova", "dmabuf-to-va", "va-to-dmabuf", "bounce"];
+    const FAULTS: [&str; 7] = ["reg_mr_iova2:EINVAL:relaxed", "reg:EFAULT:relaxed", "reg:ENOMEM:min_len=128K", "reg_mr:EINVAL", "reg_mr_iova:EPERM:from=3", "reg:EINVAL:nth=2", "reg:EFAULT:max_len=8K"];
+    const INJECT: [&str; 4] = ["reg:EINVAL:p=0.3,seed=7", "ibv_reg_mr:ENOMEM:relaxed", "reg:EFAULT:nth=3", "ibv_reg_mr_iova2:EINVAL:kind=host-anon,from=4"];
+    const ROUNDS: usize = 10;
+    let prog = sim_c("simcheck", &["-libverbs"]);
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut rnd = |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n as u64) as usize
+    };
+    // (caller failures, rescues, learned applications, bounce rescues) over all cases
+    let mut seen_total = (0, 0, 0, 0);
+    for case in 0..30 {
+        let policy = match rnd(7) {
+            0 => "off".to_string(),
+            1 => "auto".to_string(),
+            _ => {
+                let mut v: Vec<&str> = (0..1 + rnd(4)).map(|_| STRATEGIES[rnd(6)]).collect();
+                v.dedup();
+                let mut p = v.join(",");
+                if rnd(2) == 0 {
+                    p += &format!(";max_attempts={}", 1 + rnd(6));
+                }
+                if rnd(3) == 0 {
+                    p += ";sticky=off";
+                }
+                p
+            }
+        };
+        let faults: Vec<&str> = (0..rnd(3)).map(|_| FAULTS[rnd(FAULTS.len())]).collect();
+        let inject = if rnd(3) == 0 { INJECT[rnd(INJECT.len())] } else { "" };
+        let what = format!("case {case}: MRSHIM_RETRY={policy:?} MRSHIM_SIM_FAULTS={:?} MRSHIM_INJECT={inject:?}", faults.join(";"));
+        let mut w = SimWorld::new(&format!("fuzz-{case}")).with("MRSHIM_RETRY", &policy);
+        if !faults.is_empty() {
+            w = w.with("MRSHIM_SIM_FAULTS", faults.join(";"));
+        }
+        if !inject.is_empty() {
+            w = w.with("MRSHIM_INJECT", inject);
+        }
+        let logs = w.dir.join("logs/");
+        let o = run(w.cmd(&prog).args(["fuzz", &case.to_string(), &ROUNDS.to_string()]).env("MRSHIM_LOG", &logs).env("MRSHIM_WARN", "off"));
+        let out = stdout(&o);
+        assert_eq!(o.status.code(), Some(0), "{what}\n{out}\n{}", stderr(&o));
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), ROUNDS, "{what}\n{out}");
+        // What the caller saw, registration by registration: Ok or Err(errno).
+        let mut seen = Vec::new();
+        for l in &lines {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            for side in &f[1..3] {
+                let v = side.split_once('=').unwrap().1;
+                seen.push(if v == "ok" { Ok(()) } else { Err(v.strip_prefix("errno=").unwrap().parse::<i32>().unwrap()) });
+            }
+            if f[1] == "a=ok" && f[2] == "b=ok" {
+                assert_eq!(&f[3..], ["write=equal", "read=equal", "mr=ok", "dereg=ok"], "{what}: {l}");
+            } else if f[1] == "a=ok" || f[2] == "b=ok" {
+                assert_eq!(&f[3..], ["dereg=ok"], "{what}: {l}");
+            }
+        }
+        let recs = all_records(&logs);
+        let calls: Vec<_> = recs.iter().filter(|r| r.kind == Some(mrshim_record::Kind::Reg) && r.parent_seq.is_none()).collect();
+        assert_eq!(calls.len(), seen.len(), "{what}: one record per application call (no nested call recorded)");
+        for (c, s) in calls.iter().zip(&seen) {
+            let rescued = recs.iter().any(|r| r.parent_seq == Some(c.seq) && r.attempt > 0 && r.result == "ok");
+            match s {
+                Ok(()) => assert!(c.result == "ok" || rescued, "{what}: seq {} failed and was not rescued, yet the caller got an MR", c.seq),
+                Err(e) => {
+                    assert!(c.result == "error" && !rescued, "{what}: seq {}", c.seq);
+                    assert_eq!(c.errno, Some(*e), "{what}: the caller sees its own call's errno, not an attempt's (seq {})", c.seq);
+                }
+            }
+        }
+        let sum = recs.iter().find_map(|r| r.summary.clone()).unwrap_or_else(|| panic!("{what}: no summary"));
+        assert_eq!(sum.registered_bytes, 0, "{what}: everything was deregistered");
+        assert_eq!(sum.records_lost, 0, "{what}");
+        seen_total.0 += seen.iter().filter(|s| s.is_err()).count();
+        seen_total.1 += recs.iter().filter(|r| r.attempt > 0 && r.result == "ok").count();
+        seen_total.2 += calls.iter().filter(|c| c.learned).count();
+        seen_total.3 += recs.iter().filter(|r| r.strategy.as_deref() == Some("bounce") && r.result == "ok").count();
+    }
+    let (failed, rescued, learned, bounced) = seen_total;
+    assert!(failed > 20 && rescued > 10 && learned > 20 && bounced > 5, "the mix exercises every path: {seen_total:?}");
+}
+
+/// The device refuses relaxed ordering with EINVAL and, without it, answers ENOMEM: the rescue
+/// fails, and the caller sees EINVAL — its own call's errno, as NCCL would print it — while the
+/// records keep the attempt's ENOMEM.
+#[test]
+fn when_every_strategy_fails_the_caller_sees_its_own_errno_not_the_last_attempts() {
+    let w = SimWorld::new("errno-orig").with("MRSHIM_SIM_FAULTS", "reg_mr_iova2:EINVAL:relaxed;reg_mr_iova2:ENOMEM").with("MRSHIM_RETRY", "drop-relaxed-ordering");
+    let logs = w.dir.join("logs/");
+    let o = run(w.cmd(sim_c("nccl_style", &["-ldl"])).arg("--relaxed").env("MRSHIM_LOG", &logs));
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("NCCL WARN Call to ibv_reg_mr_iova2 failed with error Invalid argument"), "{err}");
+    assert!(!err.contains("Cannot allocate memory"), "{err}");
+    let recs = all_records(&logs);
+    let orig = recs.iter().find(|r| r.call == "ibv_reg_mr_iova2" && r.attempt == 0).unwrap();
+    assert_eq!(orig.errno, Some(libc::EINVAL));
+    let a = recs.iter().find(|r| r.parent_seq == Some(orig.seq) && r.pid == orig.pid && r.attempt == 1).unwrap();
+    assert_eq!((a.strategy.as_deref(), a.errno), (Some("drop-relaxed-ordering"), Some(libc::ENOMEM)));
+}
+
+/// MRSHIM_INJECT's conditions, on `simcheck reg repeat` (four ibv_reg_mr of 4..16 KiB, an
+/// ibv_reg_mr_iova2 and an ibv_reg_mr with relaxed ordering — which verbs.h turns into an
+/// ibv_reg_mr_iova2 call, as it does for applications — and a 1 MiB ibv_reg_mr, all on an
+/// anonymous mapping: kind= goes through the shim's real /proc/self/maps classification).
+#[test]
+fn injection_conditions_pick_exactly_the_calls_they_describe() {
+    let names = ["repeat_1", "repeat_2", "repeat_3", "repeat_4", "repeat_relaxed", "repeat_relaxed_reg_mr", "repeat_big"];
+    for (rule, failing) in [
+        ("ibv_reg_mr:ENOMEM:from=3", &["repeat_3", "repeat_4", "repeat_big"][..]),
+        ("reg:ENOMEM:nth=2", &["repeat_2"][..]),
+        ("reg:ENOMEM:access=0x100000", &["repeat_relaxed", "repeat_relaxed_reg_mr"][..]),
+        ("reg:ENOMEM:relaxed", &["repeat_relaxed", "repeat_relaxed_reg_mr"][..]),
+        ("reg:ENOMEM:max_len=8K", &["repeat_1", "repeat_2", "repeat_relaxed", "repeat_relaxed_reg_mr"][..]),
+        ("reg:ENOMEM:min_len=12K,max_len=16K", &["repeat_3", "repeat_4"][..]),
+        ("ibv_reg_mr_iova2:ENOMEM", &["repeat_relaxed", "repeat_relaxed_reg_mr"][..]),
+        ("reg:ENOMEM:kind=host-anon", &names[..]),
+        ("reg:ENOMEM:kind=file-writable", &[][..]),
+        ("reg:ENOMEM:p=1", &names[..]),
+        ("reg:ENOMEM:p=0", &[][..]),
+    ] {
+        let w = SimWorld::new("inject-conds").with("MRSHIM_INJECT", rule);
+        let o = run(w.cmd(sim_c("simcheck", &["-libverbs"])).args(["reg", "repeat"]));
+        let want: String = names.iter().map(|n| if failing.contains(n) { format!("{n} errno=12\n") } else { format!("{n} ok\n") }).collect();
+        assert_eq!(stdout(&o), want, "{rule}: {}", stderr(&o));
     }
 }

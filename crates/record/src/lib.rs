@@ -185,6 +185,10 @@ pub struct Summary {
     /// Registrations each retry strategy rescued (learned applications included).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub rescued: BTreeMap<String, u64>,
+    /// For each strategy in `rescued`: the job-wide setting with the same effect
+    /// (`NCCL_IB_PCI_RELAXED_ORDERING=0`, ...), for users who prefer to make it permanent.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub equivalents: BTreeMap<String, String>,
     /// Panics the shim caught in itself (each one passed its call through; see `error` lines).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub internal_errors: u64,

@@ -90,12 +90,14 @@ impl Engine {
         Some(Attempt { n: 0, strategy, req: req2, change, learned: true })
     }
 
-    /// The learned attempt worked: count it. (It failed: forget it, and call `rescue` as usual.)
-    pub fn learned_result(&self, a: &Attempt, ok: bool, env: &dyn Env) {
+    /// The learned attempt for `orig` worked: count it. (It failed: forget it for `orig`'s
+    /// kind of memory, and call `rescue` as usual, skipping it.)
+    pub fn learned_result(&self, orig: &Req, a: &Attempt, ok: bool, env: &dyn Env) {
         if ok {
             *self.rescued.lock().entry(a.strategy).or_default() += 1;
         } else {
-            let kind = env.facts(&a.req).kind;
+            // the kind of the caller's memory, not of what the attempt registered (a shadow)
+            let kind = env.facts(orig).kind;
             self.learned.lock().retain(|(k, _), (s, _)| !(*k == kind && *s == a.strategy));
         }
     }
@@ -226,7 +228,7 @@ mod tests {
         for _ in 0..1000 {
             let l = e.learned_attempt(&req(0xf | RO), &env).expect("learned");
             assert!(l.learned && l.req.access == 0xf);
-            e.learned_result(&l, no_relaxed(&l).is_ok(), &env);
+            e.learned_result(&req(0xf | RO), &l, no_relaxed(&l).is_ok(), &env);
         }
         assert_eq!(e.rescued(), vec![(Strategy::DropRelaxedOrdering, 1001)]);
     }

@@ -40,12 +40,11 @@ pub const KINDS: &[(&str, MemKind)] = &[
     ("unmapped", MemKind::Unmapped),
 ];
 
-pub fn help() -> &'static str {
-    "rules separated by ';', each CALL:ERRNO[:COND,...]; CALL: ibv_reg_mr, ibv_reg_mr_iova, ibv_reg_mr_iova2, \
-     ibv_reg_dmabuf_mr or reg (any); ERRNO: a name like EINVAL or a number; COND: nth=N, from=N, p=PROBABILITY, \
-     seed=N, relaxed, access=0xMASK, min_len=SIZE, max_len=SIZE (K/M/G), kind=host-anon|host-stack|hugepage|\
-     file-readonly|file-writable|device|unmapped"
-}
+/// What MRSHIM_INJECT accepts (the text of its error line).
+pub const HELP: &str = "rules separated by ';', each CALL:ERRNO[:COND,...]; CALL: ibv_reg_mr, ibv_reg_mr_iova, \
+ibv_reg_mr_iova2, ibv_reg_dmabuf_mr or reg (any); ERRNO: a name like EINVAL or a number; COND: nth=N, from=N, \
+p=PROBABILITY, seed=N, relaxed, access=0xMASK, min_len=SIZE, max_len=SIZE (K/M/G), kind=host-anon|host-stack|\
+hugepage|file-readonly|file-writable|device|unmapped";
 
 use mrshim_verbs::units::parse_size as size;
 
@@ -54,11 +53,11 @@ pub fn parse(s: &str) -> Result<Vec<Rule>, String> {
     for item in s.split(';').map(str::trim).filter(|i| !i.is_empty()) {
         let mut parts = item.splitn(3, ':');
         let call = parts.next().unwrap_or_default();
-        let entry = if call == "reg" { None } else { Some(Entry::parse(call).ok_or_else(|| help().to_string())?) };
-        let errno = parts.next().and_then(mrshim_verbs::errno::parse).ok_or_else(|| help().to_string())?;
+        let entry = if call == "reg" { None } else { Some(Entry::parse(call).ok_or_else(|| HELP.to_string())?) };
+        let errno = parts.next().and_then(mrshim_verbs::errno::parse).ok_or_else(|| HELP.to_string())?;
         let mut r = Rule { entry, errno, nth: None, from: None, p: None, relaxed: false, access: 0, min_len: 0, max_len: u64::MAX, kind: None, seen: AtomicU64::new(0), rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15) };
         for c in parts.next().unwrap_or_default().split(',').map(str::trim).filter(|c| !c.is_empty()) {
-            let bad = || help().to_string();
+            let bad = || HELP.to_string();
             match c.split_once('=') {
                 None if c == "relaxed" => r.relaxed = true,
                 Some(("nth", n)) => r.nth = Some(n.parse().ok().filter(|n| *n > 0).ok_or_else(bad)?),

@@ -36,29 +36,26 @@ impl Default for Policy {
     }
 }
 
+/// What MRSHIM_RETRY accepts (the text of its error line).
+pub const HELP: &str = "off, auto, or a comma-separated list of drop-relaxed-ordering, raise-memlock, realign-iova, \
+dmabuf-to-va, va-to-dmabuf, bounce; then optional ';'-separated max_attempts=1..16, sticky=on|off, calls=ENTRY,..., \
+errnos=ERRNO,..., on.ERRNO=LIST, on.ENTRY=LIST (ENTRY: ibv_reg_mr, ibv_reg_mr_iova, ibv_reg_mr_iova2, ibv_reg_dmabuf_mr)";
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PolicyError {
     pub value: String,
-    pub accepted: String,
+    /// What exactly is wrong, when more precise than "not valid".
+    pub detail: Option<String>,
 }
 
 impl fmt::Display for PolicyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "MRSHIM_RETRY={:?} is not valid: {}", self.value, self.accepted)
+        write!(f, "MRSHIM_RETRY={:?} is not valid", self.value)?;
+        if let Some(d) = &self.detail {
+            write!(f, " ({d})")?;
+        }
+        write!(f, "; accepted: {HELP}")
     }
-}
-
-fn strategy_names() -> String {
-    Strategy::ALL.iter().map(|s| s.name()).collect::<Vec<_>>().join(", ")
-}
-
-pub fn help() -> String {
-    format!(
-        "off, auto, or a comma-separated list of {}; then optional ';'-separated max_attempts=1..16, sticky=on|off, \
-         calls=ENTRY,..., errnos=ERRNO,..., on.ERRNO=LIST, on.ENTRY=LIST (ENTRY: ibv_reg_mr, ibv_reg_mr_iova, \
-         ibv_reg_mr_iova2, ibv_reg_dmabuf_mr; ERRNO: EINVAL, ENOMEM, ... or a number)",
-        strategy_names()
-    )
 }
 
 fn list(s: &str) -> Option<Vec<Strategy>> {
@@ -80,7 +77,7 @@ fn list(s: &str) -> Option<Vec<Strategy>> {
 
 impl Policy {
     pub fn parse(value: &str) -> Result<Policy, PolicyError> {
-        let err = || PolicyError { value: value.into(), accepted: help() };
+        let err = || PolicyError { value: value.into(), detail: None };
         let mut parts = value.split(';');
         let mut p = Policy { strategies: list(parts.next().unwrap_or_default()).ok_or_else(err)?, ..Policy::default() };
         for kv in parts.map(str::trim).filter(|s| !s.is_empty()) {
@@ -100,9 +97,16 @@ impl Policy {
                 _ => {
                     let target = k.strip_prefix("on.").ok_or_else(err)?;
                     let l = list(v).ok_or_else(err)?;
+                    let twice = || PolicyError { value: value.into(), detail: Some(format!("{k} is given twice")) };
                     if let Some(e) = mrshim_verbs::errno::parse(target) {
+                        if p.per_errno.iter().any(|(x, _)| *x == e) {
+                            return Err(twice());
+                        }
                         p.per_errno.push((e, l));
                     } else if let Some(c) = Entry::parse(target) {
+                        if p.per_call.iter().any(|(x, _)| *x == c) {
+                            return Err(twice());
+                        }
                         p.per_call.push((c, l));
                     } else {
                         return Err(err());
@@ -177,6 +181,20 @@ mod tests {
         }
     }
 
+    #[test]
+    fn help_names_every_strategy_and_entry_point_and_a_rule_given_twice_is_refused() {
+        for n in Strategy::ALL.iter().map(|s| s.name()).chain(Entry::ALL.iter().map(|e| e.name())) {
+            assert!(HELP.contains(n), "{n}");
+        }
+        for bad in ["auto;on.EINVAL=bounce;on.EINVAL=raise-memlock", "auto;on.ibv_reg_mr=bounce;on.reg_mr=bounce", "auto;on.22=bounce;on.EINVAL=bounce"] {
+            let e = Policy::parse(bad).unwrap_err();
+            assert!(e.detail.as_deref().unwrap_or_default().ends_with("is given twice"), "{bad}: {e}");
+            assert!(e.to_string().contains("; accepted: off, auto"), "{e}");
+        }
+    }
+
+    const ERRNOS: [(&str, i32); 5] = [("EINVAL", libc::EINVAL), ("ENOMEM", libc::ENOMEM), ("EFAULT", libc::EFAULT), ("EPERM", libc::EPERM), ("14", 14)];
+
     fn arb_strategy() -> impl proptest::strategy::Strategy<Value = Strategy> {
         proptest::sample::select(Strategy::ALL.to_vec())
     }
@@ -192,6 +210,48 @@ mod tests {
             prop_assert_eq!(p.strategies, dedup);
             prop_assert_eq!(p.max_attempts, max);
             prop_assert_eq!(p.sticky, sticky);
+        }
+
+        /// calls=, errnos=, on.ERRNO= and on.ENTRY= rules, generated, against a model of what
+        /// they mean: the per-errno list wins over the per-call list over the main list; the
+        /// calls/errnos filters retry nothing outside them.
+        #[test]
+        fn rules_mean_what_they_say(
+            main in proptest::collection::vec(arb_strategy(), 0..4),
+            calls in proptest::collection::vec(0usize..4, 0..3),
+            errnos in proptest::collection::vec(0usize..4, 0..3),
+            on_errno in proptest::option::of((0usize..4, proptest::collection::vec(arb_strategy(), 0..3))),
+            on_call in proptest::option::of((0usize..4, proptest::collection::vec(arb_strategy(), 0..3))),
+            entry in 0usize..4, errno in 0usize..5,
+        ) {
+            let names = |v: &[Strategy]| if v.is_empty() { "off".to_string() } else { v.iter().map(|s| s.name()).collect::<Vec<_>>().join(",") };
+            let mut text = names(&main);
+            if !calls.is_empty() {
+                text += &format!(";calls={}", calls.iter().map(|&c| Entry::ALL[c].name()).collect::<Vec<_>>().join(","));
+            }
+            if !errnos.is_empty() {
+                text += &format!(";errnos={}", errnos.iter().map(|&e| ERRNOS[e].0).collect::<Vec<_>>().join(","));
+            }
+            if let Some((e, l)) = &on_errno {
+                text += &format!("; on.{}={}", ERRNOS[*e].0, names(l));
+            }
+            if let Some((c, l)) = &on_call {
+                text += &format!(";on.{}={}", Entry::ALL[*c].name(), names(l));
+            }
+            let p = Policy::parse(&text).unwrap();
+            let (en, er) = (Entry::ALL[entry], ERRNOS[errno].1);
+            let dedup = |v: &[Strategy]| { let mut d: Vec<Strategy> = Vec::new(); for s in v { if !d.contains(s) { d.push(*s); } } d };
+            let filtered = (!calls.is_empty() && !calls.iter().any(|&c| Entry::ALL[c] == en)) || (!errnos.is_empty() && !errnos.iter().any(|&e| ERRNOS[e].1 == er));
+            let want = if filtered {
+                Vec::new()
+            } else if let Some((_, l)) = on_errno.as_ref().filter(|(e, _)| ERRNOS[*e].1 == er) {
+                dedup(l)
+            } else if let Some((_, l)) = on_call.as_ref().filter(|(c, _)| Entry::ALL[*c] == en) {
+                dedup(l)
+            } else {
+                dedup(&main)
+            };
+            prop_assert_eq!(p.for_failure(en, er).to_vec(), want, "{}", text);
         }
 
         #[test]

@@ -81,13 +81,8 @@ impl Default for Config {
 pub const LOG_ACCEPTED: &str = "off, stderr, a file path or a directory (placeholders %h host, %p pid, %r rank, %% percent)";
 pub const LEVEL_ACCEPTED: &str = "all, failures";
 pub const ONOFF_ACCEPTED: &str = "on, off (also 1/0, true/false, yes/no)";
-pub const RETRY_ACCEPTED: &str = "off, auto, or a comma-separated list of drop-relaxed-ordering, raise-memlock, realign-iova, \
-dmabuf-to-va, va-to-dmabuf, bounce; then optional ';'-separated max_attempts=1..16, sticky=on|off, calls=ENTRY,..., \
-errnos=ERRNO,..., on.ERRNO=LIST, on.ENTRY=LIST (ENTRY: ibv_reg_mr, ibv_reg_mr_iova, ibv_reg_mr_iova2, ibv_reg_dmabuf_mr)";
-pub const INJECT_ACCEPTED: &str = "rules separated by ';', each CALL:ERRNO[:COND,...]; CALL: ibv_reg_mr, ibv_reg_mr_iova, \
-ibv_reg_mr_iova2, ibv_reg_dmabuf_mr or reg (any); ERRNO: a name like EINVAL or a number; COND: nth=N, from=N, \
-p=PROBABILITY, seed=N, relaxed, access=0xMASK, min_len=SIZE, max_len=SIZE (K/M/G), kind=host-anon|host-stack|\
-hugepage|file-readonly|file-writable|device|unmapped";
+pub const RETRY_ACCEPTED: &str = mrshim_retry::policy::HELP;
+pub const INJECT_ACCEPTED: &str = mrshim_retry::inject::HELP;
 pub const DEBUG_PANIC_ACCEPTED: &str = "init, hook, record, exit (where the shim panics on purpose; unset in production)";
 
 /// One bad variable. Displayed as the single stderr line users see.
@@ -141,7 +136,7 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<ConfigE
     if let Some(v) = get("MRSHIM_RETRY") {
         match mrshim_retry::policy::Policy::parse(&v) {
             Ok(p) => c.retry = p,
-            Err(_) => errs.push(ConfigError { var: "MRSHIM_RETRY", value: v, accepted: RETRY_ACCEPTED, detail: None }),
+            Err(e) => errs.push(ConfigError { var: "MRSHIM_RETRY", value: v, accepted: RETRY_ACCEPTED, detail: e.detail }),
         }
     }
     if let Some(v) = get("MRSHIM_INJECT") {

@@ -449,21 +449,26 @@ impl Shim {
         }
         let req = rescue::to_req(args).filter(|r| !r.is_probe() && backend.can_retry());
         let env = rescue::ShimEnv { shim: self, backend, orig: args };
+        let seq = self.next_seq();
         // Sticky: what worked before for this kind of memory goes first, as the call itself.
-        if let Some(a) = req.as_ref().and_then(|r| self.retry.learned_attempt(r, &env)) {
+        let mut skip = None;
+        if let Some((r, a)) = req.as_ref().and_then(|r| Some((r, self.retry.learned_attempt(r, &env)?))) {
             let aargs = rescue::to_args(args, &a.req);
-            let (out, dur, t0, _) = self.attempt(&aargs, Some(&a.req), &env, backend);
-            self.retry.learned_result(&a, out.ok(), &env);
+            let (out, dur, t0, injected) = self.attempt(&aargs, Some(&a.req), &env, backend);
+            self.retry.learned_result(r, &a, out.ok(), &env);
+            let mut meta = Meta { strategy: Some(a.strategy.name()), change: Some(&a.change), learned: true, injected, ..Meta::default() };
             if out.ok() {
                 backend.adopt(a.strategy, args, &aargs, out.mr);
-                let meta = Meta { strategy: Some(a.strategy.name()), change: Some(&a.change), learned: true, ..Meta::default() };
-                let seq = self.next_seq();
                 self.finish_safe(cfg, &aargs, &out, seq, t0, dur, backend, &meta);
                 return out;
             }
+            // No longer works for this memory: on record as a try of the call that follows
+            // (its parent, `seq`), which then goes as usual without this strategy.
+            meta.parent_seq = Some(seq);
+            self.finish_safe(cfg, &aargs, &out, self.next_seq(), t0, dur, backend, &meta);
             backend.discard(a.strategy, &aargs);
+            skip = Some(a.strategy);
         }
-        let seq = self.next_seq();
         // For dereg, the entry leaves the table before the call: once the real dereg frees the
         // MR, another thread may get the same address for a new one (put back if it fails).
         let before = if self.log.enabled() && args.call() == Call::DeregMr { self.mrs.take(args.mr) } else { None };
@@ -492,7 +497,7 @@ impl Shim {
                 }
             };
             let mut note = |ev: mrshim_retry::engine::Event| self.note(cfg, args, seq, backend, ev);
-            rescued = self.retry.rescue(&r, out.err, &env, None, &mut try_, &mut note);
+            rescued = self.retry.rescue(&r, out.err, &env, skip, &mut try_, &mut note);
         });
         match rescued {
             Some((o, a)) => {
@@ -614,8 +619,9 @@ impl Shim {
     ) {
         let call = a.call();
         let probe = a.is_probe();
-        // Attempts and refusals are not application calls.
-        let app_call = meta.attempt == 0 && !meta.refused;
+        // Attempts, refusals and failed learned tries (all linked to a parent) are not
+        // application calls.
+        let app_call = meta.parent_seq.is_none();
         if app_call {
             self.stats.calls[call.idx()].fetch_add(1, Relaxed);
         }
@@ -840,6 +846,7 @@ impl Shim {
             }
             by_call.insert(c.name().to_string(), CallStats { calls: n, failures: f, errnos: e });
         }
+        let rescued = self.retry.rescued();
         Summary {
             calls,
             failures,
@@ -850,7 +857,8 @@ impl Shim {
             peak_registered_bytes: self.mrs.peak.load(Relaxed),
             records_written: self.log.written.load(Relaxed),
             records_lost: self.log.lost.load(Relaxed),
-            rescued: self.retry.rescued().into_iter().map(|(s, n)| (s.name().to_string(), n)).collect(),
+            rescued: rescued.iter().map(|(s, n)| (s.name().to_string(), *n)).collect(),
+            equivalents: rescued.iter().map(|(s, _)| (s.name().to_string(), s.global_equivalent().to_string())).collect(),
             internal_errors: internal::count(),
         }
     }
@@ -883,7 +891,7 @@ impl Shim {
             line.push_str(&format!(", {} internal errors (each call passed through)", s.internal_errors));
         }
         for (name, n) in &s.rescued {
-            let eq = mrshim_retry::strategy::Strategy::parse(name).map_or("", |st| st.global_equivalent());
+            let eq = s.equivalents.get(name).map_or("", String::as_str);
             line.push_str(&format!("; {name} rescued {n} registrations (job-wide equivalent: {eq})"));
         }
         line

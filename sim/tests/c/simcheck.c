@@ -182,7 +182,7 @@ static struct ibv_port_attr port;
 /* Buffer size of every end (the bench modes raise it). */
 static size_t buf_len = 1 << 16;
 
-/* An end: CQ, RC QP, buffer, MR. With qx, the QP comes from ibv_create_qp_ex with the ibv_wr_*
+/* An end: CQ, RC QP, buffer, MR (none for access -1). With qx, the QP comes from ibv_create_qp_ex with the ibv_wr_*
  * ops, and its ibv_qp_ex is taken before the buffer is registered. */
 static void mkend_qp(struct end *e, int access, struct ibv_qp_ex **qx) {
     /* SIMCHECK_EXTRA_ACCESS: bits added to every buffer's registration (the bounce tests use
@@ -204,8 +204,8 @@ static void mkend_qp(struct end *e, int access, struct ibv_qp_ex **qx) {
         e->qp = ibv_create_qp(pd, &a);
     }
     e->buf = page_buf(buf_len);
-    e->mr = ibv_reg_mr(pd, e->buf, buf_len, access);
-    if (!e->cq || !e->qp || !e->mr) { fprintf(stderr, "setup failed %d\n", errno); exit(4); }
+    e->mr = access < 0 ? NULL : ibv_reg_mr(pd, e->buf, buf_len, access);
+    if (!e->cq || !e->qp || (access >= 0 && !e->mr)) { fprintf(stderr, "setup failed %d\n", errno); exit(4); }
 }
 
 static void mkend(struct end *e, int access) {
@@ -607,8 +607,113 @@ static int bench_post(int batches) {
     return 0;
 }
 
+/* ---- fuzz: seeded random registrations, each pair used for data ----
+ * Every round registers a source and a destination range (random entry point, length, page
+ * offset, relaxed ordering or not) and, when both registrations succeed, checks that the MRs
+ * are what the caller asked for and carry data both ways: WRITE_WITH_IMM a -> b, READ b -> a,
+ * byte-exact, with the caller's own addresses and keys. One line per round:
+ * "rN a=ok|errno=E b=ok|errno=E [write=equal|differs|STATUS read=... mr=ok|bad dereg=ok|rc]". */
+static uint64_t fuzz_state;
+static uint64_t fuzz_rnd(void) {
+    fuzz_state ^= fuzz_state << 13;
+    fuzz_state ^= fuzz_state >> 7;
+    fuzz_state ^= fuzz_state << 17;
+    return fuzz_state;
+}
+
+static struct ibv_mr *fuzz_reg(char *p, size_t len, unsigned access) {
+    /* (name): the functions themselves, not verbs.h's macros (which turn both into iova2) */
+    switch (fuzz_rnd() % 3) {
+    case 0: return (ibv_reg_mr)(pd, p, len, (int)access);
+    case 1: return (ibv_reg_mr_iova)(pd, p, len, (uintptr_t)p, (int)access);
+    default: return ibv_reg_mr_iova2(pd, p, len, (uintptr_t)p, access);
+    }
+}
+
+static const char *fuzz_status(struct ibv_wc wc, int ok) {
+    return wc.status != IBV_WC_SUCCESS ? ibv_wc_status_str(wc.status) : ok ? "equal" : "differs";
+}
+
+static int fuzz(uint64_t seed, int rounds) {
+    ibv_query_port(ctx, 1, &port);
+    fuzz_state = seed * 0x9e3779b97f4a7c15ull + 1;
+    buf_len = 1 << 19;
+    struct end a, b;
+    mkend(&a, -1);
+    mkend(&b, -1);
+    connect_pair(&a, &b, FULL);
+    for (int r = 0; r < rounds; r++) {
+        size_t len = 1 + fuzz_rnd() % (256 * 1024);
+        char *pa = a.buf + fuzz_rnd() % 4096, *pb = b.buf + fuzz_rnd() % 4096;
+        unsigned acc_a = FULL | (fuzz_rnd() % 2 ? IBV_ACCESS_RELAXED_ORDERING : 0);
+        unsigned acc_b = FULL | (fuzz_rnd() % 2 ? IBV_ACCESS_RELAXED_ORDERING : 0);
+        struct ibv_mr *ma = fuzz_reg(pa, len, acc_a);
+        int ea = errno;
+        struct ibv_mr *mb = fuzz_reg(pb, len, acc_b);
+        int eb = errno;
+        printf("r%d", r);
+        if (ma) printf(" a=ok"); else printf(" a=errno=%d", ea);
+        if (mb) printf(" b=ok"); else printf(" b=errno=%d", eb);
+        if (ma && mb) {
+            int mr_ok = ma->addr == pa && ma->length == len && mb->addr == pb && mb->length == len && ma->pd == pd && mb->pd == pd;
+            for (size_t i = 0; i < len; i++) pa[i] = (char)(fuzz_rnd() >> 29);
+            memset(pb, 0, len);
+            struct ibv_recv_wr rw = { .wr_id = 9 }, *rbad;
+            ibv_post_recv(b.qp, &rw, &rbad);
+            post(&a, IBV_WR_RDMA_WRITE_WITH_IMM, pa, (uint32_t)len, ma->lkey, (uintptr_t)pb, mb->rkey, htonl(r));
+            struct ibv_wc w = wait1(a.cq), w2 = wait1(b.cq);
+            printf(" write=%s", fuzz_status(w.status ? w : w2, !memcmp(pa, pb, len)));
+            memset(pa, 0, len);
+            post(&a, IBV_WR_RDMA_READ, pa, (uint32_t)len, ma->lkey, (uintptr_t)pb, mb->rkey, 0);
+            w = wait1(a.cq);
+            printf(" read=%s mr=%s", fuzz_status(w, !memcmp(pa, pb, len)), mr_ok ? "ok" : "bad");
+            if (w.status) break; /* the QP is in error now: the rest of the rounds cannot run */
+        }
+        int da = ma ? ibv_dereg_mr(ma) : 0, db = mb ? ibv_dereg_mr(mb) : 0;
+        if (da || db) printf(" dereg=%d,%d", da, db); else if (ma || mb) printf(" dereg=ok");
+        printf("\n");
+        fflush(stdout);
+    }
+    return 0;
+}
+
+/* A dmabuf MR (a memfd, also mapped at the iova) used for data in both roles: as the target of
+ * a WRITE_WITH_IMM and a READ (rkey, iova), and as the local buffer of a WRITE (lkey, iova). With
+ * MRSHIM_SIM_DMABUF=off and MRSHIM_RETRY=dmabuf-to-va, the MR the caller gets came from the VA
+ * path: this checks that it is usable exactly as the dmabuf MR it asked for. */
+static int dmabuf_data(void) {
+    ibv_query_port(ctx, 1, &port);
+    struct end a, b;
+    mkend(&a, FULL);
+    mkend(&b, -1);
+    connect_pair(&a, &b, FULL);
+    size_t len = 65536;
+    int m = memfd_create("mrshim-dmabuf-data", 0);
+    if (m < 0 || ftruncate(m, (off_t)len)) { perror("memfd"); return 2; }
+    char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, m, 0);
+    struct ibv_mr *mr = ibv_reg_dmabuf_mr(pd, 0, len, (uintptr_t)p, m, FULL);
+    if (!mr) { printf("dmabuf_data errno=%d\n", errno); return 0; }
+    printf("dmabuf_data addr=%#lx length=%zu", (unsigned long)(uintptr_t)mr->addr, mr->length);
+    for (size_t i = 0; i < len; i++) a.buf[i] = (char)(i * 31 + 3);
+    struct ibv_recv_wr rw = { .wr_id = 1 }, *rbad;
+    ibv_post_recv(b.qp, &rw, &rbad);
+    post(&a, IBV_WR_RDMA_WRITE_WITH_IMM, a.buf, (uint32_t)len, a.mr->lkey, (uintptr_t)p, mr->rkey, 0);
+    struct ibv_wc w = wait1(a.cq), w2 = wait1(b.cq);
+    printf(" write_in=%s", fuzz_status(w.status ? w : w2, !memcmp(a.buf, p, len)));
+    memset(a.buf, 0, len);
+    post(&a, IBV_WR_RDMA_READ, a.buf, (uint32_t)len, a.mr->lkey, (uintptr_t)p, mr->rkey, 0);
+    w = wait1(a.cq);
+    printf(" read_out=%s", fuzz_status(w, !memcmp(a.buf, p, len)));
+    for (size_t i = 0; i < len; i++) p[i] = (char)(i * 17 + 9);
+    memset(a.buf, 0, len);
+    post(&b, IBV_WR_RDMA_WRITE, p, (uint32_t)len, mr->lkey, (uintptr_t)a.buf, a.mr->rkey, 0);
+    w = wait1(b.cq);
+    printf(" write_out=%s dereg=%d\n", fuzz_status(w, !memcmp(a.buf, p, len)), ibv_dereg_mr(mr));
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    if (argc < 2) { fprintf(stderr, "usage: simcheck reg SCENARIO|all | transport | qpstate | multi | qpex | bench-bw SIZE ITERS | bench-post BATCHES\n"); return 2; }
+    if (argc < 2) { fprintf(stderr, "usage: simcheck reg SCENARIO|all | transport | qpstate | multi | qpex | bench-bw SIZE ITERS | bench-post BATCHES | fuzz SEED ROUNDS | dmabuf-data\n"); return 2; }
     open_dev();
     if (!strcmp(argv[1], "reg")) return reg_checks(argc > 2 ? argv[2] : "all");
     if (!strcmp(argv[1], "transport")) return transport_checks();
@@ -617,5 +722,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "qpex")) return qpex_checks();
     if (!strcmp(argv[1], "bench-bw") && argc > 3) return bench_bw((size_t)atol(argv[2]), atol(argv[3]));
     if (!strcmp(argv[1], "bench-post") && argc > 2) return bench_post(atoi(argv[2]));
+    if (!strcmp(argv[1], "dmabuf-data")) return dmabuf_data();
+    if (!strcmp(argv[1], "fuzz") && argc > 3) return fuzz(strtoull(argv[2], NULL, 0), atoi(argv[3]));
     return 2;
 }
