@@ -319,6 +319,64 @@ fn a_panic_inside_the_shim_never_reaches_the_application() {
     }
 }
 
+/// Registrations during start-up (a preload's constructor that runs before the shim's own) and
+/// from inside malloc (so also from the shim's own allocations, while it is inside a hook): the
+/// program runs as without the shim, nothing recurses, every call of the program is recorded
+/// once, and the constructor's registration is on record first.
+#[test]
+fn registrations_at_start_up_and_from_inside_malloc() {
+    let f = fake();
+    let pre = f.dir.join("libregpre.so");
+    let shim = shim_lib();
+    let base = run(cmd(f.prog("fake_linked")).env("LD_LIBRARY_PATH", f.lib_dir()));
+    for order in [format!("{} {}", shim.display(), pre.display()), format!("{} {}", pre.display(), shim.display())] {
+        let d = tmp("early");
+        let o = run(fake_cmd("fake_linked").env("LD_PRELOAD", &order).env("MRSHIM_LOG", &d).env("MRSHIM_SUMMARY", "off").env("REG_PRELOAD_CTOR", "1").env("REG_PRELOAD_MALLOC", "200"));
+        let err = stderr(&o);
+        assert!(o.status.success(), "{order}: {:?} {err}", o.status);
+        // the preload's registrations take lkeys of their own: compare the rest
+        let shape = |s: String| s.lines().map(|l| l.split(" lkey=").next().unwrap().to_string()).collect::<Vec<_>>();
+        assert_eq!(shape(stdout(&o)), shape(stdout(&base)), "{order}");
+        let made: u64 = err.lines().find_map(|l| l.strip_prefix("reg_preload: ")?.strip_suffix(" registered and deregistered, 0 failed")?.parse().ok()).unwrap_or_else(|| panic!("{order}: {err}"));
+        assert!(made >= 2, "{order}: {err}");
+        let recs = records(&only_file(&d));
+        let regs: Vec<_> = recs.iter().filter(|r| matches!(r.kind, Some(Kind::Reg) | Some(Kind::Dereg))).collect();
+        assert!(regs.iter().all(|r| (r.result == "ok" || r.probe) && r.attempt == 0), "{order}");
+        assert_eq!((regs[0].call.as_str(), regs[0].length, regs[1].call.as_str()), ("ibv_reg_mr", Some(4096), "ibv_dereg_mr"), "{order}: the constructor's calls come first");
+        // the program's own nine calls, each recorded once, whatever the preload did in between
+        let mine: Vec<&str> = regs.iter().filter(|r| r.addr != regs[0].addr).map(|r| r.call.as_str()).collect();
+        assert_eq!(
+            mine,
+            ["ibv_reg_mr", "ibv_reg_mr_iova", "ibv_reg_mr_iova2", "ibv_reg_dmabuf_mr", "ibv_reg_dmabuf_mr", "ibv_dereg_mr", "ibv_dereg_mr", "ibv_dereg_mr", "ibv_dereg_mr"],
+            "{order}"
+        );
+        assert!(regs.len() as u64 <= 2 * made + 9, "{order}: at most one record per call");
+    }
+}
+
+/// A full disk: one warning line, the program unaffected, and the summary says how many records
+/// were lost. MRSHIM_LOG=off: no file anywhere, the summary still printed.
+#[test]
+fn a_full_disk_warns_once_and_off_writes_nothing() {
+    let f = fake();
+    let base = run(cmd(f.prog("fake_linked")).env("LD_LIBRARY_PATH", f.lib_dir()));
+    let o = run(fake_cmd("fake_linked").env("MRSHIM_LOG", "/dev/full"));
+    assert!(o.status.success());
+    assert_eq!(stdout(&o), stdout(&base));
+    let err = stderr(&o);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert_eq!(lines[0], "mrshim: writing a record failed: No space left on device (os error 28); this and possibly later records are lost, calls pass through");
+    assert!(lines[1].contains("MRSHIM INFO summary: 9 calls") && lines[1].ends_with(", 0 records written, 10 lost"), "{err}");
+    let d = tmp("off");
+    let o = run(fake_cmd("fake_linked").env("MRSHIM_LOG", "off").current_dir(&d));
+    assert!(o.status.success());
+    assert_eq!(stdout(&o), stdout(&base));
+    let err = stderr(&o);
+    assert!(err.lines().count() == 1 && err.contains("MRSHIM INFO summary: 9 calls") && !err.contains("records written"), "{err}");
+    assert!(files(&d).is_empty(), "off: nothing written");
+}
+
 #[test]
 fn unwritable_log_warns_once_and_the_program_works() {
     let d = tmp("unwritable");

@@ -565,7 +565,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut v::ibv_cq) -> c_int {
     ffi(libc::EINVAL, || {
         // SAFETY: cq came from ibv_create_cq.
         let b = unsafe { Box::from_raw(cq.cast::<Cq>()) };
-        if Arc::strong_count(&b.inner) > 1 {
+        if b.inner.users.load(Ordering::Acquire) > 0 {
             let _ = Box::into_raw(b);
             return libc::EBUSY; // still used by a QP
         }
@@ -678,6 +678,8 @@ fn create_qp(pd: *mut v::ibv_pd, init: *mut v::ibv_qp_init_attr, ex: bool) -> *m
         Ok(n) => n,
         Err(e) => return errno_ret(e.raw_os_error().unwrap_or(libc::ENOMEM), null_mut()),
     };
+    scq.inner.users.fetch_add(1, Ordering::AcqRel);
+    rcq.inner.users.fetch_add(1, Ordering::AcqRel);
     let inner = Arc::new(QpInner::new(qpn, p.id, uc, ia.sq_sig_all != 0, (cap.max_send_wr, cap.max_recv_wr), scq.inner.clone(), rcq.inner.clone()));
     cx.engine.qps.lock().unwrap().insert(qpn, inner.clone());
     // SAFETY: ibv_qp_ex is plain old data (pointers, ints, Option<fn>).
@@ -707,6 +709,8 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut v::ibv_qp) -> c_int {
         let cx = unsafe { ctx(b.qpx.qp_base.context) };
         cx.engine.qps.lock().unwrap().remove(&b.inner.qpn);
         cx.engine.release_qpn(b.inner.qpn);
+        b.inner.send_cq.users.fetch_sub(1, Ordering::AcqRel);
+        b.inner.recv_cq.users.fetch_sub(1, Ordering::AcqRel);
         0
     })
 }

@@ -13,6 +13,10 @@ pub struct CqInner {
     channel_wfd: AtomicI32,
     /// The `struct ibv_cq *` the application holds, written into the channel on an event.
     cq_ptr: AtomicUsize,
+    /// Live QPs using this CQ (the kernel's usecnt): destroy refuses with EBUSY while > 0. Not
+    /// the Arc's count: an engine thread finishing a message may still hold a clone briefly
+    /// after ibv_destroy_qp returned, and the application must not see that.
+    pub users: std::sync::atomic::AtomicU32,
 }
 
 impl CqInner {
@@ -23,6 +27,7 @@ impl CqInner {
             armed: AtomicBool::new(false),
             channel_wfd: AtomicI32::new(channel_wfd),
             cq_ptr: AtomicUsize::new(0),
+            users: Default::default(),
         }
     }
 

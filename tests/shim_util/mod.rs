@@ -68,6 +68,7 @@ pub fn fake() -> &'static Fake {
         cc(&["-O1", "-o", &format!("{d}/fake_linked"), src_c("fake_linked.c").to_str().unwrap(), &ldir, "-libverbs", &rpath, "-lpthread"]);
         cc(&["-O1", "-o", &format!("{d}/nccl_style"), src_c("nccl_style.c").to_str().unwrap(), "-ldl"]);
         cc(&["-shared", "-fPIC", "-o", &format!("{d}/libother.so"), src_c("other_preload.c").to_str().unwrap(), "-ldl"]);
+        cc(&["-shared", "-fPIC", "-o", &format!("{d}/libregpre.so"), src_c("reg_preload.c").to_str().unwrap(), "-ldl"]);
         let plugin = src_c("local_plugin.c");
         cc(&["-shared", "-fPIC", "-DPLUGIN", "-o", &format!("{d}/liblocal_plugin.so"), plugin.to_str().unwrap(), &ldir, "-libverbs", &rpath, "-ldl"]);
         cc(&["-O1", "-o", &format!("{d}/local_plugin"), plugin.to_str().unwrap(), "-ldl"]);
