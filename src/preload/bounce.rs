@@ -27,6 +27,15 @@ use std::sync::{Arc, Mutex, RwLock};
 
 const PAGE: u64 = 4096;
 
+/// Kept from one sync to the next (under `Region::sync`): no allocation per message.
+#[derive(Default)]
+struct Scratch {
+    /// Device memory compared through a copy.
+    bytes: Vec<u8>,
+    /// The changed runs of the last compare.
+    runs: Vec<(usize, usize)>,
+}
+
 pub struct Region {
     ctx: usize,
     lkey: u32,
@@ -44,8 +53,8 @@ pub struct Region {
     base_map: (usize, usize),
     remote_write: bool,
     engine: Box<dyn CopyEngine>,
-    /// Serialises the whole-region syncs; holds the scratch copy of device memory they diff.
-    sync: Mutex<Vec<u8>>,
+    /// Serialises the whole-region syncs; holds what they reuse (device copy, changed runs).
+    sync: Mutex<Scratch>,
     /// The [`EPOCH`] of the last fold: receives posted back to back fold once.
     folded: AtomicU64,
 }
@@ -106,15 +115,14 @@ impl Region {
             done += k;
         }
     }
-    /// The runs where the shadow (or, with `app`, the given view of the application's buffer)
-    /// differs from the baseline.
-    fn changed(&self, now: Option<&[u8]>) -> Vec<(usize, usize)> {
+    /// The runs where the shadow (or, with `now`, the given view of the application's buffer)
+    /// differs from the baseline, into `runs`.
+    fn changed(&self, now: Option<&[u8]>, runs: &mut Vec<(usize, usize)>) {
         let len = self.len as usize;
         // SAFETY: shadow and baseline are live mappings of at least len bytes; only read here.
         let (sh, ba) = unsafe { (std::slice::from_raw_parts(self.shadow as *const u8, len), std::slice::from_raw_parts(self.baseline as *const u8, len)) };
-        let mut runs = Vec::new();
+        runs.clear();
         mrshim_core::diff::for_each_run(now.unwrap_or(sh), ba, |a, b| runs.push((a, b)));
-        runs
     }
     /// Before a receive is posted: bytes the application changed in its buffer since the last
     /// sync go to the shadow (and the baseline), so that what a peer writes next is told apart
@@ -126,19 +134,21 @@ impl Region {
             return;
         }
         let len = self.len as usize;
-        let mut scratch = self.sync.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.sync.lock().unwrap_or_else(|p| p.into_inner());
+        let Scratch { bytes, runs } = &mut *guard;
         let now: &[u8] = if self.engine.app_is_host() {
             // SAFETY: host memory the region covers, readable for len bytes (checked when the
             // shadow was prepared); racing writes by the application are what a NIC would see too.
             unsafe { std::slice::from_raw_parts(self.app as *const u8, len) }
         } else {
-            scratch.resize(len, 0);
-            if let Err(e) = self.engine.to_host(scratch.as_mut_ptr(), self.app, len) {
+            bytes.resize(len, 0);
+            if let Err(e) = self.engine.to_host(bytes.as_mut_ptr(), self.app, len) {
                 return warn_once(&format!("{} engine: {e}", self.engine.name()));
             }
-            &scratch
+            bytes
         };
-        for (a, b) in self.changed(Some(now)) {
+        self.changed(Some(now), runs);
+        for &(a, b) in runs.iter() {
             // SAFETY: shadow and baseline are live, each [a, b) is within len, and neither
             // aliases `now` (the application's buffer or the scratch copy).
             unsafe {
@@ -151,8 +161,10 @@ impl Region {
     /// Copies to the application only the bytes a peer changed in the shadow since the last sync,
     /// so what the application wrote to its buffer meanwhile is not overwritten.
     fn sync_peer_writes(&self) {
-        let _one_at_a_time = self.sync.lock().unwrap_or_else(|p| p.into_inner());
-        for (a, b) in self.changed(None) {
+        let mut one_at_a_time = self.sync.lock().unwrap_or_else(|p| p.into_inner());
+        let runs = &mut one_at_a_time.runs;
+        self.changed(None, runs);
+        for &(a, b) in runs.iter() {
             self.to_app(a as u64, b - a);
         }
     }
@@ -206,7 +218,7 @@ pub fn prepare(app: u64, len: u64, iova: u64, access: u32) -> Result<Shadow, Str
         base_map: (b, if remote_write { maplen } else { 0 }),
         remote_write,
         engine,
-        sync: Mutex::new(Vec::new()),
+        sync: Mutex::new(Scratch::default()),
         folded: AtomicU64::new(u64::MAX),
     };
     region.to_shadow(0, len as usize);
