@@ -859,4 +859,47 @@ mod tests {
         assert!(app.iter().all(|&b| b == 0xee), "the second message was lost");
         abandon(s);
     }
+
+    /// Reads of the application's (device-like) buffer, counted.
+    struct Counting(Arc<AtomicU32>);
+
+    impl CopyEngine for Counting {
+        fn name(&self) -> &'static str {
+            "counting"
+        }
+        fn to_host(&self, dst: *mut u8, src: u64, n: usize) -> Result<(), String> {
+            self.0.fetch_add(1, Ordering::AcqRel);
+            HostCopy.to_host(dst, src, n)
+        }
+        fn to_app(&self, dst: u64, src: *const u8, n: usize) -> Result<(), String> {
+            HostCopy.to_app(dst, src, n)
+        }
+    }
+
+    #[test]
+    fn receives_posted_back_to_back_fold_the_application_writes_once() {
+        let len = 8192;
+        let mut app = vec![0u8; len];
+        let access = mrshim_verbs::access::LOCAL_WRITE | mrshim_verbs::access::REMOTE_WRITE;
+        let p = app.as_mut_ptr() as u64;
+        let mut s = prepare(p, len as u64, p, access).unwrap();
+        let reads = Arc::new(AtomicU32::new(0));
+        s.region.engine = Box::new(Counting(reads.clone()));
+        let r = &s.region;
+        // SAFETY: the region's live shadow, i < len.
+        let shadow = |i: usize| unsafe { *((r.shadow + i) as *const u8) };
+        // SAFETY: the application's own buffer, written through its pointer as a kernel would.
+        unsafe { *(p as *mut u8) = 7 };
+        r.fold_app_writes();
+        r.fold_app_writes();
+        assert_eq!(reads.load(Ordering::Acquire), 1, "the second receive, posted right after, reads nothing");
+        assert_eq!(shadow(0), 7, "the application's write reached the shadow");
+        // SAFETY: as above.
+        unsafe { *((p + 1) as *mut u8) = 9 };
+        bump_epoch(); // a post or a poll with completions in between
+        r.fold_app_writes();
+        assert_eq!(reads.load(Ordering::Acquire), 2);
+        assert_eq!(shadow(1), 9);
+        abandon(s);
+    }
 }

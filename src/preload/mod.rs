@@ -27,10 +27,10 @@ impl Guard {
     #[inline]
     pub fn enter() -> Option<Guard> {
         let c = IN_HOOK.try_with(|c| c as *const Cell<bool>).ok()?;
-        // SAFETY: this thread's own flag; it lives as long as the thread, the guard does not
-        // leave the thread (raw pointer: !Send).
         // `then`, not `then_some`: a Guard built for a nested call and dropped unused would
         // clear the outer call's flag (found by the registration fuzz test).
+        // SAFETY: this thread's own flag; it lives as long as the thread, the guard does not
+        // leave the thread (raw pointer: !Send).
         (!unsafe { (*c).replace(true) }).then(|| Guard(c))
     }
 }
