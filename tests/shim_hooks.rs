@@ -525,3 +525,17 @@ fn mrshim_exec_preloads_the_shim_next_to_it() {
         assert!(stdout(&help).contains(v), "{v}");
     }
 }
+
+/// Every variable the shim reads is documented where users look: `mrshim --help`,
+/// `mrshim exec --help` and README.md.
+#[test]
+fn every_variable_is_in_the_help_and_the_readme() {
+    let help = stdout(&run(cmd(mrshim_bin()).arg("--help")));
+    let exec_help = stdout(&run(cmd(mrshim_bin()).args(["exec", "--help"])));
+    let readme = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    for v in mrshim_core::config::VARS {
+        assert!(help.contains(v), "mrshim --help lacks {v}");
+        assert!(exec_help.contains(v), "mrshim exec --help lacks {v}");
+        assert!(readme.contains(&format!("`{v}`")), "README.md lacks {v}");
+    }
+}
