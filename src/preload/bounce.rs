@@ -842,13 +842,17 @@ mod tests {
         }
     }
 
+    /// A shadow for `app` that peers may write (so it keeps a baseline).
+    fn peer_writable(app: &mut [u8]) -> Shadow {
+        let p = app.as_mut_ptr() as u64;
+        prepare(p, app.len() as u64, p, mrshim_verbs::access::LOCAL_WRITE | mrshim_verbs::access::REMOTE_WRITE).unwrap()
+    }
+
     #[test]
     fn a_peer_write_landing_during_a_sync_reaches_the_application_at_the_next_one() {
         let len = 8192;
         let mut app = vec![0u8; len];
-        let access = mrshim_verbs::access::LOCAL_WRITE | mrshim_verbs::access::REMOTE_WRITE;
-        let p = app.as_mut_ptr() as u64;
-        let mut s = prepare(p, len as u64, p, access).unwrap();
+        let mut s = peer_writable(&mut app);
         s.region.engine = Box::new(NicWritesDuringCopy { shadow: s.region.shadow, len, fired: AtomicBool::new(false) });
         let r = &s.region;
         // SAFETY: the region's live shadow; the peer's first message.
@@ -878,11 +882,9 @@ mod tests {
 
     #[test]
     fn receives_posted_back_to_back_fold_the_application_writes_once() {
-        let len = 8192;
-        let mut app = vec![0u8; len];
-        let access = mrshim_verbs::access::LOCAL_WRITE | mrshim_verbs::access::REMOTE_WRITE;
+        let mut app = vec![0u8; 8192];
         let p = app.as_mut_ptr() as u64;
-        let mut s = prepare(p, len as u64, p, access).unwrap();
+        let mut s = peer_writable(&mut app);
         let reads = Arc::new(AtomicU32::new(0));
         s.region.engine = Box::new(Counting(reads.clone()));
         let r = &s.region;

@@ -273,11 +273,28 @@ enum Real {
     Dereg(DeregFn),
 }
 
+impl Real {
+    /// The entry point this function is.
+    fn call(self) -> Call {
+        match self {
+            Real::RegMr(_) => Call::RegMr,
+            Real::Iova(_) => Call::RegMrIova,
+            Real::Iova2(_) => Call::RegMrIova2,
+            Real::Dmabuf(_) => Call::RegDmabufMr,
+            Real::Dereg(_) => Call::DeregMr,
+        }
+    }
+}
+
 /// Calls the real function; remembers the first outcome for the panic fallback.
 struct Ffi {
     real: Real,
     /// The IBVERBS_1.0 ABI: pd/mr are rdma-core's compat structs; don't read through them.
     compat10: bool,
+    /// The caller's own arguments (by address: retry attempts are other values).
+    orig: *const RegArgs,
+    /// The outcome of the caller's own call, once made: what a panic falls back to (never an
+    /// attempt's, whose MR is not the caller's until adopted).
     done: Cell<Option<Outcome>>,
     /// The outcome of a real call the fast path already made: the first invoke returns it.
     preset: Cell<Option<Outcome>>,
@@ -310,11 +327,7 @@ impl Ffi {
     /// The real function for `call`: the intercepted one, or (for retry attempts that switch
     /// entry points) another real function of the same libibverbs.
     fn real_for(&self, call: Call) -> Option<Real> {
-        let same = matches!(
-            (self.real, call),
-            (Real::RegMr(_), Call::RegMr) | (Real::Iova(_), Call::RegMrIova) | (Real::Iova2(_), Call::RegMrIova2) | (Real::Dmabuf(_), Call::RegDmabufMr) | (Real::Dereg(_), Call::DeregMr)
-        );
-        if same {
+        if self.real.call() == call {
             return Some(self.real);
         }
         let f = match call {
@@ -444,7 +457,7 @@ impl Backend for Ffi {
                 }
             }
         };
-        if self.done.get().is_none() {
+        if std::ptr::eq(a, self.orig) {
             self.done.set(Some(out));
         }
         out
@@ -475,7 +488,7 @@ impl Backend for Ffi {
 /// already holds its outcome) and records; a panic falls back to the real function if it had
 /// not run yet.
 fn record(args: RegArgs, real: Real, compat10: bool, preset: Option<Outcome>) -> Outcome {
-    let backend = Ffi { real, compat10, done: Cell::new(None), preset: Cell::new(preset) };
+    let backend = Ffi { real, compat10, orig: &args, done: Cell::new(None), preset: Cell::new(preset) };
     let call = args.call();
     match catch_unwind(AssertUnwindSafe(|| mrshim_core::shim().call(&args, &backend))) {
         Ok(o) => o,
@@ -527,8 +540,9 @@ unsafe fn real_fn<F: Copy>(f: Fn_) -> Option<F> {
 /// Every registration wrapper: nested call → `direct` (the real function with the caller's
 /// arguments), nothing else. When the shim only counts (no records, injection or anything
 /// learned), a success is the real call plus counters; anything else goes through [`record`].
-fn reg_hook(call: Call, direct: impl Fn() -> *mut c_void, real: Real, compat10: bool, args: impl FnOnce() -> RegArgs) -> *mut c_void {
+fn reg_hook(direct: impl Fn() -> *mut c_void, real: Real, compat10: bool, args: impl FnOnce() -> RegArgs) -> *mut c_void {
     let Some(_g) = Guard::enter() else { return direct() };
+    let call = real.call();
     shielded(call.name(), direct, |direct| {
         let shim = mrshim_core::shim();
         shim.debug_panic(PanicAt::Hook);
@@ -566,7 +580,7 @@ pub unsafe extern "C" fn ibv_reg_mr(pd: *mut c_void, addr: *mut c_void, length: 
     let Some(f) = (unsafe { real_fn::<RegMrFn>(Fn_::RegMr) }) else { return no_real() };
     // SAFETY: the real function with the caller's arguments.
     let direct = || unsafe { f(pd, addr, length, access) };
-    reg_hook(Call::RegMr, direct, Real::RegMr(f), false, || reg_args(Call::RegMr, pd, addr as u64, length, addr as u64, access as u32))
+    reg_hook(direct, Real::RegMr(f), false, || reg_args(Call::RegMr, pd, addr as u64, length, addr as u64, access as u32))
 }
 
 /// # Safety
@@ -576,7 +590,7 @@ pub unsafe extern "C" fn reg_mr_1_0(pd: *mut c_void, addr: *mut c_void, length: 
     let Some(f) = (unsafe { real_fn::<RegMrFn>(Fn_::RegMr10) }) else { return no_real() };
     // SAFETY: the real function with the caller's arguments.
     let direct = || unsafe { f(pd, addr, length, access) };
-    reg_hook(Call::RegMr, direct, Real::RegMr(f), true, || RegArgs {
+    reg_hook(direct, Real::RegMr(f), true, || RegArgs {
         symbol_version: Some("IBVERBS_1.0"),
         ..reg_args(Call::RegMr, pd, addr as u64, length, addr as u64, access as u32)
     })
@@ -590,7 +604,7 @@ pub unsafe extern "C" fn ibv_reg_mr_iova(pd: *mut c_void, addr: *mut c_void, len
     let Some(f) = (unsafe { real_fn::<IovaFn>(Fn_::RegMrIova) }) else { return no_real() };
     // SAFETY: the real function with the caller's arguments.
     let direct = || unsafe { f(pd, addr, length, iova, access) };
-    reg_hook(Call::RegMrIova, direct, Real::Iova(f), false, || reg_args(Call::RegMrIova, pd, addr as u64, length, iova, access as u32))
+    reg_hook(direct, Real::Iova(f), false, || reg_args(Call::RegMrIova, pd, addr as u64, length, iova, access as u32))
 }
 
 /// # Safety
@@ -601,7 +615,7 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(pd: *mut c_void, addr: *mut c_void, le
     let Some(f) = (unsafe { real_fn::<Iova2Fn>(Fn_::RegMrIova2) }) else { return no_real() };
     // SAFETY: the real function with the caller's arguments (nested: libibverbs' own ibv_reg_mr).
     let direct = || unsafe { f(pd, addr, length, iova, access) };
-    reg_hook(Call::RegMrIova2, direct, Real::Iova2(f), false, || reg_args(Call::RegMrIova2, pd, addr as u64, length, iova, access))
+    reg_hook(direct, Real::Iova2(f), false, || reg_args(Call::RegMrIova2, pd, addr as u64, length, iova, access))
 }
 
 /// # Safety
@@ -613,7 +627,7 @@ pub unsafe extern "C" fn ibv_reg_dmabuf_mr(pd: *mut c_void, offset: u64, length:
     // SAFETY: the real function with the caller's arguments.
     let direct = || unsafe { f(pd, offset, length, iova, fd, access) };
     // The VA of a dmabuf MR is its iova; `offset` is into the dmabuf.
-    reg_hook(Call::RegDmabufMr, direct, Real::Dmabuf(f), false, || RegArgs {
+    reg_hook(direct, Real::Dmabuf(f), false, || RegArgs {
         dmabuf_fd: Some(fd),
         dmabuf_offset: Some(offset),
         ..reg_args(Call::RegDmabufMr, pd, iova, length, iova, access as u32)
