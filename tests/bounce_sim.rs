@@ -114,6 +114,26 @@ fn transport_checks_are_identical_through_bounce_buffers() {
     assert!(!o.status.success());
 }
 
+/// A panic in the bounce layer's post/poll wrappers (MRSHIM_DEBUG_PANIC=bounce, on every one)
+/// does not take the program down: every WR is still posted, every completion delivered, the
+/// program runs to its end; one line says what happened (the copies of those calls did not run,
+/// so data may be stale), and the summary counts each.
+#[test]
+fn a_panic_in_the_bounce_wrappers_never_aborts_the_program() {
+    let w = SimWorld::new("bounce-panic");
+    let reference = run(w.cmd(simcheck()).arg("transport").env_remove("LD_PRELOAD"));
+    let w = w.with("SIMCHECK_EXTRA_ACCESS", "0x100000").with("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed").with("MRSHIM_RETRY", "bounce").with("MRSHIM_WARN", "off");
+    let o = run(w.cmd(simcheck()).arg("transport").env("MRSHIM_DEBUG_PANIC", "bounce"));
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert_eq!(stdout(&o).lines().count(), stdout(&reference).lines().count(), "every check ran: {}", stdout(&o));
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("mrshim: internal error in ibv_")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].contains("MRSHIM_DEBUG_PANIC=bounce at src/preload/bounce.rs"), "{err}");
+    let n: u64 = err.split(" internal errors (each call passed through)").next().and_then(|h| h.rsplit(", ").next()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{err}"));
+    assert!(n > 10, "each post and poll with completions counted: {n}");
+}
+
 /// Streaming WRITE_WITH_IMM, 16 in flight, every byte new in each message: the peer's next
 /// write lands in the shadow while the previous completion's sync copies it out; none of it is
 /// lost (the final buffer is the last message, byte for byte). Whether the race window is hit

@@ -246,7 +246,7 @@ fn bad_values_print_one_line_and_pass_through() {
         ("MRSHIM_LOG", "", "mrshim: MRSHIM_LOG=\"\" is not valid (empty); accepted: off, stderr, a file path or a directory (placeholders %h host, %p pid, %r rank, %% percent); mrshim passes every call through unrecorded"),
         ("MRSHIM_SUMMARY", "sometimes", "mrshim: MRSHIM_SUMMARY=\"sometimes\" is not valid; accepted: on, off (also 1/0, true/false, yes/no); mrshim passes every call through unrecorded"),
         ("MRSHIM_WARN", "loud", "mrshim: MRSHIM_WARN=\"loud\" is not valid; accepted: on, off (also 1/0, true/false, yes/no); mrshim passes every call through unrecorded"),
-        ("MRSHIM_DEBUG_PANIC", "always", "mrshim: MRSHIM_DEBUG_PANIC=\"always\" is not valid; accepted: init, hook, record, exit (where the shim panics on purpose; unset in production); mrshim passes every call through unrecorded"),
+        ("MRSHIM_DEBUG_PANIC", "always", "mrshim: MRSHIM_DEBUG_PANIC=\"always\" is not valid; accepted: init, hook, record, exit, bounce (where the shim panics on purpose; unset in production); mrshim passes every call through unrecorded"),
     ];
     use mrshim_core::config::{INJECT_ACCEPTED, RETRY_ACCEPTED};
     let long = |var: &str, val: &str, acc: &str| format!("mrshim: {var}={val:?} is not valid; accepted: {acc}; mrshim passes every call through unrecorded");

@@ -64,6 +64,14 @@ pub struct Region {
 /// calls with neither in between, the first one's fold stands.
 static EPOCH: AtomicU64 = AtomicU64::new(0);
 
+/// MRSHIM_DEBUG_PANIC=bounce: panic here (the wrappers' guards must catch it).
+#[inline]
+fn debug_panic() {
+    if let Some(s) = mrshim_core::shim_if_initialized() {
+        s.debug_panic(mrshim_core::config::PanicAt::Bounce);
+    }
+}
+
 fn bump_epoch() {
     EPOCH.fetch_add(1, Ordering::AcqRel);
 }
@@ -582,6 +590,7 @@ unsafe extern "C" fn post_send(qp: *mut v::ibv_qp, wr: *mut v::ibv_send_wr, bad:
     let (ctx, qpn) = unsafe { ((*qp).context as usize, (*qp).qp_num) };
     let Some(o) = orig(ctx) else { return libc::EINVAL };
     guarded("ibv_post_send", || {
+        debug_panic();
         bump_epoch();
         each_wr(ctx, wr, |r, rs| outgoing(qpn, r.opcode == v::ibv_wr_opcode::IBV_WR_RDMA_READ, rs));
     });
@@ -595,6 +604,7 @@ unsafe extern "C" fn post_recv(qp: *mut v::ibv_qp, wr: *mut v::ibv_recv_wr, bad:
     let Some(o) = orig(ctx) else { return libc::EINVAL };
     // What peers write after this receive must be told apart from what the application wrote.
     guarded("ibv_post_recv", || {
+        debug_panic();
         each_writable(ctx, Region::fold_app_writes);
         each_wr(ctx, wr, |r, rs| PENDING_RECV.add((qpn, r.wr_id), rs));
     });
@@ -619,6 +629,7 @@ unsafe extern "C" fn poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut mrshim_verbs
 
 /// Completions just polled: what peers wrote reaches the application.
 fn completed(ctx: usize, wcs: &[v::ibv_wc]) {
+    debug_panic();
     bump_epoch();
     let mut peer_wrote = false;
     for w in wcs {

@@ -50,6 +50,8 @@ pub enum PanicAt {
     Record,
     /// In the exit summary.
     Exit,
+    /// In the bounce layer's post/poll wrappers (while a bounce region exists).
+    Bounce,
 }
 
 impl PanicAt {
@@ -59,6 +61,7 @@ impl PanicAt {
             "hook" => PanicAt::Hook,
             "record" => PanicAt::Record,
             "exit" => PanicAt::Exit,
+            "bounce" => PanicAt::Bounce,
             _ => return None,
         })
     }
@@ -68,6 +71,7 @@ impl PanicAt {
             PanicAt::Hook => "hook",
             PanicAt::Record => "record",
             PanicAt::Exit => "exit",
+            PanicAt::Bounce => "bounce",
         }
     }
 }
@@ -83,7 +87,7 @@ pub const LEVEL_ACCEPTED: &str = "all, failures";
 pub const ONOFF_ACCEPTED: &str = "on, off (also 1/0, true/false, yes/no)";
 pub const RETRY_ACCEPTED: &str = mrshim_retry::policy::HELP;
 pub const INJECT_ACCEPTED: &str = mrshim_retry::inject::HELP;
-pub const DEBUG_PANIC_ACCEPTED: &str = "init, hook, record, exit (where the shim panics on purpose; unset in production)";
+pub const DEBUG_PANIC_ACCEPTED: &str = "init, hook, record, exit, bounce (where the shim panics on purpose; unset in production)";
 
 /// One bad variable. Displayed as the single stderr line users see.
 #[derive(Debug, Clone, PartialEq, Eq)]
