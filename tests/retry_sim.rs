@@ -101,6 +101,10 @@ fn mismatched_page_offsets_are_refused_with_the_reason() {
     let r = recs.iter().find(|r| r.strategy.as_deref() == Some("realign-iova")).expect("refusal record");
     assert_eq!(r.result, "refused");
     assert!(r.change.as_deref().unwrap().contains("remote peers"), "{:?}", r.change);
+    // mrshim analyze counts the application's one failure, not the refusals next to it
+    let a = run(cmd(mrshim_bin()).args(["analyze", "--json"]).arg(&logs));
+    let v: serde_json::Value = serde_json::from_slice(&a.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&a)));
+    assert_eq!(v["summary"]["failed"], 1, "{}", stdout(&a));
 }
 
 #[test]
@@ -256,6 +260,11 @@ fn random_policies_and_failures_never_crash_and_every_mr_carries_data() {
                 }
             }
         }
+        // mrshim analyze counts exactly the application's failed calls (rescued ones included,
+        // attempts, refusals and learned tries not)
+        let a = run(cmd(mrshim_bin()).args(["analyze", "--json"]).arg(&logs));
+        let v: serde_json::Value = serde_json::from_slice(&a.stdout).unwrap_or_else(|e| panic!("{what}: {e}: {}", stderr(&a)));
+        assert_eq!(v["summary"]["failed"], calls.iter().filter(|c| c.result == "error").count(), "{what}");
         let sum = recs.iter().find_map(|r| r.summary.clone()).unwrap_or_else(|| panic!("{what}: no summary"));
         assert_eq!(sum.registered_bytes, 0, "{what}: everything was deregistered");
         assert_eq!(sum.records_lost, 0, "{what}");

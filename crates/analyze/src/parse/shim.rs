@@ -111,9 +111,13 @@ fn describe(r: &Reg) -> String {
 }
 
 fn reg(r: Reg, lineno: u64, emit: &mut dyn FnMut(Event)) {
-    if r.probe {
+    // A refusal records a strategy that was not tried: no call reached the device.
+    if r.probe || r.result == "refused" {
         return;
     }
+    // Linked to an application call (a retry attempt, or a learned strategy that no longer
+    // worked, tried before the call): a retry, not one of the application's calls.
+    let attempt = if r.parent_seq.is_some() { r.attempt.max(1) } else { r.attempt };
     let evid = (r.result != "ok").then(|| (lineno, describe(&r)));
     let addr = r.addr.as_deref().and_then(parse_hex);
     let relaxed = r.relaxed_ordering
@@ -157,7 +161,7 @@ fn reg(r: Reg, lineno: u64, emit: &mut dyn FnMut(Event)) {
         time_ns: Some(r.time_ns),
         injected: r.injected,
         strategy: r.strategy,
-        attempt: r.attempt,
+        attempt,
         evid,
         ..Default::default()
     }));
