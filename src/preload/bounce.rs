@@ -258,7 +258,19 @@ pub fn abandon(s: Shadow) {
 }
 
 /// A fresh private anonymous mapping of `n` bytes, owned by a region until deregistration.
+/// Mappings of deregistered shadows and baselines, kept for the next region of the same size
+/// (up to [`POOL_MAX`] bytes): a job that registers and deregisters its buffers again and again
+/// (each iteration, each communicator) would otherwise fault in and zero every page each time.
+/// Only `try_lock`ed: a child forked while a parent thread held it maps afresh.
+static POOL: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+const POOL_MAX: usize = 256 << 20;
+
 fn map_anon(n: usize, what: &str) -> Result<usize, String> {
+    if let Ok(mut pool) = POOL.try_lock() {
+        if let Some(i) = pool.iter().position(|&(_, len)| len == n) {
+            return Ok(pool.swap_remove(i).0);
+        }
+    }
     // SAFETY: a new mapping nobody else references; no address hint.
     let p = unsafe { libc::mmap(std::ptr::null_mut(), n, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
     if p == libc::MAP_FAILED {
@@ -267,9 +279,17 @@ fn map_anon(n: usize, what: &str) -> Result<usize, String> {
     Ok(p as usize)
 }
 
+/// Back to the pool (stale contents: a region fills all of its bytes before use, and its MR
+/// covers only those), or unmapped when the pool is full.
 fn unmap((p, n): (usize, usize)) {
     if n == 0 {
         return;
+    }
+    if let Ok(mut pool) = POOL.try_lock() {
+        if pool.iter().map(|e| e.1).sum::<usize>() + n <= POOL_MAX {
+            pool.push((p, n));
+            return;
+        }
     }
     // SAFETY: unmapping a shadow this module mapped and nobody references any more.
     unsafe { libc::munmap(p as *mut libc::c_void, n) };
