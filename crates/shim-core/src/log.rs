@@ -85,6 +85,9 @@ impl Log {
                 let first = (ctx.first_line)();
                 if write_all_once(fd, &first) {
                     self.written.fetch_add(1, Relaxed);
+                } else {
+                    // the record that follows fails the same way and says so
+                    self.lost.fetch_add(1, Relaxed);
                 }
             }
             self.opened_by.store(ctx.pid, Relaxed);
