@@ -164,8 +164,11 @@ pub fn open_append(path: &str) -> std::io::Result<i32> {
 /// A short write counts as failure: O_APPEND regular files and pipes (≤ PIPE_BUF) don't do that.
 pub fn write_all_once(fd: i32, buf: &[u8]) -> bool {
     loop {
+        // The system call itself, not glibc's write(): that one is a pthread cancellation point,
+        // and a registration must not become one (a cancelled thread would unwind out of the
+        // shim mid-call); it also skips the wrapper's cancellation bookkeeping.
         // SAFETY: buf is valid for buf.len() bytes for the duration of the call.
-        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+        let n = unsafe { libc::syscall(libc::SYS_write, fd, buf.as_ptr(), buf.len()) } as isize;
         if n == buf.len() as isize {
             return true;
         }
