@@ -219,6 +219,12 @@ fn a_binary_linked_against_the_1_0_abi_gets_the_1_0_wrappers() {
     assert_eq!(v, [("ibv_reg_mr", Some("IBVERBS_1.0")), ("ibv_dereg_mr", Some("IBVERBS_1.0"))]);
 }
 
+/// `fake_linked` as it runs without the shim: what every run with it is compared against.
+fn without_shim() -> std::process::Output {
+    let f = fake();
+    run(cmd(f.prog("fake_linked")).env("LD_LIBRARY_PATH", f.lib_dir()))
+}
+
 #[test]
 fn programs_without_verbs_run_unchanged() {
     let d = tmp("noverbs");
@@ -253,8 +259,7 @@ fn bad_values_print_one_line_and_pass_through() {
     let retry = long("MRSHIM_RETRY", "drop-everything", RETRY_ACCEPTED);
     let inject = long("MRSHIM_INJECT", "ibv_reg_mr:EWHAT", INJECT_ACCEPTED);
     let cases = cases.into_iter().map(|(a, b, c)| (a, b, c.to_string())).chain([("MRSHIM_RETRY", "drop-everything", retry), ("MRSHIM_INJECT", "ibv_reg_mr:EWHAT", inject)]);
-    let f = fake();
-    let base = run(cmd(f.prog("fake_linked")).env("LD_LIBRARY_PATH", f.lib_dir()));
+    let base = without_shim();
     for (var, val, line) in cases {
         let d = tmp("badenv");
         let mut c = fake_cmd("fake_linked");
@@ -272,8 +277,7 @@ fn bad_values_print_one_line_and_pass_through() {
 /// line naming the panic, and the log says what happened.
 #[test]
 fn a_panic_inside_the_shim_never_reaches_the_application() {
-    let f = fake();
-    let base = run(cmd(f.prog("fake_linked")).env("LD_LIBRARY_PATH", f.lib_dir()));
+    let base = without_shim();
     assert!(base.status.success());
     for stage in ["init", "hook", "record", "exit"] {
         let d = tmp(&format!("panic-{stage}"));
@@ -328,7 +332,7 @@ fn registrations_at_start_up_and_from_inside_malloc() {
     let f = fake();
     let pre = f.dir.join("libregpre.so");
     let shim = shim_lib();
-    let base = run(cmd(f.prog("fake_linked")).env("LD_LIBRARY_PATH", f.lib_dir()));
+    let base = without_shim();
     for order in [format!("{} {}", shim.display(), pre.display()), format!("{} {}", pre.display(), shim.display())] {
         let d = tmp("early");
         let o = run(fake_cmd("fake_linked").env("LD_PRELOAD", &order).env("MRSHIM_LOG", &d).env("MRSHIM_SUMMARY", "off").env("REG_PRELOAD_CTOR", "1").env("REG_PRELOAD_MALLOC", "200"));
@@ -358,8 +362,7 @@ fn registrations_at_start_up_and_from_inside_malloc() {
 /// were lost (the config line, nine calls, the summary itself). MRSHIM_LOG=off: no file anywhere, the summary still printed.
 #[test]
 fn a_full_disk_warns_once_and_off_writes_nothing() {
-    let f = fake();
-    let base = run(cmd(f.prog("fake_linked")).env("LD_LIBRARY_PATH", f.lib_dir()));
+    let base = without_shim();
     let o = run(fake_cmd("fake_linked").env("MRSHIM_LOG", "/dev/full"));
     assert!(o.status.success());
     assert_eq!(stdout(&o), stdout(&base));

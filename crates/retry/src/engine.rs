@@ -29,8 +29,8 @@ pub struct Attempt {
     pub strategy: Strategy,
     pub req: Req,
     pub change: String,
-    /// Applied up front because it worked before for this kind of memory (sticky).
-    pub learned: bool,
+    /// Applied up front because it worked before for this kind of the caller's memory (sticky).
+    pub learned: Option<MemKind>,
 }
 
 /// What happened, for the records.
@@ -87,17 +87,15 @@ impl Engine {
         let kind = env.facts(req).kind;
         let (strategy, errno) = *self.learned.lock().get(&(kind, req.entry))?;
         let (req2, change) = self.prepare(strategy, req, errno, env).ok()??;
-        Some(Attempt { n: 0, strategy, req: req2, change, learned: true })
+        Some(Attempt { n: 0, strategy, req: req2, change, learned: Some(kind) })
     }
 
-    /// The learned attempt for `orig` worked: count it. (It failed: forget it for `orig`'s
-    /// kind of memory, and call `rescue` as usual, skipping it.)
-    pub fn learned_result(&self, orig: &Req, a: &Attempt, ok: bool, env: &dyn Env) {
+    /// The learned attempt worked: count it. (It failed: forget it for that kind of memory, and
+    /// call `rescue` as usual, skipping it.)
+    pub fn learned_result(&self, a: &Attempt, ok: bool) {
         if ok {
             *self.rescued.lock().entry(a.strategy).or_default() += 1;
-        } else {
-            // the kind of the caller's memory, not of what the attempt registered (a shadow)
-            let kind = env.facts(orig).kind;
+        } else if let Some(kind) = a.learned {
             self.learned.lock().retain(|(k, _), (s, _)| !(*k == kind && *s == a.strategy));
         }
     }
@@ -149,7 +147,7 @@ impl Engine {
                 }
             };
             n += 1;
-            let a = Attempt { n, strategy: s, req, change, learned: false };
+            let a = Attempt { n, strategy: s, req, change, learned: None };
             match try_(&a) {
                 Ok(t) => {
                     note(Event::Tried(a.clone(), Ok(())));
@@ -227,8 +225,8 @@ mod tests {
         // Sticky: the next one goes straight to the learned variant, 1000 times, no new failures.
         for _ in 0..1000 {
             let l = e.learned_attempt(&req(0xf | RO), &env).expect("learned");
-            assert!(l.learned && l.req.access == 0xf);
-            e.learned_result(&req(0xf | RO), &l, no_relaxed(&l).is_ok(), &env);
+            assert!(l.learned == Some(MemKind::HostAnon) && l.req.access == 0xf);
+            e.learned_result(&l, no_relaxed(&l).is_ok());
         }
         assert_eq!(e.rescued(), vec![(Strategy::DropRelaxedOrdering, 1001)]);
     }

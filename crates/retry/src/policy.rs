@@ -195,6 +195,17 @@ mod tests {
 
     const ERRNOS: [(&str, i32); 5] = [("EINVAL", libc::EINVAL), ("ENOMEM", libc::ENOMEM), ("EFAULT", libc::EFAULT), ("EPERM", libc::EPERM), ("14", 14)];
 
+    /// A list as the parser keeps it: first occurrence of each strategy, in order.
+    fn dedup(v: &[Strategy]) -> Vec<Strategy> {
+        let mut d = Vec::new();
+        for s in v {
+            if !d.contains(s) {
+                d.push(*s);
+            }
+        }
+        d
+    }
+
     fn arb_strategy() -> impl proptest::strategy::Strategy<Value = Strategy> {
         proptest::sample::select(Strategy::ALL.to_vec())
     }
@@ -205,9 +216,7 @@ mod tests {
             let names: Vec<&str> = v.iter().map(|s| s.name()).collect();
             let text = format!("{};max_attempts={max};sticky={}", names.join(","), if sticky { "on" } else { "off" });
             let p = Policy::parse(&text).unwrap();
-            let mut dedup = Vec::new();
-            for s in v { if !dedup.contains(&s) { dedup.push(s); } }
-            prop_assert_eq!(p.strategies, dedup);
+            prop_assert_eq!(p.strategies, dedup(&v));
             prop_assert_eq!(p.max_attempts, max);
             prop_assert_eq!(p.sticky, sticky);
         }
@@ -240,7 +249,6 @@ mod tests {
             }
             let p = Policy::parse(&text).unwrap();
             let (en, er) = (Entry::ALL[entry], ERRNOS[errno].1);
-            let dedup = |v: &[Strategy]| { let mut d: Vec<Strategy> = Vec::new(); for s in v { if !d.contains(s) { d.push(*s); } } d };
             let filtered = (!calls.is_empty() && !calls.iter().any(|&c| Entry::ALL[c] == en)) || (!errnos.is_empty() && !errnos.iter().any(|&e| ERRNOS[e].1 == er));
             let want = if filtered {
                 Vec::new()

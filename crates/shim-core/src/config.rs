@@ -55,24 +55,14 @@ pub enum PanicAt {
 }
 
 impl PanicAt {
+    const NAMES: [(&'static str, PanicAt); 5] = [("init", PanicAt::Init), ("hook", PanicAt::Hook), ("record", PanicAt::Record), ("exit", PanicAt::Exit), ("bounce", PanicAt::Bounce)];
+
     pub fn parse(v: &str) -> Option<PanicAt> {
-        Some(match v.trim().to_ascii_lowercase().as_str() {
-            "init" => PanicAt::Init,
-            "hook" => PanicAt::Hook,
-            "record" => PanicAt::Record,
-            "exit" => PanicAt::Exit,
-            "bounce" => PanicAt::Bounce,
-            _ => return None,
-        })
+        let v = v.trim().to_ascii_lowercase();
+        Self::NAMES.iter().find(|(n, _)| *n == v).map(|(_, at)| *at)
     }
     pub fn name(self) -> &'static str {
-        match self {
-            PanicAt::Init => "init",
-            PanicAt::Hook => "hook",
-            PanicAt::Record => "record",
-            PanicAt::Exit => "exit",
-            PanicAt::Bounce => "bounce",
-        }
+        Self::NAMES.iter().find(|(_, at)| *at == self).map_or("", |(n, _)| n)
     }
 }
 

@@ -452,10 +452,10 @@ impl Shim {
         let seq = self.next_seq();
         // Sticky: what worked before for this kind of memory goes first, as the call itself.
         let mut skip = None;
-        if let Some((r, a)) = req.as_ref().and_then(|r| Some((r, self.retry.learned_attempt(r, &env)?))) {
+        if let Some(a) = req.as_ref().and_then(|r| self.retry.learned_attempt(r, &env)) {
             let aargs = rescue::to_args(args, &a.req);
             let (out, dur, t0, injected) = self.attempt(&aargs, Some(&a.req), &env, backend);
-            self.retry.learned_result(r, &a, out.ok(), &env);
+            self.retry.learned_result(&a, out.ok());
             let mut meta = Meta { strategy: Some(a.strategy.name()), change: Some(&a.change), learned: true, injected, ..Meta::default() };
             if out.ok() {
                 backend.adopt(a.strategy, args, &aargs, out.mr);
@@ -536,7 +536,8 @@ impl Shim {
     /// success nothing.
     #[inline]
     pub fn counts_only(&self, call: Call) -> bool {
-        self.cfg.is_none() || (self.quiet && (call == Call::DeregMr || !self.retry.has_learned()))
+        // (bad configuration: no log, no injection, retries off, so `quiet` and nothing learned)
+        self.quiet && (call == Call::DeregMr || !self.retry.has_learned())
     }
 
     /// A successful call made on the fast path; counted only if a summary will show it.
