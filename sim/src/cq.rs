@@ -6,7 +6,11 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 pub struct CqInner {
-    pub entries: Mutex<VecDeque<ibv_wc>>,
+    entries: Mutex<VecDeque<ibv_wc>>,
+    /// `entries.len()`, kept under its lock: an application busy-polling an empty CQ reads this
+    /// and never takes the lock the NIC thread needs to push (as a CPU reads a real CQE's owner
+    /// bit without stalling the device).
+    queued: AtomicUsize,
     pub capacity: usize,
     armed: AtomicBool,
     /// Write end of the completion channel's pipe, -1 without a channel.
@@ -23,6 +27,7 @@ impl CqInner {
     pub fn new(capacity: usize, channel_wfd: i32) -> CqInner {
         CqInner {
             entries: Mutex::new(VecDeque::with_capacity(capacity.min(4096))),
+            queued: AtomicUsize::new(0),
             capacity,
             armed: AtomicBool::new(false),
             channel_wfd: AtomicI32::new(channel_wfd),
@@ -36,8 +41,7 @@ impl CqInner {
     }
 
     pub fn push(&self, wc: ibv_wc) {
-        self.entries.lock().unwrap().push_back(wc);
-        self.notify();
+        self.push_all([wc]);
     }
 
     pub fn push_all(&self, wcs: impl IntoIterator<Item = ibv_wc>) {
@@ -45,6 +49,8 @@ impl CqInner {
         let before = q.len();
         q.extend(wcs);
         let added = q.len() > before;
+        // SeqCst with arm(): either it sees this entry or notify() sees it armed.
+        self.queued.store(q.len(), Ordering::SeqCst);
         drop(q);
         if added {
             self.notify();
@@ -52,17 +58,17 @@ impl CqInner {
     }
 
     pub fn arm(&self) {
-        self.armed.store(true, Ordering::Release);
+        self.armed.store(true, Ordering::SeqCst);
         // A completion that arrived before the request still raises an event, like hardware
         // with a non-empty CQ at arm time.
-        if !self.entries.lock().unwrap().is_empty() {
+        if self.queued.load(Ordering::SeqCst) > 0 {
             self.notify();
         }
     }
 
     fn notify(&self) {
         let fd = self.channel_wfd.load(Ordering::Acquire);
-        if fd >= 0 && self.armed.swap(false, Ordering::AcqRel) {
+        if fd >= 0 && self.armed.swap(false, Ordering::SeqCst) {
             let p = self.cq_ptr.load(Ordering::Acquire).to_ne_bytes();
             // SAFETY: writes 8 bytes from a local array to a pipe we own.
             unsafe { libc::write(fd, p.as_ptr().cast(), p.len()) };
@@ -70,11 +76,15 @@ impl CqInner {
     }
 
     pub fn poll(&self, out: &mut [ibv_wc]) -> usize {
+        if self.queued.load(Ordering::Acquire) == 0 || out.is_empty() {
+            return 0;
+        }
         let mut q = self.entries.lock().unwrap();
         let n = out.len().min(q.len());
         for (slot, wc) in out.iter_mut().zip(q.drain(..n)) {
             *slot = wc;
         }
+        self.queued.store(q.len(), Ordering::Release);
         n
     }
 }

@@ -9,7 +9,7 @@ use mrshim_verbs::{self as v, ibv_qp_state as qps, ibv_wc, ibv_wc_opcode as wco,
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -272,6 +272,11 @@ pub struct Engine {
     pub qps: Mutex<HashMap<u32, Arc<QpInner>>>,
     next_key: AtomicU32,
     stop: AtomicBool,
+    /// Doorbells rung so far, and whether the progress thread is (about to be) blocked in
+    /// poll(2): a doorbell writes the eventfd only then, so a busy NIC costs its poster an
+    /// atomic add, like a real doorbell's MMIO write, not a syscall and a wake-up.
+    doorbells: AtomicU64,
+    asleep: AtomicBool,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -344,6 +349,8 @@ impl Engine {
             qps: Mutex::new(HashMap::new()),
             next_key: AtomicU32::new(0x100),
             stop: AtomicBool::new(false),
+            doorbells: AtomicU64::new(0),
+            asleep: AtomicBool::new(false),
             thread: Mutex::new(None),
         });
         let e2 = e.clone();
@@ -352,10 +359,16 @@ impl Engine {
         Ok(e)
     }
 
+    /// Rings the doorbell: the progress thread looks at the queues again. SeqCst pairs with
+    /// [`Progress::sleep_unless_rung`]: either it sees this doorbell's count before blocking,
+    /// or this sees it asleep and wakes it.
     pub fn kick(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes to our eventfd.
-        unsafe { libc::write(self.wake_fd, (&one as *const u64).cast(), 8) };
+        self.doorbells.fetch_add(1, Ordering::SeqCst);
+        if self.asleep.load(Ordering::SeqCst) && self.asleep.swap(false, Ordering::SeqCst) {
+            let one: u64 = 1;
+            // SAFETY: writes 8 bytes to our eventfd.
+            unsafe { libc::write(self.wake_fd, (&one as *const u64).cast(), 8) };
+        }
     }
 
     pub fn shutdown(&self) {
@@ -416,6 +429,7 @@ impl Progress {
     fn run(mut self) {
         let mut pfds: Vec<libc::pollfd> = Vec::new();
         while !self.e.stop.load(Ordering::Acquire) {
+            let rung = self.e.doorbells.load(Ordering::SeqCst);
             let busy = self.transmit();
             self.flush_out();
             self.conns.retain(|c| {
@@ -438,8 +452,10 @@ impl Progress {
                 pfds.push(libc::pollfd { fd: c.fd, events: ev, revents: 0 });
             }
             let timeout = if busy { 0 } else { self.retry_timeout().map_or(200, |d| d.as_millis().min(200) as i32) };
+            let timeout = self.sleep_unless_rung(timeout, rung);
             // SAFETY: pfds is a live Vec of pollfd for the duration of the call.
             let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout) };
+            self.e.asleep.store(false, Ordering::SeqCst);
             if n < 0 {
                 continue;
             }
@@ -462,6 +478,20 @@ impl Progress {
             // SAFETY: closing descriptors owned by this thread on exit.
             unsafe { libc::close(c.fd) };
         }
+    }
+
+    /// Before blocking for `timeout` ms: announce it, then look whether a doorbell rang since
+    /// `rung` was read (before this round's transmit); if one did, do not block.
+    fn sleep_unless_rung(&self, timeout: i32, rung: u64) -> i32 {
+        if timeout == 0 {
+            return 0;
+        }
+        self.e.asleep.store(true, Ordering::SeqCst);
+        if self.e.doorbells.load(Ordering::SeqCst) != rung {
+            self.e.asleep.store(false, Ordering::SeqCst);
+            return 0;
+        }
+        timeout
     }
 
     fn retry_timeout(&self) -> Option<Duration> {
