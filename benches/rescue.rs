@@ -119,20 +119,6 @@ fn main() {
         let goal = match size { s if s <= 4096 => "  (goal >= 95%)", s if s == 1 << 20 => "  (goal >= 70%)", _ => "" };
         println!("  {label:>5}  direct {d:>9.1}  bounce {b:>9.1}  ratio {ratio:>5.1}%  ({lo:.0}..{hi:.0}% over {rounds} rounds){goal}");
     }
-    println!("the same, one message in flight: the time per message is its latency, so what bounce adds on the path shows in full (ns per message, medians of {})", 3 * ROUNDS);
-    for (size, label) in [(64usize, "64"), (4096, "4K"), (65536, "64K")] {
-        let (mut d, mut b) = (Vec::new(), Vec::new());
-        for _ in 0..3 * ROUNDS {
-            for (v, env, shim) in [(&mut d, &[][..], None), (&mut b, bounce, Some(shim.as_path()))] {
-                let out = run(&simcheck, &["bench-bw", &size.to_string(), "20000", "1"], env, &lib, &rd, shim);
-                assert!(out.contains("data equal"), "bench-bw {size} depth 1: {out}");
-                v.push(field(&out, "ns_per_msg"));
-            }
-        }
-        let added = median(d.iter().zip(&b).map(|(d, b)| b - d).collect());
-        let (d, b) = (median(d), median(b));
-        println!("  {label:>5}  direct {d:>9.0}  bounce {b:>9.0}  added {added:>+6.0} ns per message");
-    }
     println!("post/poll cost of WRs that touch no bounce region (ns, median of {} runs of 2000 batches)", 2 * ROUNDS);
     let one_region: Vec<(&str, &str)> = [("SIMCHECK_BOUNCE_REGION", "1")].into_iter().chain(bounce[1..].iter().copied()).collect();
     let no_region = &bounce[1..];

@@ -1048,3 +1048,49 @@ pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut v::ibv_qp) -> *mut v::ibv_qp_e
 pub unsafe extern "C" fn ibv_query_qp_data_in_order(_qp: *mut v::ibv_qp, _op: c_int, _flags: u32) -> c_int {
     0
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernel's usecnt, not the Arc's count, decides whether a CQ is busy: the progress
+    /// thread may still hold a clone of a destroyed QP (finishing a message) when the
+    /// application destroys the CQ, and that must not be EBUSY. Here the clone is held on
+    /// purpose, so the moment the race needs is certain.
+    #[test]
+    fn destroy_cq_after_destroy_qp_succeeds_while_the_engine_still_holds_the_qp() {
+        let dir = std::env::temp_dir().join(format!("mrshim-sim-unit-{}", std::process::id()));
+        std::env::set_var("MRSHIM_SIM_RUNDIR", &dir);
+        // SAFETY: the verbs calls below are used as an application uses them, on objects they
+        // returned, each checked before use.
+        unsafe {
+            let mut n = 0;
+            let list = ibv_get_device_list(&mut n);
+            assert!(!list.is_null() && n > 0);
+            let ctx = ibv_open_device(*list);
+            assert!(!ctx.is_null());
+            let pd = ibv_alloc_pd(ctx);
+            let cq = ibv_create_cq(ctx, 16, null_mut(), null_mut(), 0);
+            assert!(!pd.is_null() && !cq.is_null());
+            let mut init: v::ibv_qp_init_attr = std::mem::zeroed();
+            init.send_cq = cq;
+            init.recv_cq = cq;
+            init.qp_type = v::ibv_qp_type::IBV_QPT_RC;
+            init.cap.max_send_wr = 4;
+            init.cap.max_recv_wr = 4;
+            init.cap.max_send_sge = 1;
+            init.cap.max_recv_sge = 1;
+            let qp = ibv_create_qp(pd, &mut init);
+            assert!(!qp.is_null());
+            assert_eq!(ibv_destroy_cq(cq), libc::EBUSY, "a live QP uses the CQ");
+            let held = (*qp.cast::<Qp>()).inner.clone();
+            assert_eq!(ibv_destroy_qp(qp), 0);
+            assert_eq!(ibv_destroy_cq(cq), 0, "only the engine's clone of the destroyed QP is left");
+            drop(held);
+            assert_eq!(ibv_dealloc_pd(pd), 0);
+            assert_eq!(ibv_close_device(ctx), 0);
+            ibv_free_device_list(list);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
