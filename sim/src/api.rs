@@ -1,6 +1,11 @@
 //! The exported verbs: rdma-core's public functions and the context ops behind its static-inline
 //! ones. Names listed in both IBVERBS_1.0 and IBVERBS_1.1 are plain Rust functions here and get
 //! their versioned names in compat.rs; all others are exported as they are.
+//!
+//! Every `unsafe extern "C"` function here has exactly the safety contract of the rdma-core
+//! function of the same name (its man page: pointers the library itself returned, buffers of the
+//! stated sizes), so they carry no `# Safety` section of their own.
+#![allow(clippy::missing_safety_doc)]
 
 use crate::engine::{Engine, QpInner, RecvWqe, SendOp, SendWqe, Sge};
 use crate::fault::{self, Call, Facts};

@@ -1,6 +1,9 @@
 //! The small public verbs: strings, rates, sysfs, fork support, and the ones the simulated
 //! device does not offer (UD address handles, SRQs, multicast, imports, ECE), which fail the way
 //! rdma-core does for a provider without them.
+//!
+//! As in api.rs: each function's safety contract is its rdma-core namesake's.
+#![allow(clippy::missing_safety_doc)]
 
 use crate::objects::registry;
 use crate::{errno_ret, set_errno};
