@@ -12,6 +12,7 @@
 //!   with the shim and no bounce region (goal: the same: nothing is wrapped), with one bounce
 //!   region elsewhere in the context (goal: <= 20 ns added);
 //! - the all-reduce example, 2 ranks, direct vs through bounce buffers.
+//!
 //! Each configuration runs in its own process, alternating, ROUNDS times; medians are printed.
 
 use std::path::{Path, PathBuf};
@@ -51,6 +52,9 @@ fn ms_per_iter(out: &str) -> f64 {
 }
 
 const ROUNDS: usize = 5;
+
+/// Environment variables of one configuration.
+type Env<'a> = &'a [(&'a str, &'a str)];
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
@@ -122,7 +126,7 @@ fn main() {
     println!("post/poll cost of WRs that touch no bounce region (ns, median of {} runs of 2000 batches)", 2 * ROUNDS);
     let one_region: Vec<(&str, &str)> = [("SIMCHECK_BOUNCE_REGION", "1")].into_iter().chain(bounce[1..].iter().copied()).collect();
     let no_region = &bounce[1..];
-    let configs: [(&str, &[(&str, &str)], Option<&Path>); 3] = [("no shim", &[], None), ("shim, no bounce region", no_region, Some(&shim)), ("shim, one bounce region", &one_region, Some(&shim))];
+    let configs: [(&str, Env, Option<&Path>); 3] = [("no shim", &[], None), ("shim, no bounce region", no_region, Some(&shim)), ("shim, one bounce region", &one_region, Some(&shim))];
     const KEYS: [&str; 4] = ["poll_empty_ns", "post_ns", "post_list_ns", "roundtrip_ns"];
     let mut rows: Vec<[Vec<f64>; 4]> = vec![Default::default(), Default::default(), Default::default()];
     for _ in 0..2 * ROUNDS {

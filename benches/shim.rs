@@ -12,6 +12,7 @@
 //!   per call are measurable there, so the goals are judged on it. Full logging is also run with
 //!   the log on tmpfs, and next to it the median of one plain write(2) of a same-size line to
 //!   the same file: the part of the cost that is the kernel's, not the shim's.
+//!
 //! Throughput: 8 threads registering/deregistering with full logging; records on disk are
 //! counted: 0 lost.
 

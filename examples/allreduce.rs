@@ -446,10 +446,7 @@ fn register(vb: &Verbs, pd: *mut v::ibv_pd, b: &Buf, rank: usize) -> Result<*mut
 }
 
 fn run_rank(o: &Opts, rank: usize, n: usize, dir: &Path) -> Result<(), String> {
-    let vb = Verbs::load().map_err(|e| {
-        warn(rank, &e);
-        e
-    })?;
+    let vb = Verbs::load().inspect_err(|e| warn(rank, e))?;
     let mem = if o.host_mem {
         Mem::Host
     } else {

@@ -391,6 +391,7 @@ fn limits() -> Limits {
     Limits { memlock, enforced, pinned_pages: PINNED.load(Ordering::Relaxed) }
 }
 
+#[allow(clippy::too_many_arguments)] // one MR's facts, gathered by three registration paths
 fn new_mr(pd: *mut v::ibv_pd, addr: u64, len: u64, iova: u64, access: u32, base: usize, pinned_pages: u64, alias: Option<(usize, usize)>) -> *mut v::ibv_mr {
     // SAFETY: pd is the caller's PD from ibv_alloc_pd; its context is ours.
     let (p, cx) = unsafe { (outer::<Pd, _>(pd), ctx((*pd).context)) };
@@ -540,7 +541,7 @@ pub unsafe extern "C" fn ibv_create_cq(c: *mut v::ibv_context, cqe: c_int, cq_co
         if let Some(e) = fault::check(&reg.config.faults, Call::CreateCq, &Facts::default()) {
             return errno_ret(e, null_mut());
         }
-        if cqe < 1 || cqe > crate::device::MAX_CQE {
+        if !(1..=crate::device::MAX_CQE).contains(&cqe) {
             return errno_ret(libc::EINVAL, null_mut());
         }
         let wfd = if channel.is_null() {
@@ -583,7 +584,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut v::ibv_cq) -> c_int {
 }
 
 pub unsafe extern "C" fn ibv_resize_cq(_cq: *mut v::ibv_cq, cqe: c_int) -> c_int {
-    if cqe < 1 || cqe > crate::device::MAX_CQE { libc::EINVAL } else { 0 }
+    if !(1..=crate::device::MAX_CQE).contains(&cqe) { libc::EINVAL } else { 0 }
 }
 
 unsafe extern "C" fn op_poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut mrshim_verbs::sys::ibv_wc) -> c_int {

@@ -129,6 +129,7 @@ unsafe extern "C" fn callback(info: *mut libc::dl_phdr_info, _size: usize, data:
 
 /// # Safety
 /// The addresses must be the relocated dynamic tables of one loaded object.
+#[allow(clippy::too_many_arguments)] // the object's dynamic tables, each one word
 unsafe fn lookup(
     base: usize,
     strtab: usize,

@@ -101,7 +101,7 @@ impl Rule {
         if self.nth.is_some_and(|k| n != k) || self.from.is_some_and(|k| n < k) {
             return false;
         }
-        self.p.map_or(true, |p| ((next(&self.rng) >> 11) as f64 / (1u64 << 53) as f64) < p)
+        self.p.is_none_or(|p| ((next(&self.rng) >> 11) as f64 / (1u64 << 53) as f64) < p)
     }
 }
 

@@ -133,8 +133,8 @@ mod tests {
             for _ in 0..(next() % 20) {
                 let a = (next() as usize) % n;
                 let b = (a + (next() as usize) % 300).min(n);
-                for k in a..b {
-                    y[k] = !y[k];
+                for v in &mut y[a..b] {
+                    *v = !*v;
                 }
             }
             let r = runs(&x, &y);

@@ -69,7 +69,7 @@ mod tests {
     #[test]
     fn a_panic_is_caught_counted_and_its_message_kept() {
         let prev = std::panic::take_hook();
-        std::panic::set_hook(Box::new(|i| note_panic(i)));
+        std::panic::set_hook(Box::new(note_panic));
         let before = count();
         assert_eq!(guarded("ibv_reg_mr", || -> u32 { panic!("boom {}", 7) }), None);
         assert_eq!(guarded("ibv_reg_mr", || 5), Some(5));

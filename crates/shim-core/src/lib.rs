@@ -78,7 +78,7 @@ impl RegArgs {
     }
     /// NCCL/UCX probe dmabuf support with fd -1 and look at errno: pass through, never retry.
     pub fn is_probe(&self) -> bool {
-        self.call() == Call::RegDmabufMr && self.dmabuf_fd.map_or(false, |fd| fd < 0)
+        self.call() == Call::RegDmabufMr && self.dmabuf_fd.is_some_and(|fd| fd < 0)
     }
 }
 
