@@ -10,13 +10,12 @@
 const PAGE: usize = 4096;
 const CHUNK: usize = 64;
 
-fn word(s: &[u8], i: usize) -> u64 {
-    u64::from_le_bytes(s[i..i + 8].try_into().unwrap())
-}
-
-/// XOR of the 8-byte words of `x` and `y` at `i`, OR-ed over one chunk: zero iff the chunk is equal.
-fn chunk_differs(x: &[u8], y: &[u8], i: usize) -> bool {
-    (0..CHUNK / 8).fold(0, |acc, k| acc | (word(x, i + 8 * k) ^ word(y, i + 8 * k))) != 0
+/// XOR of the 8-byte words of two chunks, OR-ed together: zero iff they are equal. Fixed-size
+/// arrays, so there is no bounds check and the compiler turns it into a few vector ops.
+#[inline(always)]
+fn chunk_differs(x: &[u8; CHUNK], y: &[u8; CHUNK]) -> bool {
+    let w = |s: &[u8; CHUNK], k: usize| u64::from_ne_bytes(s[8 * k..8 * k + 8].try_into().unwrap());
+    (0..CHUNK / 8).fold(0, |acc, k| acc | (w(x, k) ^ w(y, k))) != 0
 }
 
 /// First differing index in `[i, end)` (the caller knows there is one).
@@ -46,20 +45,46 @@ pub fn for_each_run(x: &[u8], y: &[u8], mut f: impl FnMut(usize, usize)) {
             i = page_end;
             continue;
         }
-        while i < page_end {
-            let end = (i + CHUNK).min(page_end);
-            let differs = if end - i == CHUNK { chunk_differs(x, y, i) } else { x[i..end] != y[i..end] };
-            match (differs, open) {
-                (true, Some((s, _))) => open = Some((s, end)),
-                (true, None) => open = Some((first_diff(x, y, i, end), end)),
-                (false, Some((s, e))) => {
-                    close(s, e);
-                    open = None;
-                }
-                (false, None) => {}
+        // Chunk c of this page: [i + c*CHUNK, end(c)); the last one may be short.
+        let n_chunks = (page_end - i).div_ceil(CHUNK);
+        let end = |c: usize| (i + (c + 1) * CHUNK).min(page_end);
+        let differs = |c: usize| {
+            let (a, e) = (i + c * CHUNK, end(c));
+            match (x[a..e].try_into(), y[a..e].try_into()) {
+                (Ok(xa), Ok(ya)) => chunk_differs(xa, ya),
+                _ => x[a..e] != y[a..e],
             }
-            i = end;
+        };
+        // Two tight loops, not a state machine per chunk: skip equal chunks, then extend the run
+        // over differing ones.
+        let mut c = 0;
+        while c < n_chunks {
+            if open.is_none() {
+                while c < n_chunks && !differs(c) {
+                    c += 1;
+                }
+                if c == n_chunks {
+                    break;
+                }
+                open = Some((first_diff(x, y, i + c * CHUNK, end(c)), end(c)));
+                c += 1;
+            }
+            let Some((s, _)) = open else { unreachable!() };
+            let from = c;
+            while c < n_chunks && differs(c) {
+                c += 1;
+            }
+            if c > from {
+                open = Some((s, end(c - 1)));
+            }
+            if c < n_chunks {
+                // chunk c is equal: the run ends before it
+                let (s, e) = open.take().unwrap();
+                close(s, e);
+                c += 1;
+            }
         }
+        i = page_end;
     }
     if let Some((s, e)) = open {
         close(s, e);
@@ -148,6 +173,17 @@ mod tests {
                 if x[k] != y[k] {
                     assert!(r.iter().any(|&(a, b)| a <= k && k < b), "byte {k} missed: {r:?}");
                 }
+            }
+            // Runs are split exactly where a whole aligned chunk is equal: none inside a run,
+            // at least one between two runs.
+            let equal_chunk = |c: usize| c + CHUNK <= n && x[c..c + CHUNK] == y[c..c + CHUNK];
+            for &(a, b) in &r {
+                let first = a.div_ceil(CHUNK) * CHUNK;
+                assert!((first..b.saturating_sub(CHUNK) + 1).step_by(CHUNK).all(|c| c + CHUNK > b || !equal_chunk(c)), "equal chunk inside {a}..{b}");
+            }
+            for w in r.windows(2) {
+                let first = w[0].1.div_ceil(CHUNK) * CHUNK;
+                assert!((first..w[1].0).step_by(CHUNK).any(|c| c + CHUNK <= w[1].0 && equal_chunk(c)), "{w:?} split without an equal chunk between");
             }
         }
     }
