@@ -19,15 +19,7 @@ struct End {
 unsafe fn end(ctx: *mut v::ibv_context, pd: *mut v::ibv_pd, size: usize) -> End {
     let mut buf = vec![1u8; size];
     let cq = ibv_create_cq(ctx, 256, null_mut(), null_mut(), 0);
-    let mut ia: v::ibv_qp_init_attr = std::mem::zeroed();
-    ia.send_cq = cq;
-    ia.recv_cq = cq;
-    ia.qp_type = v::ibv_qp_type::IBV_QPT_RC;
-    ia.cap.max_send_wr = 64;
-    ia.cap.max_recv_wr = 64;
-    ia.cap.max_send_sge = 1;
-    ia.cap.max_recv_sge = 1;
-    let qp = ibv_create_qp(pd, &mut ia);
+    let qp = ibv_create_qp(pd, &mut rc_init_attr(cq, 64));
     let mr = ibv_reg_mr_iova2(pd, buf.as_mut_ptr().cast(), size, buf.as_ptr() as u64, FULL as u32);
     assert!(!qp.is_null() && !mr.is_null());
     End { cq, qp, mr, buf }

@@ -625,6 +625,21 @@ pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut v::ibv_cq, n: c_uint) {
 
 // ---------------------------------------------------------------- queue pairs
 
+/// Init attributes of an RC QP on one CQ with `max_wr` WRs and one SGE each way: what the
+/// crate's own tests and benchmarks create (applications build theirs).
+pub fn rc_init_attr(cq: *mut v::ibv_cq, max_wr: u32) -> v::ibv_qp_init_attr {
+    // SAFETY: ibv_qp_init_attr is plain old data; all-zero is valid.
+    let mut ia: v::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+    ia.send_cq = cq;
+    ia.recv_cq = cq;
+    ia.qp_type = v::ibv_qp_type::IBV_QPT_RC;
+    ia.cap.max_send_wr = max_wr;
+    ia.cap.max_recv_wr = max_wr;
+    ia.cap.max_send_sge = 1;
+    ia.cap.max_recv_sge = 1;
+    ia
+}
+
 pub unsafe extern "C" fn ibv_create_qp(pd: *mut v::ibv_pd, init: *mut v::ibv_qp_init_attr) -> *mut v::ibv_qp {
     ffi(null_mut(), || create_qp(pd, init, false))
 }
@@ -1078,15 +1093,7 @@ mod tests {
             let pd = ibv_alloc_pd(ctx);
             let cq = ibv_create_cq(ctx, 16, null_mut(), null_mut(), 0);
             assert!(!pd.is_null() && !cq.is_null());
-            let mut init: v::ibv_qp_init_attr = std::mem::zeroed();
-            init.send_cq = cq;
-            init.recv_cq = cq;
-            init.qp_type = v::ibv_qp_type::IBV_QPT_RC;
-            init.cap.max_send_wr = 4;
-            init.cap.max_recv_wr = 4;
-            init.cap.max_send_sge = 1;
-            init.cap.max_recv_sge = 1;
-            let qp = ibv_create_qp(pd, &mut init);
+            let qp = ibv_create_qp(pd, &mut rc_init_attr(cq, 4));
             assert!(!qp.is_null());
             assert_eq!(ibv_destroy_cq(cq), libc::EBUSY, "a live QP uses the CQ");
             let held = (*qp.cast::<Qp>()).inner.clone();
