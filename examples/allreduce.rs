@@ -644,7 +644,9 @@ impl Barrier {
     }
 
     fn slot(&self, r: usize) -> &std::sync::atomic::AtomicU64 {
-        // SAFETY: r < n; the mapping holds n aligned u64 slots and lives as long as the process.
+        assert!(r < self.n);
+        // SAFETY: r < n (checked); the mapping holds n page-aligned u64 slots and lives as long
+        // as the process.
         unsafe { &*self.slots.add(r) }
     }
 
