@@ -252,7 +252,7 @@ fn bad_values_print_one_line_and_pass_through() {
         ("MRSHIM_LOG", "", "mrshim: MRSHIM_LOG=\"\" is not valid (empty); accepted: off, stderr, a file path or a directory (placeholders %h host, %p pid, %r rank, %% percent); mrshim passes every call through unrecorded"),
         ("MRSHIM_SUMMARY", "sometimes", "mrshim: MRSHIM_SUMMARY=\"sometimes\" is not valid; accepted: on, off (also 1/0, true/false, yes/no); mrshim passes every call through unrecorded"),
         ("MRSHIM_WARN", "loud", "mrshim: MRSHIM_WARN=\"loud\" is not valid; accepted: on, off (also 1/0, true/false, yes/no); mrshim passes every call through unrecorded"),
-        ("MRSHIM_DEBUG_PANIC", "always", "mrshim: MRSHIM_DEBUG_PANIC=\"always\" is not valid; accepted: init, hook, record, exit, bounce (where the shim panics on purpose; unset in production); mrshim passes every call through unrecorded"),
+        ("MRSHIM_DEBUG_PANIC", "always", "mrshim: MRSHIM_DEBUG_PANIC=\"always\" is not valid; accepted: init, hook, call, record, exit, bounce (where the shim panics on purpose; unset in production); mrshim passes every call through unrecorded"),
     ];
     use mrshim_core::config::{INJECT_ACCEPTED, RETRY_ACCEPTED};
     let long = |var: &str, val: &str, acc: &str| format!("mrshim: {var}={val:?} is not valid; accepted: {acc}; mrshim passes every call through unrecorded");
@@ -279,7 +279,7 @@ fn bad_values_print_one_line_and_pass_through() {
 fn a_panic_inside_the_shim_never_reaches_the_application() {
     let base = without_shim();
     assert!(base.status.success());
-    for stage in ["init", "hook", "record", "exit"] {
+    for stage in ["init", "hook", "call", "record", "exit"] {
         let d = tmp(&format!("panic-{stage}"));
         let log = d.join("x.jsonl");
         let o = run(fake_cmd("fake_linked").env("MRSHIM_LOG", &log).env("MRSHIM_DEBUG_PANIC", stage));
@@ -300,15 +300,16 @@ fn a_panic_inside_the_shim_never_reaches_the_application() {
         let kinds: Vec<Kind> = recs.iter().map(|r| r.kind.unwrap()).collect();
         match stage {
             // nine intercepted calls, each one an error record instead of its reg/dereg record
-            "hook" | "record" => {
+            "hook" | "call" | "record" => {
                 assert_eq!(errors.len(), 9, "{stage}: {kinds:?}");
                 assert!(errors.iter().all(|r| r.error.as_deref().unwrap().starts_with(&format!("MRSHIM_DEBUG_PANIC={stage} at "))));
                 let calls: HashSet<&str> = errors.iter().map(|r| r.call.as_str()).collect();
                 assert_eq!(calls, HashSet::from(["ibv_reg_mr", "ibv_reg_mr_iova", "ibv_reg_mr_iova2", "ibv_reg_dmabuf_mr", "ibv_dereg_mr"]), "{stage}");
                 let sum = recs.last().unwrap().summary.as_ref().unwrap_or_else(|| panic!("{stage}: {kinds:?}"));
                 assert_eq!(sum.internal_errors, 9, "{stage}");
-                // hook: the shim never got to count the calls; record: it did, then failed to write
-                assert_eq!(sum.calls, if stage == "hook" { 0 } else { 9 }, "{stage}");
+                // hook, call: the shim never got to count the calls; record: it did, then failed
+                // to write
+                assert_eq!(sum.calls, if stage == "record" { 9 } else { 0 }, "{stage}");
                 assert!(err.contains(", 9 internal errors (each call passed through)"), "{stage}: {err}");
                 let report = stdout(&run(cmd(mrshim_bin()).arg("analyze").arg(&log)));
                 assert!(report.contains("libmrshim.so caught an internal error in ibv_reg_mr on "), "{stage}: analyze says so: {report}");

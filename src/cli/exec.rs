@@ -24,7 +24,7 @@ Environment read by libmrshim.so (also when preloaded without `mrshim exec`):
                   rescue failed registrations another way (docs/retry.md, docs/bounce.md)
   MRSHIM_INJECT   CALL:ERRNO[:COND,...];...  make up failures to rehearse, e.g.
                   ibv_reg_mr_iova2:EINVAL:relaxed (docs/retry.md)
-  MRSHIM_DEBUG_PANIC  init | hook | record | exit | bounce: the shim panics there on purpose, to show that
+  MRSHIM_DEBUG_PANIC  init | hook | call | record | exit | bounce: the shim panics there on purpose, to show that
                   no panic reaches the program (one stderr line, an `error` record, the call
                   passed through). Unset in production.
 A bad value prints one line naming the variable, the value and what is accepted; the shim then

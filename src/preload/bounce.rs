@@ -257,7 +257,6 @@ pub fn abandon(s: Shadow) {
     unmap(s.region.base_map);
 }
 
-/// A fresh private anonymous mapping of `n` bytes, owned by a region until deregistration.
 /// Mappings of deregistered shadows and baselines, kept for the next region of the same size
 /// (up to [`POOL_MAX`] bytes): a job that registers and deregisters its buffers again and again
 /// (each iteration, each communicator) would otherwise fault in and zero every page each time.
@@ -265,6 +264,8 @@ pub fn abandon(s: Shadow) {
 static POOL: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
 const POOL_MAX: usize = 256 << 20;
 
+/// A private anonymous mapping of `n` bytes (from the pool, or fresh), owned by a region until
+/// deregistration.
 fn map_anon(n: usize, what: &str) -> Result<usize, String> {
     if let Ok(mut pool) = POOL.try_lock() {
         if let Some(i) = pool.iter().position(|&(_, len)| len == n) {

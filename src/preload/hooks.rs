@@ -29,7 +29,6 @@ use mrshim_core::config::PanicAt;
 use mrshim_core::{Backend, Call, Outcome, RegArgs};
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 type RegMrFn = unsafe extern "C" fn(*mut c_void, *mut c_void, usize, c_int) -> *mut c_void;
 type IovaFn = unsafe extern "C" fn(*mut c_void, *mut c_void, usize, u64, c_int) -> *mut c_void;
@@ -489,17 +488,8 @@ impl Backend for Ffi {
 /// not run yet.
 fn record(args: RegArgs, real: Real, compat10: bool, preset: Option<Outcome>) -> Outcome {
     let backend = Ffi { real, compat10, orig: &args, done: Cell::new(None), preset: Cell::new(preset) };
-    let call = args.call();
-    match catch_unwind(AssertUnwindSafe(|| mrshim_core::shim().call(&args, &backend))) {
-        Ok(o) => o,
-        Err(_) => {
-            mrshim_core::internal::caught(call.name());
-            match backend.done.get() {
-                Some(o) => o,
-                None => backend.invoke(&args),
-            }
-        }
-    }
+    mrshim_core::internal::guarded(args.call().name(), || mrshim_core::shim().call(&args, &backend))
+        .unwrap_or_else(|| backend.done.get().unwrap_or_else(|| backend.invoke(&args)))
 }
 
 /// Runs a wrapper's own part, `body`, which calls the real function through the `direct` it is
@@ -512,19 +502,13 @@ fn shielded<R: Copy>(name: &'static str, direct: impl Fn() -> R, body: impl FnOn
         ran.set(Some((r, errno())));
         r
     };
-    match catch_unwind(AssertUnwindSafe(|| body(&once))) {
-        Ok(r) => r,
-        Err(_) => {
-            mrshim_core::internal::caught(name);
-            match ran.get() {
-                Some((r, e)) => {
-                    set_errno(e);
-                    r
-                }
-                None => direct(),
-            }
+    mrshim_core::internal::guarded(name, || body(&once)).unwrap_or_else(|| match ran.get() {
+        Some((r, e)) => {
+            set_errno(e);
+            r
         }
-    }
+        None => direct(),
+    })
 }
 
 /// The real function for `f`, as the function pointer type `F`.

@@ -58,6 +58,15 @@ impl fmt::Display for PolicyError {
     }
 }
 
+/// Adds an `on.KEY=LIST` rule; false if KEY already has one.
+fn push_once<K: PartialEq>(rules: &mut Vec<(K, Vec<Strategy>)>, k: K, l: Vec<Strategy>) -> bool {
+    let fresh = !rules.iter().any(|(x, _)| *x == k);
+    if fresh {
+        rules.push((k, l));
+    }
+    fresh
+}
+
 fn list(s: &str) -> Option<Vec<Strategy>> {
     match s.trim() {
         "off" | "" => Some(Vec::new()),
@@ -98,18 +107,15 @@ impl Policy {
                     let target = k.strip_prefix("on.").ok_or_else(err)?;
                     let l = list(v).ok_or_else(err)?;
                     let twice = || PolicyError { value: value.into(), detail: Some(format!("{k} is given twice")) };
-                    if let Some(e) = mrshim_verbs::errno::parse(target) {
-                        if p.per_errno.iter().any(|(x, _)| *x == e) {
-                            return Err(twice());
-                        }
-                        p.per_errno.push((e, l));
+                    let fresh = if let Some(e) = mrshim_verbs::errno::parse(target) {
+                        push_once(&mut p.per_errno, e, l)
                     } else if let Some(c) = Entry::parse(target) {
-                        if p.per_call.iter().any(|(x, _)| *x == c) {
-                            return Err(twice());
-                        }
-                        p.per_call.push((c, l));
+                        push_once(&mut p.per_call, c, l)
                     } else {
                         return Err(err());
+                    };
+                    if !fresh {
+                        return Err(twice());
                     }
                 }
             }

@@ -46,6 +46,9 @@ pub enum PanicAt {
     Init,
     /// In a hook, before the real function ran.
     Hook,
+    /// In the shim's handling of a call, right after the caller's own real call returned and
+    /// before anything is recorded (the fallback must hand back that outcome, not call again).
+    Call,
     /// While recording, after the real function ran.
     Record,
     /// In the exit summary.
@@ -55,7 +58,7 @@ pub enum PanicAt {
 }
 
 impl PanicAt {
-    const NAMES: [(&'static str, PanicAt); 5] = [("init", PanicAt::Init), ("hook", PanicAt::Hook), ("record", PanicAt::Record), ("exit", PanicAt::Exit), ("bounce", PanicAt::Bounce)];
+    const NAMES: [(&'static str, PanicAt); 6] = [("init", PanicAt::Init), ("hook", PanicAt::Hook), ("call", PanicAt::Call), ("record", PanicAt::Record), ("exit", PanicAt::Exit), ("bounce", PanicAt::Bounce)];
 
     pub fn parse(v: &str) -> Option<PanicAt> {
         let v = v.trim().to_ascii_lowercase();
@@ -77,7 +80,7 @@ pub const LEVEL_ACCEPTED: &str = "all, failures";
 pub const ONOFF_ACCEPTED: &str = "on, off (also 1/0, true/false, yes/no)";
 pub const RETRY_ACCEPTED: &str = mrshim_retry::policy::HELP;
 pub const INJECT_ACCEPTED: &str = mrshim_retry::inject::HELP;
-pub const DEBUG_PANIC_ACCEPTED: &str = "init, hook, record, exit, bounce (where the shim panics on purpose; unset in production)";
+pub const DEBUG_PANIC_ACCEPTED: &str = "init, hook, call, record, exit, bounce (where the shim panics on purpose; unset in production)";
 
 /// One bad variable. Displayed as the single stderr line users see.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -229,6 +232,15 @@ pub fn pid_dependent(pattern: &str, is_dir: bool) -> bool {
 mod tests {
     use super::*;
     use std::collections::HashMap;
+
+    #[test]
+    fn debug_panic_names_are_the_accepted_ones() {
+        for (n, at) in PanicAt::NAMES {
+            assert!(DEBUG_PANIC_ACCEPTED.contains(n), "{n}");
+            assert_eq!(PanicAt::parse(&n.to_uppercase()), Some(at));
+            assert_eq!(at.name(), n);
+        }
+    }
 
     fn p(vars: &[(&str, &str)]) -> Result<Config, Vec<ConfigError>> {
         let m: HashMap<String, String> = vars.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();

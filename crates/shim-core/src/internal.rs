@@ -1,7 +1,6 @@
 //! Panics the shim catches in itself. None may reach the application: every hook runs the shim's
-//! part under [`guarded`] (or `catch_unwind` with [`caught`]), and the interrupted call goes to
-//! the real function. The first one gets one line on stderr; each gets an `error` record; the
-//! exit summary counts them.
+//! part under [`guarded`], and the interrupted call goes to the real function. The first one
+//! gets one line on stderr; each gets an `error` record; the exit summary counts them.
 
 use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe, PanicHookInfo};

@@ -442,8 +442,7 @@ impl Shim {
             let out = backend.invoke(args);
             // A success is only counted, and only if a summary will show it.
             if cfg.summary || !out.ok() {
-                let reg = self.mrs.current();
-                self.finish_guarded(cfg, args, &out, 0, 0, 0, None, reg, backend, &Meta::default());
+                self.finish_safe(cfg, args, &out, 0, 0, 0, backend, &Meta::default());
             }
             return out;
         }
@@ -474,6 +473,7 @@ impl Shim {
         let before = if self.log.enabled() && args.call() == Call::DeregMr { self.mrs.take(args.mr) } else { None };
         let registered_before = self.mrs.current();
         let (out, dur, t0, injected) = self.attempt(args, req.as_ref(), &env, backend);
+        self.debug_panic(PanicAt::Call);
         let Some(r) = req.filter(|_| !out.ok() && !self.retry.policy.is_off()) else {
             let meta = Meta { injected, ..Meta::default() };
             self.finish_guarded(cfg, args, &out, seq, t0, dur, before, registered_before, backend, &meta);
