@@ -23,7 +23,10 @@ fn target_dir() -> PathBuf {
 }
 
 fn lib_dir(t: &Path, dir: &Path) -> PathBuf {
-    let sim = [t.join("libibverbs.so"), t.join("deps/libibverbs.so")].into_iter().find(|p| p.exists()).expect("simulator not built");
+    let sim = [t.join("libibverbs.so"), t.join("deps/libibverbs.so")]
+        .into_iter()
+        .find(|p| p.exists())
+        .expect("simulator not built");
     let d = dir.join("lib");
     std::fs::create_dir_all(&d).unwrap();
     for n in ["libibverbs.so.1", "libibverbs.so"] {
@@ -34,7 +37,11 @@ fn lib_dir(t: &Path, dir: &Path) -> PathBuf {
 
 fn run(prog: &Path, args: &[&str], env: &[(&str, &str)], lib: &Path, rundir: &Path, shim: Option<&Path>) -> String {
     let mut c = Command::new(prog);
-    c.args(args).env("LD_LIBRARY_PATH", lib).env("MRSHIM_SIM_RUNDIR", rundir).env("MRSHIM_WARN", "off").env("MRSHIM_SUMMARY", "off");
+    c.args(args)
+        .env("LD_LIBRARY_PATH", lib)
+        .env("MRSHIM_SIM_RUNDIR", rundir)
+        .env("MRSHIM_WARN", "off")
+        .env("MRSHIM_SUMMARY", "off");
     for (k, v) in env {
         c.env(k, v);
     }
@@ -47,7 +54,10 @@ fn run(prog: &Path, args: &[&str], env: &[(&str, &str)], lib: &Path, rundir: &Pa
 
 /// "rank 0: ... verified, X ms/iter, ...": the mean over ranks.
 fn ms_per_iter(out: &str) -> f64 {
-    let v: Vec<f64> = out.lines().filter_map(|l| l.split(", ").find(|f| f.ends_with(" ms/iter"))?.split_whitespace().next()?.parse().ok()).collect();
+    let v: Vec<f64> = out
+        .lines()
+        .filter_map(|l| l.split(", ").find(|f| f.ends_with(" ms/iter"))?.split_whitespace().next()?.parse().ok())
+        .collect();
     v.iter().sum::<f64>() / v.len().max(1) as f64
 }
 
@@ -81,7 +91,14 @@ fn main() {
     let cc = |name: &str, src: &str| {
         let prog = dir.join(name);
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(src);
-        let st = Command::new("cc").args(["-O2", "-o"]).arg(&prog).arg(&src).arg(format!("-L{}", lib.display())).args(["-libverbs", "-lpthread", "-ldl"]).status().unwrap();
+        let st = Command::new("cc")
+            .args(["-O2", "-o"])
+            .arg(&prog)
+            .arg(&src)
+            .arg(format!("-L{}", lib.display()))
+            .args(["-libverbs", "-lpthread", "-ldl"])
+            .status()
+            .unwrap();
         assert!(st.success());
         prog
     };
@@ -93,19 +110,42 @@ fn main() {
 
     println!("registration, 64 KiB, median of 2000 (ns)");
     let direct = field(&run(&prog, &["rescue", "2000", "0"], &[], &lib, &rd, None), "median_ns");
-    let off = field(&run(&prog, &["rescue", "2000", "1"], &[("MRSHIM_RETRY", "off")], &lib, &rd, Some(&shim)), "median_ns");
-    let auto_ok = field(&run(&prog, &["rescue", "2000", "1"], &[("MRSHIM_RETRY", "auto")], &lib, &rd, Some(&shim)), "median_ns");
-    let rescued = field(&run(&prog, &["rescue", "2000", "1"], &[seed, ("MRSHIM_RETRY", "auto;sticky=off")], &lib, &rd, Some(&shim)), "median_ns");
-    let sticky = field(&run(&prog, &["rescue", "2000", "1"], &[seed, ("MRSHIM_RETRY", "auto")], &lib, &rd, Some(&shim)), "median_ns");
+    let off =
+        field(&run(&prog, &["rescue", "2000", "1"], &[("MRSHIM_RETRY", "off")], &lib, &rd, Some(&shim)), "median_ns");
+    let auto_ok =
+        field(&run(&prog, &["rescue", "2000", "1"], &[("MRSHIM_RETRY", "auto")], &lib, &rd, Some(&shim)), "median_ns");
+    let rescued = field(
+        &run(&prog, &["rescue", "2000", "1"], &[seed, ("MRSHIM_RETRY", "auto;sticky=off")], &lib, &rd, Some(&shim)),
+        "median_ns",
+    );
+    let sticky = field(
+        &run(&prog, &["rescue", "2000", "1"], &[seed, ("MRSHIM_RETRY", "auto")], &lib, &rd, Some(&shim)),
+        "median_ns",
+    );
     println!("  direct success (no shim)             {direct:>10.0}");
     println!("  shim, success, MRSHIM_RETRY=off      {off:>10.0}   x{:.2} of direct", off / direct);
-    println!("  shim, success, MRSHIM_RETRY=auto     {auto_ok:>10.0}   x{:.2} of retries off (goal: x1.00)", auto_ok / off);
+    println!(
+        "  shim, success, MRSHIM_RETRY=auto     {auto_ok:>10.0}   x{:.2} of retries off (goal: x1.00)",
+        auto_ok / off
+    );
     println!("  rescued each time (sticky=off)       {rescued:>10.0}   x{:.2} of direct success", rescued / direct);
     println!("  rescued, sticky (learned)            {sticky:>10.0}   x{:.2} of direct success", sticky / direct);
 
-    let bounce: &[(&str, &str)] = &[("SIMCHECK_EXTRA_ACCESS", "0x100000"), ("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed"), ("MRSHIM_RETRY", "bounce")];
+    let bounce: &[(&str, &str)] = &[
+        ("SIMCHECK_EXTRA_ACCESS", "0x100000"),
+        ("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed"),
+        ("MRSHIM_RETRY", "bounce"),
+    ];
     println!("RDMA WRITE_WITH_IMM stream, 16 in flight, every byte new each message: direct vs bounce (MB/s, medians; ratio = median of the per-round ratios)");
-    for (size, label) in [(64usize, "64"), (1024, "1K"), (4096, "4K"), (65536, "64K"), (1 << 20, "1M"), (16 << 20, "16M"), (64 << 20, "64M")] {
+    for (size, label) in [
+        (64usize, "64"),
+        (1024, "1K"),
+        (4096, "4K"),
+        (65536, "64K"),
+        (1 << 20, "1M"),
+        (16 << 20, "16M"),
+        (64 << 20, "64M"),
+    ] {
         let iters = ((1usize << 30) / size).clamp(16, 100_000).to_string();
         // Small messages take well under a second a run and swing the most: more rounds.
         let rounds = if size <= 4096 { 3 * ROUNDS } else { ROUNDS };
@@ -118,15 +158,28 @@ fn main() {
             }
         }
         let ratio = median(d.iter().zip(&b).map(|(d, b)| 100.0 * b / d).collect());
-        let (lo, hi) = d.iter().zip(&b).map(|(d, b)| 100.0 * b / d).fold((f64::MAX, f64::MIN), |(lo, hi), r| (lo.min(r), hi.max(r)));
+        let (lo, hi) = d
+            .iter()
+            .zip(&b)
+            .map(|(d, b)| 100.0 * b / d)
+            .fold((f64::MAX, f64::MIN), |(lo, hi), r| (lo.min(r), hi.max(r)));
         let (d, b) = (median(d), median(b));
-        let goal = match size { s if s <= 4096 => "  (goal >= 95%)", s if s == 1 << 20 => "  (goal >= 70%)", _ => "" };
+        let goal = match size {
+            s if s <= 4096 => "  (goal >= 95%)",
+            s if s == 1 << 20 => "  (goal >= 70%)",
+            _ => "",
+        };
         println!("  {label:>5}  direct {d:>9.1}  bounce {b:>9.1}  ratio {ratio:>5.1}%  ({lo:.0}..{hi:.0}% over {rounds} rounds){goal}");
     }
     println!("post/poll cost of WRs that touch no bounce region (ns, median of {} runs of 2000 batches)", 2 * ROUNDS);
-    let one_region: Vec<(&str, &str)> = [("SIMCHECK_BOUNCE_REGION", "1")].into_iter().chain(bounce[1..].iter().copied()).collect();
+    let one_region: Vec<(&str, &str)> =
+        [("SIMCHECK_BOUNCE_REGION", "1")].into_iter().chain(bounce[1..].iter().copied()).collect();
     let no_region = &bounce[1..];
-    let configs: [(&str, Env, Option<&Path>); 3] = [("no shim", &[], None), ("shim, no bounce region", no_region, Some(&shim)), ("shim, one bounce region", &one_region, Some(&shim))];
+    let configs: [(&str, Env, Option<&Path>); 3] = [
+        ("no shim", &[], None),
+        ("shim, no bounce region", no_region, Some(&shim)),
+        ("shim, one bounce region", &one_region, Some(&shim)),
+    ];
     const KEYS: [&str; 4] = ["poll_empty_ns", "post_ns", "post_list_ns", "roundtrip_ns"];
     let mut rows: Vec<[Vec<f64>; 4]> = vec![Default::default(), Default::default(), Default::default()];
     for _ in 0..2 * ROUNDS {
@@ -138,10 +191,23 @@ fn main() {
         }
     }
     let m: Vec<[f64; 4]> = rows.into_iter().map(|r| r.map(median)).collect();
-    println!("  {:<26} {:>14} {:>14} {:>16} {:>18}", "", "empty poll_cq", "post_send", "16-WR list, /WR", "post+complete/WR");
+    println!(
+        "  {:<26} {:>14} {:>14} {:>16} {:>18}",
+        "", "empty poll_cq", "post_send", "16-WR list, /WR", "post+complete/WR"
+    );
     for (i, (name, _, _)) in configs.iter().enumerate() {
         let d = |j: usize| if i == 0 { String::new() } else { format!(" ({:+.0})", m[i][j] - m[0][j]) };
-        println!("  {name:<26} {:>8.0}{:<6} {:>8.0}{:<6} {:>10.0}{:<6} {:>10.0}{:<8}", m[i][0], d(0), m[i][1], d(1), m[i][2], d(2), m[i][3], d(3));
+        println!(
+            "  {name:<26} {:>8.0}{:<6} {:>8.0}{:<6} {:>10.0}{:<6} {:>10.0}{:<8}",
+            m[i][0],
+            d(0),
+            m[i][1],
+            d(1),
+            m[i][2],
+            d(2),
+            m[i][3],
+            d(3)
+        );
     }
     println!("  goals: no bounce region = no shim; one bounce region <= +20 ns");
 
@@ -152,7 +218,14 @@ fn main() {
         let (mut d, mut b) = (Vec::new(), Vec::new());
         for _ in 0..3 {
             d.push(ms_per_iter(&run(&ar, &args, &[], &lib, &rd, Some(&shim))));
-            b.push(ms_per_iter(&run(&ar, &args, &[("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed"), ("MRSHIM_RETRY", "bounce")], &lib, &rd, Some(&shim))));
+            b.push(ms_per_iter(&run(
+                &ar,
+                &args,
+                &[("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed"), ("MRSHIM_RETRY", "bounce")],
+                &lib,
+                &rd,
+                Some(&shim),
+            )));
         }
         let (d, b) = (median(d), median(b));
         println!("  {size:>5}  direct {d:>9.3} ms  bounce {b:>9.3} ms  ratio {:>5.1}%", 100.0 * d / b);

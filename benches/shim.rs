@@ -41,7 +41,10 @@ fn setup() -> Env {
     let shim = t.join("libmrshim.so");
     let sim = [t.join("libibverbs.so"), t.join("deps/libibverbs.so")].into_iter().find(|p| p.exists());
     let (Some(sim), true) = (sim, shim.exists()) else {
-        panic!("{} or the simulator's libibverbs.so is missing: run scripts/bench (it builds the release libraries first)", shim.display());
+        panic!(
+            "{} or the simulator's libibverbs.so is missing: run scripts/bench (it builds the release libraries first)",
+            shim.display()
+        );
     };
     let dir = std::env::temp_dir().join(format!("mrshim-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -54,10 +57,29 @@ fn setup() -> Env {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
     let map = format!("-Wl,--version-script={}", src.join("fakeverbs.map").display());
     let f = fake_lib.join("libibverbs.so.1");
-    cc(&["-shared", "-fPIC", "-O2", "-o", f.to_str().unwrap(), "-Wl,-soname,libibverbs.so.1", &map, src.join("fakeverbs.c").to_str().unwrap()]);
+    cc(&[
+        "-shared",
+        "-fPIC",
+        "-O2",
+        "-o",
+        f.to_str().unwrap(),
+        "-Wl,-soname,libibverbs.so.1",
+        &map,
+        src.join("fakeverbs.c").to_str().unwrap(),
+    ]);
     let prog = dir.join("bench_reg");
     let fl = format!("-L{}", fake_lib.display());
-    cc(&["-O2", "-o", prog.to_str().unwrap(), src.join("bench_reg.c").to_str().unwrap(), &fl, "-libverbs", "-lpthread", "-ldl", "-Wl,-z,lazy"]);
+    cc(&[
+        "-O2",
+        "-o",
+        prog.to_str().unwrap(),
+        src.join("bench_reg.c").to_str().unwrap(),
+        &fl,
+        "-libverbs",
+        "-lpthread",
+        "-ldl",
+        "-Wl,-z,lazy",
+    ]);
     Env { dir, shim, sim_lib, fake_lib, prog }
 }
 
@@ -77,7 +99,10 @@ const FULL: Mode = Mode { name: "full logging", env: Some(&[("MRSHIM_LOG", "LOG"
 impl Env {
     fn run(&self, lib: &Path, mode: &Mode, args: &[&str], log: &Path) -> String {
         let mut c = Command::new(&self.prog);
-        c.args(args).env("LD_LIBRARY_PATH", lib).env("MRSHIM_SIM_RUNDIR", self.dir.join("run")).env_remove("LD_PRELOAD");
+        c.args(args)
+            .env("LD_LIBRARY_PATH", lib)
+            .env("MRSHIM_SIM_RUNDIR", self.dir.join("run"))
+            .env_remove("LD_PRELOAD");
         for (k, _) in std::env::vars() {
             if k.starts_with("MRSHIM_") && k != "MRSHIM_SIM_RUNDIR" {
                 c.env_remove(k);
@@ -116,7 +141,12 @@ impl Env {
     fn write_floor(&self, path: &Path, bytes: usize, reps: usize) -> f64 {
         let v = (0..reps)
             .map(|_| {
-                let out = self.run(&self.fake_lib, &DIRECT, &["write", "20000", path.to_str().unwrap(), &bytes.to_string()], path);
+                let out = self.run(
+                    &self.fake_lib,
+                    &DIRECT,
+                    &["write", "20000", path.to_str().unwrap(), &bytes.to_string()],
+                    path,
+                );
                 out.split_whitespace().nth(1).unwrap().parse::<f64>().unwrap()
             })
             .collect();
@@ -131,7 +161,10 @@ impl Env {
         let calls: u64 = f[1].parse().unwrap();
         let secs: f64 = f[3].parse().unwrap();
         let lines = match std::fs::read_to_string(&log) {
-            Ok(text) => text.lines().filter(|l| l.contains("\"kind\":\"reg\"") || l.contains("\"kind\":\"dereg\"")).count() as u64,
+            Ok(text) => {
+                text.lines().filter(|l| l.contains("\"kind\":\"reg\"") || l.contains("\"kind\":\"dereg\"")).count()
+                    as u64
+            }
             Err(_) => 0,
         };
         (calls as f64 / secs, calls, lines)
@@ -190,12 +223,17 @@ fn main() {
         if m.name == FULL.name {
             let (rb, db) = record_sizes(l);
             let (wr, wd) = (e.write_floor(l, rb, reps), e.write_floor(l, db, reps));
-            println!("{:<26} {wr:>8.0} {wd:>9.0}   (one write(2) of a {rb}/{db}-byte line there: the kernel's part)", "  write(2) floor");
+            println!(
+                "{:<26} {wr:>8.0} {wd:>9.0}   (one write(2) of a {rb}/{db}-byte line there: the kernel's part)",
+                "  write(2) floor"
+            );
             let _ = std::fs::remove_file(l);
         }
     }
 
-    println!("\n== 8 threads, full logging (records/s: median of 5 alternating runs, and the slowest; lost: all runs) ==");
+    println!(
+        "\n== 8 threads, full logging (records/s: median of 5 alternating runs, and the slowest; lost: all runs) =="
+    );
     for (name, lib, per) in [("simulator", &e.sim_lib, 2000u32), ("fake library", &e.fake_lib, 50000u32)] {
         let (mut direct, mut full, mut lost, mut calls) = (Vec::new(), Vec::new(), 0, 0);
         for _ in 0..5 {

@@ -102,7 +102,13 @@ struct Verbs {
     reg_mr: unsafe extern "C" fn(*mut v::ibv_pd, *mut c_void, usize, c_int) -> *mut v::ibv_mr,
     reg_mr_iova2: Option<unsafe extern "C" fn(*mut v::ibv_pd, *mut c_void, usize, u64, c_uint) -> *mut v::ibv_mr>,
     dereg_mr: unsafe extern "C" fn(*mut v::ibv_mr) -> c_int,
-    create_cq: unsafe extern "C" fn(*mut v::ibv_context, c_int, *mut c_void, *mut v::ibv_comp_channel, c_int) -> *mut v::ibv_cq,
+    create_cq: unsafe extern "C" fn(
+        *mut v::ibv_context,
+        c_int,
+        *mut c_void,
+        *mut v::ibv_comp_channel,
+        c_int,
+    ) -> *mut v::ibv_cq,
     create_qp: unsafe extern "C" fn(*mut v::ibv_pd, *mut v::ibv_qp_init_attr) -> *mut v::ibv_qp,
     modify_qp: unsafe extern "C" fn(*mut v::ibv_qp, *mut v::ibv_qp_attr, c_int) -> c_int,
     query_port: unsafe extern "C" fn(*mut v::ibv_context, u8, *mut v::ibv_port_attr) -> c_int,
@@ -143,7 +149,8 @@ impl Cuda {
         Some((|| {
             let init: unsafe extern "C" fn(c_uint) -> c_int = dl_sym(h, "cuInit", None)?;
             let device_get: unsafe extern "C" fn(*mut c_int, c_int) -> c_int = dl_sym(h, "cuDeviceGet", None)?;
-            let ctx_create: unsafe extern "C" fn(*mut *mut c_void, c_uint, c_int) -> c_int = dl_sym(h, "cuCtxCreate_v2", None)?;
+            let ctx_create: unsafe extern "C" fn(*mut *mut c_void, c_uint, c_int) -> c_int =
+                dl_sym(h, "cuCtxCreate_v2", None)?;
             let mut dev = 0;
             let mut ctx = null_mut();
             // SAFETY: CUDA driver API calls in the documented order with valid out pointers.
@@ -159,7 +166,11 @@ impl Cuda {
             if rc != 0 {
                 return Err(format!("CUDA initialisation failed: CUresult {rc}"));
             }
-            Ok(Cuda { mem_alloc: dl_sym(h, "cuMemAlloc_v2", None)?, htod: dl_sym(h, "cuMemcpyHtoD_v2", None)?, dtoh: dl_sym(h, "cuMemcpyDtoH_v2", None)? })
+            Ok(Cuda {
+                mem_alloc: dl_sym(h, "cuMemAlloc_v2", None)?,
+                htod: dl_sym(h, "cuMemcpyHtoD_v2", None)?,
+                dtoh: dl_sym(h, "cuMemcpyDtoH_v2", None)?,
+            })
         })())
     }
 }
@@ -200,7 +211,9 @@ impl Mem {
     fn read(&self, b: &Buf, off: usize, out: &mut [u8]) {
         match self {
             // SAFETY: host buffers are plain memory of b.len bytes; off+n is in range.
-            Mem::Host => unsafe { std::ptr::copy_nonoverlapping((b.addr as usize + off) as *const u8, out.as_mut_ptr(), out.len()) },
+            Mem::Host => unsafe {
+                std::ptr::copy_nonoverlapping((b.addr as usize + off) as *const u8, out.as_mut_ptr(), out.len())
+            },
             Mem::Device(cu) => {
                 // SAFETY: device range within the allocation, host buffer of the same size.
                 let rc = unsafe { (cu.dtoh)(out.as_mut_ptr().cast(), b.addr + off as u64, out.len()) };
@@ -212,7 +225,9 @@ impl Mem {
     fn write(&self, b: &Buf, off: usize, data: &[u8]) {
         match self {
             // SAFETY: as in read().
-            Mem::Host => unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), (b.addr as usize + off) as *mut u8, data.len()) },
+            Mem::Host => unsafe {
+                std::ptr::copy_nonoverlapping(data.as_ptr(), (b.addr as usize + off) as *mut u8, data.len())
+            },
             Mem::Device(cu) => {
                 // SAFETY: as in read().
                 let rc = unsafe { (cu.htod)(b.addr + off as u64, data.as_ptr().cast(), data.len()) };
@@ -240,7 +255,10 @@ struct Info {
 impl Info {
     fn encode(&self) -> String {
         let gid: String = self.gid.iter().map(|b| format!("{b:02x}")).collect();
-        format!("{} {} {} {gid} {} {} {} {}", self.qp_from_prev, self.qp_to_next, self.lid, self.tmp_addr, self.tmp_rkey, self.out_addr, self.out_rkey)
+        format!(
+            "{} {} {} {gid} {} {} {} {}",
+            self.qp_from_prev, self.qp_to_next, self.lid, self.tmp_addr, self.tmp_rkey, self.out_addr, self.out_rkey
+        )
     }
 
     fn decode(s: &str) -> Option<Info> {
@@ -282,7 +300,9 @@ fn wait_for(dir: &Path, rank: usize) -> Result<Info, String> {
 }
 
 fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_else(|_| "localhost".into())
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
 }
 
 /// NCCL's warning format: `host:pid:tid [rank] NCCL WARN ...`.
@@ -335,7 +355,13 @@ impl Ring {
 
     /// Polls completions until `done` holds: our writes count down `pending`, the neighbour's
     /// WRITE_WITH_IMM notifications collect in `got`.
-    fn poll_until(&self, rank: usize, pending: &mut usize, got: &mut Vec<u32>, done: impl Fn(usize, &[u32]) -> bool) -> Result<(), String> {
+    fn poll_until(
+        &self,
+        rank: usize,
+        pending: &mut usize,
+        got: &mut Vec<u32>,
+        done: impl Fn(usize, &[u32]) -> bool,
+    ) -> Result<(), String> {
         let t = Instant::now();
         let mut idle = 0u32;
         while !done(*pending, got) {
@@ -347,7 +373,13 @@ impl Ring {
                 // SAFETY: both ibv_wc types share rdma-core's layout.
                 let w: &v::ibv_wc = unsafe { &*(w as *const _ as *const v::ibv_wc) };
                 if w.status != v::ibv_wc_status::IBV_WC_SUCCESS {
-                    warn(rank, &format!("NET/IB : Got completion with error {}, opcode {}, vendor err {}", w.status, w.opcode, w.vendor_err));
+                    warn(
+                        rank,
+                        &format!(
+                            "NET/IB : Got completion with error {}, opcode {}, vendor err {}",
+                            w.status, w.opcode, w.vendor_err
+                        ),
+                    );
                     return Err("completion error".into());
                 }
                 if w.opcode == v::ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM {
@@ -378,7 +410,15 @@ impl Ring {
     }
 }
 
-fn connect(vb: &Verbs, ctx: *mut v::ibv_context, qp: *mut v::ibv_qp, port: &v::ibv_port_attr, gid_index: i32, dest: u32, peer: &Info) -> Result<(), String> {
+fn connect(
+    vb: &Verbs,
+    ctx: *mut v::ibv_context,
+    qp: *mut v::ibv_qp,
+    port: &v::ibv_port_attr,
+    gid_index: i32,
+    dest: u32,
+    peer: &Info,
+) -> Result<(), String> {
     use v::ibv_qp_attr_mask as m;
     let roce = port.link_layer == v::IBV_LINK_LAYER_ETHERNET as u8;
     // SAFETY: plain old data; modify_qp reads the attributes named in the mask.
@@ -387,7 +427,11 @@ fn connect(vb: &Verbs, ctx: *mut v::ibv_context, qp: *mut v::ibv_qp, port: &v::i
         a.qp_state = v::ibv_qp_state::IBV_QPS_INIT;
         a.port_num = 1;
         a.qp_access_flags = FULL;
-        let mut rc = (vb.modify_qp)(qp, &mut a, (m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT | m::IBV_QP_ACCESS_FLAGS).0 as c_int);
+        let mut rc = (vb.modify_qp)(
+            qp,
+            &mut a,
+            (m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT | m::IBV_QP_ACCESS_FLAGS).0 as c_int,
+        );
         let mut a: v::ibv_qp_attr = std::mem::zeroed();
         a.qp_state = v::ibv_qp_state::IBV_QPS_RTR;
         a.path_mtu = port.active_mtu;
@@ -402,7 +446,13 @@ fn connect(vb: &Verbs, ctx: *mut v::ibv_context, qp: *mut v::ibv_qp, port: &v::i
             a.ah_attr.grh.sgid_index = gid_index as u8;
             a.ah_attr.grh.hop_limit = 255;
         }
-        let mask = m::IBV_QP_STATE | m::IBV_QP_AV | m::IBV_QP_PATH_MTU | m::IBV_QP_DEST_QPN | m::IBV_QP_RQ_PSN | m::IBV_QP_MAX_DEST_RD_ATOMIC | m::IBV_QP_MIN_RNR_TIMER;
+        let mask = m::IBV_QP_STATE
+            | m::IBV_QP_AV
+            | m::IBV_QP_PATH_MTU
+            | m::IBV_QP_DEST_QPN
+            | m::IBV_QP_RQ_PSN
+            | m::IBV_QP_MAX_DEST_RD_ATOMIC
+            | m::IBV_QP_MIN_RNR_TIMER;
         if rc == 0 {
             rc = (vb.modify_qp)(qp, &mut a, mask.0 as c_int);
         }
@@ -412,7 +462,12 @@ fn connect(vb: &Verbs, ctx: *mut v::ibv_context, qp: *mut v::ibv_qp, port: &v::i
         a.retry_cnt = 7;
         a.rnr_retry = 7;
         a.max_rd_atomic = 1;
-        let mask = m::IBV_QP_STATE | m::IBV_QP_TIMEOUT | m::IBV_QP_RETRY_CNT | m::IBV_QP_RNR_RETRY | m::IBV_QP_SQ_PSN | m::IBV_QP_MAX_QP_RD_ATOMIC;
+        let mask = m::IBV_QP_STATE
+            | m::IBV_QP_TIMEOUT
+            | m::IBV_QP_RETRY_CNT
+            | m::IBV_QP_RNR_RETRY
+            | m::IBV_QP_SQ_PSN
+            | m::IBV_QP_MAX_QP_RD_ATOMIC;
         if rc == 0 {
             rc = (vb.modify_qp)(qp, &mut a, mask.0 as c_int);
         }
@@ -430,7 +485,10 @@ fn register(vb: &Verbs, pd: *mut v::ibv_pd, b: &Buf, rank: usize) -> Result<*mut
     // SAFETY: pd is live; the buffer spans len bytes at addr.
     let (mr, call) = unsafe {
         if relaxed {
-            ((vb.reg_mr_iova2.unwrap())(pd, b.addr as *mut c_void, b.len, b.addr, FULL | RELAXED_ORDERING), "ibv_reg_mr_iova2")
+            (
+                (vb.reg_mr_iova2.unwrap())(pd, b.addr as *mut c_void, b.len, b.addr, FULL | RELAXED_ORDERING),
+                "ibv_reg_mr_iova2",
+            )
         } else {
             ((vb.reg_mr)(pd, b.addr as *mut c_void, b.len, FULL as c_int), "ibv_reg_mr")
         }
@@ -561,14 +619,22 @@ fn run_rank(o: &Opts, rank: usize, n: usize, dir: &Path) -> Result<(), String> {
         // reduce-scatter: at step s send chunk (r-s), receive chunk (r-s-1) into tmp and add.
         for s in 0..n.saturating_sub(1) {
             let c = (rank + n - s) % n;
-            ring.post_write(buf.addr + (c * chunk) as u64, chunk, lkey_buf, next.tmp_addr + (c * chunk) as u64, next.tmp_rkey, base | s as u32);
+            ring.post_write(
+                buf.addr + (c * chunk) as u64,
+                chunk,
+                lkey_buf,
+                next.tmp_addr + (c * chunk) as u64,
+                next.tmp_rkey,
+                base | s as u32,
+            );
             pending += 1;
             ring.wait(rank, base | s as u32, &mut pending, &mut got)?;
             let rc = (rank + 2 * n - s - 1) % n;
             mem.read(&buf, rc * chunk, &mut mine);
             mem.read(&tmp, rc * chunk, &mut theirs);
             for (a, b) in mine.chunks_exact_mut(4).zip(theirs.chunks_exact(4)) {
-                let x = u32::from_le_bytes(a.try_into().unwrap()).wrapping_add(u32::from_le_bytes(b.try_into().unwrap()));
+                let x =
+                    u32::from_le_bytes(a.try_into().unwrap()).wrapping_add(u32::from_le_bytes(b.try_into().unwrap()));
                 a.copy_from_slice(&x.to_le_bytes());
             }
             mem.write(&buf, rc * chunk, &mine);
@@ -581,7 +647,14 @@ fn run_rank(o: &Opts, rank: usize, n: usize, dir: &Path) -> Result<(), String> {
         for s in 0..n.saturating_sub(1) {
             let c = (rank + 1 + n - s) % n;
             let imm = base | 0x8000 | s as u32;
-            ring.post_write(out.addr + (c * chunk) as u64, chunk, lkey_out, next.out_addr + (c * chunk) as u64, next.out_rkey, imm);
+            ring.post_write(
+                out.addr + (c * chunk) as u64,
+                chunk,
+                lkey_out,
+                next.out_addr + (c * chunk) as u64,
+                next.out_rkey,
+                imm,
+            );
             pending += 1;
             ring.wait(rank, imm, &mut pending, &mut got)?;
         }
@@ -608,8 +681,13 @@ fn run_rank(o: &Opts, rank: usize, n: usize, dir: &Path) -> Result<(), String> {
         (vb.dereg_mr)(out_mr);
     }
     let kind = if matches!(mem, Mem::Device(_)) { "device" } else { "host" };
-    println!("rank {rank}: all-reduce of {} bytes ({kind} memory) x {} verified, {:.3} ms/iter, bus bandwidth {:.2} GB/s",
-        o.size, o.iters, secs * 1e3 / o.iters as f64, (2.0 * (n as f64 - 1.0) / n as f64) * o.size as f64 * o.iters as f64 / secs / 1e9);
+    println!(
+        "rank {rank}: all-reduce of {} bytes ({kind} memory) x {} verified, {:.3} ms/iter, bus bandwidth {:.2} GB/s",
+        o.size,
+        o.iters,
+        secs * 1e3 / o.iters as f64,
+        (2.0 * (n as f64 - 1.0) / n as f64) * o.size as f64 * o.iters as f64 / secs / 1e9
+    );
     Ok(())
 }
 
@@ -626,13 +704,21 @@ struct Barrier {
 impl Barrier {
     fn open(dir: &Path, rank: usize, n: usize) -> Result<Barrier, String> {
         use std::os::fd::AsRawFd;
-        let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(dir.join("barrier")).map_err(|e| format!("barrier file: {e}"))?;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(dir.join("barrier"))
+            .map_err(|e| format!("barrier file: {e}"))?;
         let len = 8 * n;
         // Every rank sets the same length: ftruncate to the current size changes nothing.
         f.set_len(len as u64).map_err(|e| format!("barrier file: {e}"))?;
         // SAFETY: a shared read-write mapping of a file we hold open, len bytes long; kept for
         // the life of the process (never unmapped), so the slot pointer stays valid.
-        let p = unsafe { libc::mmap(null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f.as_raw_fd(), 0) };
+        let p = unsafe {
+            libc::mmap(null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f.as_raw_fd(), 0)
+        };
         if p == libc::MAP_FAILED {
             return Err(format!("barrier mmap: {}", std::io::Error::last_os_error()));
         }
@@ -690,10 +776,15 @@ fn main() -> ExitCode {
         }
     };
     // One rank of an mpirun job, or of our own launcher.
-    let as_rank = env_usize("MRSHIM_DEMO_RANK").map(|r| (r, env_usize("MRSHIM_DEMO_NRANKS").unwrap_or(1)))
+    let as_rank = env_usize("MRSHIM_DEMO_RANK")
+        .map(|r| (r, env_usize("MRSHIM_DEMO_NRANKS").unwrap_or(1)))
         .or_else(|| env_usize("OMPI_COMM_WORLD_RANK").map(|r| (r, env_usize("OMPI_COMM_WORLD_SIZE").unwrap_or(1))));
     if let Some((rank, n)) = as_rank {
-        let dir = o.rundir.clone().or_else(|| std::env::var_os("MRSHIM_DEMO_RUNDIR").map(PathBuf::from)).unwrap_or_else(|| std::env::temp_dir().join("mrshim-allreduce"));
+        let dir = o
+            .rundir
+            .clone()
+            .or_else(|| std::env::var_os("MRSHIM_DEMO_RUNDIR").map(PathBuf::from))
+            .unwrap_or_else(|| std::env::temp_dir().join("mrshim-allreduce"));
         let _ = std::fs::create_dir_all(&dir);
         return match run_rank(&o, rank, n, &dir) {
             Ok(()) => ExitCode::SUCCESS,
@@ -703,7 +794,10 @@ fn main() -> ExitCode {
             }
         };
     }
-    let dir = o.rundir.clone().unwrap_or_else(|| std::env::temp_dir().join(format!("mrshim-allreduce-{}", std::process::id())));
+    let dir = o
+        .rundir
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("mrshim-allreduce-{}", std::process::id())));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let exe = std::env::current_exe().unwrap();

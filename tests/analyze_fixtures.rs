@@ -4,16 +4,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn fixture(p: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/logs")
-        .join(p)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/logs").join(p)
 }
 
 /// The two incidents that started the project, kept verbatim as fixtures.
 fn seed(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/seeds")
-        .join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/seeds").join(name)
 }
 
 pub fn analyze_json(args: &[&Path]) -> (i32, serde_json::Value) {
@@ -37,13 +33,7 @@ fn top(args: &[&str]) -> serde_json::Value {
 }
 
 fn strs(v: &serde_json::Value) -> Vec<String> {
-    v.as_array()
-        .map(|a| {
-            a.iter()
-                .map(|x| x.as_str().unwrap_or_default().to_string())
-                .collect()
-        })
-        .unwrap_or_default()
+    v.as_array().map(|a| a.iter().map(|x| x.as_str().unwrap_or_default().to_string()).collect()).unwrap_or_default()
 }
 
 #[test]
@@ -51,23 +41,14 @@ fn nccl_memlock_on_one_host() {
     let f = top(&["memlock-limit/nccl-2.18-two-nodes.log"]);
     assert_eq!(f["category"], "memlock-limit");
     assert_eq!(strs(&f["hosts"]), ["gpu-b"]);
-    assert_eq!(
-        f["ranks"],
-        serde_json::json!([2, 3]),
-        "ranks from the 'comm ... rank R' lines, not the device index"
-    );
+    assert_eq!(f["ranks"], serde_json::json!([2, 3]), "ranks from the 'comm ... rank R' lines, not the device index");
     assert_eq!(f["errno"], "ENOMEM");
     let ex = f["explanation"].as_str().unwrap();
     assert!(ex.contains("64 KiB") && ex.contains("gpu-a"), "{ex}");
     let fixes = f["fixes"].to_string();
-    for knob in [
-        "limits.conf",
-        "LimitMEMLOCK",
-        "--ulimit memlock=-1",
-        "IPC_LOCK",
-        "prolog",
-        "MRSHIM_RETRY=raise-memlock",
-    ] {
+    for knob in
+        ["limits.conf", "LimitMEMLOCK", "--ulimit memlock=-1", "IPC_LOCK", "prolog", "MRSHIM_RETRY=raise-memlock"]
+    {
         assert!(fixes.contains(knob), "fix names {knob}: {fixes}");
     }
 }
@@ -90,16 +71,10 @@ fn perftest_use_cuda_buffer() {
 
 #[test]
 fn rccl_gpu_memory_without_peer_memory_module() {
-    let f = top(&[
-        "gpu-peer-memory/rccl-amd-no-peermem.log",
-        "gpu-peer-memory/mi-a.doctor.json",
-    ]);
+    let f = top(&["gpu-peer-memory/rccl-amd-no-peermem.log", "gpu-peer-memory/mi-a.doctor.json"]);
     assert_eq!(f["category"], "gpu-peer-memory");
     assert_eq!(strs(&f["hosts"]), ["mi-a"]);
-    assert!(f["explanation"]
-        .as_str()
-        .unwrap()
-        .contains("peer-memory client"));
+    assert!(f["explanation"].as_str().unwrap().contains("peer-memory client"));
 }
 
 #[test]
@@ -114,9 +89,7 @@ fn cuda_vmm_efault_needs_dmabuf() {
 fn relaxed_ordering_runs_compared() {
     let f = top(&["relaxed-ordering"]);
     assert_eq!(f["category"], "relaxed-ordering");
-    assert!(f["fixes"]
-        .to_string()
-        .contains("NCCL_IB_PCI_RELAXED_ORDERING=0"));
+    assert!(f["fixes"].to_string().contains("NCCL_IB_PCI_RELAXED_ORDERING=0"));
     assert!(f["fixes"].to_string().contains("drop-relaxed-ordering"));
 }
 
@@ -175,10 +148,7 @@ fn shim_categories() {
         assert_eq!(top(&[file])["category"], cat, "{file}");
     }
     let f = top(&["shim/device-einval.jsonl"]);
-    assert!(f["explanation"]
-        .as_str()
-        .unwrap()
-        .contains("Relaxed ordering is not the cause"));
+    assert!(f["explanation"].as_str().unwrap().contains("Relaxed ordering is not the cause"));
 }
 
 #[test]
@@ -200,18 +170,11 @@ fn seed_000_mccl_metax_is_peer_memory_not_relaxed_ordering() {
     assert_eq!(f["category"], "gpu-peer-memory");
     assert_eq!(f["errno"], "EINVAL");
     let calls = strs(&f["calls"]);
-    assert!(
-        calls.contains(&"ibv_reg_mr".into()) && calls.contains(&"ibv_reg_mr_iova2".into()),
-        "{calls:?}"
-    );
+    assert!(calls.contains(&"ibv_reg_mr".into()) && calls.contains(&"ibv_reg_mr_iova2".into()), "{calls:?}");
     let ex = f["explanation"].as_str().unwrap();
     assert!(ex.contains("Relaxed ordering is not the cause"), "{ex}");
     assert!(f["fixes"].to_string().contains("MCCL_NET_GDR_LEVEL"));
-    assert!(v["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .all(|f| f["category"] != "relaxed-ordering"));
+    assert!(v["findings"].as_array().unwrap().iter().all(|f| f["category"] != "relaxed-ordering"));
 }
 
 #[test]
@@ -222,11 +185,7 @@ fn seed_001_article_is_memlock_first() {
     assert_eq!(v["findings"][0]["category"], "memlock-limit");
     assert_eq!(v["findings"][0]["errno"], "ENOMEM");
     // the article's own incident ends in a driver/user-space mismatch: reported too
-    assert!(v["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|f| f["category"] == "version-mismatch"));
+    assert!(v["findings"].as_array().unwrap().iter().any(|f| f["category"] == "version-mismatch"));
 }
 
 #[test]
@@ -238,24 +197,12 @@ fn human_output_fits_80_columns_without_colour() {
         .output()
         .unwrap();
     let s = String::from_utf8(out.stdout).unwrap();
-    assert!(
-        s.contains("1. memlock-limit") || s.contains("1. gpu-peer-memory"),
-        "{s}"
-    );
-    assert!(
-        !s.contains('\x1b'),
-        "no colour when stdout is not a terminal"
-    );
+    assert!(s.contains("1. memlock-limit") || s.contains("1. gpu-peer-memory"), "{s}");
+    assert!(!s.contains('\x1b'), "no colour when stdout is not a terminal");
     for l in s.lines() {
         let w: usize = l
             .chars()
-            .map(|c| {
-                if (c as u32) >= 0x1100 && !(0x2000..0x2E80).contains(&(c as u32)) {
-                    2
-                } else {
-                    1
-                }
-            })
+            .map(|c| if (c as u32) >= 0x1100 && !(0x2000..0x2E80).contains(&(c as u32)) { 2 } else { 1 })
             .sum();
         assert!(w <= 80, "line wider than 80 columns ({w}): {l}");
     }

@@ -6,9 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 fn fixture(p: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/logs")
-        .join(p)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/logs").join(p)
 }
 
 fn tmpdir(tag: &str) -> PathBuf {
@@ -20,11 +18,7 @@ fn tmpdir(tag: &str) -> PathBuf {
 
 fn run(args: &[&std::ffi::OsStr], stdin: Option<&[u8]>) -> (i32, String, String) {
     let mut c = Command::new(env!("CARGO_BIN_EXE_mrshim"));
-    c.arg("analyze")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    c.arg("analyze").args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = c.spawn().unwrap();
     let mut sin = child.stdin.take().unwrap();
     if let Some(d) = stdin {
@@ -44,10 +38,7 @@ fn json(args: &[&std::ffi::OsStr], stdin: Option<&[u8]>) -> (i32, Value) {
     a.extend_from_slice(args);
     let (code, out, err) = run(&a, stdin);
     assert!(!err.contains("panicked"), "{err}");
-    (
-        code,
-        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {err}")),
-    )
+    (code, serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {err}")))
 }
 
 #[test]
@@ -55,11 +46,7 @@ fn gzip_and_plain_give_the_same_answer() {
     let d = tmpdir("gz");
     let src = fixture("memlock-limit/nccl-2.18-two-nodes.log");
     let gz = d.join("job.log.gz");
-    let out = Command::new("gzip")
-        .arg("-c")
-        .arg(&src)
-        .output()
-        .expect("gzip is installed (scripts/install-deps)");
+    let out = Command::new("gzip").arg("-c").arg(&src).output().expect("gzip is installed (scripts/install-deps)");
     std::fs::write(&gz, out.stdout).unwrap();
     let (c1, a) = json(&[src.as_os_str()], None);
     let (c2, b) = json(&[gz.as_os_str()], None);
@@ -71,11 +58,7 @@ fn gzip_and_plain_give_the_same_answer() {
     std::fs::write(d.join("cut.gz"), &bytes[..bytes.len() / 2]).unwrap();
     let (code, v) = json(&[d.join("cut.gz").as_os_str()], None);
     assert!(code == 0 || code == 1);
-    assert!(
-        v["notes"].to_string().contains("read error"),
-        "{}",
-        v["notes"]
-    );
+    assert!(v["notes"].to_string().contains("read error"), "{}", v["notes"]);
     let _ = std::fs::remove_dir_all(&d);
 }
 
@@ -127,13 +110,7 @@ fn exit_codes() {
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("No failed memory registrations"));
     // a missing path next to a good one: analyzed, with a note
-    let (code, v) = json(
-        &[
-            fixture("unknown").as_os_str(),
-            "/nonexistent/x.log".as_ref(),
-        ],
-        None,
-    );
+    let (code, v) = json(&[fixture("unknown").as_os_str(), "/nonexistent/x.log".as_ref()], None);
     assert_eq!(code, 1);
     assert!(v["notes"].to_string().contains("/nonexistent/x.log"));
     // usage error (no paths) is clap's 2
@@ -146,9 +123,6 @@ fn exit_codes() {
 fn colour_only_when_asked_or_on_a_tty() {
     let (_, out, _) = run(&[fixture("unknown").as_os_str()], None);
     assert!(!out.contains('\x1b'));
-    let (_, out, _) = run(
-        &["--color=always".as_ref(), fixture("unknown").as_os_str()],
-        None,
-    );
+    let (_, out, _) = run(&["--color=always".as_ref(), fixture("unknown").as_os_str()], None);
     assert!(out.contains('\x1b'));
 }

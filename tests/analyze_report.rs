@@ -5,9 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn fixture(p: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/logs")
-        .join(p)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/logs").join(p)
 }
 
 fn chromium() -> PathBuf {
@@ -56,20 +54,11 @@ fn html_report_renders_in_headless_chromium() {
         !html.contains("<script") && !html.contains(" src=") && !html.contains(" href="),
         "self-contained, no scripts or links"
     );
-    assert!(
-        !html
-            .replace("http://www.w3.org/2000/svg", "")
-            .contains("http"),
-        "no network references"
-    );
+    assert!(!html.replace("http://www.w3.org/2000/svg", "").contains("http"), "no network references");
 
     let dom = browser(&["--dump-dom"], &page, &dir.join("profile1"));
     let dom = String::from_utf8_lossy(&dom.stdout).into_owned();
-    assert!(
-        dom.contains("data-category=\"memlock-limit\""),
-        "findings in the DOM: {}",
-        &dom[..dom.len().min(500)]
-    );
+    assert!(dom.contains("data-category=\"memlock-limit\""), "findings in the DOM: {}", &dom[..dom.len().min(500)]);
     assert!(dom.contains("<svg id=\"timeline\""), "timeline svg");
     assert!(dom.contains("class=\"fail\""), "failures plotted");
     assert!(dom.contains("nodeB r7"), "one row per rank");
@@ -78,18 +67,11 @@ fn html_report_renders_in_headless_chromium() {
 
     let shot = dir.join("shot.png");
     let _ = browser(
-        &[
-            &format!("--screenshot={}", shot.display()),
-            "--window-size=1000,1400",
-        ],
+        &[&format!("--screenshot={}", shot.display()), "--window-size=1000,1400"],
         &page,
         &dir.join("profile2"),
     );
     let png = std::fs::read(&shot).expect("screenshot written");
-    assert!(
-        png.len() > 10_000 && png.starts_with(b"\x89PNG"),
-        "a real rendering ({} bytes)",
-        png.len()
-    );
+    assert!(png.len() > 10_000 && png.starts_with(b"\x89PNG"), "a real rendering ({} bytes)", png.len());
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -6,20 +6,12 @@ use std::time::{Duration, Instant};
 
 fn rss_kib(pid: u32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines()
-        .find(|l| l.starts_with("VmRSS:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
+    s.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()
 }
 
 #[test]
 fn one_gib_on_stdin_streams_with_bounded_memory() {
-    let total: u64 = std::env::var("MRSHIM_STREAM_BYTES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1 << 30);
+    let total: u64 = std::env::var("MRSHIM_STREAM_BYTES").ok().and_then(|v| v.parse().ok()).unwrap_or(1 << 30);
     let mut child = Command::new(env!("CARGO_BIN_EXE_mrshim"))
         .args(["analyze", "--json", "-"])
         .stdin(Stdio::piped())
@@ -63,17 +55,9 @@ fn one_gib_on_stdin_streams_with_bounded_memory() {
         total as f64 / 1e6 / secs,
         peak >> 10
     );
-    assert_eq!(
-        status.code(),
-        Some(1),
-        "failures in the stream are findings"
-    );
+    assert_eq!(status.code(), Some(1), "failures in the stream are findings");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["summary"]["bytes"].as_u64(), Some(total));
     assert!(v["summary"]["failed"].as_u64().unwrap() > 0);
-    assert!(
-        peak < 200 * 1024,
-        "peak RSS {} MiB: memory must not grow with the input",
-        peak >> 10
-    );
+    assert!(peak < 200 * 1024, "peak RSS {} MiB: memory must not grow with the input", peak >> 10);
 }

@@ -14,7 +14,10 @@ fn allreduce() -> PathBuf {
 /// The simulator's libibverbs and libcuda, as SONAME links.
 fn gpu_world(name: &str) -> SimWorld {
     let t = target_dir();
-    let cuda = [t.join("deps/libcuda.so"), t.join("libcuda.so")].into_iter().find(|p| p.exists()).expect("libcuda.so (sim/cuda) not built");
+    let cuda = [t.join("deps/libcuda.so"), t.join("libcuda.so")]
+        .into_iter()
+        .find(|p| p.exists())
+        .expect("libcuda.so (sim/cuda) not built");
     let d = sim_lib_dir();
     let link = d.join("libcuda.so.1");
     if !link.exists() {
@@ -32,7 +35,11 @@ fn without_the_shim_device_memory_fails_like_the_seed() {
     let w = gpu_world("ar-noshim");
     let o = run(w.cmd(allreduce()).args(["--ranks", "2", "--size", "64K"]).env_remove("LD_PRELOAD"));
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("NCCL WARN Call to ibv_reg_mr_iova2 failed with error Invalid argument"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("NCCL WARN Call to ibv_reg_mr_iova2 failed with error Invalid argument"),
+        "{}",
+        stderr(&o)
+    );
     // And with the shim but retries off: the same failure, now explained.
     let o = run(w.cmd(allreduce()).args(["--ranks", "2", "--size", "64K"]));
     assert_eq!(o.status.code(), Some(1));
@@ -82,7 +89,14 @@ fn simcheck() -> PathBuf {
     P.get_or_init(|| {
         let out = tmp("c-simcheck").join("simcheck");
         let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("sim/tests/c/simcheck.c");
-        let st = std::process::Command::new("cc").args(["-O1", "-o"]).arg(&out).arg(&src).arg(format!("-L{}", sim_lib_dir().display())).arg("-libverbs").status().unwrap();
+        let st = std::process::Command::new("cc")
+            .args(["-O1", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .arg(format!("-L{}", sim_lib_dir().display()))
+            .arg("-libverbs")
+            .status()
+            .unwrap();
         assert!(st.success());
         out
     })
@@ -97,18 +111,33 @@ fn transport_checks_are_identical_through_bounce_buffers() {
     let w = SimWorld::new("bounce-transport");
     let reference = run(w.cmd(simcheck()).arg("transport").env_remove("LD_PRELOAD"));
     assert!(reference.status.success());
-    let w = w.with("SIMCHECK_EXTRA_ACCESS", "0x100000").with("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed").with("MRSHIM_RETRY", "bounce").with("MRSHIM_WARN", "off").with("MRSHIM_SUMMARY", "off");
+    let w = w
+        .with("SIMCHECK_EXTRA_ACCESS", "0x100000")
+        .with("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed")
+        .with("MRSHIM_RETRY", "bounce")
+        .with("MRSHIM_WARN", "off")
+        .with("MRSHIM_SUMMARY", "off");
     let bounced = run(w.cmd(simcheck()).arg("transport"));
     assert_eq!(stdout(&bounced), stdout(&reference), "{}", stderr(&bounced));
     // Multiple SGEs, unaligned ranges, two QP pairs at once, deregistration of some regions
     // while others live, READ into an unaligned range.
     let multi = run(w.cmd(simcheck()).arg("multi"));
-    assert_eq!(stdout(&multi), "multi_sge equal\nconcurrent_qps equal\nafter_other_dereg equal\nread_unaligned equal\n", "{}", stderr(&multi));
+    assert_eq!(
+        stdout(&multi),
+        "multi_sge equal\nconcurrent_qps equal\nafter_other_dereg equal\nread_unaligned equal\n",
+        "{}",
+        stderr(&multi)
+    );
     // The same through the ibv_wr_* builder API, on QPs whose ibv_qp_ex was taken before any
     // buffer existed, with the application changing its buffer after the peer's receive was
     // posted, and a new QP pair after two were destroyed.
     let qpex = run(w.cmd(simcheck()).arg("qpex"));
-    assert_eq!(stdout(&qpex), "qpex_send_sge_list equal\nqpex_write_imm equal\nqpex_read_unaligned equal\nqpex_after_destroy equal\n", "{}", stderr(&qpex));
+    assert_eq!(
+        stdout(&qpex),
+        "qpex_send_sge_list equal\nqpex_write_imm equal\nqpex_read_unaligned equal\nqpex_after_destroy equal\n",
+        "{}",
+        stderr(&qpex)
+    );
     // Without the shim the same setup cannot register at all.
     let o = run(w.cmd(simcheck()).arg("transport").env_remove("LD_PRELOAD"));
     assert!(!o.status.success());
@@ -122,7 +151,11 @@ fn transport_checks_are_identical_through_bounce_buffers() {
 fn a_panic_in_the_bounce_wrappers_never_aborts_the_program() {
     let w = SimWorld::new("bounce-panic");
     let reference = run(w.cmd(simcheck()).arg("transport").env_remove("LD_PRELOAD"));
-    let w = w.with("SIMCHECK_EXTRA_ACCESS", "0x100000").with("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed").with("MRSHIM_RETRY", "bounce").with("MRSHIM_WARN", "off");
+    let w = w
+        .with("SIMCHECK_EXTRA_ACCESS", "0x100000")
+        .with("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed")
+        .with("MRSHIM_RETRY", "bounce")
+        .with("MRSHIM_WARN", "off");
     let o = run(w.cmd(simcheck()).arg("transport").env("MRSHIM_DEBUG_PANIC", "bounce"));
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(0), "{err}");
@@ -130,7 +163,12 @@ fn a_panic_in_the_bounce_wrappers_never_aborts_the_program() {
     let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("mrshim: internal error in ibv_")).collect();
     assert_eq!(lines.len(), 1, "{err}");
     assert!(lines[0].contains("MRSHIM_DEBUG_PANIC=bounce at src/preload/bounce.rs"), "{err}");
-    let n: u64 = err.split(" internal errors (each call passed through)").next().and_then(|h| h.rsplit(", ").next()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{err}"));
+    let n: u64 = err
+        .split(" internal errors (each call passed through)")
+        .next()
+        .and_then(|h| h.rsplit(", ").next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{err}"));
     assert!(n > 10, "each post and poll with completions counted: {n}");
 }
 
@@ -141,7 +179,11 @@ fn a_panic_in_the_bounce_wrappers_never_aborts_the_program() {
 /// that clause is the unit test in src/preload/bounce.rs.
 #[test]
 fn streaming_writes_landing_during_a_sync_are_not_lost() {
-    let w = SimWorld::new("bounce-stream").with("SIMCHECK_EXTRA_ACCESS", "0x100000").with("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed").with("MRSHIM_RETRY", "bounce").with("MRSHIM_WARN", "off");
+    let w = SimWorld::new("bounce-stream")
+        .with("SIMCHECK_EXTRA_ACCESS", "0x100000")
+        .with("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed")
+        .with("MRSHIM_RETRY", "bounce")
+        .with("MRSHIM_WARN", "off");
     for (size, iters) in [("4097", "3000"), ("65536", "4096"), ("16777216", "16")] {
         let o = run(w.cmd(simcheck()).args(["bench-bw", size, iters]));
         assert!(o.status.success() && stdout(&o).contains("data equal"), "{size}: {}\n{}", stdout(&o), stderr(&o));
@@ -151,10 +193,15 @@ fn streaming_writes_landing_during_a_sync_are_not_lost() {
 
 #[test]
 fn ten_thousand_bounce_cycles_keep_memory_and_fds_flat() {
-    let w = SimWorld::new("bounce-cycles").with("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed").with("MRSHIM_RETRY", "bounce").with("MRSHIM_WARN", "off");
+    let w = SimWorld::new("bounce-cycles")
+        .with("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed")
+        .with("MRSHIM_RETRY", "bounce")
+        .with("MRSHIM_WARN", "off");
     let o = run(w.cmd(simcheck()).args(["reg", "cycles"]));
     let s = stdout(&o);
-    let field = |k: &str| -> i64 { s.split_whitespace().find_map(|f| f.strip_prefix(k)?.parse().ok()).unwrap_or_else(|| panic!("{k} in {s}")) };
+    let field = |k: &str| -> i64 {
+        s.split_whitespace().find_map(|f| f.strip_prefix(k)?.parse().ok()).unwrap_or_else(|| panic!("{k} in {s}"))
+    };
     assert_eq!(field("failures="), 0, "{s}\n{}", stderr(&o));
     assert_eq!(field("next_fd_growth="), 0, "{s}");
     assert!(field("rss_growth_kb=") < 4096, "{s}");

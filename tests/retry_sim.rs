@@ -13,7 +13,8 @@ fn sim_c(name: &str, libs: &[&str]) -> PathBuf {
     let out = tmp(&format!("c-{name}")).join(name);
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("sim/tests/c").join(format!("{name}.c"));
     let lib = format!("-L{}", sim_lib_dir().display());
-    let st = std::process::Command::new("cc").args(["-O1", "-o"]).arg(&out).arg(&src).arg(&lib).args(libs).status().unwrap();
+    let st =
+        std::process::Command::new("cc").args(["-O1", "-o"]).arg(&out).arg(&src).arg(&lib).args(libs).status().unwrap();
     assert!(st.success());
     m.push((name.into(), out.clone()));
     out
@@ -33,25 +34,44 @@ fn seed_incident_rescued_by_dropping_relaxed_ordering() {
     assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
     assert_eq!(stdout(&o).matches(": verified").count(), 2, "{}", stdout(&o));
     let err = stderr(&o);
-    assert!(err.contains("MRSHIM WARN ibv_reg_mr_iova2(") && err.contains("RELAXED_ORDERING") && err.contains("failed: EINVAL (22)"), "{err}");
-    assert!(err.contains("rescued by drop-relaxed-ordering") && err.contains("NCCL_IB_PCI_RELAXED_ORDERING=0"), "{err}");
+    assert!(
+        err.contains("MRSHIM WARN ibv_reg_mr_iova2(")
+            && err.contains("RELAXED_ORDERING")
+            && err.contains("failed: EINVAL (22)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("rescued by drop-relaxed-ordering") && err.contains("NCCL_IB_PCI_RELAXED_ORDERING=0"),
+        "{err}"
+    );
     let recs = all_records(&logs);
-    let failed: Vec<_> = recs.iter().filter(|r| r.call == "ibv_reg_mr_iova2" && r.result == "error" && r.attempt == 0).collect();
+    let failed: Vec<_> =
+        recs.iter().filter(|r| r.call == "ibv_reg_mr_iova2" && r.result == "error" && r.attempt == 0).collect();
     assert_eq!(failed.len(), 2, "one failed application call per rank");
     for f in failed {
         assert!(f.relaxed_ordering && f.errno == Some(22));
-        let rescue = recs.iter().find(|r| r.parent_seq == Some(f.seq) && r.pid == f.pid && r.attempt == 1).expect("attempt record");
+        let rescue = recs
+            .iter()
+            .find(|r| r.parent_seq == Some(f.seq) && r.pid == f.pid && r.attempt == 1)
+            .expect("attempt record");
         assert_eq!(rescue.strategy.as_deref(), Some("drop-relaxed-ordering"));
         assert_eq!((rescue.result.as_str(), rescue.access, rescue.relaxed_ordering), ("ok", Some(0xf), false));
         assert!(rescue.change.as_deref().unwrap().contains("0x10000f -> 0xf"));
     }
-    assert!(recs.iter().any(|r| r.kind == Some(mrshim_record::Kind::Policy) && r.strategy.as_deref() == Some("drop-relaxed-ordering")));
+    assert!(
+        recs.iter()
+            .any(|r| r.kind == Some(mrshim_record::Kind::Policy)
+                && r.strategy.as_deref() == Some("drop-relaxed-ordering"))
+    );
     // The exit summary (of the parent rank: the forked one leaves with _exit, which runs no exit
     // handlers): what rescued how many, and the job-wide knob with the same effect.
     let eq = "NCCL_IB_PCI_RELAXED_ORDERING=0 (MCCL_IB_PCI_RELAXED_ORDERING=0)";
     let lines: Vec<&str> = err.lines().filter(|l| l.contains("MRSHIM INFO summary:")).collect();
     assert_eq!(lines.len(), 1, "{err}");
-    assert!(lines[0].contains(&format!("; drop-relaxed-ordering rescued 1 registrations (job-wide equivalent: {eq})")), "{err}");
+    assert!(
+        lines[0].contains(&format!("; drop-relaxed-ordering rescued 1 registrations (job-wide equivalent: {eq})")),
+        "{err}"
+    );
     let sums: Vec<_> = recs.iter().filter_map(|r| r.summary.as_ref()).collect();
     assert_eq!(sums.len(), 1);
     assert_eq!(sums[0].rescued.get("drop-relaxed-ordering"), Some(&1));
@@ -88,14 +108,22 @@ fn memlock_enomem_rescued_by_raising_the_soft_limit() {
     assert_eq!(orig.memlock_soft, Some(64 * 1024));
     let a = recs.iter().find(|r| r.parent_seq == Some(orig.seq) && r.pid == orig.pid && r.attempt == 1).unwrap();
     assert_eq!((a.strategy.as_deref(), a.result.as_str()), (Some("raise-memlock"), "ok"));
-    assert!(a.change.as_deref().unwrap().contains("soft 65536 -> ") && a.change.as_deref().unwrap().ends_with("(the hard limit)"), "{:?}", a.change);
+    assert!(
+        a.change.as_deref().unwrap().contains("soft 65536 -> ")
+            && a.change.as_deref().unwrap().ends_with("(the hard limit)"),
+        "{:?}",
+        a.change
+    );
 }
 
 #[test]
 fn mismatched_page_offsets_are_refused_with_the_reason() {
     let w = SimWorld::new("iova").with("MRSHIM_RETRY", "auto");
     let logs = w.dir.join("logs/");
-    let o = run(w.cmd(sim_c("simcheck", &["-libverbs"])).args(["reg", "iova_page_offset_differs"]).env("MRSHIM_LOG", &logs));
+    let o = run(w
+        .cmd(sim_c("simcheck", &["-libverbs"]))
+        .args(["reg", "iova_page_offset_differs"])
+        .env("MRSHIM_LOG", &logs));
     assert_eq!(stdout(&o), "iova_page_offset_differs errno=22\n", "the caller still gets the original errno");
     let recs = all_records(&logs);
     let r = recs.iter().find(|r| r.strategy.as_deref() == Some("realign-iova")).expect("refusal record");
@@ -116,14 +144,21 @@ fn dmabuf_failure_rescued_through_the_va_path() {
     assert_eq!(stdout(&o), "dmabuf_va ok addr=0 length=65536\n", "{}", stderr(&o));
     let recs = all_records(&logs);
     assert!(recs.iter().any(|r| r.call == "ibv_reg_dmabuf_mr" && r.errno == Some(libc::EOPNOTSUPP)));
-    assert!(recs.iter().any(|r| r.call == "ibv_reg_mr_iova2" && r.strategy.as_deref() == Some("dmabuf-to-va") && r.result == "ok"));
+    assert!(recs
+        .iter()
+        .any(|r| r.call == "ibv_reg_mr_iova2" && r.strategy.as_deref() == Some("dmabuf-to-va") && r.result == "ok"));
     assert!(recs.iter().any(|r| r.call == "ibv_dereg_mr" && r.result == "ok"), "dereg of the patched MR works");
     // ... and carries data as the dmabuf MR the caller asked for: rkey at the iova for a peer's
     // WRITE_WITH_IMM and READ, lkey at the iova for its own WRITE.
     for (dmabuf, retry) in [("on", "off"), ("off", "dmabuf-to-va")] {
         let w = SimWorld::new("dmabuf-va-data").with("MRSHIM_SIM_DMABUF", dmabuf).with("MRSHIM_RETRY", retry);
         let o = run(w.cmd(sim_c("simcheck", &["-libverbs"])).arg("dmabuf-data"));
-        assert_eq!(stdout(&o), "dmabuf_data addr=0 length=65536 write_in=equal read_out=equal write_out=equal dereg=0\n", "dmabuf={dmabuf}: {}", stderr(&o));
+        assert_eq!(
+            stdout(&o),
+            "dmabuf_data addr=0 length=65536 write_in=equal read_out=equal write_out=equal dereg=0\n",
+            "dmabuf={dmabuf}: {}",
+            stderr(&o)
+        );
     }
 }
 
@@ -160,14 +195,18 @@ fn shim_injection_on_a_healthy_device_is_marked_injected() {
     assert_eq!(inj.len(), 1);
     assert_eq!(inj[0].errno, Some(libc::ENOMEM));
     // Rehearsing the seed on a healthy device: injected, then rescued.
-    let w = SimWorld::new("inject-seed").with("MRSHIM_INJECT", "ibv_reg_mr_iova2:EINVAL:relaxed").with("MRSHIM_RETRY", "auto");
+    let w = SimWorld::new("inject-seed")
+        .with("MRSHIM_INJECT", "ibv_reg_mr_iova2:EINVAL:relaxed")
+        .with("MRSHIM_RETRY", "auto");
     let o = run(w.cmd(sim_c("nccl_style", &["-ldl"])).arg("--relaxed"));
     assert!(o.status.success() && stderr(&o).contains("rescued by drop-relaxed-ordering"), "{}", stderr(&o));
 }
 
 #[test]
 fn bad_retry_and_inject_values_name_the_variable_and_pass_through() {
-    for (var, val, accepted) in [("MRSHIM_RETRY", "sometimes", "drop-relaxed-ordering"), ("MRSHIM_INJECT", "reg:EWHAT", "CALL:ERRNO")] {
+    for (var, val, accepted) in
+        [("MRSHIM_RETRY", "sometimes", "drop-relaxed-ordering"), ("MRSHIM_INJECT", "reg:EWHAT", "CALL:ERRNO")]
+    {
         let w = SimWorld::new(&format!("bad-{var}")).with(var, val).with("MRSHIM_SIM_FAULTS", SEED);
         let o = run(w.cmd(sim_c("nccl_style", &["-ldl"])).arg("--relaxed"));
         let err = stderr(&o);
@@ -186,9 +225,23 @@ fn bad_retry_and_inject_values_name_the_variable_and_pass_through() {
 /// (not of the last attempt), exactly as the records say.
 #[test]
 fn random_policies_and_failures_never_crash_and_every_mr_carries_data() {
-    const STRATEGIES: [&str; 6] = ["drop-relaxed-ordering", "raise-memlock", "realign-iova", "dmabuf-to-va", "va-to-dmabuf", "bounce"];
-    const FAULTS: [&str; 7] = ["reg_mr_iova2:EINVAL:relaxed", "reg:EFAULT:relaxed", "reg:ENOMEM:min_len=128K", "reg_mr:EINVAL", "reg_mr_iova:EPERM:from=3", "reg:EINVAL:nth=2", "reg:EFAULT:max_len=8K"];
-    const INJECT: [&str; 4] = ["reg:EINVAL:p=0.3,seed=7", "ibv_reg_mr:ENOMEM:relaxed", "reg:EFAULT:nth=3", "ibv_reg_mr_iova2:EINVAL:kind=host-anon,from=4"];
+    const STRATEGIES: [&str; 6] =
+        ["drop-relaxed-ordering", "raise-memlock", "realign-iova", "dmabuf-to-va", "va-to-dmabuf", "bounce"];
+    const FAULTS: [&str; 7] = [
+        "reg_mr_iova2:EINVAL:relaxed",
+        "reg:EFAULT:relaxed",
+        "reg:ENOMEM:min_len=128K",
+        "reg_mr:EINVAL",
+        "reg_mr_iova:EPERM:from=3",
+        "reg:EINVAL:nth=2",
+        "reg:EFAULT:max_len=8K",
+    ];
+    const INJECT: [&str; 4] = [
+        "reg:EINVAL:p=0.3,seed=7",
+        "ibv_reg_mr:ENOMEM:relaxed",
+        "reg:EFAULT:nth=3",
+        "ibv_reg_mr_iova2:EINVAL:kind=host-anon,from=4",
+    ];
     const ROUNDS: usize = 10;
     let prog = sim_c("simcheck", &["-libverbs"]);
     let mut state = 0x2545_f491_4f6c_dd1du64;
@@ -219,7 +272,10 @@ fn random_policies_and_failures_never_crash_and_every_mr_carries_data() {
         };
         let faults: Vec<&str> = (0..rnd(3)).map(|_| FAULTS[rnd(FAULTS.len())]).collect();
         let inject = if rnd(3) == 0 { INJECT[rnd(INJECT.len())] } else { "" };
-        let what = format!("case {case}: MRSHIM_RETRY={policy:?} MRSHIM_SIM_FAULTS={:?} MRSHIM_INJECT={inject:?}", faults.join(";"));
+        let what = format!(
+            "case {case}: MRSHIM_RETRY={policy:?} MRSHIM_SIM_FAULTS={:?} MRSHIM_INJECT={inject:?}",
+            faults.join(";")
+        );
         let mut w = SimWorld::new(&format!("fuzz-{case}")).with("MRSHIM_RETRY", &policy);
         if !faults.is_empty() {
             w = w.with("MRSHIM_SIM_FAULTS", faults.join(";"));
@@ -228,7 +284,11 @@ fn random_policies_and_failures_never_crash_and_every_mr_carries_data() {
             w = w.with("MRSHIM_INJECT", inject);
         }
         let logs = w.dir.join("logs/");
-        let o = run(w.cmd(&prog).args(["fuzz", &case.to_string(), &ROUNDS.to_string()]).env("MRSHIM_LOG", &logs).env("MRSHIM_WARN", "off"));
+        let o = run(w
+            .cmd(&prog)
+            .args(["fuzz", &case.to_string(), &ROUNDS.to_string()])
+            .env("MRSHIM_LOG", &logs)
+            .env("MRSHIM_WARN", "off"));
         let out = stdout(&o);
         assert_eq!(o.status.code(), Some(0), "{what}\n{out}\n{}", stderr(&o));
         let lines: Vec<&str> = out.lines().collect();
@@ -239,7 +299,11 @@ fn random_policies_and_failures_never_crash_and_every_mr_carries_data() {
             let f: Vec<&str> = l.split_whitespace().collect();
             for side in &f[1..3] {
                 let v = side.split_once('=').unwrap().1;
-                seen.push(if v == "ok" { Ok(()) } else { Err(v.strip_prefix("errno=").unwrap().parse::<i32>().unwrap()) });
+                seen.push(if v == "ok" {
+                    Ok(())
+                } else {
+                    Err(v.strip_prefix("errno=").unwrap().parse::<i32>().unwrap())
+                });
             }
             if f[1] == "a=ok" && f[2] == "b=ok" {
                 assert_eq!(&f[3..], ["write=equal", "read=equal", "mr=ok", "dereg=ok"], "{what}: {l}");
@@ -248,22 +312,33 @@ fn random_policies_and_failures_never_crash_and_every_mr_carries_data() {
             }
         }
         let recs = all_records(&logs);
-        let calls: Vec<_> = recs.iter().filter(|r| r.kind == Some(mrshim_record::Kind::Reg) && r.parent_seq.is_none()).collect();
+        let calls: Vec<_> =
+            recs.iter().filter(|r| r.kind == Some(mrshim_record::Kind::Reg) && r.parent_seq.is_none()).collect();
         assert_eq!(calls.len(), seen.len(), "{what}: one record per application call (no nested call recorded)");
         for (c, s) in calls.iter().zip(&seen) {
             let rescued = recs.iter().any(|r| r.parent_seq == Some(c.seq) && r.attempt > 0 && r.result == "ok");
             match s {
-                Ok(()) => assert!(c.result == "ok" || rescued, "{what}: seq {} failed and was not rescued, yet the caller got an MR", c.seq),
+                Ok(()) => assert!(
+                    c.result == "ok" || rescued,
+                    "{what}: seq {} failed and was not rescued, yet the caller got an MR",
+                    c.seq
+                ),
                 Err(e) => {
                     assert!(c.result == "error" && !rescued, "{what}: seq {}", c.seq);
-                    assert_eq!(c.errno, Some(*e), "{what}: the caller sees its own call's errno, not an attempt's (seq {})", c.seq);
+                    assert_eq!(
+                        c.errno,
+                        Some(*e),
+                        "{what}: the caller sees its own call's errno, not an attempt's (seq {})",
+                        c.seq
+                    );
                 }
             }
         }
         // mrshim analyze counts exactly the application's failed calls (rescued ones included,
         // attempts, refusals and learned tries not)
         let a = run(cmd(mrshim_bin()).args(["analyze", "--json"]).arg(&logs));
-        let v: serde_json::Value = serde_json::from_slice(&a.stdout).unwrap_or_else(|e| panic!("{what}: {e}: {}", stderr(&a)));
+        let v: serde_json::Value =
+            serde_json::from_slice(&a.stdout).unwrap_or_else(|e| panic!("{what}: {e}: {}", stderr(&a)));
         assert_eq!(v["summary"]["failed"], calls.iter().filter(|c| c.result == "error").count(), "{what}");
         let sum = recs.iter().find_map(|r| r.summary.clone()).unwrap_or_else(|| panic!("{what}: no summary"));
         assert_eq!(sum.registered_bytes, 0, "{what}: everything was deregistered");
@@ -282,7 +357,9 @@ fn random_policies_and_failures_never_crash_and_every_mr_carries_data() {
 /// records keep the attempt's ENOMEM.
 #[test]
 fn when_every_strategy_fails_the_caller_sees_its_own_errno_not_the_last_attempts() {
-    let w = SimWorld::new("errno-orig").with("MRSHIM_SIM_FAULTS", "reg_mr_iova2:EINVAL:relaxed;reg_mr_iova2:ENOMEM").with("MRSHIM_RETRY", "drop-relaxed-ordering");
+    let w = SimWorld::new("errno-orig")
+        .with("MRSHIM_SIM_FAULTS", "reg_mr_iova2:EINVAL:relaxed;reg_mr_iova2:ENOMEM")
+        .with("MRSHIM_RETRY", "drop-relaxed-ordering");
     let logs = w.dir.join("logs/");
     let o = run(w.cmd(sim_c("nccl_style", &["-ldl"])).arg("--relaxed").env("MRSHIM_LOG", &logs));
     assert_eq!(o.status.code(), Some(1));
@@ -302,7 +379,8 @@ fn when_every_strategy_fails_the_caller_sees_its_own_errno_not_the_last_attempts
 /// anonymous mapping: kind= goes through the shim's real /proc/self/maps classification).
 #[test]
 fn injection_conditions_pick_exactly_the_calls_they_describe() {
-    let names = ["repeat_1", "repeat_2", "repeat_3", "repeat_4", "repeat_relaxed", "repeat_relaxed_reg_mr", "repeat_big"];
+    let names =
+        ["repeat_1", "repeat_2", "repeat_3", "repeat_4", "repeat_relaxed", "repeat_relaxed_reg_mr", "repeat_big"];
     for (rule, failing) in [
         ("ibv_reg_mr:ENOMEM:from=3", &["repeat_3", "repeat_4", "repeat_big"][..]),
         ("reg:ENOMEM:nth=2", &["repeat_2"][..]),
@@ -318,7 +396,10 @@ fn injection_conditions_pick_exactly_the_calls_they_describe() {
     ] {
         let w = SimWorld::new("inject-conds").with("MRSHIM_INJECT", rule);
         let o = run(w.cmd(sim_c("simcheck", &["-libverbs"])).args(["reg", "repeat"]));
-        let want: String = names.iter().map(|n| if failing.contains(n) { format!("{n} errno=12\n") } else { format!("{n} ok\n") }).collect();
+        let want: String = names
+            .iter()
+            .map(|n| if failing.contains(n) { format!("{n} errno=12\n") } else { format!("{n} ok\n") })
+            .collect();
         assert_eq!(stdout(&o), want, "{rule}: {}", stderr(&o));
     }
 }

@@ -74,7 +74,17 @@ fn linked_program_one_record_per_call_matching_what_the_library_received() {
     let calls: Vec<&str> = recs[1..10].iter().map(|r| r.call.as_str()).collect();
     assert_eq!(
         calls,
-        ["ibv_reg_mr", "ibv_reg_mr_iova", "ibv_reg_mr_iova2", "ibv_reg_dmabuf_mr", "ibv_reg_dmabuf_mr", "ibv_dereg_mr", "ibv_dereg_mr", "ibv_dereg_mr", "ibv_dereg_mr"],
+        [
+            "ibv_reg_mr",
+            "ibv_reg_mr_iova",
+            "ibv_reg_mr_iova2",
+            "ibv_reg_dmabuf_mr",
+            "ibv_reg_dmabuf_mr",
+            "ibv_dereg_mr",
+            "ibv_dereg_mr",
+            "ibv_dereg_mr",
+            "ibv_dereg_mr"
+        ],
         "rdma-core-style internal ibv_reg_mr -> ibv_reg_mr_iova2 is not a second record"
     );
     let seqs: Vec<u64> = recs[1..10].iter().map(|r| r.seq).collect();
@@ -110,24 +120,41 @@ fn linked_program_one_record_per_call_matching_what_the_library_received() {
     assert!(fl.iter().any(|l| l == "ibv_reg_dmabuf_mr offset=0 len=0 iova=0x0 fd=-1 access=0x0"));
     // dmabuf: VA is the iova argument, offset and fd recorded, device memory
     let r = &recs[5];
-    assert_eq!((r.addr.as_deref(), r.dmabuf_fd, r.dmabuf_offset, r.length), (Some("0x7e0000000000"), Some(5), Some(4096), Some(65536)));
+    assert_eq!(
+        (r.addr.as_deref(), r.dmabuf_fd, r.dmabuf_offset, r.length),
+        (Some("0x7e0000000000"), Some(5), Some(4096), Some(65536))
+    );
     assert_eq!(r.mem_kind, Some(MemKind::Device));
     // deregs link back to their registrations, bytes return to 0
     assert_eq!(recs[6].reg_seq, Some(5));
     assert_eq!(recs[9].reg_seq, Some(1));
     assert_eq!(recs[9].registered_bytes_after, Some(0));
     let s = recs[10].summary.as_ref().unwrap();
-    assert_eq!((s.calls, s.failures, s.probes, s.registered_bytes, s.peak_registered_bytes), (9, 0, 1, 0, 8192 + 4096 + 4096 + 65536));
+    assert_eq!(
+        (s.calls, s.failures, s.probes, s.registered_bytes, s.peak_registered_bytes),
+        (9, 0, 1, 0, 8192 + 4096 + 4096 + 65536)
+    );
     assert!(stderr(&o).contains("MRSHIM INFO summary: 9 calls"), "{}", stderr(&o));
 }
 
 #[test]
 fn nccl_style_dlvsym_gets_the_wrappers_and_failures_warn_with_decoded_flags() {
     let d = tmp("nccl");
-    let o = run(fake_cmd("nccl_style").arg("compat10").env("MRSHIM_LOG", d.join("%h-%r.jsonl")).env("FAKE_FAIL_RELAXED", "1").env("PMIX_RANK", "2"));
+    let o = run(fake_cmd("nccl_style")
+        .arg("compat10")
+        .env("MRSHIM_LOG", d.join("%h-%r.jsonl"))
+        .env("FAKE_FAIL_RELAXED", "1")
+        .env("PMIX_RANK", "2"));
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
-    for f in ["ibv_reg_mr@IBVERBS_1.1", "ibv_reg_mr_iova2@IBVERBS_1.8", "ibv_reg_dmabuf_mr@IBVERBS_1.12", "ibv_dereg_mr@IBVERBS_1.1", "ibv_reg_mr@IBVERBS_1.0", "ibv_dereg_mr@IBVERBS_1.0"] {
+    for f in [
+        "ibv_reg_mr@IBVERBS_1.1",
+        "ibv_reg_mr_iova2@IBVERBS_1.8",
+        "ibv_reg_dmabuf_mr@IBVERBS_1.12",
+        "ibv_dereg_mr@IBVERBS_1.1",
+        "ibv_reg_mr@IBVERBS_1.0",
+        "ibv_dereg_mr@IBVERBS_1.0",
+    ] {
         assert!(out.contains(&format!("{f} from libmrshim.so\n")), "{f}: {out}");
     }
     assert!(out.contains("probe failed errno=95\n"), "{out}");
@@ -137,7 +164,10 @@ fn nccl_style_dlvsym_gets_the_wrappers_and_failures_warn_with_decoded_flags() {
     let fail: Vec<_> = recs.iter().filter(|r| r.result == "error" && !r.probe).collect();
     assert_eq!(fail.len(), 1);
     let f = fail[0];
-    assert_eq!((f.call.as_str(), f.errno, f.errno_name.as_deref(), f.rank), ("ibv_reg_mr_iova2", Some(22), Some("EINVAL"), Some(2)));
+    assert_eq!(
+        (f.call.as_str(), f.errno, f.errno_name.as_deref(), f.rank),
+        ("ibv_reg_mr_iova2", Some(22), Some("EINVAL"), Some(2))
+    );
     let err = stderr(&o);
     let warn: Vec<&str> = err.lines().filter(|l| l.contains("MRSHIM WARN")).collect();
     assert_eq!(warn.len(), 1, "{err}");
@@ -157,19 +187,26 @@ fn another_preload_using_rtld_next_works_in_both_orders() {
     let f = fake();
     let other = f.dir.join("libother.so");
     let shim = shim_lib();
-    for (order, next) in [(format!("{} {}", other.display(), shim.display()), "libmrshim.so"), (format!("{} {}", shim.display(), other.display()), "libibverbs.so.1")] {
+    for (order, next) in [
+        (format!("{} {}", other.display(), shim.display()), "libmrshim.so"),
+        (format!("{} {}", shim.display(), other.display()), "libibverbs.so.1"),
+    ] {
         let d = tmp("rtldnext");
         let o = run(fake_cmd("fake_linked").env("LD_PRELOAD", &order).env("MRSHIM_LOG", &d));
         assert!(o.status.success(), "{order}: {:?} {}", o.status, stderr(&o));
         let err = stderr(&o);
-        let line = err.lines().find(|l| l.starts_with("other: ibv_reg_mr next=")).unwrap_or_else(|| panic!("{order}: {err}"));
+        let line =
+            err.lines().find(|l| l.starts_with("other: ibv_reg_mr next=")).unwrap_or_else(|| panic!("{order}: {err}"));
         assert!(line.ends_with(next), "{order}: {line}");
         let recs = records(&only_file(&d));
         assert_eq!(recs.iter().filter(|r| r.call == "ibv_reg_mr").count(), 1, "{order}");
     }
     // a non-verbs function through RTLD_NEXT, with mrshim first and second
-    for order in [format!("{} {}", shim.display(), other.display()), format!("{} {}", other.display(), shim.display())] {
-        let o = run(cmd("python3").args(["-c", "import ctypes; print(ctypes.CDLL(None).rand())"]).env("LD_PRELOAD", &order));
+    for order in [format!("{} {}", shim.display(), other.display()), format!("{} {}", other.display(), shim.display())]
+    {
+        let o = run(cmd("python3")
+            .args(["-c", "import ctypes; print(ctypes.CDLL(None).rand())"])
+            .env("LD_PRELOAD", &order));
         assert!(o.status.success(), "{order}: {}", stderr(&o));
         assert_eq!(stdout(&o), "1804289383\n");
         assert_eq!(stderr(&o), "");
@@ -183,7 +220,8 @@ fn a_preload_constructor_calling_dlsym_before_ours_runs_works() {
     let f = fake();
     let other = f.dir.join("libother.so");
     let shim = shim_lib();
-    for order in [format!("{} {}", shim.display(), other.display()), format!("{} {}", other.display(), shim.display())] {
+    for order in [format!("{} {}", shim.display(), other.display()), format!("{} {}", other.display(), shim.display())]
+    {
         let o = run(cmd("/bin/true").env("LD_PRELOAD", &order).env("OTHER_CTOR_REPORT", "1"));
         assert!(o.status.success(), "{order}: {}", stderr(&o));
         let e = stderr(&o);
@@ -196,11 +234,18 @@ fn dlvsym_rtld_default_from_a_plugin_with_a_private_libibverbs_is_recorded() {
     let f = fake();
     let d = tmp("local-plugin");
     // no LD_LIBRARY_PATH: the plugin finds its libibverbs through its own rpath, privately
-    let o = run(cmd(f.prog("local_plugin")).arg(f.dir.join("liblocal_plugin.so")).env("LD_PRELOAD", shim_lib()).env("MRSHIM_LOG", &d));
+    let o = run(cmd(f.prog("local_plugin"))
+        .arg(f.dir.join("liblocal_plugin.so"))
+        .env("LD_PRELOAD", shim_lib())
+        .env("MRSHIM_LOG", &d));
     assert!(o.status.success(), "{:?} {}", o.status, stderr(&o));
     assert_eq!(stdout(&o), "plugin lkey=100\n");
     let recs = records(&only_file(&d));
-    let calls: Vec<&str> = recs.iter().filter(|r| r.kind == Some(Kind::Reg) || r.kind == Some(Kind::Dereg)).map(|r| r.call.as_str()).collect();
+    let calls: Vec<&str> = recs
+        .iter()
+        .filter(|r| r.kind == Some(Kind::Reg) || r.kind == Some(Kind::Dereg))
+        .map(|r| r.call.as_str())
+        .collect();
     assert_eq!(calls, ["ibv_reg_mr", "ibv_dereg_mr"]);
 }
 
@@ -215,7 +260,11 @@ fn a_binary_linked_against_the_1_0_abi_gets_the_1_0_wrappers() {
     let reached = std::fs::read_to_string(&flog).unwrap();
     assert!(reached.starts_with("ibv_reg_mr@1.0 ") && reached.contains("\nibv_dereg_mr@1.0 lkey=100"), "{reached}");
     let recs = records(&d.join("r.jsonl"));
-    let v: Vec<(&str, Option<&str>)> = recs.iter().filter(|r| r.kind == Some(Kind::Reg) || r.kind == Some(Kind::Dereg)).map(|r| (r.call.as_str(), r.symbol_version.as_deref())).collect();
+    let v: Vec<(&str, Option<&str>)> = recs
+        .iter()
+        .filter(|r| r.kind == Some(Kind::Reg) || r.kind == Some(Kind::Dereg))
+        .map(|r| (r.call.as_str(), r.symbol_version.as_deref()))
+        .collect();
     assert_eq!(v, [("ibv_reg_mr", Some("IBVERBS_1.0")), ("ibv_dereg_mr", Some("IBVERBS_1.0"))]);
 }
 
@@ -232,7 +281,12 @@ fn programs_without_verbs_run_unchanged() {
         ("/bin/true", vec![], 0, ""),
         ("/bin/false", vec![], 1, ""),
         ("/bin/sh", vec!["-c", "echo hello; echo err >&2; exit 7"], 7, "hello\n"),
-        ("python3", vec!["-c", "import sys, ctypes; print('py', sys.version_info[0]); ctypes.CDLL('libc.so.6')"], 0, "py 3\n"),
+        (
+            "python3",
+            vec!["-c", "import sys, ctypes; print('py', sys.version_info[0]); ctypes.CDLL('libc.so.6')"],
+            0,
+            "py 3\n",
+        ),
     ] {
         let base = run(cmd(prog).args(&args));
         let o = run(cmd(prog).args(&args).env("LD_PRELOAD", shim_lib()).env("MRSHIM_LOG", &d));
@@ -255,10 +309,15 @@ fn bad_values_print_one_line_and_pass_through() {
         ("MRSHIM_DEBUG_PANIC", "always", "mrshim: MRSHIM_DEBUG_PANIC=\"always\" is not valid; accepted: init, hook, call, record, exit, bounce (where the shim panics on purpose; unset in production); mrshim passes every call through unrecorded"),
     ];
     use mrshim_core::config::{INJECT_ACCEPTED, RETRY_ACCEPTED};
-    let long = |var: &str, val: &str, acc: &str| format!("mrshim: {var}={val:?} is not valid; accepted: {acc}; mrshim passes every call through unrecorded");
+    let long = |var: &str, val: &str, acc: &str| {
+        format!("mrshim: {var}={val:?} is not valid; accepted: {acc}; mrshim passes every call through unrecorded")
+    };
     let retry = long("MRSHIM_RETRY", "drop-everything", RETRY_ACCEPTED);
     let inject = long("MRSHIM_INJECT", "ibv_reg_mr:EWHAT", INJECT_ACCEPTED);
-    let cases = cases.into_iter().map(|(a, b, c)| (a, b, c.to_string())).chain([("MRSHIM_RETRY", "drop-everything", retry), ("MRSHIM_INJECT", "ibv_reg_mr:EWHAT", inject)]);
+    let cases = cases
+        .into_iter()
+        .map(|(a, b, c)| (a, b, c.to_string()))
+        .chain([("MRSHIM_RETRY", "drop-everything", retry), ("MRSHIM_INJECT", "ibv_reg_mr:EWHAT", inject)]);
     let base = without_shim();
     for (var, val, line) in cases {
         let d = tmp("badenv");
@@ -287,8 +346,16 @@ fn a_panic_inside_the_shim_never_reaches_the_application() {
         assert_eq!(o.status.code(), Some(0), "{stage}: {err}");
         assert_eq!(stdout(&o), stdout(&base), "{stage}: every call answered as without the shim");
         let lines: Vec<&str> = err.lines().filter(|l| l.contains("internal error")).collect();
-        assert_eq!(lines.len(), if stage == "exit" || stage == "init" { 1 } else { 2 }, "{stage}: one line, plus the summary's count: {err}");
-        assert!(lines[0].starts_with("mrshim: internal error in ") && lines[0].contains(&format!("MRSHIM_DEBUG_PANIC={stage} at ")), "{stage}: {err}");
+        assert_eq!(
+            lines.len(),
+            if stage == "exit" || stage == "init" { 1 } else { 2 },
+            "{stage}: one line, plus the summary's count: {err}"
+        );
+        assert!(
+            lines[0].starts_with("mrshim: internal error in ")
+                && lines[0].contains(&format!("MRSHIM_DEBUG_PANIC={stage} at ")),
+            "{stage}: {err}"
+        );
         assert!(lines[0].contains("the call was passed through to the real function"), "{stage}: {err}");
         assert!(!err.contains("panicked"), "{stage}: no Rust panic message: {err}");
         if stage == "init" {
@@ -302,9 +369,23 @@ fn a_panic_inside_the_shim_never_reaches_the_application() {
             // nine intercepted calls, each one an error record instead of its reg/dereg record
             "hook" | "call" | "record" => {
                 assert_eq!(errors.len(), 9, "{stage}: {kinds:?}");
-                assert!(errors.iter().all(|r| r.error.as_deref().unwrap().starts_with(&format!("MRSHIM_DEBUG_PANIC={stage} at "))));
+                assert!(errors.iter().all(|r| r
+                    .error
+                    .as_deref()
+                    .unwrap()
+                    .starts_with(&format!("MRSHIM_DEBUG_PANIC={stage} at "))));
                 let calls: HashSet<&str> = errors.iter().map(|r| r.call.as_str()).collect();
-                assert_eq!(calls, HashSet::from(["ibv_reg_mr", "ibv_reg_mr_iova", "ibv_reg_mr_iova2", "ibv_reg_dmabuf_mr", "ibv_dereg_mr"]), "{stage}");
+                assert_eq!(
+                    calls,
+                    HashSet::from([
+                        "ibv_reg_mr",
+                        "ibv_reg_mr_iova",
+                        "ibv_reg_mr_iova2",
+                        "ibv_reg_dmabuf_mr",
+                        "ibv_dereg_mr"
+                    ]),
+                    "{stage}"
+                );
                 let sum = recs.last().unwrap().summary.as_ref().unwrap_or_else(|| panic!("{stage}: {kinds:?}"));
                 assert_eq!(sum.internal_errors, 9, "{stage}");
                 // hook, call: the shim never got to count the calls; record: it did, then failed
@@ -312,13 +393,20 @@ fn a_panic_inside_the_shim_never_reaches_the_application() {
                 assert_eq!(sum.calls, if stage == "record" { 9 } else { 0 }, "{stage}");
                 assert!(err.contains(", 9 internal errors (each call passed through)"), "{stage}: {err}");
                 let report = stdout(&run(cmd(mrshim_bin()).arg("analyze").arg(&log)));
-                assert!(report.contains("libmrshim.so caught an internal error in ibv_reg_mr on "), "{stage}: analyze says so: {report}");
+                assert!(
+                    report.contains("libmrshim.so caught an internal error in ibv_reg_mr on "),
+                    "{stage}: analyze says so: {report}"
+                );
             }
             _ => {
                 assert_eq!(errors.len(), 1, "exit: {kinds:?}");
                 assert_eq!(errors[0].call, "the exit summary");
                 assert!(!kinds.contains(&Kind::Summary), "exit: {kinds:?}");
-                assert_eq!(kinds.iter().filter(|k| matches!(k, Kind::Reg | Kind::Dereg)).count(), 9, "exit: every call recorded");
+                assert_eq!(
+                    kinds.iter().filter(|k| matches!(k, Kind::Reg | Kind::Dereg)).count(),
+                    9,
+                    "exit: every call recorded"
+                );
             }
         }
     }
@@ -336,23 +424,47 @@ fn registrations_at_start_up_and_from_inside_malloc() {
     let base = without_shim();
     for order in [format!("{} {}", shim.display(), pre.display()), format!("{} {}", pre.display(), shim.display())] {
         let d = tmp("early");
-        let o = run(fake_cmd("fake_linked").env("LD_PRELOAD", &order).env("MRSHIM_LOG", &d).env("MRSHIM_SUMMARY", "off").env("REG_PRELOAD_CTOR", "1").env("REG_PRELOAD_MALLOC", "200"));
+        let o = run(fake_cmd("fake_linked")
+            .env("LD_PRELOAD", &order)
+            .env("MRSHIM_LOG", &d)
+            .env("MRSHIM_SUMMARY", "off")
+            .env("REG_PRELOAD_CTOR", "1")
+            .env("REG_PRELOAD_MALLOC", "200"));
         let err = stderr(&o);
         assert!(o.status.success(), "{order}: {:?} {err}", o.status);
         // the preload's registrations take lkeys of their own: compare the rest
         let shape = |s: String| s.lines().map(|l| l.split(" lkey=").next().unwrap().to_string()).collect::<Vec<_>>();
         assert_eq!(shape(stdout(&o)), shape(stdout(&base)), "{order}");
-        let made: u64 = err.lines().find_map(|l| l.strip_prefix("reg_preload: ")?.strip_suffix(" registered and deregistered, 0 failed")?.parse().ok()).unwrap_or_else(|| panic!("{order}: {err}"));
+        let made: u64 = err
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("reg_preload: ")?.strip_suffix(" registered and deregistered, 0 failed")?.parse().ok()
+            })
+            .unwrap_or_else(|| panic!("{order}: {err}"));
         assert!(made >= 2, "{order}: {err}");
         let recs = records(&only_file(&d));
         let regs: Vec<_> = recs.iter().filter(|r| matches!(r.kind, Some(Kind::Reg) | Some(Kind::Dereg))).collect();
         assert!(regs.iter().all(|r| (r.result == "ok" || r.probe) && r.attempt == 0), "{order}");
-        assert_eq!((regs[0].call.as_str(), regs[0].length, regs[1].call.as_str()), ("ibv_reg_mr", Some(4096), "ibv_dereg_mr"), "{order}: the constructor's calls come first");
+        assert_eq!(
+            (regs[0].call.as_str(), regs[0].length, regs[1].call.as_str()),
+            ("ibv_reg_mr", Some(4096), "ibv_dereg_mr"),
+            "{order}: the constructor's calls come first"
+        );
         // the program's own nine calls, each recorded once, whatever the preload did in between
         let mine: Vec<&str> = regs.iter().filter(|r| r.addr != regs[0].addr).map(|r| r.call.as_str()).collect();
         assert_eq!(
             mine,
-            ["ibv_reg_mr", "ibv_reg_mr_iova", "ibv_reg_mr_iova2", "ibv_reg_dmabuf_mr", "ibv_reg_dmabuf_mr", "ibv_dereg_mr", "ibv_dereg_mr", "ibv_dereg_mr", "ibv_dereg_mr"],
+            [
+                "ibv_reg_mr",
+                "ibv_reg_mr_iova",
+                "ibv_reg_mr_iova2",
+                "ibv_reg_dmabuf_mr",
+                "ibv_reg_dmabuf_mr",
+                "ibv_dereg_mr",
+                "ibv_dereg_mr",
+                "ibv_dereg_mr",
+                "ibv_dereg_mr"
+            ],
             "{order}"
         );
         assert!(regs.len() as u64 <= 2 * made + 9, "{order}: at most one record per call");
@@ -371,13 +483,19 @@ fn a_full_disk_warns_once_and_off_writes_nothing() {
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 2, "{err}");
     assert_eq!(lines[0], "mrshim: writing a record failed: No space left on device (os error 28); this and possibly later records are lost, calls pass through");
-    assert!(lines[1].contains("MRSHIM INFO summary: 9 calls") && lines[1].ends_with(", 0 records written, 11 lost"), "{err}");
+    assert!(
+        lines[1].contains("MRSHIM INFO summary: 9 calls") && lines[1].ends_with(", 0 records written, 11 lost"),
+        "{err}"
+    );
     let d = tmp("off");
     let o = run(fake_cmd("fake_linked").env("MRSHIM_LOG", "off").current_dir(&d));
     assert!(o.status.success());
     assert_eq!(stdout(&o), stdout(&base));
     let err = stderr(&o);
-    assert!(err.lines().count() == 1 && err.contains("MRSHIM INFO summary: 9 calls") && !err.contains("records written"), "{err}");
+    assert!(
+        err.lines().count() == 1 && err.contains("MRSHIM INFO summary: 9 calls") && !err.contains("records written"),
+        "{err}"
+    );
     assert!(files(&d).is_empty(), "off: nothing written");
 }
 
@@ -453,13 +571,21 @@ fn children_forked_while_other_threads_are_inside_the_shim_never_hang() {
     // Every fork lands while four threads register through the shim (locks held for a few ns
     // at a time); each child registers, fails a registration and exit()s with its summary.
     let d = tmp("fork-busy");
-    let o = run(fake_cmd("fake_linked").args(["fork-busy", "100"]).env("MRSHIM_LOG", &d).env("FAKE_FAIL_RELAXED", "1").env("MRSHIM_WARN", "off"));
+    let o = run(fake_cmd("fake_linked")
+        .args(["fork-busy", "100"])
+        .env("MRSHIM_LOG", &d)
+        .env("FAKE_FAIL_RELAXED", "1")
+        .env("MRSHIM_WARN", "off"));
     assert_eq!(stdout(&o), "forks 100 hung 0 failed 0\n", "{}", stderr(&o));
     assert!(o.status.success());
     // each child wrote its own file, ending with its summary
     let fs = files(&d);
     assert_eq!(fs.len(), 101, "one file per process");
-    let child = fs.iter().map(|f| records(f)).find(|r| r.len() == 5).expect("a child's file: config, reg, dereg, failure, summary");
+    let child = fs
+        .iter()
+        .map(|f| records(f))
+        .find(|r| r.len() == 5)
+        .expect("a child's file: config, reg, dereg, failure, summary");
     let s = child.last().unwrap().summary.as_ref().unwrap();
     assert_eq!((s.calls, s.failures, s.registered_bytes), (3, 1, 0));
 }
@@ -469,7 +595,9 @@ fn a_child_forked_while_a_parent_thread_holds_the_log_lock_records_anyway() {
     // Deterministic: the parent's log is a FIFO nobody reads yet, so the thread that records
     // first blocks inside the shim, holding the lock that serialises opening the log.
     let d = tmp("fork-opening");
-    let o = run(fake_cmd("fake_linked").args(["fork-opening", d.to_str().unwrap()]).env("MRSHIM_LOG", d.join("log-p%p.jsonl")));
+    let o = run(fake_cmd("fake_linked")
+        .args(["fork-opening", d.to_str().unwrap()])
+        .env("MRSHIM_LOG", d.join("log-p%p.jsonl")));
     assert_eq!(stdout(&o), "child ok, parent wrote its records\n", "{}", stderr(&o));
     let fs = files(&d);
     assert_eq!(fs.len(), 1, "{fs:?}");
@@ -495,11 +623,16 @@ fn eight_threads_lose_no_record() {
 
 #[test]
 fn stderr_destination_and_failures_level() {
-    let o = run(fake_cmd("fake_linked").env("MRSHIM_LOG", "stderr").env("MRSHIM_LEVEL", "failures").env("FAKE_FAIL_RELAXED", "1").env("MRSHIM_SUMMARY", "off"));
+    let o = run(fake_cmd("fake_linked")
+        .env("MRSHIM_LOG", "stderr")
+        .env("MRSHIM_LEVEL", "failures")
+        .env("FAKE_FAIL_RELAXED", "1")
+        .env("MRSHIM_SUMMARY", "off"));
     assert!(o.status.success());
     assert!(stdout(&o).contains("reg_mr_iova2 failed errno=22\n"));
     let err = stderr(&o);
-    let json: Vec<mrshim_record::Reg> = err.lines().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).unwrap()).collect();
+    let json: Vec<mrshim_record::Reg> =
+        err.lines().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).unwrap()).collect();
     let kinds: Vec<Kind> = json.iter().map(|r| r.kind.unwrap()).collect();
     // MRSHIM_SUMMARY=off silences the stderr line only; the log keeps its summary record
     assert_eq!(kinds, [Kind::Config, Kind::Reg, Kind::Reg, Kind::Summary], "config, the failure, the probe: {err}");
@@ -513,7 +646,13 @@ fn stderr_destination_and_failures_level() {
 fn mrshim_exec_preloads_the_shim_next_to_it() {
     let d = tmp("exec");
     let f = fake();
-    let o = run(cmd(mrshim_bin()).args(["exec", "--log"]).arg(&d).arg("--").arg(f.prog("fake_linked")).env("LD_LIBRARY_PATH", f.lib_dir()).env("OMPI_COMM_WORLD_RANK", "4"));
+    let o = run(cmd(mrshim_bin())
+        .args(["exec", "--log"])
+        .arg(&d)
+        .arg("--")
+        .arg(f.prog("fake_linked"))
+        .env("LD_LIBRARY_PATH", f.lib_dir())
+        .env("OMPI_COMM_WORLD_RANK", "4"));
     assert!(o.status.success(), "{}", stderr(&o));
     let file = only_file(&d);
     assert!(file.file_name().unwrap().to_str().unwrap().starts_with(&format!("mrshim-{}-r4-p", host())));
@@ -523,7 +662,11 @@ fn mrshim_exec_preloads_the_shim_next_to_it() {
     assert_eq!(o.status.code(), Some(5));
     let o = run(cmd(mrshim_bin()).args(["exec", "--log"]).arg(&d).args(["--", "/no/such/cmd"]));
     assert_eq!(o.status.code(), Some(127));
-    assert!(stderr(&o).starts_with("mrshim exec: cannot run /no/such/cmd: No such file or directory"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).starts_with("mrshim exec: cannot run /no/such/cmd: No such file or directory"),
+        "{}",
+        stderr(&o)
+    );
     let help = run(cmd(mrshim_bin()).args(["exec", "--help"]));
     for v in ["MRSHIM_LOG", "MRSHIM_LEVEL", "MRSHIM_WARN", "MRSHIM_SUMMARY", "%h", "%p", "%r"] {
         assert!(stdout(&help).contains(v), "{v}");

@@ -39,14 +39,23 @@ fn tool_records(prog: &str, args: &[&str]) {
     let logs = w.dir.join("logs");
     let (slog, clog) = (w.dir.join("sim-server.jsonl"), w.dir.join("sim-client.jsonl"));
     let w = w.with("MRSHIM_LOG", format!("{}/", logs.display()));
-    let (s, c) = server_client(&w, prog, args, &[("MRSHIM_SIM_LOG", slog.display().to_string()), ("RANK", "0".into())], &[("MRSHIM_SIM_LOG", clog.display().to_string()), ("RANK", "1".into())]);
+    let (s, c) = server_client(
+        &w,
+        prog,
+        args,
+        &[("MRSHIM_SIM_LOG", slog.display().to_string()), ("RANK", "0".into())],
+        &[("MRSHIM_SIM_LOG", clog.display().to_string()), ("RANK", "1".into())],
+    );
     assert!(s.status.success(), "{prog} server: {}\n{}", stdout(&s), stderr(&s));
     assert!(c.status.success(), "{prog} client: {}\n{}", stdout(&c), stderr(&c));
     let h = host();
     let fs = files(&logs);
     assert_eq!(fs.len(), 2, "{fs:?}");
     for (rank, dev_log) in [(0, &slog), (1, &clog)] {
-        let f = fs.iter().find(|f| f.file_name().unwrap().to_str().unwrap().starts_with(&format!("mrshim-{h}-r{rank}-p"))).expect("file per rank");
+        let f = fs
+            .iter()
+            .find(|f| f.file_name().unwrap().to_str().unwrap().starts_with(&format!("mrshim-{h}-r{rank}-p")))
+            .expect("file per rank");
         assert_records_match_device(&records(f), &sim_log(dev_log), &format!("{prog} rank {rank}"));
     }
 }
@@ -70,11 +79,20 @@ fn nccl_style_consumer_injected_relaxed_ordering_einval_is_recorded_and_warned()
     let w = SimWorld::new("nccl-sim");
     let dev = w.dir.join("sim.jsonl");
     let log = w.dir.join("r%r.jsonl");
-    let w = w.with("MRSHIM_SIM_FAULTS", "reg_mr_iova2:EINVAL:relaxed").with("MRSHIM_SIM_LOG", dev.display().to_string()).with("MRSHIM_LOG", log.display().to_string()).with("OMPI_COMM_WORLD_RANK", "0");
+    let w = w
+        .with("MRSHIM_SIM_FAULTS", "reg_mr_iova2:EINVAL:relaxed")
+        .with("MRSHIM_SIM_LOG", dev.display().to_string())
+        .with("MRSHIM_LOG", log.display().to_string())
+        .with("OMPI_COMM_WORLD_RANK", "0");
     let o = w.cmd(nccl_style()).output().unwrap();
     assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
     let out = stdout(&o);
-    for f in ["ibv_reg_mr@IBVERBS_1.1", "ibv_reg_mr_iova2@IBVERBS_1.8", "ibv_reg_dmabuf_mr@IBVERBS_1.12", "ibv_dereg_mr@IBVERBS_1.1"] {
+    for f in [
+        "ibv_reg_mr@IBVERBS_1.1",
+        "ibv_reg_mr_iova2@IBVERBS_1.8",
+        "ibv_reg_dmabuf_mr@IBVERBS_1.12",
+        "ibv_dereg_mr@IBVERBS_1.1",
+    ] {
         assert!(out.contains(&format!("{f} from libmrshim.so\n")), "{out}");
     }
     assert!(out.contains("ibv_alloc_pd@IBVERBS_1.1 from libibverbs.so"), "{out}");
@@ -87,7 +105,11 @@ fn nccl_style_consumer_injected_relaxed_ordering_einval_is_recorded_and_warned()
     let probe = recs.iter().find(|r| r.call == "ibv_reg_dmabuf_mr").unwrap();
     assert!(probe.probe);
     let errno_seen: String = out.lines().find(|l| l.starts_with("probe ")).unwrap().to_string();
-    assert_eq!(errno_seen, format!("probe failed errno={}", probe.errno.unwrap()), "probe errno passed through untouched");
+    assert_eq!(
+        errno_seen,
+        format!("probe failed errno={}", probe.errno.unwrap()),
+        "probe errno passed through untouched"
+    );
     let warn: Vec<String> = stderr(&o).lines().filter(|l| l.contains(" MRSHIM WARN ")).map(String::from).collect();
     assert_eq!(warn.len(), 1, "{}", stderr(&o));
     let a = r.addr.as_ref().unwrap();

@@ -31,7 +31,14 @@ unsafe fn connect(ctx: *mut v::ibv_context, a: *mut v::ibv_qp, dest: u32) {
     at.qp_state = v::ibv_qp_state::IBV_QPS_INIT;
     at.port_num = 1;
     at.qp_access_flags = FULL as u32;
-    assert_eq!(ibv_modify_qp(a, &mut at, (m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT | m::IBV_QP_ACCESS_FLAGS).0 as i32), 0);
+    assert_eq!(
+        ibv_modify_qp(
+            a,
+            &mut at,
+            (m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT | m::IBV_QP_ACCESS_FLAGS).0 as i32
+        ),
+        0
+    );
     let mut gid: v::ibv_gid = std::mem::zeroed();
     ibv_query_gid(ctx, 1, 3, &mut gid);
     let mut at: v::ibv_qp_attr = std::mem::zeroed();
@@ -43,7 +50,13 @@ unsafe fn connect(ctx: *mut v::ibv_context, a: *mut v::ibv_qp, dest: u32) {
     at.ah_attr.port_num = 1;
     at.ah_attr.grh.dgid = gid;
     at.ah_attr.grh.sgid_index = 3;
-    let mask = m::IBV_QP_STATE | m::IBV_QP_AV | m::IBV_QP_PATH_MTU | m::IBV_QP_DEST_QPN | m::IBV_QP_RQ_PSN | m::IBV_QP_MAX_DEST_RD_ATOMIC | m::IBV_QP_MIN_RNR_TIMER;
+    let mask = m::IBV_QP_STATE
+        | m::IBV_QP_AV
+        | m::IBV_QP_PATH_MTU
+        | m::IBV_QP_DEST_QPN
+        | m::IBV_QP_RQ_PSN
+        | m::IBV_QP_MAX_DEST_RD_ATOMIC
+        | m::IBV_QP_MIN_RNR_TIMER;
     assert_eq!(ibv_modify_qp(a, &mut at, mask.0 as i32), 0);
     let mut at: v::ibv_qp_attr = std::mem::zeroed();
     at.qp_state = v::ibv_qp_state::IBV_QPS_RTS;
@@ -51,7 +64,12 @@ unsafe fn connect(ctx: *mut v::ibv_context, a: *mut v::ibv_qp, dest: u32) {
     at.retry_cnt = 7;
     at.rnr_retry = 7;
     at.max_rd_atomic = 1;
-    let mask = m::IBV_QP_STATE | m::IBV_QP_SQ_PSN | m::IBV_QP_TIMEOUT | m::IBV_QP_RETRY_CNT | m::IBV_QP_RNR_RETRY | m::IBV_QP_MAX_QP_RD_ATOMIC;
+    let mask = m::IBV_QP_STATE
+        | m::IBV_QP_SQ_PSN
+        | m::IBV_QP_TIMEOUT
+        | m::IBV_QP_RETRY_CNT
+        | m::IBV_QP_RNR_RETRY
+        | m::IBV_QP_MAX_QP_RD_ATOMIC;
     assert_eq!(ibv_modify_qp(a, &mut at, mask.0 as i32), 0);
 }
 

@@ -82,7 +82,10 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut v::ibv_device) -> *mut v::ibv
         let engine = match Engine::start(&reg.config.rundir, &reg.devices[idx].0.spec.name) {
             Ok(e) => e,
             Err(e) => {
-                eprintln!("mrshim-sim: cannot start device {} in {}: {e}", reg.devices[idx].0.spec.name, reg.config.rundir);
+                eprintln!(
+                    "mrshim-sim: cannot start device {} in {}: {e}",
+                    reg.devices[idx].0.spec.name, reg.config.rundir
+                );
                 return errno_ret(e.raw_os_error().unwrap_or(libc::EIO), null_mut());
             }
         };
@@ -136,7 +139,12 @@ pub unsafe extern "C" fn ibv_query_device(c: *mut v::ibv_context, attr: *mut v::
     })
 }
 
-unsafe extern "C" fn op_query_device_ex(c: *mut v::ibv_context, _input: *const v::ibv_query_device_ex_input, attr: *mut v::ibv_device_attr_ex, size: usize) -> c_int {
+unsafe extern "C" fn op_query_device_ex(
+    c: *mut v::ibv_context,
+    _input: *const v::ibv_query_device_ex_input,
+    attr: *mut v::ibv_device_attr_ex,
+    size: usize,
+) -> c_int {
     ffi(libc::EINVAL, || {
         // SAFETY: ibv_device_attr_ex is plain old data.
         let mut full: v::ibv_device_attr_ex = unsafe { std::mem::zeroed() };
@@ -173,7 +181,11 @@ unsafe extern "C" fn op_query_port(c: *mut v::ibv_context, port: u8, attr: *mut 
 /// ibv_port_attr up to `flags`, before port_cap_flags2 was added (padded to 4 bytes).
 const COMPAT_PORT_ATTR_LEN: usize = (std::mem::offset_of!(v::ibv_port_attr, port_cap_flags2) + 3) & !3;
 
-pub unsafe extern "C" fn ibv_query_port(c: *mut v::ibv_context, port: u8, attr: *mut v::_compat_ibv_port_attr) -> c_int {
+pub unsafe extern "C" fn ibv_query_port(
+    c: *mut v::ibv_context,
+    port: u8,
+    attr: *mut v::_compat_ibv_port_attr,
+) -> c_int {
     // SAFETY: same context; the compat struct is a prefix of ibv_port_attr.
     unsafe { op_query_port(c, port, attr.cast(), COMPAT_PORT_ATTR_LEN) }
 }
@@ -216,16 +228,23 @@ fn gid_entry(d: &crate::device::Device, index: usize) -> Option<v::ibv_gid_entry
     e.gid_index = index as u32;
     e.port_num = 1;
     e.gid_type = match (d.is_roce(), ty) {
-        (false, _) => 0,                                   // IBV_GID_TYPE_IB
-        (true, crate::device::GidType::IbRoceV1) => 1,     // IBV_GID_TYPE_ROCE_V1
-        (true, crate::device::GidType::RoceV2) => 2,       // IBV_GID_TYPE_ROCE_V2
+        (false, _) => 0,                               // IBV_GID_TYPE_IB
+        (true, crate::device::GidType::IbRoceV1) => 1, // IBV_GID_TYPE_ROCE_V1
+        (true, crate::device::GidType::RoceV2) => 2,   // IBV_GID_TYPE_ROCE_V2
     };
     e.ndev_ifindex = if d.is_roce() { 1 } else { 0 };
     Some(e)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn _ibv_query_gid_ex(c: *mut v::ibv_context, port: u32, index: u32, entry: *mut v::ibv_gid_entry, flags: u32, size: usize) -> c_int {
+pub unsafe extern "C" fn _ibv_query_gid_ex(
+    c: *mut v::ibv_context,
+    port: u32,
+    index: u32,
+    entry: *mut v::ibv_gid_entry,
+    flags: u32,
+    size: usize,
+) -> c_int {
     ffi(libc::EINVAL, || {
         if flags != 0 {
             return libc::EINVAL;
@@ -247,7 +266,13 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(c: *mut v::ibv_context, port: u32, in
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn _ibv_query_gid_table(c: *mut v::ibv_context, entries: *mut v::ibv_gid_entry, max: usize, flags: u32, size: usize) -> isize {
+pub unsafe extern "C" fn _ibv_query_gid_table(
+    c: *mut v::ibv_context,
+    entries: *mut v::ibv_gid_entry,
+    max: usize,
+    flags: u32,
+    size: usize,
+) -> isize {
     ffi(-(libc::EINVAL as isize), || {
         if flags != 0 || size < std::mem::size_of::<v::ibv_gid_entry>() {
             return -(libc::EINVAL as isize);
@@ -275,7 +300,11 @@ pub unsafe extern "C" fn ibv_query_pkey(_c: *mut v::ibv_context, port: u8, index
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_pkey_index(_c: *mut v::ibv_context, port: u8, pkey: u16) -> c_int {
-    if port == crate::device::PORT && pkey == 0xffff { 0 } else { errno_ret(libc::ENOENT, -1) }
+    if port == crate::device::PORT && pkey == 0xffff {
+        0
+    } else {
+        errno_ret(libc::ENOENT, -1)
+    }
 }
 
 // ---------------------------------------------------------------- protection domains
@@ -333,7 +362,14 @@ fn plt_reg_mr_iova2() -> RegIova2 {
     unsafe { std::mem::transmute::<usize, RegIova2>(p) }
 }
 
-fn via_plt(entry: Call, pd: *mut v::ibv_pd, addr: *mut c_void, len: usize, iova: u64, access: c_uint) -> *mut v::ibv_mr {
+fn via_plt(
+    entry: Call,
+    pd: *mut v::ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut v::ibv_mr {
     let outer_call = ENTRY.with(|e| e.get().is_none());
     if outer_call {
         ENTRY.with(|e| e.set(Some(entry)));
@@ -346,17 +382,34 @@ fn via_plt(entry: Call, pd: *mut v::ibv_pd, addr: *mut c_void, len: usize, iova:
     r
 }
 
-pub unsafe extern "C" fn ibv_reg_mr(pd: *mut v::ibv_pd, addr: *mut c_void, len: usize, access: c_int) -> *mut v::ibv_mr {
+pub unsafe extern "C" fn ibv_reg_mr(
+    pd: *mut v::ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    access: c_int,
+) -> *mut v::ibv_mr {
     via_plt(Call::RegMr, pd, addr, len, addr as u64, access as c_uint)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ibv_reg_mr_iova(pd: *mut v::ibv_pd, addr: *mut c_void, len: usize, iova: u64, access: c_int) -> *mut v::ibv_mr {
+pub unsafe extern "C" fn ibv_reg_mr_iova(
+    pd: *mut v::ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut v::ibv_mr {
     via_plt(Call::RegMrIova, pd, addr, len, iova, access as c_uint)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ibv_reg_mr_iova2(pd: *mut v::ibv_pd, addr: *mut c_void, len: usize, iova: u64, access: c_uint) -> *mut v::ibv_mr {
+pub unsafe extern "C" fn ibv_reg_mr_iova2(
+    pd: *mut v::ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut v::ibv_mr {
     ffi(null_mut(), || {
         let entry = ENTRY.with(|e| e.take()).unwrap_or(Call::RegMrIova2);
         let r = reg_va(entry, pd, addr as u64, len as u64, iova, access);
@@ -392,14 +445,31 @@ fn limits() -> Limits {
 }
 
 #[allow(clippy::too_many_arguments)] // one MR's facts, gathered by three registration paths
-fn new_mr(pd: *mut v::ibv_pd, addr: u64, len: u64, iova: u64, access: u32, base: usize, pinned_pages: u64, alias: Option<(usize, usize)>) -> *mut v::ibv_mr {
+fn new_mr(
+    pd: *mut v::ibv_pd,
+    addr: u64,
+    len: u64,
+    iova: u64,
+    access: u32,
+    base: usize,
+    pinned_pages: u64,
+    alias: Option<(usize, usize)>,
+) -> *mut v::ibv_mr {
     // SAFETY: pd is the caller's PD from ibv_alloc_pd; its context is ours.
     let (p, cx) = unsafe { (outer::<Pd, _>(pd), ctx((*pd).context)) };
     let key = cx.engine.new_key();
     cx.engine.mrs.write().unwrap().insert(key, crate::engine::MrEntry { pd: p.id, iova, len, access, base });
     PINNED.fetch_add(pinned_pages, Ordering::Relaxed);
     let mr = Mr {
-        mr: v::ibv_mr { context: p.pd.context, pd, addr: addr as *mut c_void, length: len as usize, handle: key, lkey: key, rkey: key },
+        mr: v::ibv_mr {
+            context: p.pd.context,
+            pd,
+            addr: addr as *mut c_void,
+            length: len as usize,
+            handle: key,
+            lkey: key,
+            rkey: key,
+        },
         pinned_pages,
         alias,
     };
@@ -440,7 +510,14 @@ fn gpu_alias(maps: &[memory::Mapping], addr: u64, len: u64) -> Option<((usize, u
             return None;
         }
         let size = (map.end - map.start) as usize;
-        let p = libc::mmap(null_mut(), size, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, map.offset as libc::off_t);
+        let p = libc::mmap(
+            null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            map.offset as libc::off_t,
+        );
         libc::close(fd);
         if p == libc::MAP_FAILED {
             return None;
@@ -450,7 +527,14 @@ fn gpu_alias(maps: &[memory::Mapping], addr: u64, len: u64) -> Option<((usize, u
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ibv_reg_dmabuf_mr(pd: *mut v::ibv_pd, offset: u64, len: usize, iova: u64, fd: c_int, access: c_int) -> *mut v::ibv_mr {
+pub unsafe extern "C" fn ibv_reg_dmabuf_mr(
+    pd: *mut v::ibv_pd,
+    offset: u64,
+    len: usize,
+    iova: u64,
+    fd: c_int,
+    access: c_int,
+) -> *mut v::ibv_mr {
     ffi(null_mut(), || {
         let r = reg_dmabuf(pd, offset, len as u64, iova, fd, access as u32);
         simlog::reg(Call::RegDmabufMr, offset, len as u64, iova, access as u32, Some(fd), &r);
@@ -461,20 +545,33 @@ pub unsafe extern "C" fn ibv_reg_dmabuf_mr(pd: *mut v::ibv_pd, offset: u64, len:
     })
 }
 
-fn reg_dmabuf(pd: *mut v::ibv_pd, offset: u64, len: u64, iova: u64, fd: c_int, access: u32) -> Result<*mut v::ibv_mr, i32> {
+fn reg_dmabuf(
+    pd: *mut v::ibv_pd,
+    offset: u64,
+    len: u64,
+    iova: u64,
+    fd: c_int,
+    access: u32,
+) -> Result<*mut v::ibv_mr, i32> {
     let reg = registry().map_err(|_| libc::EINVAL)?;
     if !reg.config.dmabuf {
         return Err(libc::EOPNOTSUPP);
     }
     let size = memory::dmabuf_size(fd);
-    if let Some(e) = fault::check(&reg.config.faults, Call::RegDmabufMr, &Facts { access, length: len, device_memory: size.is_some() }) {
+    if let Some(e) = fault::check(
+        &reg.config.faults,
+        Call::RegDmabufMr,
+        &Facts { access, length: len, device_memory: size.is_some() },
+    ) {
         return Err(e);
     }
     memory::check_dmabuf(offset, len, iova, access, memory::fd_valid(fd), size)?;
     let start = offset & !(memory::PAGE - 1);
     let maplen = (offset + len - start) as usize;
     // SAFETY: maps the dmabuf (a memfd) so the simulated NIC can reach it; unmapped at dereg.
-    let p = unsafe { libc::mmap(null_mut(), maplen, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, start as libc::off_t) };
+    let p = unsafe {
+        libc::mmap(null_mut(), maplen, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, start as libc::off_t)
+    };
     if p == libc::MAP_FAILED {
         return Err(libc::EINVAL);
     }
@@ -502,7 +599,14 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut v::ibv_mr) -> c_int {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn ibv_rereg_mr(_mr: *mut v::ibv_mr, _flags: c_int, _pd: *mut v::ibv_pd, _addr: *mut c_void, _len: usize, _access: c_int) -> c_int {
+pub unsafe extern "C" fn ibv_rereg_mr(
+    _mr: *mut v::ibv_mr,
+    _flags: c_int,
+    _pd: *mut v::ibv_pd,
+    _addr: *mut c_void,
+    _len: usize,
+    _access: c_int,
+) -> c_int {
     libc::EOPNOTSUPP
 }
 
@@ -535,7 +639,13 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(ch: *mut v::ibv_comp_channel) 
     0
 }
 
-pub unsafe extern "C" fn ibv_create_cq(c: *mut v::ibv_context, cqe: c_int, cq_context: *mut c_void, channel: *mut v::ibv_comp_channel, _vector: c_int) -> *mut v::ibv_cq {
+pub unsafe extern "C" fn ibv_create_cq(
+    c: *mut v::ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut v::ibv_comp_channel,
+    _vector: c_int,
+) -> *mut v::ibv_cq {
     ffi(null_mut(), || {
         let reg = registry().expect("registry");
         if let Some(e) = fault::check(&reg.config.faults, Call::CreateCq, &Facts::default()) {
@@ -584,7 +694,11 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut v::ibv_cq) -> c_int {
 }
 
 pub unsafe extern "C" fn ibv_resize_cq(_cq: *mut v::ibv_cq, cqe: c_int) -> c_int {
-    if !(1..=crate::device::MAX_CQE).contains(&cqe) { libc::EINVAL } else { 0 }
+    if !(1..=crate::device::MAX_CQE).contains(&cqe) {
+        libc::EINVAL
+    } else {
+        0
+    }
 }
 
 unsafe extern "C" fn op_poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut mrshim_verbs::sys::ibv_wc) -> c_int {
@@ -602,7 +716,11 @@ unsafe extern "C" fn op_req_notify_cq(cq: *mut v::ibv_cq, _solicited: c_int) -> 
     0
 }
 
-pub unsafe extern "C" fn ibv_get_cq_event(ch: *mut v::ibv_comp_channel, cq: *mut *mut v::ibv_cq, cq_ctx: *mut *mut c_void) -> c_int {
+pub unsafe extern "C" fn ibv_get_cq_event(
+    ch: *mut v::ibv_comp_channel,
+    cq: *mut *mut v::ibv_cq,
+    cq_ctx: *mut *mut c_void,
+) -> c_int {
     let mut buf = [0u8; 8];
     // SAFETY: reads 8 bytes from the channel pipe into a local buffer.
     let n = unsafe { libc::read((*ch).fd, buf.as_mut_ptr().cast(), 8) };
@@ -701,7 +819,15 @@ fn create_qp(pd: *mut v::ibv_pd, init: *mut v::ibv_qp_init_attr, ex: bool) -> *m
     };
     scq.inner.users.fetch_add(1, Ordering::AcqRel);
     rcq.inner.users.fetch_add(1, Ordering::AcqRel);
-    let inner = Arc::new(QpInner::new(qpn, p.id, uc, ia.sq_sig_all != 0, (cap.max_send_wr, cap.max_recv_wr), scq.inner.clone(), rcq.inner.clone()));
+    let inner = Arc::new(QpInner::new(
+        qpn,
+        p.id,
+        uc,
+        ia.sq_sig_all != 0,
+        (cap.max_send_wr, cap.max_recv_wr),
+        scq.inner.clone(),
+        rcq.inner.clone(),
+    ));
     cx.engine.qps.lock().unwrap().insert(qpn, inner.clone());
     // SAFETY: ibv_qp_ex is plain old data (pointers, ints, Option<fn>).
     let mut qpx: v::ibv_qp_ex = unsafe { std::mem::zeroed() };
@@ -748,20 +874,46 @@ fn transition_masks(cur: u32, next: u32, uc: bool) -> Option<(u32, u32)> {
         (IBV_QPS_INIT, IBV_QPS_RTR) => {
             let base = a(m::IBV_QP_AV) | a(m::IBV_QP_PATH_MTU) | a(m::IBV_QP_DEST_QPN) | a(m::IBV_QP_RQ_PSN);
             let rc = a(m::IBV_QP_MAX_DEST_RD_ATOMIC) | a(m::IBV_QP_MIN_RNR_TIMER);
-            if uc { (base, path_opt) } else { (base | rc, path_opt) }
+            if uc {
+                (base, path_opt)
+            } else {
+                (base | rc, path_opt)
+            }
         }
         (IBV_QPS_RTR, IBV_QPS_RTS) => {
-            let rc = a(m::IBV_QP_TIMEOUT) | a(m::IBV_QP_RETRY_CNT) | a(m::IBV_QP_RNR_RETRY) | a(m::IBV_QP_MAX_QP_RD_ATOMIC);
-            let opt = a(m::IBV_QP_CUR_STATE) | a(m::IBV_QP_ALT_PATH) | a(m::IBV_QP_ACCESS_FLAGS) | a(m::IBV_QP_MIN_RNR_TIMER) | a(m::IBV_QP_PATH_MIG_STATE);
-            if uc { (a(m::IBV_QP_SQ_PSN), opt) } else { (a(m::IBV_QP_SQ_PSN) | rc, opt) }
+            let rc =
+                a(m::IBV_QP_TIMEOUT) | a(m::IBV_QP_RETRY_CNT) | a(m::IBV_QP_RNR_RETRY) | a(m::IBV_QP_MAX_QP_RD_ATOMIC);
+            let opt = a(m::IBV_QP_CUR_STATE)
+                | a(m::IBV_QP_ALT_PATH)
+                | a(m::IBV_QP_ACCESS_FLAGS)
+                | a(m::IBV_QP_MIN_RNR_TIMER)
+                | a(m::IBV_QP_PATH_MIG_STATE);
+            if uc {
+                (a(m::IBV_QP_SQ_PSN), opt)
+            } else {
+                (a(m::IBV_QP_SQ_PSN) | rc, opt)
+            }
         }
-        (IBV_QPS_RTS, IBV_QPS_RTS) => (0, a(m::IBV_QP_CUR_STATE) | a(m::IBV_QP_ACCESS_FLAGS) | a(m::IBV_QP_ALT_PATH) | a(m::IBV_QP_PATH_MIG_STATE) | a(m::IBV_QP_MIN_RNR_TIMER)),
+        (IBV_QPS_RTS, IBV_QPS_RTS) => (
+            0,
+            a(m::IBV_QP_CUR_STATE)
+                | a(m::IBV_QP_ACCESS_FLAGS)
+                | a(m::IBV_QP_ALT_PATH)
+                | a(m::IBV_QP_PATH_MIG_STATE)
+                | a(m::IBV_QP_MIN_RNR_TIMER),
+        ),
         _ => return None,
     })
 }
 
 /// The kernel's checks for one ibv_modify_qp call; Ok(next state).
-pub fn check_modify(cur: u32, uc: bool, attr: &v::ibv_qp_attr, mask: u32, dev: &crate::device::Device) -> Result<u32, i32> {
+pub fn check_modify(
+    cur: u32,
+    uc: bool,
+    attr: &v::ibv_qp_attr,
+    mask: u32,
+    dev: &crate::device::Device,
+) -> Result<u32, i32> {
     let state_bit = m::IBV_QP_STATE.0;
     let next = if mask & state_bit != 0 { attr.qp_state } else { cur };
     if next > qps::IBV_QPS_ERR {
@@ -826,19 +978,45 @@ pub unsafe extern "C" fn ibv_modify_qp(qp: *mut v::ibv_qp, attr: *mut v::ibv_qp_
         };
         let has = |b: v::ibv_qp_attr_mask| mask & b.0 != 0;
         let t = &mut st.attrs;
-        if has(m::IBV_QP_PORT) { t.port = a.port_num; }
-        if has(m::IBV_QP_ACCESS_FLAGS) { t.access = a.qp_access_flags; }
-        if has(m::IBV_QP_PKEY_INDEX) { t.pkey_index = a.pkey_index; }
-        if has(m::IBV_QP_AV) { t.ah = Some(a.ah_attr); }
-        if has(m::IBV_QP_PATH_MTU) { t.path_mtu = a.path_mtu; }
-        if has(m::IBV_QP_DEST_QPN) { t.dest_qpn = a.dest_qp_num; }
-        if has(m::IBV_QP_RQ_PSN) { t.rq_psn = a.rq_psn; }
-        if has(m::IBV_QP_MAX_DEST_RD_ATOMIC) { t.max_dest_rd_atomic = a.max_dest_rd_atomic; }
-        if has(m::IBV_QP_MIN_RNR_TIMER) { t.min_rnr_timer = a.min_rnr_timer; }
-        if has(m::IBV_QP_TIMEOUT) { t.timeout = a.timeout; }
-        if has(m::IBV_QP_RETRY_CNT) { t.retry_cnt = a.retry_cnt; }
-        if has(m::IBV_QP_RNR_RETRY) { t.rnr_retry = a.rnr_retry; }
-        if has(m::IBV_QP_MAX_QP_RD_ATOMIC) { t.max_rd_atomic = a.max_rd_atomic; }
+        if has(m::IBV_QP_PORT) {
+            t.port = a.port_num;
+        }
+        if has(m::IBV_QP_ACCESS_FLAGS) {
+            t.access = a.qp_access_flags;
+        }
+        if has(m::IBV_QP_PKEY_INDEX) {
+            t.pkey_index = a.pkey_index;
+        }
+        if has(m::IBV_QP_AV) {
+            t.ah = Some(a.ah_attr);
+        }
+        if has(m::IBV_QP_PATH_MTU) {
+            t.path_mtu = a.path_mtu;
+        }
+        if has(m::IBV_QP_DEST_QPN) {
+            t.dest_qpn = a.dest_qp_num;
+        }
+        if has(m::IBV_QP_RQ_PSN) {
+            t.rq_psn = a.rq_psn;
+        }
+        if has(m::IBV_QP_MAX_DEST_RD_ATOMIC) {
+            t.max_dest_rd_atomic = a.max_dest_rd_atomic;
+        }
+        if has(m::IBV_QP_MIN_RNR_TIMER) {
+            t.min_rnr_timer = a.min_rnr_timer;
+        }
+        if has(m::IBV_QP_TIMEOUT) {
+            t.timeout = a.timeout;
+        }
+        if has(m::IBV_QP_RETRY_CNT) {
+            t.retry_cnt = a.retry_cnt;
+        }
+        if has(m::IBV_QP_RNR_RETRY) {
+            t.rnr_retry = a.rnr_retry;
+        }
+        if has(m::IBV_QP_MAX_QP_RD_ATOMIC) {
+            t.max_rd_atomic = a.max_rd_atomic;
+        }
         if has(m::IBV_QP_SQ_PSN) {
             t.sq_psn = a.sq_psn;
             inner.set_sq_psn(&mut st, a.sq_psn);
@@ -857,7 +1035,12 @@ pub unsafe extern "C" fn ibv_modify_qp(qp: *mut v::ibv_qp, attr: *mut v::ibv_qp_
     })
 }
 
-pub unsafe extern "C" fn ibv_query_qp(qp: *mut v::ibv_qp, attr: *mut v::ibv_qp_attr, _mask: c_int, init: *mut v::ibv_qp_init_attr) -> c_int {
+pub unsafe extern "C" fn ibv_query_qp(
+    qp: *mut v::ibv_qp,
+    attr: *mut v::ibv_qp_attr,
+    _mask: c_int,
+    init: *mut v::ibv_qp_init_attr,
+) -> c_int {
     ffi(libc::EINVAL, || {
         // SAFETY: caller's valid objects.
         let (q, a) = unsafe { (outer::<Qp, _>(qp), &mut *attr) };
@@ -903,7 +1086,10 @@ fn sges(list: *mut v::ibv_sge, n: c_int) -> Vec<Sge> {
         return Vec::new();
     }
     // SAFETY: the caller's WR holds n SGEs.
-    unsafe { std::slice::from_raw_parts(list, n as usize) }.iter().map(|s| Sge { addr: s.addr, len: s.length, lkey: s.lkey }).collect()
+    unsafe { std::slice::from_raw_parts(list, n as usize) }
+        .iter()
+        .map(|s| Sge { addr: s.addr, len: s.length, lkey: s.lkey })
+        .collect()
 }
 
 /// One send work request, from either post API (ibv_post_send or the ibv_wr_* builders).
@@ -927,8 +1113,13 @@ pub fn enqueue(q: &Qp, st: &mut crate::engine::QpState, w: WrDesc) -> Result<(),
         Some(d) => d.len() as u64,
         None => w.sges.iter().map(|s| s.len as u64).sum(),
     };
-    let inline = (w.flags & v::ibv_send_flags::IBV_SEND_INLINE.0 != 0 || w.inline_data.is_some()) && w.op != SendOp::Read;
-    if (w.op == SendOp::Read && inner.uc) || w.sges.len() > q.cap.max_send_sge as usize || len > crate::device::MAX_MSG_SZ as u64 || (inline && len > q.cap.max_inline_data as u64) {
+    let inline =
+        (w.flags & v::ibv_send_flags::IBV_SEND_INLINE.0 != 0 || w.inline_data.is_some()) && w.op != SendOp::Read;
+    if (w.op == SendOp::Read && inner.uc)
+        || w.sges.len() > q.cap.max_send_sge as usize
+        || len > crate::device::MAX_MSG_SZ as u64
+        || (inline && len > q.cap.max_inline_data as u64)
+    {
         return Err(libc::EINVAL);
     }
     if (st.state < qps::IBV_QPS_RTS && st.state != qps::IBV_QPS_ERR) || st.state == qps::IBV_QPS_SQD {
@@ -970,7 +1161,11 @@ pub fn enqueue(q: &Qp, st: &mut crate::engine::QpState, w: WrDesc) -> Result<(),
     Ok(())
 }
 
-unsafe extern "C" fn op_post_send(qp: *mut v::ibv_qp, mut wr: *mut v::ibv_send_wr, bad: *mut *mut v::ibv_send_wr) -> c_int {
+unsafe extern "C" fn op_post_send(
+    qp: *mut v::ibv_qp,
+    mut wr: *mut v::ibv_send_wr,
+    bad: *mut *mut v::ibv_send_wr,
+) -> c_int {
     ffi(libc::EINVAL, || {
         use v::ibv_wr_opcode::*;
         // SAFETY: qp is ours.
@@ -999,7 +1194,16 @@ unsafe extern "C" fn op_post_send(qp: *mut v::ibv_qp, mut wr: *mut v::ibv_send_w
             }
             // SAFETY: rdma is the active union member for RDMA opcodes (ignored otherwise).
             let rdma = unsafe { w.wr.rdma };
-            let d = WrDesc { wr_id: w.wr_id, op, imm, flags: w.send_flags, sges: sges(w.sg_list, w.num_sge), inline_data: None, raddr: rdma.remote_addr, rkey: rdma.rkey };
+            let d = WrDesc {
+                wr_id: w.wr_id,
+                op,
+                imm,
+                flags: w.send_flags,
+                sges: sges(w.sg_list, w.num_sge),
+                inline_data: None,
+                raddr: rdma.remote_addr,
+                rkey: rdma.rkey,
+            };
             if let Err(e) = enqueue(q, &mut st, d) {
                 rc = e;
                 break;
@@ -1017,7 +1221,11 @@ unsafe extern "C" fn op_post_send(qp: *mut v::ibv_qp, mut wr: *mut v::ibv_send_w
     })
 }
 
-unsafe extern "C" fn op_post_recv(qp: *mut v::ibv_qp, mut wr: *mut v::ibv_recv_wr, bad: *mut *mut v::ibv_recv_wr) -> c_int {
+unsafe extern "C" fn op_post_recv(
+    qp: *mut v::ibv_qp,
+    mut wr: *mut v::ibv_recv_wr,
+    bad: *mut *mut v::ibv_recv_wr,
+) -> c_int {
     ffi(libc::EINVAL, || {
         // SAFETY: qp is ours.
         let q = unsafe { outer::<Qp, _>(qp) };
@@ -1036,7 +1244,12 @@ unsafe extern "C" fn op_post_recv(qp: *mut v::ibv_qp, mut wr: *mut v::ibv_recv_w
                 break;
             }
             if st.state == qps::IBV_QPS_ERR {
-                inner.recv_cq.push(inner.wc(w.wr_id, v::ibv_wc_status::IBV_WC_WR_FLUSH_ERR, v::ibv_wc_opcode::IBV_WC_RECV, 0));
+                inner.recv_cq.push(inner.wc(
+                    w.wr_id,
+                    v::ibv_wc_status::IBV_WC_WR_FLUSH_ERR,
+                    v::ibv_wc_opcode::IBV_WC_RECV,
+                    0,
+                ));
             } else {
                 st.rq.push_back(RecvWqe { wr_id: w.wr_id, sges: sges(w.sg_list, w.num_sge) });
             }
@@ -1054,7 +1267,11 @@ unsafe extern "C" fn op_post_recv(qp: *mut v::ibv_qp, mut wr: *mut v::ibv_recv_w
     })
 }
 
-unsafe extern "C" fn op_post_srq_recv(_srq: *mut v::ibv_srq, _wr: *mut v::ibv_recv_wr, _bad: *mut *mut v::ibv_recv_wr) -> c_int {
+unsafe extern "C" fn op_post_srq_recv(
+    _srq: *mut v::ibv_srq,
+    _wr: *mut v::ibv_recv_wr,
+    _bad: *mut *mut v::ibv_recv_wr,
+) -> c_int {
     libc::EOPNOTSUPP
 }
 
@@ -1062,7 +1279,11 @@ unsafe extern "C" fn op_post_srq_recv(_srq: *mut v::ibv_srq, _wr: *mut v::ibv_re
 pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut v::ibv_qp) -> *mut v::ibv_qp_ex {
     // SAFETY: qp is ours. Only QPs created through ibv_create_qp_ex with send_ops_flags have one.
     let q = unsafe { &mut *qp.cast::<Qp>() };
-    if q.ex { &mut q.qpx } else { null_mut() }
+    if q.ex {
+        &mut q.qpx
+    } else {
+        null_mut()
+    }
 }
 
 #[no_mangle]

@@ -50,11 +50,7 @@ pub struct ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "mrshim-sim: {}={:?} is not valid: {}",
-            self.var, self.value, self.accepted
-        )
+        write!(f, "mrshim-sim: {}={:?} is not valid: {}", self.var, self.value, self.accepted)
     }
 }
 

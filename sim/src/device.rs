@@ -129,7 +129,8 @@ impl Device {
         p.active_width = 2; // 4X
         p.active_speed = if self.is_roce() { 0x80 } else { 0x40 }; // NDR (400G at 4X) / HDR
         p.phys_state = if self.spec.active { 5 } else { 3 }; // LINK_UP / DISABLED
-        p.link_layer = if self.is_roce() { v::IBV_LINK_LAYER_ETHERNET as u8 } else { v::IBV_LINK_LAYER_INFINIBAND as u8 };
+        p.link_layer =
+            if self.is_roce() { v::IBV_LINK_LAYER_ETHERNET as u8 } else { v::IBV_LINK_LAYER_INFINIBAND as u8 };
         p
     }
 }

@@ -157,7 +157,15 @@ impl QpState {
 }
 
 impl QpInner {
-    pub fn new(qpn: u32, pd: usize, uc: bool, sq_sig_all: bool, caps: (u32, u32), send_cq: Arc<CqInner>, recv_cq: Arc<CqInner>) -> QpInner {
+    pub fn new(
+        qpn: u32,
+        pd: usize,
+        uc: bool,
+        sq_sig_all: bool,
+        caps: (u32, u32),
+        send_cq: Arc<CqInner>,
+        recv_cq: Arc<CqInner>,
+    ) -> QpInner {
         QpInner {
             qpn,
             pd,
@@ -198,10 +206,16 @@ impl QpInner {
     /// Moves the QP to the error state: every outstanding WR completes with WR_FLUSH_ERR.
     pub fn flush(&self, st: &mut QpState) {
         st.state = qps::IBV_QPS_ERR;
-        let send: Vec<_> = st.inflight.drain(..).chain(st.sq.drain(..)).map(|w| self.wc(w.wr_id, wcs::IBV_WC_WR_FLUSH_ERR, send_opcode(w.op), 0)).collect();
+        let send: Vec<_> = st
+            .inflight
+            .drain(..)
+            .chain(st.sq.drain(..))
+            .map(|w| self.wc(w.wr_id, wcs::IBV_WC_WR_FLUSH_ERR, send_opcode(w.op), 0))
+            .collect();
         st.tx_off = 0;
         self.send_cq.push_all(send);
-        let recv: Vec<_> = st.rq.drain(..).map(|w| self.wc(w.wr_id, wcs::IBV_WC_WR_FLUSH_ERR, wco::IBV_WC_RECV, 0)).collect();
+        let recv: Vec<_> =
+            st.rq.drain(..).map(|w| self.wc(w.wr_id, wcs::IBV_WC_WR_FLUSH_ERR, wco::IBV_WC_RECV, 0)).collect();
         if let Some(Rx { sink: Sink::Recv(w), .. }) = st.rx.take() {
             self.recv_cq.push(self.wc(w.wr_id, wcs::IBV_WC_WR_FLUSH_ERR, wco::IBV_WC_RECV, 0));
         }
@@ -318,7 +332,8 @@ impl Engine {
     pub fn start(rundir: &str, dev_name: &str) -> io::Result<Arc<Engine>> {
         std::fs::create_dir_all(format!("{rundir}/qp"))?;
         static SEQ: AtomicU32 = AtomicU32::new(0);
-        let sock_path = format!("{rundir}/{dev_name}-{}-{}.sock", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
+        let sock_path =
+            format!("{rundir}/{dev_name}-{}-{}.sock", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
         let _ = std::fs::remove_file(&sock_path);
         // SAFETY: plain socket/bind/listen/eventfd syscalls on descriptors we create.
         let (listen_fd, wake_fd) = unsafe {
@@ -393,7 +408,9 @@ impl Engine {
 
     /// Claims a host-wide unique QP number: a symlink rundir/qp/<qpn> -> our socket.
     pub fn claim_qpn(&self) -> io::Result<u32> {
-        let mut n = (std::process::id().wrapping_mul(2_654_435_761) ^ self.next_key.load(Ordering::Relaxed).wrapping_mul(40503)) & 0xff_ffff;
+        let mut n = (std::process::id().wrapping_mul(2_654_435_761)
+            ^ self.next_key.load(Ordering::Relaxed).wrapping_mul(40503))
+            & 0xff_ffff;
         for _ in 0..100_000 {
             n = (n + 1) & 0xff_ffff;
             if n < 0x100 {
@@ -496,18 +513,40 @@ impl Progress {
 
     fn retry_timeout(&self) -> Option<Duration> {
         let now = Instant::now();
-        self.e.qps.lock().unwrap().values().filter_map(|q| q.st.lock().unwrap().retry_at).map(|t| t.saturating_duration_since(now)).min()
+        self.e
+            .qps
+            .lock()
+            .unwrap()
+            .values()
+            .filter_map(|q| q.st.lock().unwrap().retry_at)
+            .map(|t| t.saturating_duration_since(now))
+            .min()
     }
 
     fn accept(&mut self) {
         loop {
             // SAFETY: accept4 on our listening socket.
-            let fd = unsafe { libc::accept4(self.e.listen_fd, std::ptr::null_mut(), std::ptr::null_mut(), libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC) };
+            let fd = unsafe {
+                libc::accept4(
+                    self.e.listen_fd,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                )
+            };
             if fd < 0 {
                 return;
             }
             tune_socket(fd);
-            self.conns.push(Conn { fd, inbuf: Vec::with_capacity(1 << 17), out: Vec::new(), out_pos: 0, peer: None, dead: false, reads: VecDeque::new() });
+            self.conns.push(Conn {
+                fd,
+                inbuf: Vec::with_capacity(1 << 17),
+                out: Vec::new(),
+                out_pos: 0,
+                peer: None,
+                dead: false,
+                reads: VecDeque::new(),
+            });
         }
     }
 
@@ -532,7 +571,15 @@ impl Progress {
             fd
         };
         set_nonblock(fd);
-        self.conns.push(Conn { fd, inbuf: Vec::with_capacity(1 << 17), out: Vec::new(), out_pos: 0, peer: Some(peer.into()), dead: false, reads: VecDeque::new() });
+        self.conns.push(Conn {
+            fd,
+            inbuf: Vec::with_capacity(1 << 17),
+            out: Vec::new(),
+            out_pos: 0,
+            peer: Some(peer.into()),
+            dead: false,
+            reads: VecDeque::new(),
+        });
         let i = self.conns.len() - 1;
         self.by_peer.insert(peer.into(), i);
         Some(i)
@@ -609,7 +656,14 @@ impl Progress {
     }
 
     fn reply(&mut self, conn: usize, req: &Hdr, op: Op, status: u32) {
-        let h = Hdr { op: op as u8, dst_qpn: req.src_qpn, src_qpn: req.dst_qpn, psn: req.psn, status, ..Default::default() };
+        let h = Hdr {
+            op: op as u8,
+            dst_qpn: req.src_qpn,
+            src_qpn: req.dst_qpn,
+            psn: req.psn,
+            status,
+            ..Default::default()
+        };
         self.emit(conn, h, &[]);
     }
 
@@ -664,7 +718,9 @@ impl Progress {
                 _ => {
                     let ok = st.attrs.access & mrshim_verbs::access::REMOTE_WRITE != 0
                         && self.e.mrs.read().unwrap().get(&h.rkey).is_some_and(|m| {
-                            m.pd == qp.pd && m.access & mrshim_verbs::access::REMOTE_WRITE != 0 && m.translate(h.raddr, h.total_len).is_some()
+                            m.pd == qp.pd
+                                && m.access & mrshim_verbs::access::REMOTE_WRITE != 0
+                                && m.translate(h.raddr, h.total_len).is_some()
                         });
                     if ok {
                         Sink::Mem { rkey: h.rkey, raddr: h.raddr }
@@ -695,12 +751,24 @@ impl Progress {
         match rx.sink {
             Sink::Recv(w) => complete_recv(&qp, w.wr_id, rx.total, rx.imm, rx.op != Op::Send, h.src_qpn),
             Sink::Buffer(data) => {
-                st.unmatched.push_back(Unmatched { data, imm: rx.imm, is_write: false, total: rx.total, src_qpn: h.src_qpn });
+                st.unmatched.push_back(Unmatched {
+                    data,
+                    imm: rx.imm,
+                    is_write: false,
+                    total: rx.total,
+                    src_qpn: h.src_qpn,
+                });
                 self.e.match_unmatched(&qp, &mut st);
             }
             Sink::Mem { .. } if rx.op == Op::WriteImm => match st.rq.pop_front() {
                 Some(w) => complete_recv(&qp, w.wr_id, rx.total, rx.imm, true, h.src_qpn),
-                None => st.unmatched.push_back(Unmatched { data: Vec::new(), imm: rx.imm, is_write: true, total: rx.total, src_qpn: h.src_qpn }),
+                None => st.unmatched.push_back(Unmatched {
+                    data: Vec::new(),
+                    imm: rx.imm,
+                    is_write: true,
+                    total: rx.total,
+                    src_qpn: h.src_qpn,
+                }),
             },
             _ => {}
         }
@@ -746,13 +814,23 @@ impl Progress {
         let ok = !qp.uc
             && st.attrs.access & mrshim_verbs::access::REMOTE_READ != 0
             && self.e.mrs.read().unwrap().get(&h.rkey).is_some_and(|m| {
-                m.pd == qp.pd && m.access & mrshim_verbs::access::REMOTE_READ != 0 && m.translate(h.raddr, h.total_len).is_some()
+                m.pd == qp.pd
+                    && m.access & mrshim_verbs::access::REMOTE_READ != 0
+                    && m.translate(h.raddr, h.total_len).is_some()
             });
         drop(st);
         if !ok {
             return self.reply(conn, h, Op::Nak, wcs::IBV_WC_REM_ACCESS_ERR);
         }
-        self.conns[conn].reads.push_back(ReadJob { dst_qpn: h.src_qpn, src_qpn: h.dst_qpn, psn: h.psn, rkey: h.rkey, raddr: h.raddr, total: h.total_len, off: 0 });
+        self.conns[conn].reads.push_back(ReadJob {
+            dst_qpn: h.src_qpn,
+            src_qpn: h.dst_qpn,
+            psn: h.psn,
+            rkey: h.rkey,
+            raddr: h.raddr,
+            total: h.total_len,
+            off: 0,
+        });
     }
 
     /// Requester: READ response data lands in the WR's scatter list.
@@ -824,7 +902,14 @@ impl Progress {
             .inflight
             .drain(..n)
             .filter(|w| w.signaled || sig_all)
-            .map(|w| qp.wc(w.wr_id, wcs::IBV_WC_SUCCESS, send_opcode(w.op), if w.op == SendOp::Read { w.len as u32 } else { 0 }))
+            .map(|w| {
+                qp.wc(
+                    w.wr_id,
+                    wcs::IBV_WC_SUCCESS,
+                    send_opcode(w.op),
+                    if w.op == SendOp::Read { w.len as u32 } else { 0 },
+                )
+            })
             .collect();
         qp.send_cq.push_all(wcs);
     }
@@ -832,7 +917,12 @@ impl Progress {
     fn complete_through(&self, qp: &QpInner, st: &mut QpState, psn: u32) {
         if let Some(pos) = st.inflight.iter().position(|w| w.psn == psn) {
             // A READ completes on its data, not on a later ACK.
-            let n = if st.inflight[pos].op == SendOp::Read || st.inflight.iter().take(pos).all(|w| w.op != SendOp::Read) { pos + 1 } else { pos };
+            let n = if st.inflight[pos].op == SendOp::Read || st.inflight.iter().take(pos).all(|w| w.op != SendOp::Read)
+            {
+                pos + 1
+            } else {
+                pos
+            };
             self.complete_before(qp, st, n);
         }
     }
@@ -854,7 +944,16 @@ impl Progress {
         while self.conns[c].pending_out() < OUT_HIGH_WATER {
             let Some(job) = self.conns[c].reads.front_mut() else { return false };
             let n = (job.total - job.off).min(wire::MAX_PAYLOAD as u64);
-            let mut h = Hdr { op: Op::ReadResp as u8, dst_qpn: job.dst_qpn, src_qpn: job.src_qpn, psn: job.psn, total_len: job.total, offset: job.off, payload_len: n as u32, ..Default::default() };
+            let mut h = Hdr {
+                op: Op::ReadResp as u8,
+                dst_qpn: job.dst_qpn,
+                src_qpn: job.src_qpn,
+                psn: job.psn,
+                total_len: job.total,
+                offset: job.off,
+                payload_len: n as u32,
+                ..Default::default()
+            };
             if job.off == 0 {
                 h.flags |= FIRST;
             }
@@ -930,7 +1029,18 @@ impl Progress {
                 SendOp::Read => Op::ReadReq,
             };
             let n = if w.op == SendOp::Read { 0 } else { (w.len - off).min(wire::MAX_PAYLOAD as u64) };
-            let mut h = Hdr { op: op as u8, dst_qpn: st.attrs.dest_qpn, src_qpn: qp.qpn, psn: w.psn, raddr: w.raddr, rkey: w.rkey, total_len: w.len, offset: off, payload_len: n as u32, ..Default::default() };
+            let mut h = Hdr {
+                op: op as u8,
+                dst_qpn: st.attrs.dest_qpn,
+                src_qpn: qp.qpn,
+                psn: w.psn,
+                raddr: w.raddr,
+                rkey: w.rkey,
+                total_len: w.len,
+                offset: off,
+                payload_len: n as u32,
+                ..Default::default()
+            };
             if off == 0 {
                 h.flags |= FIRST;
             }
@@ -988,7 +1098,9 @@ impl Progress {
         let mrs = self.e.mrs.read().unwrap();
         w.sges.iter().all(|s| {
             mrs.get(&s.lkey).is_some_and(|m| {
-                m.pd == qp.pd && m.translate(s.addr, s.len as u64).is_some() && (w.op != SendOp::Read || m.access & mrshim_verbs::access::LOCAL_WRITE != 0)
+                m.pd == qp.pd
+                    && m.translate(s.addr, s.len as u64).is_some()
+                    && (w.op != SendOp::Read || m.access & mrshim_verbs::access::LOCAL_WRITE != 0)
             })
         })
     }
@@ -999,7 +1111,15 @@ fn recv_capacity(w: &RecvWqe) -> u64 {
 }
 
 /// Walks a scatter/gather list from byte `off` for `len` bytes, yielding local pointers.
-fn walk_sges(mrs: &HashMap<u32, MrEntry>, pd: usize, sges: &[Sge], mut off: u64, len: usize, need_write: bool, mut f: impl FnMut(*mut u8, usize, usize)) -> Result<(), ()> {
+fn walk_sges(
+    mrs: &HashMap<u32, MrEntry>,
+    pd: usize,
+    sges: &[Sge],
+    mut off: u64,
+    len: usize,
+    need_write: bool,
+    mut f: impl FnMut(*mut u8, usize, usize),
+) -> Result<(), ()> {
     let mut done = 0usize;
     for s in sges {
         if done == len {
@@ -1011,23 +1131,44 @@ fn walk_sges(mrs: &HashMap<u32, MrEntry>, pd: usize, sges: &[Sge], mut off: u64,
             continue;
         }
         let take = ((sl - off) as usize).min(len - done);
-        let m = mrs.get(&s.lkey).filter(|m| m.pd == pd && (!need_write || m.access & mrshim_verbs::access::LOCAL_WRITE != 0)).ok_or(())?;
+        let m = mrs
+            .get(&s.lkey)
+            .filter(|m| m.pd == pd && (!need_write || m.access & mrshim_verbs::access::LOCAL_WRITE != 0))
+            .ok_or(())?;
         let p = m.translate(s.addr + off, take as u64).ok_or(())?;
         f(p, done, take);
         done += take;
         off = 0;
     }
-    if done == len { Ok(()) } else { Err(()) }
+    if done == len {
+        Ok(())
+    } else {
+        Err(())
+    }
 }
 
-fn gather(mrs: &HashMap<u32, MrEntry>, pd: usize, sges: &[Sge], off: u64, len: usize, out: &mut Vec<u8>) -> Result<(), ()> {
+fn gather(
+    mrs: &HashMap<u32, MrEntry>,
+    pd: usize,
+    sges: &[Sge],
+    off: u64,
+    len: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), ()> {
     walk_sges(mrs, pd, sges, off, len, false, |p, _, n| {
         // SAFETY: walk_sges bounds-checked p..p+n against a live registration (read lock held).
         out.extend_from_slice(unsafe { std::slice::from_raw_parts(p, n) })
     })
 }
 
-fn scatter(mrs: &HashMap<u32, MrEntry>, pd: usize, sges: &[Sge], off: u64, data: &[u8], need_write: bool) -> Result<(), ()> {
+fn scatter(
+    mrs: &HashMap<u32, MrEntry>,
+    pd: usize,
+    sges: &[Sge],
+    off: u64,
+    data: &[u8],
+    need_write: bool,
+) -> Result<(), ()> {
     walk_sges(mrs, pd, sges, off, data.len(), need_write, |p, at, n| {
         // SAFETY: walk_sges bounds-checked p..p+n against a live writable registration.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr().add(at), p, n) }

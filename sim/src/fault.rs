@@ -201,7 +201,9 @@ mod tests {
 
     #[test]
     fn rejects_garbage() {
-        for bad in ["reg_mr", "nope:EINVAL", "reg_mr:EWHAT", "reg_mr:EINVAL:nth=0", "reg:EINVAL:min_len=1T", "reg:EINVAL:blue"] {
+        for bad in
+            ["reg_mr", "nope:EINVAL", "reg_mr:EWHAT", "reg_mr:EINVAL:nth=0", "reg:EINVAL:min_len=1T", "reg:EINVAL:blue"]
+        {
             assert!(parse(bad).is_err(), "{bad}");
         }
     }

@@ -90,7 +90,11 @@ pub fn walk(maps: &[Mapping], addr: u64, len: u64, writable: bool) -> Walk {
     if at < end {
         return Walk::Fault;
     }
-    if device { Walk::Device } else { Walk::Host }
+    if device {
+        Walk::Device
+    } else {
+        Walk::Host
+    }
 }
 
 /// Everything the checks need to know, gathered by the caller.
@@ -146,7 +150,13 @@ pub fn writable(access: u32) -> bool {
 }
 
 /// The VA path, in the kernel's order. `Ok(Walk)` says what memory it is.
-pub fn check_va(r: &Request, lim: &Limits, maps: &[Mapping], peer_memory: bool, device_errno: i32) -> Result<Walk, i32> {
+pub fn check_va(
+    r: &Request,
+    lim: &Limits,
+    maps: &[Mapping],
+    peer_memory: bool,
+    device_errno: i32,
+) -> Result<Walk, i32> {
     if r.addr % PAGE != r.iova % PAGE {
         return Err(libc::EINVAL); // ib_uverbs_reg_mr: start and hca_va page offsets differ
     }
@@ -173,7 +183,14 @@ pub fn check_va(r: &Request, lim: &Limits, maps: &[Mapping], peer_memory: bool, 
 
 /// The dmabuf path (ib_umem_dmabuf_get): `size` is the dmabuf's size, `None` if the fd is not a
 /// dmabuf; `fd_valid` false for a closed/negative fd.
-pub fn check_dmabuf(offset: u64, length: u64, iova: u64, access: u32, fd_valid: bool, size: Option<u64>) -> Result<(), i32> {
+pub fn check_dmabuf(
+    offset: u64,
+    length: u64,
+    iova: u64,
+    access: u32,
+    fd_valid: bool,
+    size: Option<u64>,
+) -> Result<(), i32> {
     if offset % PAGE != iova % PAGE {
         return Err(libc::EINVAL);
     }
@@ -240,7 +257,11 @@ mod tests {
         assert_eq!(va(0x10000, 64, 0x10000, acc::REMOTE_ATOMIC), Err(libc::EINVAL));
         assert_eq!(va(0x10000, 64, 0x10000, acc::REMOTE_READ), Ok(Walk::Host));
         assert_eq!(va(0x10000, 64, 0x10000, acc::LOCAL_WRITE | 0x400), Err(libc::EINVAL), "unknown mandatory bit");
-        assert_eq!(va(0x10000, 64, 0x10000, RW | acc::RELAXED_ORDERING | 0x200_0000), Ok(Walk::Host), "optional bits ignored");
+        assert_eq!(
+            va(0x10000, 64, 0x10000, RW | acc::RELAXED_ORDERING | 0x200_0000),
+            Ok(Walk::Host),
+            "optional bits ignored"
+        );
         assert_eq!(va(0x10010, 64, 0x20000, RW), Err(libc::EINVAL), "page offsets differ");
         assert_eq!(va(0x10010, 64, 0x7000_0010, RW), Ok(Walk::Host), "same page offset, other iova");
         assert_eq!(va(0x40000, 64, 0x40000, RW), Err(libc::EFAULT), "unmapped");

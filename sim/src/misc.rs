@@ -52,11 +52,29 @@ cstr_table!(ibv_event_type_str, u32, c"unknown", [
 
 /// enum ibv_rate → (multiple of 2.5 Gb/s, Mb/s).
 const RATES: &[(c_int, c_int, c_int)] = &[
-    (2, 1, 2500), (5, 2, 5000), (3, 4, 10000), (6, 8, 20000), (4, 12, 30000), (7, 16, 40000),
-    (8, 24, 60000), (9, 32, 80000), (10, 48, 120000), (11, 6, 14062), (12, 22, 56250),
-    (13, 45, 112500), (14, 67, 168750), (15, 10, 25781), (16, 40, 103125), (17, 81, 206250),
-    (18, 121, 309375), (19, 162, 412500), (20, 20, 50000), (21, 160, 400000), (22, 240, 600000),
-    (23, 80, 200000), (24, 320, 800000),
+    (2, 1, 2500),
+    (5, 2, 5000),
+    (3, 4, 10000),
+    (6, 8, 20000),
+    (4, 12, 30000),
+    (7, 16, 40000),
+    (8, 24, 60000),
+    (9, 32, 80000),
+    (10, 48, 120000),
+    (11, 6, 14062),
+    (12, 22, 56250),
+    (13, 45, 112500),
+    (14, 67, 168750),
+    (15, 10, 25781),
+    (16, 40, 103125),
+    (17, 81, 206250),
+    (18, 121, 309375),
+    (19, 162, 412500),
+    (20, 20, 50000),
+    (21, 160, 400000),
+    (22, 240, 600000),
+    (23, 80, 200000),
+    (24, 320, 800000),
 ];
 
 #[no_mangle]
@@ -84,13 +102,20 @@ pub extern "C" fn ibv_get_sysfs_path() -> *const c_char {
 /// Reads `dir/file`; for the simulated devices' /sys/class/infiniband/<name> directories the
 /// content comes from the device model (there is no kernel device behind them).
 #[no_mangle]
-pub unsafe extern "C" fn ibv_read_sysfs_file(dir: *const c_char, file: *const c_char, buf: *mut c_char, size: usize) -> c_int {
+pub unsafe extern "C" fn ibv_read_sysfs_file(
+    dir: *const c_char,
+    file: *const c_char,
+    buf: *mut c_char,
+    size: usize,
+) -> c_int {
     crate::ffi(-1, || {
         if dir.is_null() || file.is_null() || buf.is_null() || size == 0 {
             return errno_ret(libc::EINVAL, -1);
         }
         // SAFETY: NUL-terminated strings from the caller.
-        let (d, f) = unsafe { (std::ffi::CStr::from_ptr(dir).to_string_lossy(), std::ffi::CStr::from_ptr(file).to_string_lossy()) };
+        let (d, f) = unsafe {
+            (std::ffi::CStr::from_ptr(dir).to_string_lossy(), std::ffi::CStr::from_ptr(file).to_string_lossy())
+        };
         let simulated = registry().ok().and_then(|r| {
             let name = d.strip_prefix("/sys/class/infiniband/")?;
             let dev = r.devices.iter().find(|(dv, _)| dv.spec.name == name.trim_end_matches('/'))?;
@@ -148,11 +173,22 @@ pub unsafe extern "C" fn ibv_destroy_ah(_ah: *mut v::ibv_ah) -> c_int {
     libc::EINVAL
 }
 #[no_mangle]
-pub unsafe extern "C" fn ibv_create_ah_from_wc(_pd: *mut v::ibv_pd, _wc: *mut c_void, _grh: *mut c_void, _port: u8) -> *mut v::ibv_ah {
+pub unsafe extern "C" fn ibv_create_ah_from_wc(
+    _pd: *mut v::ibv_pd,
+    _wc: *mut c_void,
+    _grh: *mut c_void,
+    _port: u8,
+) -> *mut v::ibv_ah {
     errno_ret(libc::EOPNOTSUPP, null_mut())
 }
 #[no_mangle]
-pub unsafe extern "C" fn ibv_init_ah_from_wc(_c: *mut v::ibv_context, _port: u8, _wc: *mut c_void, _grh: *mut c_void, _ah: *mut v::ibv_ah_attr) -> c_int {
+pub unsafe extern "C" fn ibv_init_ah_from_wc(
+    _c: *mut v::ibv_context,
+    _port: u8,
+    _wc: *mut c_void,
+    _grh: *mut c_void,
+    _ah: *mut v::ibv_ah_attr,
+) -> c_int {
     set_errno(libc::EOPNOTSUPP);
     -1
 }
@@ -175,7 +211,12 @@ pub unsafe extern "C" fn ibv_detach_mcast(_qp: *mut v::ibv_qp, _gid: *const v::i
     libc::EOPNOTSUPP
 }
 #[no_mangle]
-pub unsafe extern "C" fn ibv_resolve_eth_l2_from_gid(_c: *mut v::ibv_context, _attr: *mut v::ibv_ah_attr, _mac: *mut u8, _vid: *mut u16) -> c_int {
+pub unsafe extern "C" fn ibv_resolve_eth_l2_from_gid(
+    _c: *mut v::ibv_context,
+    _attr: *mut v::ibv_ah_attr,
+    _mac: *mut u8,
+    _vid: *mut u16,
+) -> c_int {
     libc::EOPNOTSUPP
 }
 #[no_mangle]

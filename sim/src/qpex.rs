@@ -16,7 +16,16 @@ fn qp<'a>(q: *mut v::ibv_qp_ex) -> &'a Qp {
 fn begin(q: *mut v::ibv_qp_ex, op: SendOp, rkey: u32, raddr: u64, imm: Option<u32>) {
     let qp = qp(q);
     let mut b = qp.batch.lock().unwrap();
-    b.0.push(WrDesc { wr_id: qp.qpx.wr_id, op, imm, flags: qp.qpx.wr_flags, sges: Vec::new(), inline_data: None, raddr, rkey });
+    b.0.push(WrDesc {
+        wr_id: qp.qpx.wr_id,
+        op,
+        imm,
+        flags: qp.qpx.wr_flags,
+        sges: Vec::new(),
+        inline_data: None,
+        raddr,
+        rkey,
+    });
 }
 
 /// Marks the batch failed: ibv_wr_complete then returns the errno.
@@ -103,7 +112,12 @@ unsafe extern "C" fn wr_atomic_cmp_swp(q: *mut v::ibv_qp_ex, _rkey: u32, _raddr:
 unsafe extern "C" fn wr_atomic_fetch_add(q: *mut v::ibv_qp_ex, _rkey: u32, _raddr: u64, _add: u64) {
     unsupported(q)
 }
-unsafe extern "C" fn wr_bind_mw(q: *mut v::ibv_qp_ex, _mw: *mut v::ibv_mw, _rkey: u32, _info: *const v::ibv_mw_bind_info) {
+unsafe extern "C" fn wr_bind_mw(
+    q: *mut v::ibv_qp_ex,
+    _mw: *mut v::ibv_mw,
+    _rkey: u32,
+    _info: *const v::ibv_mw_bind_info,
+) {
     unsupported(q)
 }
 unsafe extern "C" fn wr_local_inv(q: *mut v::ibv_qp_ex, _rkey: u32) {

@@ -11,7 +11,13 @@ fn file() -> Option<&'static std::fs::File> {
     static F: OnceLock<Option<std::fs::File>> = OnceLock::new();
     F.get_or_init(|| {
         let path = registry().ok()?.config.log.clone()?;
-        std::fs::OpenOptions::new().create(true).append(true).mode(0o640).open(&path).map_err(|e| eprintln!("mrshim-sim: MRSHIM_SIM_LOG={path}: {e}")).ok()
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o640)
+            .open(&path)
+            .map_err(|e| eprintln!("mrshim-sim: MRSHIM_SIM_LOG={path}: {e}"))
+            .ok()
     })
     .as_ref()
 }

@@ -82,7 +82,13 @@ fn rc_pingpong_over_roce_gid_3_with_data_validation() {
 #[test]
 fn rc_pingpong_over_infiniband_lids_across_devices() {
     let sim = Sim::new().with("MRSHIM_SIM_DEVICES", "mlx5_0:ib,mlx5_1:ib");
-    let (s, c) = server_client(&sim, "ibv_rc_pingpong", &["-d", "mlx5_0", "-c", "-n", "100"], &["-d", "mlx5_1", "-c", "-n", "100"], free_port());
+    let (s, c) = server_client(
+        &sim,
+        "ibv_rc_pingpong",
+        &["-d", "mlx5_0", "-c", "-n", "100"],
+        &["-d", "mlx5_1", "-c", "-n", "100"],
+        free_port(),
+    );
     assert_pingpong(&s, &c);
     assert!(text(&c.stdout).contains("LID 0x0002"), "{}", text(&c.stdout));
 }

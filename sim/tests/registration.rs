@@ -8,10 +8,13 @@ fn reg(sim: &Sim, scenario: &str) -> Vec<(String, String)> {
     let prog = c_program("simcheck", &["-libverbs"]);
     let out = sim.cmd(&prog).args(["reg", scenario]).env("LIBRARY_PATH", lib_dir()).output().unwrap();
     assert!(out.status.success(), "simcheck reg {scenario}: {}\n{}", text(&out.stdout), text(&out.stderr));
-    text(&out.stdout).lines().map(|l| {
-        let (a, b) = l.split_once(' ').unwrap();
-        (a.to_string(), b.to_string())
-    }).collect()
+    text(&out.stdout)
+        .lines()
+        .map(|l| {
+            let (a, b) = l.split_once(' ').unwrap();
+            (a.to_string(), b.to_string())
+        })
+        .collect()
 }
 
 fn expect(got: &[(String, String)], want: &[(&str, &str)]) {
@@ -41,7 +44,10 @@ fn kernel_rules_give_the_kernels_errno() {
     ] {
         expect(&reg(&sim, scenario), &[(scenario, want)]);
     }
-    expect(&reg(&sim, "readonly_with_write"), &[("readonly_with_write", "errno=14"), ("readonly_read_only_access", "ok")]);
+    expect(
+        &reg(&sim, "readonly_with_write"),
+        &[("readonly_with_write", "errno=14"), ("readonly_read_only_access", "ok")],
+    );
 }
 
 #[test]
@@ -63,7 +69,10 @@ fn dmabuf_registration() {
 fn device_memory_needs_peer_memory() {
     let want_fail = [("device_memory", "errno=22"), ("device_memory_iova2", "errno=22")];
     expect(&reg(&Sim::new(), "device_memory"), &want_fail);
-    expect(&reg(&Sim::new().with("MRSHIM_SIM_PEER_MEMORY", "on"), "device_memory"), &[("device_memory", "ok"), ("device_memory_iova2", "ok")]);
+    expect(
+        &reg(&Sim::new().with("MRSHIM_SIM_PEER_MEMORY", "on"), "device_memory"),
+        &[("device_memory", "ok"), ("device_memory_iova2", "ok")],
+    );
     let efault = reg(&Sim::new().with("MRSHIM_SIM_DEVICE_MEM_ERRNO", "EFAULT"), "device_memory");
     expect(&efault, &[("device_memory", "errno=14"), ("device_memory_iova2", "errno=14")]);
 }
@@ -71,7 +80,10 @@ fn device_memory_needs_peer_memory() {
 #[test]
 fn memlock_limit_counts_pinned_pages_without_cap_ipc_lock() {
     let enforced = Sim::new().with("MRSHIM_SIM_MEMLOCK", "enforce");
-    expect(&reg(&enforced, "memlock"), &[("memlock_first_32k", "ok"), ("memlock_over_limit", "errno=12"), ("memlock_after_dereg", "ok")]);
+    expect(
+        &reg(&enforced, "memlock"),
+        &[("memlock_first_32k", "ok"), ("memlock_over_limit", "errno=12"), ("memlock_after_dereg", "ok")],
+    );
     expect(&reg(&enforced, "memlock_zero"), &[("memlock_zero", "errno=1")]);
     // Tests run as root: with CAP_IPC_LOCK the kernel ignores the limit, so does the simulator.
     let root = reg(&Sim::new().with("MRSHIM_SIM_MEMLOCK", "off"), "memlock");
@@ -80,7 +92,8 @@ fn memlock_limit_counts_pinned_pages_without_cap_ipc_lock() {
 
 #[test]
 fn fault_injection_every_nth_and_predicates() {
-    let all_ok = ["repeat_1", "repeat_2", "repeat_3", "repeat_4", "repeat_relaxed", "repeat_relaxed_reg_mr", "repeat_big"];
+    let all_ok =
+        ["repeat_1", "repeat_2", "repeat_3", "repeat_4", "repeat_relaxed", "repeat_relaxed_reg_mr", "repeat_big"];
     let got = reg(&Sim::new(), "repeat");
     assert!(got.iter().zip(all_ok).all(|((n, r), w)| n == w && r == "ok"), "{got:?}");
 
@@ -93,7 +106,11 @@ fn fault_injection_every_nth_and_predicates() {
     let errs: Vec<&str> = every.iter().filter(|(_, r)| r == "errno=1").map(|(n, _)| n.as_str()).collect();
     // verbs.h turns ibv_reg_mr(..., constant with RELAXED_ORDERING) into ibv_reg_mr_iova2, so
     // repeat_relaxed_reg_mr never reaches the ibv_reg_mr entry point.
-    assert_eq!(errs, ["repeat_1", "repeat_2", "repeat_3", "repeat_4", "repeat_big"], "only ibv_reg_mr entries: {every:?}");
+    assert_eq!(
+        errs,
+        ["repeat_1", "repeat_2", "repeat_3", "repeat_4", "repeat_big"],
+        "only ibv_reg_mr entries: {every:?}"
+    );
 
     // The seed incident: ibv_reg_mr_iova2 with relaxed ordering fails, nothing else does.
     let seed = reg(&Sim::new().with("MRSHIM_SIM_FAULTS", "reg_mr_iova2:EINVAL:relaxed"), "repeat");
@@ -104,7 +121,10 @@ fn fault_injection_every_nth_and_predicates() {
     let errs: Vec<&str> = big.iter().filter(|(_, r)| r == "errno=14").map(|(n, _)| n.as_str()).collect();
     assert_eq!(errs, ["repeat_3", "repeat_4", "repeat_big"], "{big:?}");
 
-    let dev = reg(&Sim::new().with("MRSHIM_SIM_PEER_MEMORY", "on").with("MRSHIM_SIM_FAULTS", "reg:EIO:device"), "device_memory");
+    let dev = reg(
+        &Sim::new().with("MRSHIM_SIM_PEER_MEMORY", "on").with("MRSHIM_SIM_FAULTS", "reg:EIO:device"),
+        "device_memory",
+    );
     expect(&dev, &[("device_memory", "errno=5"), ("device_memory_iova2", "errno=5")]);
     assert!(reg(&Sim::new().with("MRSHIM_SIM_FAULTS", "reg:EIO:device"), "ok")[0].1 == "ok");
 }
@@ -117,7 +137,17 @@ fn simulator_log_records_every_registration() {
     reg(&sim, "repeat");
     let lines: Vec<String> = std::fs::read_to_string(&log).unwrap().lines().map(String::from).collect();
     assert_eq!(lines.len(), 7, "{lines:?}");
-    assert!(lines[0].contains("\"entry\":\"ibv_reg_mr\"") && lines[0].contains("\"length\":4096") && lines[0].contains("\"result\":\"ok\""), "{}", lines[0]);
+    assert!(
+        lines[0].contains("\"entry\":\"ibv_reg_mr\"")
+            && lines[0].contains("\"length\":4096")
+            && lines[0].contains("\"result\":\"ok\""),
+        "{}",
+        lines[0]
+    );
     assert!(lines[1].contains("\"errno\":12"), "{}", lines[1]);
-    assert!(lines[4].contains("\"entry\":\"ibv_reg_mr_iova2\"") && lines[4].contains("\"access\":1048591"), "{}", lines[4]);
+    assert!(
+        lines[4].contains("\"entry\":\"ibv_reg_mr_iova2\"") && lines[4].contains("\"access\":1048591"),
+        "{}",
+        lines[4]
+    );
 }

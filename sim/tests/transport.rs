@@ -73,7 +73,12 @@ fn nccl_style(sim: &Sim, args: &[&str]) -> std::process::Output {
 
 #[test]
 fn nccl_style_dlvsym_consumer_exchanges_byte_exact() {
-    for args in [&["--size", "1"][..], &["--size", "4095", "--iters", "20"], &["--size", "1048576", "--relaxed"], &["--size", "67108864", "--iters", "1"]] {
+    for args in [
+        &["--size", "1"][..],
+        &["--size", "4095", "--iters", "20"],
+        &["--size", "1048576", "--relaxed"],
+        &["--size", "67108864", "--iters", "1"],
+    ] {
         let out = nccl_style(&Sim::new(), args);
         let s = text(&out.stdout);
         assert!(out.status.success(), "{args:?}: {s}\n{}", text(&out.stderr));
@@ -93,7 +98,11 @@ fn seed_incident_reproduced_by_device_fault_injection() {
     let sim = Sim::new().with("MRSHIM_SIM_FAULTS", "reg_mr_iova2:EINVAL:relaxed");
     let out = nccl_style(&sim, &["--relaxed"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("NCCL WARN Call to ibv_reg_mr_iova2 failed with error Invalid argument"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("NCCL WARN Call to ibv_reg_mr_iova2 failed with error Invalid argument"),
+        "{}",
+        text(&out.stderr)
+    );
     // Without relaxed ordering (MCCL_IB_PCI_RELAXED_ORDERING=0 in the seed) this rule lets it pass.
     let out = nccl_style(&sim, &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));

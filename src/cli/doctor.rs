@@ -45,25 +45,14 @@ pub fn run(args: Args) -> ExitCode {
             mrshim_doctor::compare::human(&diffs, reports.len())
         };
         let _ = out.write_all(text.as_bytes());
-        return if diffs.is_empty() {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::from(1)
-        };
+        return if diffs.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) };
     }
     if !args.root.is_dir() {
-        eprintln!(
-            "mrshim doctor: --root {}: not a directory",
-            args.root.display()
-        );
+        eprintln!("mrshim doctor: --root {}: not a directory", args.root.display());
         return ExitCode::from(2);
     }
     let r = mrshim_doctor::collect(&args.root);
-    let text = if args.json {
-        mrshim_doctor::to_json(&r)
-    } else {
-        mrshim_doctor::render::human(&r, color)
-    };
+    let text = if args.json { mrshim_doctor::to_json(&r) } else { mrshim_doctor::render::human(&r, color) };
     let _ = out.write_all(text.as_bytes());
     if r.worst() == mrshim_doctor::Status::Fail {
         ExitCode::from(1)

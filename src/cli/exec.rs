@@ -59,7 +59,8 @@ fn find_lib(explicit: Option<PathBuf>) -> Result<PathBuf, String> {
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot locate this executable: {e}"))?;
     let dir = exe.parent().unwrap_or(Path::new("/"));
-    let candidates = [dir.join("libmrshim.so"), dir.join("../lib/libmrshim.so"), dir.join("../lib/mrshim/libmrshim.so")];
+    let candidates =
+        [dir.join("libmrshim.so"), dir.join("../lib/libmrshim.so"), dir.join("../lib/mrshim/libmrshim.so")];
     for c in &candidates {
         if c.is_file() {
             return Ok(c.canonicalize().unwrap_or_else(|_| c.clone()));

@@ -33,7 +33,12 @@ pub struct Args {
     #[arg(long, conflicts_with = "cmd")]
     pub print_lib_dir: bool,
     /// The command and its arguments (after `--`)
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD", required_unless_present = "print_lib_dir")]
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD",
+        required_unless_present = "print_lib_dir"
+    )]
     pub cmd: Vec<OsString>,
 }
 
@@ -41,8 +46,17 @@ pub struct Args {
 fn libraries() -> Result<Vec<(&'static str, PathBuf)>, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot locate this executable: {e}"))?;
     let dir = exe.parent().unwrap_or(Path::new("/"));
-    let find = |file: &str| [dir.join(file), dir.join("deps").join(file), dir.join("../lib/mrshim").join(file)].into_iter().find(|p| p.is_file());
-    let verbs = find("libibverbs.so").ok_or_else(|| format!("libibverbs.so (the simulator) not found next to {}: build it with `cargo build -p mrshim-sim`", exe.display()))?;
+    let find = |file: &str| {
+        [dir.join(file), dir.join("deps").join(file), dir.join("../lib/mrshim").join(file)]
+            .into_iter()
+            .find(|p| p.is_file())
+    };
+    let verbs = find("libibverbs.so").ok_or_else(|| {
+        format!(
+            "libibverbs.so (the simulator) not found next to {}: build it with `cargo build -p mrshim-sim`",
+            exe.display()
+        )
+    })?;
     let mut libs = vec![("libibverbs.so.1", verbs.clone()), ("libibverbs.so", verbs)];
     if let Some(cuda) = find("libcuda.so") {
         libs.push(("libcuda.so.1", cuda.clone()));
@@ -64,7 +78,9 @@ fn lib_dir() -> Result<PathBuf, String> {
         if std::fs::read_link(&link).ok().as_deref() != Some(target.as_path()) {
             let tmp = dir.join(format!(".{name}.{}", std::process::id()));
             let _ = std::fs::remove_file(&tmp);
-            std::os::unix::fs::symlink(&target, &tmp).and_then(|_| std::fs::rename(&tmp, &link)).map_err(|e| format!("{}: {e}", link.display()))?;
+            std::os::unix::fs::symlink(&target, &tmp)
+                .and_then(|_| std::fs::rename(&tmp, &link))
+                .map_err(|e| format!("{}: {e}", link.display()))?;
         }
     }
     Ok(dir)

@@ -18,10 +18,10 @@
 //!   `wr_set_sge(_list)` of every `ibv_qp_ex` of that context (section at the end).
 
 use super::copy::{CopyEngine, Cuda, HostCopy};
+use mrshim_core::internal::guarded;
 use mrshim_verbs as v;
 use std::collections::HashMap;
 use std::ffi::c_int;
-use mrshim_core::internal::guarded;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -128,7 +128,12 @@ impl Region {
     fn changed(&self, now: Option<&[u8]>, runs: &mut Vec<(usize, usize)>) {
         let len = self.len as usize;
         // SAFETY: shadow and baseline are live mappings of at least len bytes; only read here.
-        let (sh, ba) = unsafe { (std::slice::from_raw_parts(self.shadow as *const u8, len), std::slice::from_raw_parts(self.baseline as *const u8, len)) };
+        let (sh, ba) = unsafe {
+            (
+                std::slice::from_raw_parts(self.shadow as *const u8, len),
+                std::slice::from_raw_parts(self.baseline as *const u8, len),
+            )
+        };
         runs.clear();
         mrshim_core::diff::for_each_run(now.unwrap_or(sh), ba, |a, b| runs.push((a, b)));
     }
@@ -180,7 +185,11 @@ impl Region {
 
 fn warn_once(e: &str) {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| mrshim_core::stderr_line(&format!("mrshim WARN bounce buffer copy failed: {e}; data in bounce regions may be stale")));
+    ONCE.call_once(|| {
+        mrshim_core::stderr_line(&format!(
+            "mrshim WARN bounce buffer copy failed: {e}; data in bounce regions may be stale"
+        ))
+    });
 }
 
 /// A shadow built for an attempt, not yet backed by an MR.
@@ -203,17 +212,17 @@ pub fn prepare(app: u64, len: u64, iova: u64, access: u32) -> Result<Shadow, Str
     let engine: Box<dyn CopyEngine> = match Cuda::get() {
         Some(cu) if cu.is_device(app) => Box::new(cu.engine(app)?),
         _ if host_readable(app, len) => Box::new(HostCopy),
-        _ => return Err(format!("{app:#x} is neither host memory nor memory of a loaded GPU runtime (CUDA); HIP/MACA engines are not wired")),
+        _ => {
+            return Err(format!(
+            "{app:#x} is neither host memory nor memory of a loaded GPU runtime (CUDA); HIP/MACA engines are not wired"
+        ))
+        }
     };
     let off = app % PAGE;
     let maplen = ((off + len).div_ceil(PAGE) * PAGE) as usize;
     let remote_write = access & mrshim_verbs::access::REMOTE_WRITE != 0;
     let p = map_anon(maplen, "shadow")?;
-    let b = if remote_write {
-        map_anon(maplen, "baseline").inspect_err(|_| unmap((p, maplen)))?
-    } else {
-        0
-    };
+    let b = if remote_write { map_anon(maplen, "baseline").inspect_err(|_| unmap((p, maplen)))? } else { 0 };
     let region = Region {
         ctx: 0,
         lkey: 0,
@@ -273,7 +282,16 @@ fn map_anon(n: usize, what: &str) -> Result<usize, String> {
         }
     }
     // SAFETY: a new mapping nobody else references; no address hint.
-    let p = unsafe { libc::mmap(std::ptr::null_mut(), n, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            n,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
     if p == libc::MAP_FAILED {
         return Err(format!("mmap of a {n}-byte {what} failed: {}", std::io::Error::last_os_error()));
     }
@@ -452,7 +470,9 @@ fn patch(ctx: usize) {
         if is_patched(ctx) {
             return;
         }
-        let o = orig(ctx).unwrap_or_else(|| ORIGS.push(Orig { ctx, send: AtomicUsize::new(0), recv: AtomicUsize::new(0), poll: AtomicUsize::new(0) }));
+        let o = orig(ctx).unwrap_or_else(|| {
+            ORIGS.push(Orig { ctx, send: AtomicUsize::new(0), recv: AtomicUsize::new(0), poll: AtomicUsize::new(0) })
+        });
         o.send.store(send as usize, Ordering::Release);
         o.recv.store(recv as usize, Ordering::Release);
         o.poll.store(poll as usize, Ordering::Release);
@@ -713,7 +733,6 @@ struct Qpx {
 
 static QPXS: Leaked<Qpx> = Leaked::new();
 
-
 fn qnode(q: *mut v::ibv_qp_ex) -> Option<&'static Qpx> {
     QPXS.iter().find(|n| n.qpx.load(Ordering::Acquire) == q as usize)
 }
@@ -732,7 +751,11 @@ impl Qpx {
     }
     fn patch(&self) {
         let q = self.q();
-        let (Some(start), Some(read), Some(sge), Some(list)) = (q.wr_start, q.wr_rdma_read, q.wr_set_sge, q.wr_set_sge_list) else { return };
+        let (Some(start), Some(read), Some(sge), Some(list)) =
+            (q.wr_start, q.wr_rdma_read, q.wr_set_sge, q.wr_set_sge_list)
+        else {
+            return;
+        };
         if sge as usize == qx_set_sge as QxSge as usize {
             return;
         }
@@ -783,7 +806,15 @@ pub fn note_qpx(qpx: usize) {
             }
             None => {
                 let z = || AtomicUsize::new(0);
-                QPXS.push(Qpx { qpx: AtomicUsize::new(qpx), ctx: AtomicUsize::new(ctx), start: z(), read: z(), sge: z(), sge_list: z(), reading: Default::default() })
+                QPXS.push(Qpx {
+                    qpx: AtomicUsize::new(qpx),
+                    ctx: AtomicUsize::new(ctx),
+                    start: z(),
+                    read: z(),
+                    sge: z(),
+                    sge_list: z(),
+                    reading: Default::default(),
+                })
             }
         },
     };

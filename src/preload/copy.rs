@@ -113,21 +113,28 @@ impl Cuda {
     pub fn is_device(&self, addr: u64) -> bool {
         let mut t: c_uint = 0;
         // SAFETY: out pointer to a local of the attribute's type.
-        unsafe { (self.pointer_get_attribute)((&mut t as *mut c_uint).cast(), CU_POINTER_ATTRIBUTE_MEMORY_TYPE, addr) == 0 && t == CU_MEMORYTYPE_DEVICE }
+        unsafe {
+            (self.pointer_get_attribute)((&mut t as *mut c_uint).cast(), CU_POINTER_ATTRIBUTE_MEMORY_TYPE, addr) == 0
+                && t == CU_MEMORYTYPE_DEVICE
+        }
     }
 
     /// Exports [addr, addr+len) as a dmabuf: (fd, offset of addr in it).
     pub fn export_dmabuf(&self, addr: u64, len: u64) -> Result<(i32, u64), String> {
         let mut start: u64 = 0;
         // SAFETY: out pointer to a local CUdeviceptr.
-        let rc = unsafe { (self.pointer_get_attribute)((&mut start as *mut u64).cast(), CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, addr) };
+        let rc = unsafe {
+            (self.pointer_get_attribute)((&mut start as *mut u64).cast(), CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, addr)
+        };
         if rc != 0 {
             return Err(format!("cuPointerGetAttribute(RANGE_START_ADDR) failed: CUresult {rc}"));
         }
         let mut fd: c_int = -1;
         let size = (addr - start + len) as usize;
         // SAFETY: out pointer to a local int; the range lies in one allocation.
-        let rc = unsafe { (self.get_handle)((&mut fd as *mut c_int).cast(), start, size, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0) };
+        let rc = unsafe {
+            (self.get_handle)((&mut fd as *mut c_int).cast(), start, size, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0)
+        };
         if rc != 0 || fd < 0 {
             return Err(format!("cuMemGetHandleForAddressRange failed: CUresult {rc}"));
         }
@@ -138,7 +145,9 @@ impl Cuda {
     pub fn engine(&'static self, addr: u64) -> Result<CudaCopy, String> {
         let mut ctx: *mut c_void = std::ptr::null_mut();
         // SAFETY: out pointer to a local CUcontext.
-        let rc = unsafe { (self.pointer_get_attribute)((&mut ctx as *mut *mut c_void).cast(), CU_POINTER_ATTRIBUTE_CONTEXT, addr) };
+        let rc = unsafe {
+            (self.pointer_get_attribute)((&mut ctx as *mut *mut c_void).cast(), CU_POINTER_ATTRIBUTE_CONTEXT, addr)
+        };
         if rc != 0 {
             return Err(format!("cuPointerGetAttribute(CONTEXT) failed: CUresult {rc}"));
         }
@@ -181,7 +190,11 @@ impl CudaCopy {
             0 => unsafe { (self.cu.stream_sync)(s) },
             e => e,
         })?;
-        if rc != 0 { Err(format!("{what} failed: CUresult {rc}")) } else { Ok(()) }
+        if rc != 0 {
+            Err(format!("{what} failed: CUresult {rc}"))
+        } else {
+            Ok(())
+        }
     }
 }
 

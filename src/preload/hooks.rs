@@ -24,9 +24,9 @@
 
 use super::real::{self, Fn_};
 use super::{bounce, copy, elf, Guard};
-use mrshim_retry::strategy::Strategy;
 use mrshim_core::config::PanicAt;
 use mrshim_core::{Backend, Call, Outcome, RegArgs};
+use mrshim_retry::strategy::Strategy;
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 
@@ -149,7 +149,12 @@ unsafe extern "C" fn dlvsym_handle(handle: *mut c_void, name: *const c_char, ver
 /// RTLD_LOCAL plugin whose libibverbs is private to it — and hand back our wrapper. 0 means
 /// "not ours / not found": the trampoline then lets glibc answer for the caller, exactly as
 /// without the shim.
-unsafe extern "C" fn dlvsym_default(handle: *mut c_void, name: *const c_char, version: *const c_char, caller: usize) -> *mut c_void {
+unsafe extern "C" fn dlvsym_default(
+    handle: *mut c_void,
+    name: *const c_char,
+    version: *const c_char,
+    caller: usize,
+) -> *mut c_void {
     if name.is_null() || version.is_null() {
         return std::ptr::null_mut();
     }
@@ -184,17 +189,27 @@ fn caller_map(addr: usize) -> *mut c_void {
     const RTLD_DL_LINKMAP: c_int = 2;
     // SAFETY: dladdr1 only reads the address and fills info and map.
     let ok = unsafe { libc::dladdr1(addr as *const c_void, info.as_mut_ptr(), &mut map, RTLD_DL_LINKMAP) };
-    if ok == 0 { std::ptr::null_mut() } else { map }
+    if ok == 0 {
+        std::ptr::null_mut()
+    } else {
+        map
+    }
 }
 
 /// # Safety
 /// `name` must be a C string when `p` is non-null; `version` a C string or null.
-unsafe fn after_lookup(handle: *mut c_void, name: *const c_char, version: *const c_char, p: *mut c_void) -> *mut c_void {
+unsafe fn after_lookup(
+    handle: *mut c_void,
+    name: *const c_char,
+    version: *const c_char,
+    p: *mut c_void,
+) -> *mut c_void {
     if p.is_null() || name.is_null() || is_ours(p as usize) {
         return p;
     }
     // SAFETY: per the function contract. No allocation on this path.
-    let (n, v) = unsafe { (CStr::from_ptr(name).to_bytes(), (!version.is_null()).then(|| CStr::from_ptr(version).to_bytes())) };
+    let (n, v) =
+        unsafe { (CStr::from_ptr(name).to_bytes(), (!version.is_null()).then(|| CStr::from_ptr(version).to_bytes())) };
     let Some(f) = real::classify(n, v) else { return p };
     real::remember(f, p as usize);
     real::remember_siblings(handle);
@@ -446,7 +461,11 @@ impl Backend for Ffi {
                 )),
                 Real::Dereg(f) => {
                     // An MR a strategy made: give rdma-core back what it set, clean up after.
-                    let after = if ADOPTED.load(std::sync::atomic::Ordering::Acquire) { bounce::before_dereg(a.mr) } else { None };
+                    let after = if ADOPTED.load(std::sync::atomic::Ordering::Acquire) {
+                        bounce::before_dereg(a.mr)
+                    } else {
+                        None
+                    };
                     let rc = f(a.mr as *mut c_void);
                     let e = errno();
                     if let Some(after) = after {
@@ -524,7 +543,12 @@ unsafe fn real_fn<F: Copy>(f: Fn_) -> Option<F> {
 /// Every registration wrapper: nested call → `direct` (the real function with the caller's
 /// arguments), nothing else. When the shim only counts (no records, injection or anything
 /// learned), a success is the real call plus counters; anything else goes through [`record`].
-fn reg_hook(direct: impl Fn() -> *mut c_void, real: Real, compat10: bool, args: impl FnOnce() -> RegArgs) -> *mut c_void {
+fn reg_hook(
+    direct: impl Fn() -> *mut c_void,
+    real: Real,
+    compat10: bool,
+    args: impl FnOnce() -> RegArgs,
+) -> *mut c_void {
     let Some(_g) = Guard::enter() else { return direct() };
     let call = real.call();
     shielded(call.name(), direct, |direct| {
@@ -554,7 +578,15 @@ fn finish_mr(out: Outcome) -> *mut c_void {
 }
 
 fn reg_args(call: Call, pd: *mut c_void, addr: u64, length: usize, iova: u64, access: u32) -> RegArgs {
-    RegArgs { call: Some(call), pd: pd as usize, addr, length: length as u64, iova: Some(iova), access, ..Default::default() }
+    RegArgs {
+        call: Some(call),
+        pd: pd as usize,
+        addr,
+        length: length as u64,
+        iova: Some(iova),
+        access,
+        ..Default::default()
+    }
 }
 
 /// # Safety
@@ -564,7 +596,9 @@ pub unsafe extern "C" fn ibv_reg_mr(pd: *mut c_void, addr: *mut c_void, length: 
     let Some(f) = (unsafe { real_fn::<RegMrFn>(Fn_::RegMr) }) else { return no_real() };
     // SAFETY: the real function with the caller's arguments.
     let direct = || unsafe { f(pd, addr, length, access) };
-    reg_hook(direct, Real::RegMr(f), false, || reg_args(Call::RegMr, pd, addr as u64, length, addr as u64, access as u32))
+    reg_hook(direct, Real::RegMr(f), false, || {
+        reg_args(Call::RegMr, pd, addr as u64, length, addr as u64, access as u32)
+    })
 }
 
 /// # Safety
@@ -583,7 +617,13 @@ pub unsafe extern "C" fn reg_mr_1_0(pd: *mut c_void, addr: *mut c_void, length: 
 /// # Safety
 /// Called by the application with ibv_reg_mr_iova's contract.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn ibv_reg_mr_iova(pd: *mut c_void, addr: *mut c_void, length: usize, iova: u64, access: c_int) -> *mut c_void {
+pub unsafe extern "C" fn ibv_reg_mr_iova(
+    pd: *mut c_void,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut c_void {
     // SAFETY: ibv_reg_mr_iova@IBVERBS_1.7 has this signature.
     let Some(f) = (unsafe { real_fn::<IovaFn>(Fn_::RegMrIova) }) else { return no_real() };
     // SAFETY: the real function with the caller's arguments.
@@ -594,7 +634,13 @@ pub unsafe extern "C" fn ibv_reg_mr_iova(pd: *mut c_void, addr: *mut c_void, len
 /// # Safety
 /// Called by the application with ibv_reg_mr_iova2's contract.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn ibv_reg_mr_iova2(pd: *mut c_void, addr: *mut c_void, length: usize, iova: u64, access: c_uint) -> *mut c_void {
+pub unsafe extern "C" fn ibv_reg_mr_iova2(
+    pd: *mut c_void,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut c_void {
     // SAFETY: ibv_reg_mr_iova2@IBVERBS_1.8 has this signature.
     let Some(f) = (unsafe { real_fn::<Iova2Fn>(Fn_::RegMrIova2) }) else { return no_real() };
     // SAFETY: the real function with the caller's arguments (nested: libibverbs' own ibv_reg_mr).
@@ -605,7 +651,14 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(pd: *mut c_void, addr: *mut c_void, le
 /// # Safety
 /// Called by the application with ibv_reg_dmabuf_mr's contract.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn ibv_reg_dmabuf_mr(pd: *mut c_void, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int) -> *mut c_void {
+pub unsafe extern "C" fn ibv_reg_dmabuf_mr(
+    pd: *mut c_void,
+    offset: u64,
+    length: usize,
+    iova: u64,
+    fd: c_int,
+    access: c_int,
+) -> *mut c_void {
     // SAFETY: ibv_reg_dmabuf_mr@IBVERBS_1.12 has this signature.
     let Some(f) = (unsafe { real_fn::<DmabufFn>(Fn_::RegDmabufMr) }) else { return no_real() };
     // SAFETY: the real function with the caller's arguments.

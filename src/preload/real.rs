@@ -39,8 +39,17 @@ pub const SYMS: [(&CStr, &CStr); COUNT] = [
     (c"ibv_destroy_qp", c"IBVERBS_1.1"),
 ];
 
-pub const ALL: [Fn_; COUNT] =
-    [Fn_::RegMr, Fn_::RegMr10, Fn_::RegMrIova, Fn_::RegMrIova2, Fn_::RegDmabufMr, Fn_::DeregMr, Fn_::DeregMr10, Fn_::QpToQpEx, Fn_::DestroyQp];
+pub const ALL: [Fn_; COUNT] = [
+    Fn_::RegMr,
+    Fn_::RegMr10,
+    Fn_::RegMrIova,
+    Fn_::RegMrIova2,
+    Fn_::RegDmabufMr,
+    Fn_::DeregMr,
+    Fn_::DeregMr10,
+    Fn_::QpToQpEx,
+    Fn_::DestroyQp,
+];
 
 static PTRS: [AtomicUsize; COUNT] = [const { AtomicUsize::new(0) }; COUNT];
 

@@ -61,16 +61,52 @@ pub fn fake() -> &'static Fake {
         let d = dir.to_str().unwrap();
         let lib = format!("{d}/libibverbs.so.1");
         let map = format!("-Wl,--version-script={}", src_c("fakeverbs.map").display());
-        cc(&["-shared", "-fPIC", "-O1", "-o", &lib, "-Wl,-soname,libibverbs.so.1", &map, src_c("fakeverbs.c").to_str().unwrap()]);
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-o",
+            &lib,
+            "-Wl,-soname,libibverbs.so.1",
+            &map,
+            src_c("fakeverbs.c").to_str().unwrap(),
+        ]);
         std::os::unix::fs::symlink("libibverbs.so.1", format!("{d}/libibverbs.so")).unwrap();
         let rpath = format!("-Wl,-rpath,{d}");
         let ldir = format!("-L{d}");
-        cc(&["-O1", "-o", &format!("{d}/fake_linked"), src_c("fake_linked.c").to_str().unwrap(), &ldir, "-libverbs", &rpath, "-lpthread"]);
+        cc(&[
+            "-O1",
+            "-o",
+            &format!("{d}/fake_linked"),
+            src_c("fake_linked.c").to_str().unwrap(),
+            &ldir,
+            "-libverbs",
+            &rpath,
+            "-lpthread",
+        ]);
         cc(&["-O1", "-o", &format!("{d}/nccl_style"), src_c("nccl_style.c").to_str().unwrap(), "-ldl"]);
-        cc(&["-shared", "-fPIC", "-o", &format!("{d}/libother.so"), src_c("other_preload.c").to_str().unwrap(), "-ldl"]);
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-o",
+            &format!("{d}/libother.so"),
+            src_c("other_preload.c").to_str().unwrap(),
+            "-ldl",
+        ]);
         cc(&["-shared", "-fPIC", "-o", &format!("{d}/libregpre.so"), src_c("reg_preload.c").to_str().unwrap(), "-ldl"]);
         let plugin = src_c("local_plugin.c");
-        cc(&["-shared", "-fPIC", "-DPLUGIN", "-o", &format!("{d}/liblocal_plugin.so"), plugin.to_str().unwrap(), &ldir, "-libverbs", &rpath, "-ldl"]);
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-DPLUGIN",
+            "-o",
+            &format!("{d}/liblocal_plugin.so"),
+            plugin.to_str().unwrap(),
+            &ldir,
+            "-libverbs",
+            &rpath,
+            "-ldl",
+        ]);
         cc(&["-O1", "-o", &format!("{d}/local_plugin"), plugin.to_str().unwrap(), "-ldl"]);
         Fake { dir }
     })
@@ -80,7 +116,12 @@ pub fn fake() -> &'static Fake {
 pub fn cmd(prog: impl AsRef<std::ffi::OsStr>) -> Command {
     let mut c = Command::new(prog);
     for (k, _) in std::env::vars() {
-        if k.starts_with("MRSHIM_") || k.starts_with("FAKE_") || k == "LD_PRELOAD" || k.ends_with("_RANK") || k == "RANK" {
+        if k.starts_with("MRSHIM_")
+            || k.starts_with("FAKE_")
+            || k == "LD_PRELOAD"
+            || k.ends_with("_RANK")
+            || k == "RANK"
+        {
             c.env_remove(k);
         }
     }
@@ -115,7 +156,8 @@ pub fn records(p: &Path) -> Vec<mrshim_record::Reg> {
 }
 
 pub fn files(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir).map(|r| r.map(|e| e.unwrap().path()).collect()).unwrap_or_default();
+    let mut v: Vec<PathBuf> =
+        std::fs::read_dir(dir).map(|r| r.map(|e| e.unwrap().path()).collect()).unwrap_or_default();
     v.sort();
     v
 }
@@ -173,7 +215,9 @@ impl SimWorld {
     pub fn cmd(&self, prog: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut c = cmd("timeout");
         c.args(["-k", "5", "120"]).arg(prog);
-        c.env("LD_LIBRARY_PATH", sim_lib_dir()).env("MRSHIM_SIM_RUNDIR", self.dir.join("run")).env("LD_PRELOAD", shim_lib());
+        c.env("LD_LIBRARY_PATH", sim_lib_dir())
+            .env("MRSHIM_SIM_RUNDIR", self.dir.join("run"))
+            .env("LD_PRELOAD", shim_lib());
         for (k, v) in &self.env {
             c.env(k, v);
         }
@@ -187,7 +231,13 @@ pub fn free_port() -> u16 {
 
 /// Server + client of a perftest-style tool (`-p PORT`, client gets the server address last).
 /// `per_side` lets each side have its own env (e.g. its own simulator log).
-pub fn server_client(w: &SimWorld, prog: &str, args: &[&str], server_env: &[(&str, String)], client_env: &[(&str, String)]) -> (Output, Output) {
+pub fn server_client(
+    w: &SimWorld,
+    prog: &str,
+    args: &[&str],
+    server_env: &[(&str, String)],
+    client_env: &[(&str, String)],
+) -> (Output, Output) {
     let port = free_port().to_string();
     let mut s = w.cmd(prog);
     s.args(args).args(["-p", &port]).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
@@ -205,7 +255,10 @@ pub fn server_client(w: &SimWorld, prog: &str, args: &[&str], server_env: &[(&st
         }
         let o = c.output().unwrap();
         let err = stderr(&o);
-        if o.status.success() || !(err.contains("Couldn't connect") || err.contains("Unable to open file descriptor for socket connection")) {
+        if o.status.success()
+            || !(err.contains("Couldn't connect")
+                || err.contains("Unable to open file descriptor for socket connection"))
+        {
             client = Some(o);
             break;
         }

@@ -35,24 +35,15 @@ fn mem_ord(m: Option<MemKind>) -> u8 {
 
 impl Ord for GroupKey {
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        (
-            &self.host,
-            &self.call,
-            self.errno,
-            mem_ord(self.mem),
-            self.lib,
-            self.ok,
-            self.relaxed,
-        )
-            .cmp(&(
-                &o.host,
-                &o.call,
-                o.errno,
-                mem_ord(o.mem),
-                o.lib,
-                o.ok,
-                o.relaxed,
-            ))
+        (&self.host, &self.call, self.errno, mem_ord(self.mem), self.lib, self.ok, self.relaxed).cmp(&(
+            &o.host,
+            &o.call,
+            o.errno,
+            mem_ord(o.mem),
+            o.lib,
+            o.ok,
+            o.relaxed,
+        ))
     }
 }
 impl PartialOrd for GroupKey {
@@ -198,32 +189,16 @@ impl Collector {
 
     pub fn add(&mut self, ev: Event, file: usize, line: u64, text: &str) {
         self.order += 1;
-        let evid = |l: u64, t: &str| Evid {
-            file: String::new(),
-            line: l,
-            text: clip(t),
-        };
+        let evid = |l: u64, t: &str| Evid { file: String::new(), line: l, text: clip(t) };
         match ev {
             Event::Note(n) => self.note(n),
             Event::Reg(r) => self.add_reg(r, file, line, text),
-            Event::Fact {
-                lib,
-                host,
-                pid,
-                fact,
-            } => {
+            Event::Fact { lib, host, pid, fact } => {
                 let h = host.unwrap_or_default();
                 if !h.is_empty() && !matches!(fact, Fact::Env(..)) {
-                    self.runs
-                        .entry((file, pid))
-                        .or_default()
-                        .host
-                        .get_or_insert_with(|| h.clone());
+                    self.runs.entry((file, pid)).or_default().host.get_or_insert_with(|| h.clone());
                 }
-                let e = Evid {
-                    file: file.to_string(),
-                    ..evid(line, text)
-                };
+                let e = Evid { file: file.to_string(), ..evid(line, text) };
                 match fact {
                     Fact::RankOf(r) => {
                         if let Some(p) = pid {
@@ -261,12 +236,9 @@ impl Collector {
                     Fact::Flag(f) => {
                         match f {
                             Flag::GdrOn | Flag::GdrOff => {
-                                self.runs.entry((file, pid)).or_default().gdr =
-                                    Some(f == Flag::GdrOn)
+                                self.runs.entry((file, pid)).or_default().gdr = Some(f == Flag::GdrOn)
                             }
-                            Flag::RoAdvertised => {
-                                self.runs.entry((file, pid)).or_default().ro = Some(true)
-                            }
+                            Flag::RoAdvertised => self.runs.entry((file, pid)).or_default().ro = Some(true),
                             _ => {}
                         }
                         let hf = self.host_mut(&h);
@@ -280,10 +252,7 @@ impl Collector {
     }
 
     fn apply_env(&mut self, file: usize, pid: Option<u32>, k: &str, v: &str, e: &Evid) {
-        let key = k
-            .strip_prefix("NCCL_")
-            .or_else(|| k.strip_prefix("MCCL_"))
-            .or_else(|| k.strip_prefix("RCCL_"));
+        let key = k.strip_prefix("NCCL_").or_else(|| k.strip_prefix("MCCL_")).or_else(|| k.strip_prefix("RCCL_"));
         let Some(key) = key else { return };
         let run = self.runs.entry((file, pid)).or_default();
         match key {
@@ -306,28 +275,14 @@ impl Collector {
             Some((l, t)) => (l, std::borrow::Cow::Owned(t)),
             None => (line, std::borrow::Cow::Borrowed(text)),
         };
-        let mk = || Evid {
-            file: file.to_string(),
-            line: eline,
-            text: clip(&etext),
-        };
+        let mk = || Evid { file: file.to_string(), line: eline, text: clip(&etext) };
         let host = r.host.take().unwrap_or_default();
         let rank = r
             .rank
-            .or_else(|| {
-                r.pid.and_then(|p| {
-                    self.ranks
-                        .get(host.as_str())
-                        .and_then(|m| m.get(&p))
-                        .copied()
-                })
-            })
+            .or_else(|| r.pid.and_then(|p| self.ranks.get(host.as_str()).and_then(|m| m.get(&p)).copied()))
             .or(r.rank_hint);
         if r.attempt > 0 {
-            *self
-                .retries
-                .entry((r.strategy.clone().unwrap_or_else(|| "?".into()), r.ok))
-                .or_default() += 1;
+            *self.retries.entry((r.strategy.clone().unwrap_or_else(|| "?".into()), r.ok)).or_default() += 1;
             return;
         }
         self.point(&host, rank, r.time_ns, r.length, r.ok);
@@ -362,13 +317,8 @@ impl Collector {
                 }
             }
         }
-        let small = SmallKey {
-            errno: if r.ok { None } else { r.errno },
-            mem: r.mem,
-            lib,
-            ok: r.ok,
-            relaxed: r.relaxed,
-        };
+        let small =
+            SmallKey { errno: if r.ok { None } else { r.errno }, mem: r.mem, lib, ok: r.ok, relaxed: r.relaxed };
         if !self.raw.contains_key(host.as_str()) {
             self.raw.insert(host.clone(), HashMap::default());
         }
@@ -376,11 +326,7 @@ impl Collector {
         if !calls.contains_key(r.call.as_str()) {
             calls.insert(r.call.clone(), HashMap::default());
         }
-        let g = calls
-            .get_mut(r.call.as_str())
-            .expect("inserted")
-            .entry(small)
-            .or_default();
+        let g = calls.get_mut(r.call.as_str()).expect("inserted").entry(small).or_default();
         g.count += 1;
         rank_set_insert(&mut g.ranks, rank);
         if let Some(a) = r.access {
@@ -431,30 +377,16 @@ impl Collector {
 
     /// Resolves file indices in evidence to paths.
     pub fn path_of(&self, e: &Evid) -> Evid {
-        let f = e
-            .file
-            .parse::<usize>()
-            .ok()
-            .and_then(|i| self.files.get(i))
-            .map(|f| f.path.clone())
-            .unwrap_or_default();
-        Evid {
-            file: f,
-            ..e.clone()
-        }
+        let f =
+            e.file.parse::<usize>().ok().and_then(|i| self.files.get(i)).map(|f| f.path.clone()).unwrap_or_default();
+        Evid { file: f, ..e.clone() }
     }
 
     /// Runs with the file-wide env folded in.
     pub fn resolved_runs(&self) -> Vec<Run> {
         let mut out = Vec::new();
         for ((file, pid), r) in &self.runs {
-            if pid.is_none()
-                && self
-                    .runs
-                    .range((*file, Some(0))..(*file + 1, None))
-                    .next()
-                    .is_some()
-            {
+            if pid.is_none() && self.runs.range((*file, Some(0))..(*file + 1, None)).next().is_some() {
                 continue;
             }
             let mut r = r.clone();

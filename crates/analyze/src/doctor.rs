@@ -9,13 +9,8 @@ const MAX_REPORT: u64 = 16 << 20;
 /// A doctor report starts with `{` and names its schema near the top.
 pub fn looks_like_report(r: &mut Box<dyn BufRead>) -> bool {
     let Ok(head) = r.fill_buf() else { return false };
-    let t = head
-        .iter()
-        .position(|b| !b.is_ascii_whitespace())
-        .map(|i| &head[i..])
-        .unwrap_or(&[]);
-    t.first() == Some(&b'{')
-        && memchr::memmem::find(&head[..head.len().min(4096)], b"\"mrshim_doctor\"").is_some()
+    let t = head.iter().position(|b| !b.is_ascii_whitespace()).map(|i| &head[i..]).unwrap_or(&[]);
+    t.first() == Some(&b'{') && memchr::memmem::find(&head[..head.len().min(4096)], b"\"mrshim_doctor\"").is_some()
 }
 
 pub fn ingest(r: Box<dyn BufRead>, idx: usize, col: &mut Collector) {
@@ -30,9 +25,7 @@ pub fn ingest(r: Box<dyn BufRead>, idx: usize, col: &mut Collector) {
     let rep: Report = match serde_json::from_str(&s) {
         Ok(r) => r,
         Err(e) => {
-            col.note(format!(
-                "{name}: doctor report could not be read ({e}); skipped"
-            ));
+            col.note(format!("{name}: doctor report could not be read ({e}); skipped"));
             return;
         }
     };
@@ -40,36 +33,16 @@ pub fn ingest(r: Box<dyn BufRead>, idx: usize, col: &mut Collector) {
     col.doctor_reports += 1;
     let host = Some(rep.host.clone());
     let mut add = |f: Fact, text: String| {
-        col.add(
-            Event::Fact {
-                lib: Lib::Doctor,
-                host: host.clone(),
-                pid: None,
-                fact: f,
-            },
-            idx,
-            1,
-            &text,
-        )
+        col.add(Event::Fact { lib: Lib::Doctor, host: host.clone(), pid: None, fact: f }, idx, 1, &text)
     };
     if let Some(m) = memlock_soft(&rep) {
         add(
             Fact::Memlock(m),
-            format!(
-                "doctor {}: memlock {}",
-                rep.host,
-                rep.check("memlock").map(|c| c.value.as_str()).unwrap_or("")
-            ),
+            format!("doctor {}: memlock {}", rep.host, rep.check("memlock").map(|c| c.value.as_str()).unwrap_or("")),
         );
     }
     for c in &rep.checks {
-        let text = format!(
-            "doctor {}: [{}] {}: {}",
-            rep.host,
-            c.status.label(),
-            c.id,
-            c.value
-        );
+        let text = format!("doctor {}: [{}] {}: {}", rep.host, c.status.label(), c.id, c.value);
         match c.id.as_str() {
             "max_map_count" => {
                 if let Some(n) = c.raw.get("value").and_then(|v| v.as_u64()) {
@@ -77,25 +50,10 @@ pub fn ingest(r: Box<dyn BufRead>, idx: usize, col: &mut Collector) {
                 }
             }
             "peer_memory" => {
-                let gpu = c
-                    .raw
-                    .get("gpu_driver")
-                    .and_then(|v| v.as_str())
-                    .unwrap_or("");
-                let pm = c
-                    .raw
-                    .get("peermem")
-                    .and_then(|v| v.as_bool())
-                    .unwrap_or(false);
+                let gpu = c.raw.get("gpu_driver").and_then(|v| v.as_str()).unwrap_or("");
+                let pm = c.raw.get("peermem").and_then(|v| v.as_bool()).unwrap_or(false);
                 if !gpu.is_empty() {
-                    add(
-                        Fact::Flag(if pm {
-                            Flag::PeermemLoaded
-                        } else {
-                            Flag::PeermemMissing
-                        }),
-                        text,
-                    );
+                    add(Fact::Flag(if pm { Flag::PeermemLoaded } else { Flag::PeermemMissing }), text);
                 }
             }
             "pcie" if c.status == Status::Fail => add(Fact::Flag(Flag::AcsOn), text),
@@ -109,10 +67,7 @@ pub fn ingest(r: Box<dyn BufRead>, idx: usize, col: &mut Collector) {
             "versions" => {
                 for k in ["kernel", "rdma_core", "mlx5_core"] {
                     if let Some(v) = c.raw.get(k).and_then(|v| v.as_str()) {
-                        add(
-                            Fact::Version(k.replace('_', "-"), v.to_string()),
-                            text.clone(),
-                        );
+                        add(Fact::Version(k.replace('_', "-"), v.to_string()), text.clone());
                     }
                 }
             }

@@ -27,11 +27,7 @@ pub const EPROTONOSUPPORT: i32 = 93;
 pub const EOPNOTSUPP: i32 = 95;
 
 pub fn name(e: i32) -> String {
-    TABLE
-        .iter()
-        .find(|t| t.0 == e)
-        .map(|t| t.1.to_string())
-        .unwrap_or_else(|| format!("errno {e}"))
+    TABLE.iter().find(|t| t.0 == e).map(|t| t.1.to_string()).unwrap_or_else(|| format!("errno {e}"))
 }
 
 pub fn text(e: i32) -> &'static str {
@@ -45,23 +41,10 @@ pub fn find(s: &str) -> Option<i32> {
             return Some(*n);
         }
     }
-    for pat in [
-        "errno ",
-        "errno=",
-        "error=",
-        "error ",
-        "return -",
-        "returned -",
-        "failed -",
-        "status -",
-        "err -",
-        "[-",
-    ] {
+    for pat in ["errno ", "errno=", "error=", "error ", "return -", "returned -", "failed -", "status -", "err -", "[-"]
+    {
         if let Some(i) = s.find(pat) {
-            let digits: String = s[i + pat.len()..]
-                .chars()
-                .take_while(|c| c.is_ascii_digit())
-                .collect();
+            let digits: String = s[i + pat.len()..].chars().take_while(|c| c.is_ascii_digit()).collect();
             if let Ok(n) = digits.parse::<i32>() {
                 if TABLE.iter().any(|t| t.0 == n) {
                     return Some(n);

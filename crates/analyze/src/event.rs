@@ -131,11 +131,6 @@ pub enum Event {
 
 impl Event {
     pub fn fact(lib: Lib, host: Option<&str>, pid: Option<u32>, fact: Fact) -> Event {
-        Event::Fact {
-            lib,
-            host: host.map(String::from),
-            pid,
-            fact,
-        }
+        Event::Fact { lib, host: host.map(String::from), pid, fact }
     }
 }

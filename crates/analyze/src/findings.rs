@@ -53,10 +53,7 @@ pub struct View<'a> {
 }
 
 fn is_host_mem(m: Option<MemKind>) -> bool {
-    matches!(
-        m,
-        Some(MemKind::HostAnon | MemKind::HostStack | MemKind::Hugepage | MemKind::FileWritable)
-    )
+    matches!(m, Some(MemKind::HostAnon | MemKind::HostStack | MemKind::Hugepage | MemKind::FileWritable))
 }
 fn unknown_mem(m: Option<MemKind>) -> bool {
     matches!(m, None | Some(MemKind::Unknown))
@@ -72,33 +69,16 @@ impl<'a> View<'a> {
         fails.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(b.0)));
         oks.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(b.0)));
         let mccl = c.hosts.values().any(|h| h.libs.contains(&Lib::Mccl));
-        View {
-            c,
-            fails,
-            oks,
-            runs: c.resolved_runs(),
-            prefix: if mccl { "MCCL" } else { "NCCL" },
-        }
+        View { c, fails, oks, runs: c.resolved_runs(), prefix: if mccl { "MCCL" } else { "NCCL" } }
     }
     fn flag(&self, f: Flag) -> Option<&'a Evid> {
-        self.c
-            .hosts
-            .values()
-            .find_map(|h| h.flags.get(&f).map(|x| &x.1))
+        self.c.hosts.values().find_map(|h| h.flags.get(&f).map(|x| &x.1))
     }
     fn fail_where(&self, p: impl Fn(&GroupKey, &Group) -> bool) -> Vec<G<'a>> {
-        self.fails
-            .iter()
-            .copied()
-            .filter(|(k, g)| p(k, g))
-            .collect()
+        self.fails.iter().copied().filter(|(k, g)| p(k, g)).collect()
     }
     fn ok_where(&self, p: impl Fn(&GroupKey) -> bool) -> u64 {
-        self.oks
-            .iter()
-            .filter(|(k, _)| p(k))
-            .map(|g| g.1.count)
-            .sum()
+        self.oks.iter().filter(|(k, _)| p(k)).map(|g| g.1.count).sum()
     }
     fn fail_hosts(&self) -> BTreeSet<&'a str> {
         self.fails.iter().map(|g| g.0.host.as_str()).collect()
@@ -106,18 +86,8 @@ impl<'a> View<'a> {
     /// Hosts that registered fine and never failed.
     fn good_hosts(&self) -> BTreeSet<&'a str> {
         let f = self.fail_hosts();
-        let done = self
-            .c
-            .runs
-            .values()
-            .filter(|r| View::completed(r))
-            .filter_map(|r| r.host.as_deref());
-        self.oks
-            .iter()
-            .map(|g| g.0.host.as_str())
-            .chain(done)
-            .filter(|h| !h.is_empty() && !f.contains(h))
-            .collect()
+        let done = self.c.runs.values().filter(|r| View::completed(r)).filter_map(|r| r.host.as_deref());
+        self.oks.iter().map(|g| g.0.host.as_str()).chain(done).filter(|h| !h.is_empty() && !f.contains(h)).collect()
     }
     fn errno_count(&self, e: i32) -> u64 {
         sum(&self.fail_where(|k, _| k.errno == Some(e)))
@@ -132,20 +102,13 @@ impl<'a> View<'a> {
     }
     fn memlock_evid(&self, host: &str) -> Option<Evid> {
         let hf = self.c.hosts.get(host)?;
-        hf.memlock
-            .iter()
-            .find(|(k, _)| k.is_some())
-            .or_else(|| hf.memlock.iter().next())
-            .map(|(_, e)| e.clone())
+        hf.memlock.iter().find(|(k, _)| k.is_some()).or_else(|| hf.memlock.iter().next()).map(|(_, e)| e.clone())
     }
     fn gdr_context(&self) -> bool {
         self.flag(Flag::GdrOn).is_some()
             || self.flag(Flag::GpuContext).is_some()
             || self.runs.iter().any(|r| r.gdr == Some(true))
-            || self
-                .fails
-                .iter()
-                .any(|g| matches!(g.0.lib, Lib::Mccl | Lib::Rccl))
+            || self.fails.iter().any(|g| matches!(g.0.lib, Lib::Mccl | Lib::Rccl))
     }
     fn completed(r: &Run) -> bool {
         r.failed == 0 && (r.done || r.ok_regs > 0)
@@ -164,15 +127,7 @@ struct Cand<'a> {
 
 impl<'a> Cand<'a> {
     fn new(cat: &'static str) -> Self {
-        Cand {
-            cat,
-            score: 0.0,
-            groups: vec![],
-            facts: vec![],
-            why: vec![],
-            fixes: vec![],
-            retry: None,
-        }
+        Cand { cat, score: 0.0, groups: vec![], facts: vec![], why: vec![], fixes: vec![], retry: None }
     }
     fn add(&mut self, w: f64, why: impl Into<String>, e: Option<&Evid>) {
         self.score += w;
@@ -205,10 +160,7 @@ fn describe_errnos(gs: &[G]) -> String {
     if v.is_empty() {
         return "an unreported errno".into();
     }
-    v.iter()
-        .map(|(e, _)| format!("{} ({})", errno::name(*e), errno::text(*e)))
-        .collect::<Vec<_>>()
-        .join(", ")
+    v.iter().map(|(e, _)| format!("{} ({})", errno::name(*e), errno::text(*e))).collect::<Vec<_>>().join(", ")
 }
 
 fn calls_of(gs: &[G]) -> Vec<String> {
@@ -256,11 +208,7 @@ fn gpu_peer_memory<'a>(v: &View<'a>) -> Cand<'a> {
     let ok_host = v.ok_where(|k| is_host_mem(k.mem));
     let ok_dev = v.ok_where(|k| k.mem == Some(MemKind::Device));
     let gdr = v.gdr_context();
-    let gdr_off_ok = v
-        .runs
-        .iter()
-        .filter(|r| r.gdr == Some(false) && View::completed(r))
-        .count();
+    let gdr_off_ok = v.runs.iter().filter(|r| r.gdr == Some(false) && View::completed(r)).count();
     if !device.is_empty() {
         c.add(
             3.0,
@@ -277,9 +225,7 @@ fn gpu_peer_memory<'a>(v: &View<'a>) -> Cand<'a> {
         }
         if ok_dev > 0 {
             c.score -= 1.0;
-            c.why.push(format!(
-                "Note: {ok_dev} device-memory registration(s) did succeed."
-            ));
+            c.why.push(format!("Note: {ok_dev} device-memory registration(s) did succeed."));
         }
     } else if gdr && !unknown.is_empty() {
         let enomem = errnos_of(&unknown).first().map(|x| x.0) == Some(ENOMEM);
@@ -292,16 +238,21 @@ fn gpu_peer_memory<'a>(v: &View<'a>) -> Cand<'a> {
         c.add(
             2.0,
             "A run with GPUDirect RDMA off completed: registering GPU memory is what fails.",
-            v.runs
-                .iter()
-                .find(|r| r.gdr == Some(false) && View::completed(r))
-                .and_then(|r| r.evid.as_ref()),
+            v.runs.iter().find(|r| r.gdr == Some(false) && View::completed(r)).and_then(|r| r.evid.as_ref()),
         );
     } else if let Some(e) = v.flag(Flag::GdrOffWorks) {
-        c.add(2.0, "With GDR off (buffers in system memory) the job works: registering GPU memory is what fails.", Some(e));
+        c.add(
+            2.0,
+            "With GDR off (buffers in system memory) the job works: registering GPU memory is what fails.",
+            Some(e),
+        );
     }
     if let Some(e) = v.flag(Flag::TcpWorks) {
-        c.add(0.5, format!("With {p}_IB_DISABLE=1 (TCP) it works: the network itself is fine, the RDMA registration is not."), Some(e));
+        c.add(
+            0.5,
+            format!("With {p}_IB_DISABLE=1 (TCP) it works: the network itself is fine, the RDMA registration is not."),
+            Some(e),
+        );
     }
     let calls: BTreeSet<&str> = c.groups.iter().map(|g| g.0.call.as_str()).collect();
     let both = calls.iter().any(|c| c.contains("iova")) && calls.contains("ibv_reg_mr");
@@ -316,7 +267,9 @@ fn gpu_peer_memory<'a>(v: &View<'a>) -> Cand<'a> {
             s.push_str("registrations without relaxed ordering fail too");
         }
         if ro_still.is_some() {
-            s.push_str(&format!(", and {p}_IB_PCI_RELAXED_ORDERING=0 only moved the failure from one entry point to the other"));
+            s.push_str(&format!(
+                ", and {p}_IB_PCI_RELAXED_ORDERING=0 only moved the failure from one entry point to the other"
+            ));
         }
         s.push_str(" — the failure is independent of the access flags and follows the memory.");
         c.add(1.5, s, ro_still);
@@ -333,11 +286,21 @@ fn gpu_peer_memory<'a>(v: &View<'a>) -> Cand<'a> {
         c.add(0.5, "", None);
     }
     if let Some(e) = v.flag(Flag::UmemGetFail) {
-        c.add(0.5, "The kernel could not pin the pages (ib_umem_get failed): GPU pages need a peer-memory client or dmabuf.", Some(e));
+        c.add(
+            0.5,
+            "The kernel could not pin the pages (ib_umem_get failed): GPU pages need a peer-memory client or dmabuf.",
+            Some(e),
+        );
     }
     for (f, why) in [
-        (Flag::AcsOn, "ACS redirect is enabled on the PCIe path between NIC and GPU (known cause of GPUDirect hangs and errors)."),
-        (Flag::PcieError, "PCIe bus errors were reported when GPUDirect P2P was used — check ACS/IOMMU on the NIC-GPU path."),
+        (
+            Flag::AcsOn,
+            "ACS redirect is enabled on the PCIe path between NIC and GPU (known cause of GPUDirect hangs and errors).",
+        ),
+        (
+            Flag::PcieError,
+            "PCIe bus errors were reported when GPUDirect P2P was used — check ACS/IOMMU on the NIC-GPU path.",
+        ),
         (Flag::IommuFault, "IOMMU faults were logged: P2P DMA between NIC and GPU is being translated or blocked."),
         (Flag::IommuTranslated, "The IOMMU translates DMA (not passthrough): GPUDirect P2P often fails that way."),
     ] {
@@ -376,8 +339,7 @@ fn memlock_limit<'a>(v: &View<'a>) -> Cand<'a> {
     let candidates = v.fail_where(|k, g| {
         (g.over_memlock > 0 && memlock_errno(k.errno))
             || (memlock_errno(k.errno)
-                && (small.iter().any(|s| s.0 == k.host || s.0.is_empty())
-                    || v.memlock(&k.host).is_none()))
+                && (small.iter().any(|s| s.0 == k.host || s.0.is_empty()) || v.memlock(&k.host).is_none()))
     });
     if candidates.is_empty() {
         return c;
@@ -385,31 +347,30 @@ fn memlock_limit<'a>(v: &View<'a>) -> Cand<'a> {
     c.groups = candidates;
     if let Some(&(h, m)) = small.iter().min_by_key(|s| s.1) {
         let w = if m < 1 << 30 { 2.5 } else { 1.0 };
-        let on = if h.is_empty() {
-            String::new()
-        } else {
-            format!(" on {h}")
-        };
-        c.add(w, format!("The soft memlock limit{on} is {} (`ulimit -l`); RDMA pins every registered byte against it.", human_size(m)), v.memlock_evid(h).as_ref());
+        let on = if h.is_empty() { String::new() } else { format!(" on {h}") };
+        c.add(
+            w,
+            format!(
+                "The soft memlock limit{on} is {} (`ulimit -l`); RDMA pins every registered byte against it.",
+                human_size(m)
+            ),
+            v.memlock_evid(h).as_ref(),
+        );
     }
     let enomem = v.errno_count(ENOMEM);
     let total = sum(&v.fails);
     if enomem * 2 >= total {
-        c.add(1.0, "The failures are ENOMEM, which is what the kernel returns when the pinned-memory limit is hit.", None);
-    }
-    if v.errno_count(EPERM) > 0 && small.iter().any(|s| s.1 == 0) {
         c.add(
             1.0,
-            "EPERM with a memlock limit of 0: the process may not pin memory at all.",
+            "The failures are ENOMEM, which is what the kernel returns when the pinned-memory limit is hit.",
             None,
         );
     }
+    if v.errno_count(EPERM) > 0 && small.iter().any(|s| s.1 == 0) {
+        c.add(1.0, "EPERM with a memlock limit of 0: the process may not pin memory at all.", None);
+    }
     if let Some(e) = v.flag(Flag::LockedMemWarn) {
-        c.add(
-            1.5,
-            "Open MPI reported it could not allocate locked memory.",
-            Some(e),
-        );
+        c.add(1.5, "Open MPI reported it could not allocate locked memory.", Some(e));
     }
     if small.is_empty() && unlimited_hosts > 0 && over.is_empty() {
         c.score -= 3.0;
@@ -426,14 +387,7 @@ fn memlock_limit<'a>(v: &View<'a>) -> Cand<'a> {
         })
         .collect();
     if !small.is_empty() && !good_with_unlimited.is_empty() {
-        c.add(
-            1.0,
-            format!(
-                "{} registered fine with a larger limit.",
-                good_with_unlimited.join(", ")
-            ),
-            None,
-        );
+        c.add(1.0, format!("{} registered fine with a larger limit.", good_with_unlimited.join(", ")), None);
     }
     if c.groups.iter().any(|g| is_host_mem(g.0.mem)) {
         c.add(0.3, "", None);
@@ -454,26 +408,16 @@ fn resource_exhaustion<'a>(v: &View<'a>) -> Cand<'a> {
         c.add(3.0, "The mlx5 firmware refused to create more memory keys (CREATE_MKEY: limits exceeded): the NIC's MR/mkey resources are exhausted.", Some(e));
     }
     if let Some(e) = v.flag(Flag::KernelRegFail) {
-        c.add(
-            1.5,
-            "The NIC driver logged registration failures with ENOMEM in the kernel log.",
-            Some(e),
-        );
+        c.add(1.5, "The NIC driver logged registration failures with ENOMEM in the kernel log.", Some(e));
     }
     if let Some(e) = v.flag(Flag::RegLimitWarn) {
         c.add(1.5, "Open MPI warned that the driver only allows registering part of physical memory (MTT/mkey table too small).", Some(e));
     }
     let hosts = v.fail_hosts();
     let unlimited = !hosts.is_empty()
-        && hosts.iter().all(|h| {
-            v.memlock(h) == Some(None) || (v.memlock(h).is_none() && v.memlock("") == Some(None))
-        });
+        && hosts.iter().all(|h| v.memlock(h) == Some(None) || (v.memlock(h).is_none() && v.memlock("") == Some(None)));
     if unlimited && v.errno_count(ENOMEM) > 0 {
-        c.add(
-            1.5,
-            "ENOMEM although memlock is unlimited: something other than RLIMIT_MEMLOCK ran out.",
-            None,
-        );
+        c.add(1.5, "ENOMEM although memlock is unlimited: something other than RLIMIT_MEMLOCK ran out.", None);
     }
     for hf in v.c.hosts.values() {
         if let Some((n, e)) = &hf.max_map_count {
@@ -484,15 +428,15 @@ fn resource_exhaustion<'a>(v: &View<'a>) -> Cand<'a> {
         }
     }
     if v.errno_count(EAGAIN) > 0 {
-        c.add(
-            1.0,
-            "EAGAIN: the device is temporarily out of resources.",
-            None,
-        );
+        c.add(1.0, "EAGAIN: the device is temporarily out of resources.", None);
     }
     let ok_on_fail_hosts = v.ok_where(|k| hosts.contains(k.host.as_str()));
     if ok_on_fail_hosts > 10_000 {
-        c.add(0.5, format!("{ok_on_fail_hosts} registrations succeeded on the same host(s) before the failures."), None);
+        c.add(
+            0.5,
+            format!("{ok_on_fail_hosts} registrations succeeded on the same host(s) before the failures."),
+            None,
+        );
     }
     c.fixes = fixes::resource();
     c.retry = Some("bounce");
@@ -503,25 +447,36 @@ fn relaxed_ordering<'a>(v: &View<'a>) -> Cand<'a> {
     let mut c = Cand::new("relaxed-ordering");
     let p = v.prefix;
     let ro_fail = v.fail_where(|k, _| k.relaxed == Some(true));
-    let noro_fail =
-        v.fail_where(|k, _| k.relaxed == Some(false) || (k.lib.is_ccl() && k.call == "ibv_reg_mr"));
+    let noro_fail = v.fail_where(|k, _| k.relaxed == Some(false) || (k.lib.is_ccl() && k.call == "ibv_reg_mr"));
     let noro_ok = v.ok_where(|k| k.relaxed == Some(false));
     if !ro_fail.is_empty() && noro_fail.is_empty() && noro_ok > 0 {
-        c.add(3.5, format!("{} registration(s) with IBV_ACCESS_RELAXED_ORDERING failed while {noro_ok} without it succeeded.", sum(&ro_fail)), None);
+        c.add(
+            3.5,
+            format!(
+                "{} registration(s) with IBV_ACCESS_RELAXED_ORDERING failed while {noro_ok} without it succeeded.",
+                sum(&ro_fail)
+            ),
+            None,
+        );
         c.groups = ro_fail.clone();
     }
     let on_fail = v.runs.iter().find(|r| r.ro == Some(true) && r.failed > 0);
-    let off_ok = v
-        .runs
-        .iter()
-        .find(|r| r.ro == Some(false) && View::completed(r));
+    let off_ok = v.runs.iter().find(|r| r.ro == Some(false) && View::completed(r));
     if let (Some(a), Some(b)) = (on_fail, off_ok) {
-        c.add(3.0, format!("A run with relaxed ordering failed and a run with {p}_IB_PCI_RELAXED_ORDERING=0 completed."), b.evid.as_ref().or(a.evid.as_ref()));
+        c.add(
+            3.0,
+            format!("A run with relaxed ordering failed and a run with {p}_IB_PCI_RELAXED_ORDERING=0 completed."),
+            b.evid.as_ref().or(a.evid.as_ref()),
+        );
     }
     let iova_only = v.fail_where(|k, _| k.call.contains("iova"));
     if !iova_only.is_empty() && noro_fail.is_empty() {
         if let Some(e) = v.flag(Flag::RoAdvertised) {
-            c.add(1.0, "Only ibv_reg_mr_iova2 (the relaxed-ordering path) fails, and relaxed ordering is on ([RO]).", Some(e));
+            c.add(
+                1.0,
+                "Only ibv_reg_mr_iova2 (the relaxed-ordering path) fails, and relaxed ordering is on ([RO]).",
+                Some(e),
+            );
         }
         if c.groups.is_empty() {
             c.groups = iova_only;
@@ -555,8 +510,7 @@ const WRITE_BITS: u32 = 0x1 | 0x2 | 0x8;
 fn access_flags<'a>(v: &View<'a>) -> Cand<'a> {
     let mut c = Cand::new("access-flags");
     let ro = v.fail_where(|k, g| {
-        k.mem == Some(MemKind::FileReadonly)
-            && (g.access.is_empty() || g.access.iter().any(|a| a & WRITE_BITS != 0))
+        k.mem == Some(MemKind::FileReadonly) && (g.access.is_empty() || g.access.iter().any(|a| a & WRITE_BITS != 0))
     });
     if !ro.is_empty() {
         c.add(3.5, format!("{} registration(s) of a read-only file mapping asked for write access ({}); the kernel cannot pin read-only pages for writing.", sum(&ro), describe_errnos(&ro)), None);
@@ -564,7 +518,11 @@ fn access_flags<'a>(v: &View<'a>) -> Cand<'a> {
     }
     let bad = v.fail_where(|_, g| g.access.iter().any(|a| a & 0xa != 0 && a & 0x1 == 0));
     if !bad.is_empty() {
-        c.add(3.0, "REMOTE_WRITE or REMOTE_ATOMIC was requested without LOCAL_WRITE, which verbs rejects with EINVAL.", None);
+        c.add(
+            3.0,
+            "REMOTE_WRITE or REMOTE_ATOMIC was requested without LOCAL_WRITE, which verbs rejects with EINVAL.",
+            None,
+        );
         c.groups.extend(bad.iter().copied());
     }
     c.fixes = fixes::access();
@@ -578,24 +536,24 @@ fn version_mismatch<'a>(v: &View<'a>) -> Cand<'a> {
         c.add(3.5, "libibverbs' provider does not support the kernel's uverbs ABI: user-space rdma-core and the kernel driver are from different releases.", Some(e));
     }
     if let Some(e) = v.flag(Flag::NoProvider) {
-        c.add(2.0, "libibverbs found no user-space provider for the device (missing or mismatched rdma-core providers).", Some(e));
+        c.add(
+            2.0,
+            "libibverbs found no user-space provider for the device (missing or mismatched rdma-core providers).",
+            Some(e),
+        );
     }
     if let Some(e) = v.flag(Flag::VersionMismatchProse) {
-        c.add(
-            1.5,
-            "The report says the kernel driver and the user-space RDMA libraries do not match.",
-            Some(e),
-        );
+        c.add(1.5, "The report says the kernel driver and the user-space RDMA libraries do not match.", Some(e));
     }
     if let Some(e) = v.flag(Flag::DriverLoadFail) {
-        c.add(0.3, "libibverbs could not load some provider drivers (often harmless, but check the one for your NIC).", Some(e));
-    }
-    if let Some(e) = v.flag(Flag::DmabufUnsupported) {
         c.add(
-            0.5,
-            "ibv_reg_dmabuf_mr is not supported: the driver/rdma-core is too old for dmabuf.",
+            0.3,
+            "libibverbs could not load some provider drivers (often harmless, but check the one for your NIC).",
             Some(e),
         );
+    }
+    if let Some(e) = v.flag(Flag::DmabufUnsupported) {
+        c.add(0.5, "ibv_reg_dmabuf_mr is not supported: the driver/rdma-core is too old for dmabuf.", Some(e));
     }
     // versions that differ between a failing and a working host
     let fails = v.fail_hosts();
@@ -608,15 +566,7 @@ fn version_mismatch<'a>(v: &View<'a>) -> Cand<'a> {
             for (name, va) in &a.versions {
                 if let Some(vb) = b.versions.get(name) {
                     if va != vb {
-                        c.add(
-                            2.0,
-                            format!(
-                                "{name} differs: {f} has {}, {g} has {}.",
-                                join(va),
-                                join(vb)
-                            ),
-                            None,
-                        );
+                        c.add(2.0, format!("{name} differs: {f} has {}, {g} has {}.", join(va), join(vb)), None);
                     }
                 }
             }
@@ -637,19 +587,19 @@ fn address_invalid<'a>(v: &View<'a>) -> Cand<'a> {
     let mut c = Cand::new("address-invalid");
     let unm = v.fail_where(|k, _| k.mem == Some(MemKind::Unmapped));
     if !unm.is_empty() {
-        c.add(
-            3.5,
-            format!(
-                "{} registration(s) of an address that is not mapped in the process.",
-                sum(&unm)
-            ),
-            None,
-        );
+        c.add(3.5, format!("{} registration(s) of an address that is not mapped in the process.", sum(&unm)), None);
         c.groups.extend(unm.iter().copied());
     }
     let host_efault = v.fail_where(|k, _| k.errno == Some(EFAULT) && is_host_mem(k.mem));
     if !host_efault.is_empty() {
-        c.add(2.5, format!("{} registration(s) of host memory failed with EFAULT (Bad address): the range is not fully mapped.", sum(&host_efault)), None);
+        c.add(
+            2.5,
+            format!(
+                "{} registration(s) of host memory failed with EFAULT (Bad address): the range is not fully mapped.",
+                sum(&host_efault)
+            ),
+            None,
+        );
         c.groups.extend(host_efault.iter().copied());
     }
     let zero = v.fail_where(|_, g| g.zero_len_or_addr > 0);
@@ -660,14 +610,17 @@ fn address_invalid<'a>(v: &View<'a>) -> Cand<'a> {
     if c.groups.is_empty() && !v.gdr_context() {
         let unk = v.fail_where(|k, _| k.errno == Some(EFAULT) && unknown_mem(k.mem));
         if !unk.is_empty() {
-            c.add(1.0, format!("{} registration(s) failed with EFAULT (Bad address) and nothing points at GPU memory.", sum(&unk)), None);
+            c.add(
+                1.0,
+                format!(
+                    "{} registration(s) failed with EFAULT (Bad address) and nothing points at GPU memory.",
+                    sum(&unk)
+                ),
+                None,
+            );
             c.groups.extend(unk.iter().copied());
             if let Some(e) = v.flag(Flag::UmemGetFail) {
-                c.add(
-                    0.5,
-                    "The kernel could not pin the pages (ib_umem_get failed).",
-                    Some(e),
-                );
+                c.add(0.5, "The kernel could not pin the pages (ib_umem_get failed).", Some(e));
             }
         }
     }
@@ -681,15 +634,7 @@ fn permissions<'a>(v: &View<'a>) -> Cand<'a> {
     let gs = v.fail_where(|k, _| matches!(k.errno, Some(EPERM) | Some(EACCES)));
     let zero_memlock = v.c.hosts.values().any(|h| h.memlock.contains_key(&Some(0)));
     if !gs.is_empty() && !zero_memlock {
-        c.add(
-            2.0,
-            format!(
-                "{} registration(s) were refused with {}.",
-                sum(&gs),
-                describe_errnos(&gs)
-            ),
-            None,
-        );
+        c.add(2.0, format!("{} registration(s) were refused with {}.", sum(&gs), describe_errnos(&gs)), None);
         c.groups = gs;
     }
     if let Some(e) = v.flag(Flag::DevPermission) {
@@ -697,11 +642,7 @@ fn permissions<'a>(v: &View<'a>) -> Cand<'a> {
     }
     if let (Some(e), Some(_)) = (v.flag(Flag::NoIpcLock), v.flag(Flag::Container)) {
         if c.score > 0.0 {
-            c.add(
-                1.0,
-                "The job runs in a container without CAP_IPC_LOCK.",
-                Some(e),
-            );
+            c.add(1.0, "The job runs in a container without CAP_IPC_LOCK.", Some(e));
         }
     }
     c.fixes = fixes::permissions();
@@ -712,10 +653,7 @@ fn permissions<'a>(v: &View<'a>) -> Cand<'a> {
 /// explains end up in `unknown`.
 pub fn findings(col: &Collector) -> Vec<Finding> {
     let v = View::new(col);
-    if v.fails.is_empty()
-        && v.flag(Flag::AbiMismatch).is_none()
-        && v.flag(Flag::NoProvider).is_none()
-    {
+    if v.fails.is_empty() && v.flag(Flag::AbiMismatch).is_none() && v.flag(Flag::NoProvider).is_none() {
         return vec![];
     }
     let mut cands = vec![
@@ -731,30 +669,13 @@ pub fn findings(col: &Collector) -> Vec<Finding> {
     ];
     if std::env::var_os("MRSHIM_ANALYZE_DEBUG").is_some() {
         for c in &cands {
-            eprintln!(
-                "[debug] {} score {:.2}: {}",
-                c.cat,
-                c.score,
-                c.why.join(" | ")
-            );
+            eprintln!("[debug] {} score {:.2}: {}", c.cat, c.score, c.why.join(" | "));
         }
     }
     cands.retain(|c| c.score >= 1.5);
-    cands.sort_by(|a, b| {
-        b.score
-            .partial_cmp(&a.score)
-            .unwrap_or(std::cmp::Ordering::Equal)
-    });
-    let explained: BTreeSet<&GroupKey> = cands
-        .iter()
-        .flat_map(|c| c.groups.iter().map(|g| g.0))
-        .collect();
-    let rest: Vec<G> = v
-        .fails
-        .iter()
-        .copied()
-        .filter(|g| !explained.contains(g.0))
-        .collect();
+    cands.sort_by(|a, b| b.score.partial_cmp(&a.score).unwrap_or(std::cmp::Ordering::Equal));
+    let explained: BTreeSet<&GroupKey> = cands.iter().flat_map(|c| c.groups.iter().map(|g| g.0)).collect();
+    let rest: Vec<G> = v.fails.iter().copied().filter(|g| !explained.contains(g.0)).collect();
     if !rest.is_empty() {
         let mut u = Cand::new("unknown");
         u.score = 0.5;
@@ -783,11 +704,7 @@ fn finish(v: &View, c: Cand) -> Finding {
         count += g.count;
     }
     for (_, g) in c.groups.iter().take(6) {
-        for e in g
-            .evidence
-            .iter()
-            .take(if c.groups.len() > 2 { 1 } else { 2 })
-        {
+        for e in g.evidence.iter().take(if c.groups.len() > 2 { 1 } else { 2 }) {
             let e = v.c.path_of(e);
             if !evidence.contains(&e) {
                 evidence.push(e);
@@ -808,37 +725,17 @@ fn finish(v: &View, c: Cand) -> Finding {
         let gl: Vec<&str> = good.iter().copied().collect();
         why.push(format!("Only {} fail(s); {} registered without errors — compare the two (`mrshim doctor` on each, then `mrshim doctor --compare`).", hl.join(", "), gl.join(", ")));
     }
-    let mems: BTreeSet<&str> = c
-        .groups
-        .iter()
-        .map(|g| mem_name(g.0.mem))
-        .filter(|m| *m != "unknown")
-        .collect();
+    let mems: BTreeSet<&str> = c.groups.iter().map(|g| mem_name(g.0.mem)).filter(|m| *m != "unknown").collect();
     if !mems.is_empty() {
-        why.push(format!(
-            "Memory kind(s) involved: {}.",
-            mems.into_iter().collect::<Vec<_>>().join(", ")
-        ));
+        why.push(format!("Memory kind(s) involved: {}.", mems.into_iter().collect::<Vec<_>>().join(", ")));
     }
     let injected: u64 = c.groups.iter().map(|g| g.1.injected).sum();
     if injected > 0 {
-        why.push(format!(
-            "{injected} of these failures were injected with MRSHIM_INJECT."
-        ));
+        why.push(format!("{injected} of these failures were injected with MRSHIM_INJECT."));
     }
-    let rescued: u64 =
-        v.c.retries
-            .iter()
-            .filter(|((_, ok), _)| *ok)
-            .map(|(_, n)| n)
-            .sum();
+    let rescued: u64 = v.c.retries.iter().filter(|((_, ok), _)| *ok).map(|(_, n)| n).sum();
     if rescued > 0 && c.cat != "unknown" {
-        let strategies: BTreeSet<&str> =
-            v.c.retries
-                .keys()
-                .filter(|(_, ok)| *ok)
-                .map(|(s, _)| s.as_str())
-                .collect();
+        let strategies: BTreeSet<&str> = v.c.retries.keys().filter(|(_, ok)| *ok).map(|(s, _)| s.as_str()).collect();
         why.push(format!(
             "mrshim rescued {rescued} call(s) with retry strategy {}.",
             strategies.into_iter().collect::<Vec<_>>().join(", ")
@@ -846,7 +743,9 @@ fn finish(v: &View, c: Cand) -> Finding {
     }
     let mut fixes = c.fixes.clone();
     if let Some(r) = c.retry {
-        fixes.push(format!("keep the job running under mrshim: MRSHIM_RETRY={r} (or MRSHIM_RETRY=auto) with `mrshim exec`"));
+        fixes.push(format!(
+            "keep the job running under mrshim: MRSHIM_RETRY={r} (or MRSHIM_RETRY=auto) with `mrshim exec`"
+        ));
     }
     let errs = errnos_of(&c.groups);
     let calls = calls_of(&c.groups);

@@ -8,11 +8,7 @@ pub fn block(target: usize) -> Vec<u8> {
     let mut i: u64 = 0;
     while out.len() < target {
         i += 1;
-        let host = if i.is_multiple_of(2) {
-            "gpu-a"
-        } else {
-            "gpu-b"
-        };
+        let host = if i.is_multiple_of(2) { "gpu-a" } else { "gpu-b" };
         let rank = i % 16;
         let pid = 4000 + rank;
         let line = match i % 10 {
@@ -50,11 +46,7 @@ pub struct Repeat {
 
 impl Repeat {
     pub fn new(block: Vec<u8>, total: u64) -> Repeat {
-        Repeat {
-            block,
-            pos: 0,
-            left: total,
-        }
+        Repeat { block, pos: 0, left: total }
     }
 }
 
@@ -66,10 +58,7 @@ impl Read for Repeat {
         if self.pos == self.block.len() {
             self.pos = 0;
         }
-        let n = buf
-            .len()
-            .min(self.block.len() - self.pos)
-            .min(self.left as usize);
+        let n = buf.len().min(self.block.len() - self.pos).min(self.left as usize);
         buf[..n].copy_from_slice(&self.block[self.pos..self.pos + n]);
         self.pos += n;
         self.left -= n as u64;

@@ -67,10 +67,7 @@ pub fn open(src: &Source) -> io::Result<Box<dyn BufRead>> {
     let mut br = BufReader::with_capacity(256 << 10, raw);
     let head = br.fill_buf()?;
     if head.len() >= 2 && head[0] == 0x1f && head[1] == 0x8b {
-        Ok(Box::new(BufReader::with_capacity(
-            256 << 10,
-            flate2::bufread::MultiGzDecoder::new(br),
-        )))
+        Ok(Box::new(BufReader::with_capacity(256 << 10, flate2::bufread::MultiGzDecoder::new(br))))
     } else {
         Ok(Box::new(br))
     }
@@ -89,13 +86,7 @@ pub struct Lines<R> {
 
 impl<R: BufRead> Lines<R> {
     pub fn new(inner: R) -> Self {
-        Lines {
-            inner,
-            buf: Vec::with_capacity(4096),
-            pending: 0,
-            truncated: 0,
-            bytes: 0,
-        }
+        Lines { inner, buf: Vec::with_capacity(4096), pending: 0, truncated: 0, bytes: 0 }
     }
 
     /// The next line, or `None` at the end. An I/O error mid-stream (e.g. truncated gzip) is returned.

@@ -27,20 +27,10 @@ pub struct Analysis {
 
 impl Analysis {
     pub fn failed(&self) -> u64 {
-        self.col
-            .groups
-            .iter()
-            .filter(|g| !g.0.ok)
-            .map(|g| g.1.count)
-            .sum()
+        self.col.groups.iter().filter(|g| !g.0.ok).map(|g| g.1.count).sum()
     }
     pub fn ok(&self) -> u64 {
-        self.col
-            .groups
-            .iter()
-            .filter(|g| g.0.ok)
-            .map(|g| g.1.count)
-            .sum()
+        self.col.groups.iter().filter(|g| g.0.ok).map(|g| g.1.count).sum()
     }
 }
 
@@ -49,12 +39,8 @@ pub fn analyze(paths: &[String]) -> Analysis {
     let mut col = Collector::default();
     let mut notes = Vec::new();
     let sources = input::expand(paths, &mut notes);
-    let mut unreadable = paths.len().saturating_sub(
-        paths
-            .iter()
-            .filter(|p| *p == "-" || std::path::Path::new(p).exists())
-            .count(),
-    );
+    let mut unreadable =
+        paths.len().saturating_sub(paths.iter().filter(|p| *p == "-" || std::path::Path::new(p).exists()).count());
     for n in notes {
         col.note(n);
     }
@@ -66,17 +52,10 @@ pub fn analyze(paths: &[String]) -> Analysis {
     }
     col.finish();
     if parser.shim.malformed > 0 {
-        col.note(format!(
-            "skipped {} malformed shim record(s)",
-            parser.shim.malformed
-        ));
+        col.note(format!("skipped {} malformed shim record(s)", parser.shim.malformed));
     }
     let findings = findings::findings(&col);
-    Analysis {
-        col,
-        findings,
-        unreadable,
-    }
+    Analysis { col, findings, unreadable }
 }
 
 /// Analyzes already-open streams (benchmarks, embedding); names are used in evidence.
@@ -88,11 +67,7 @@ pub fn analyze_readers(inputs: Vec<(String, Box<dyn std::io::BufRead>)>) -> Anal
     }
     col.finish();
     let findings = findings::findings(&col);
-    Analysis {
-        col,
-        findings,
-        unreadable: 0,
-    }
+    Analysis { col, findings, unreadable: 0 }
 }
 
 /// Reads one source into the collector; false if it could not be opened.
@@ -104,27 +79,15 @@ fn read_source(src: &Source, parser: &mut parse::Parser, col: &mut Collector) ->
         }
         Err(e) => {
             col.note(format!("{}: skipped: {e}", src.name()));
-            col.files.push(FileStat {
-                path: src.name(),
-                error: Some(e.to_string()),
-                ..Default::default()
-            });
+            col.files.push(FileStat { path: src.name(), error: Some(e.to_string()), ..Default::default() });
             false
         }
     }
 }
 
-fn read_stream(
-    name: &str,
-    mut r: Box<dyn std::io::BufRead>,
-    parser: &mut parse::Parser,
-    col: &mut Collector,
-) {
+fn read_stream(name: &str, mut r: Box<dyn std::io::BufRead>, parser: &mut parse::Parser, col: &mut Collector) {
     let idx = col.files.len();
-    col.files.push(FileStat {
-        path: name.to_string(),
-        ..Default::default()
-    });
+    col.files.push(FileStat { path: name.to_string(), ..Default::default() });
     if doctor::looks_like_report(&mut r) {
         doctor::ingest(r, idx, col);
         return;
@@ -158,9 +121,7 @@ fn read_stream(
             }
             Ok(None) => break,
             Err(e) => {
-                col.note(format!(
-                    "{name}: read error after line {n} ({e}); the rest of it was skipped"
-                ));
+                col.note(format!("{name}: read error after line {n} ({e}); the rest of it was skipped"));
                 break;
             }
         }
@@ -170,21 +131,13 @@ fn read_stream(
         col.add(e, idx, n, "");
     }
     if binary > 0 {
-        col.note(format!(
-            "{name}: skipped {binary} binary line(s) (NUL bytes)"
-        ));
+        col.note(format!("{name}: skipped {binary} binary line(s) (NUL bytes)"));
     }
     if lines.truncated > 0 {
-        col.note(format!(
-            "{name}: {} line(s) longer than {} MiB were cut",
-            lines.truncated,
-            input::MAX_LINE >> 20
-        ));
+        col.note(format!("{name}: {} line(s) longer than {} MiB were cut", lines.truncated, input::MAX_LINE >> 20));
     }
     if lossy > 0 {
-        col.note(format!(
-            "{name}: {lossy} line(s) were not valid UTF-8 (read with replacement characters)"
-        ));
+        col.note(format!("{name}: {lossy} line(s) were not valid UTF-8 (read with replacement characters)"));
     }
     if n == 0 {
         col.note(format!("{name}: empty"));
@@ -205,9 +158,9 @@ fn read_stream(
 pub fn fuzz_one(data: &[u8]) {
     let mut r: Box<dyn std::io::BufRead> = Box::new(std::io::Cursor::new(data.to_vec()));
     if data.starts_with(&[0x1f, 0x8b]) {
-        r = Box::new(std::io::BufReader::new(
-            flate2::bufread::MultiGzDecoder::new(std::io::Cursor::new(data.to_vec())),
-        ));
+        r = Box::new(std::io::BufReader::new(flate2::bufread::MultiGzDecoder::new(std::io::Cursor::new(
+            data.to_vec(),
+        ))));
     }
     let a = analyze_readers(vec![("fuzz".into(), r)]);
     let _ = render::human::render(&a, true);

@@ -29,10 +29,7 @@ impl Rng {
 #[test]
 fn mutated_fixtures_never_panic() {
     let mut corpus = Vec::new();
-    files(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/logs"),
-        &mut corpus,
-    );
+    files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/logs"), &mut corpus);
     assert!(!corpus.is_empty());
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     for round in 0..600 {

@@ -29,18 +29,9 @@ pub fn run_all(fs: &Fs) -> Report {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "unknown".into());
     let limits = memlock(fs);
-    let memlock_finite = limits
-        .raw
-        .get("soft")
-        .map(|v| !v.is_null())
-        .unwrap_or(false);
+    let memlock_finite = limits.raw.get("soft").map(|v| !v.is_null()).unwrap_or(false);
     let rdma = rdma_devices(fs);
-    let has_rdma = rdma
-        .raw
-        .get("devices")
-        .and_then(|d| d.as_array())
-        .map(|a| !a.is_empty())
-        .unwrap_or(false);
+    let has_rdma = rdma.raw.get("devices").and_then(|d| d.as_array()).map(|a| !a.is_empty()).unwrap_or(false);
     let container = container(fs, memlock_finite);
     let checks = vec![
         limits,
@@ -59,11 +50,7 @@ pub fn run_all(fs: &Fs) -> Report {
     Report {
         mrshim_doctor: SCHEMA_VERSION,
         host,
-        root: if fs.is_real_root() {
-            None
-        } else {
-            Some(fs.path("/").display().to_string())
-        },
+        root: if fs.is_real_root() { None } else { Some(fs.path("/").display().to_string()) },
         checks,
     }
 }
@@ -91,13 +78,11 @@ fn memlock(fs: &Fs) -> Check {
         );
     };
     let line = text.lines().find(|l| l.starts_with("Max locked memory"));
-    let parts: Vec<&str> = line
-        .map(|l| l["Max locked memory".len()..].split_whitespace().collect())
-        .unwrap_or_default();
-    let (Some(soft), Some(hard)) = (
-        parts.first().and_then(|s| parse_limit(s)),
-        parts.get(1).and_then(|s| parse_limit(s)),
-    ) else {
+    let parts: Vec<&str> =
+        line.map(|l| l["Max locked memory".len()..].split_whitespace().collect()).unwrap_or_default();
+    let (Some(soft), Some(hard)) =
+        (parts.first().and_then(|s| parse_limit(s)), parts.get(1).and_then(|s| parse_limit(s)))
+    else {
         return check(
             "memlock",
             "locked memory limit (ulimit -l)",
@@ -116,8 +101,7 @@ fn memlock(fs: &Fs) -> Check {
         status,
         format!("soft {} / hard {}", show_limit(soft), show_limit(hard)),
     );
-    c.details
-        .push("from /proc/self/limits (what this process inherited)".into());
+    c.details.push("from /proc/self/limits (what this process inherited)".into());
     if status != Status::Ok {
         c.fix = Some(MEMLOCK_FIX.into());
     }
@@ -128,34 +112,17 @@ fn memlock(fs: &Fs) -> Check {
 fn cap_ipc_lock(fs: &Fs, memlock_finite: bool) -> Check {
     let eff = fs
         .read("/proc/self/status")
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("CapEff:"))
-                .map(|l| l[7..].trim().to_string())
-        })
+        .and_then(|s| s.lines().find(|l| l.starts_with("CapEff:")).map(|l| l[7..].trim().to_string()))
         .and_then(|h| u64::from_str_radix(&h, 16).ok());
     match eff {
-        None => check(
-            "cap_ipc_lock",
-            "CAP_IPC_LOCK",
-            Status::Warn,
-            "unknown: no CapEff in /proc/self/status",
-        ),
+        None => check("cap_ipc_lock", "CAP_IPC_LOCK", Status::Warn, "unknown: no CapEff in /proc/self/status"),
         Some(caps) => {
             let has = caps & (1 << 14) != 0;
-            let status = if has || !memlock_finite {
-                Status::Ok
-            } else {
-                Status::Warn
-            };
-            let mut c = check(
-                "cap_ipc_lock",
-                "CAP_IPC_LOCK",
-                status,
-                if has { "present" } else { "absent" },
-            );
+            let status = if has || !memlock_finite { Status::Ok } else { Status::Warn };
+            let mut c = check("cap_ipc_lock", "CAP_IPC_LOCK", status, if has { "present" } else { "absent" });
             if !has && memlock_finite {
-                c.details.push("without CAP_IPC_LOCK every registration counts against the finite memlock limit".into());
+                c.details
+                    .push("without CAP_IPC_LOCK every registration counts against the finite memlock limit".into());
                 c.fix = Some("grant IPC_LOCK (docker --cap-add IPC_LOCK, Kubernetes securityContext.capabilities.add [IPC_LOCK]) or make memlock unlimited".into());
             }
             c.raw = json!({"present": has});
@@ -165,25 +132,14 @@ fn cap_ipc_lock(fs: &Fs, memlock_finite: bool) -> Check {
 }
 
 fn max_map_count(fs: &Fs) -> Check {
-    match fs
-        .read_trim("/proc/sys/vm/max_map_count")
-        .and_then(|s| s.parse::<u64>().ok())
-    {
+    match fs.read_trim("/proc/sys/vm/max_map_count").and_then(|s| s.parse::<u64>().ok()) {
         None => check("max_map_count", "vm.max_map_count", Status::Warn, "unknown"),
         Some(n) => {
-            let status = if n < 262_144 {
-                Status::Warn
-            } else {
-                Status::Ok
-            };
+            let status = if n < 262_144 { Status::Warn } else { Status::Ok };
             let mut c = check("max_map_count", "vm.max_map_count", status, n.to_string());
             if status != Status::Ok {
-                c.details.push(
-                    "many registrations split VMAs; running out gives ENOMEM from ibv_reg_mr"
-                        .into(),
-                );
-                c.fix =
-                    Some("sysctl -w vm.max_map_count=1048576 (persist in /etc/sysctl.d/)".into());
+                c.details.push("many registrations split VMAs; running out gives ENOMEM from ibv_reg_mr".into());
+                c.fix = Some("sysctl -w vm.max_map_count=1048576 (persist in /etc/sysctl.d/)".into());
             }
             c.raw = json!({"value": n});
             c
@@ -193,39 +149,22 @@ fn max_map_count(fs: &Fs) -> Check {
 
 fn meminfo_field(text: &str, key: &str) -> Option<u64> {
     let l = text.lines().find(|l| l.starts_with(key))?;
-    l[key.len()..]
-        .trim_start_matches(':')
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
+    l[key.len()..].trim_start_matches(':').split_whitespace().next()?.parse().ok()
 }
 
 fn hugepages(fs: &Fs) -> Check {
     let Some(m) = fs.read("/proc/meminfo") else {
-        return check(
-            "hugepages",
-            "hugepages",
-            Status::Warn,
-            "unknown: /proc/meminfo unreadable",
-        );
+        return check("hugepages", "hugepages", Status::Warn, "unknown: /proc/meminfo unreadable");
     };
     let total = meminfo_field(&m, "HugePages_Total").unwrap_or(0);
     let free = meminfo_field(&m, "HugePages_Free").unwrap_or(0);
     let size_kb = meminfo_field(&m, "Hugepagesize").unwrap_or(0);
-    let status = if total > 0 && free == 0 {
-        Status::Warn
-    } else {
-        Status::Ok
-    };
+    let status = if total > 0 && free == 0 { Status::Warn } else { Status::Ok };
     let mut c = check(
         "hugepages",
         "hugepages",
         status,
-        format!(
-            "{total} x {} reserved, {free} free",
-            human_bytes(size_kb * 1024)
-        ),
+        format!("{total} x {} reserved, {free} free", human_bytes(size_kb * 1024)),
     );
     if status == Status::Warn {
         c.fix = Some("all reserved hugepages are in use: raise vm.nr_hugepages or stop allocating communication buffers from hugetlbfs".into());
@@ -268,18 +207,12 @@ fn rdma_devices(fs: &Fs) -> Check {
     let mut raw = Vec::new();
     for d in &devs {
         let base = format!("/sys/class/infiniband/{d}");
-        let fw = fs
-            .read_trim(&format!("{base}/fw_ver"))
-            .unwrap_or_else(|| "?".into());
+        let fw = fs.read_trim(&format!("{base}/fw_ver")).unwrap_or_else(|| "?".into());
         let mut ports = Vec::new();
         for p in fs.list(&format!("{base}/ports")) {
             let pb = format!("{base}/ports/{p}");
-            let state = fs
-                .read_trim(&format!("{pb}/state"))
-                .unwrap_or_else(|| "?".into());
-            let ll = fs
-                .read_trim(&format!("{pb}/link_layer"))
-                .unwrap_or_else(|| "?".into());
+            let state = fs.read_trim(&format!("{pb}/state")).unwrap_or_else(|| "?".into());
+            let ll = fs.read_trim(&format!("{pb}/link_layer")).unwrap_or_else(|| "?".into());
             let gid0 = fs.read_trim(&format!("{pb}/gids/0")).unwrap_or_default();
             let ngids = fs
                 .list(&format!("{pb}/gids"))
@@ -293,24 +226,17 @@ fn rdma_devices(fs: &Fs) -> Check {
             if !state.contains("ACTIVE") {
                 status = status.max(Status::Warn);
             }
-            details.push(format!(
-                "{d} port {p}: {state}, {ll}, fw {fw}, {ngids} GIDs"
-            ));
-            ports.push(
-                json!({"port": p, "state": state, "link_layer": ll, "gid0": gid0, "gids": ngids}),
-            );
+            details.push(format!("{d} port {p}: {state}, {ll}, fw {fw}, {ngids} GIDs"));
+            ports.push(json!({"port": p, "state": state, "link_layer": ll, "gid0": gid0, "gids": ngids}));
         }
         raw.push(json!({"name": d, "fw_ver": fw, "ports": ports}));
     }
-    let mut c = check(
-        "rdma_devices",
-        "RDMA devices",
-        status,
-        format!("{} device(s): {}", devs.len(), devs.join(", ")),
-    );
+    let mut c = check("rdma_devices", "RDMA devices", status, format!("{} device(s): {}", devs.len(), devs.join(", ")));
     c.details = details;
     if status != Status::Ok {
-        c.fix = Some("a port is not ACTIVE: check the cable/switch, `ibstat`, and the subnet manager (IB) or link (RoCE)".into());
+        c.fix = Some(
+            "a port is not ACTIVE: check the cable/switch, `ibstat`, and the subnet manager (IB) or link (RoCE)".into(),
+        );
     }
     c.raw = json!({"devices": raw});
     c
@@ -318,11 +244,7 @@ fn rdma_devices(fs: &Fs) -> Check {
 
 fn modules(fs: &Fs) -> Vec<String> {
     fs.read("/proc/modules")
-        .map(|m| {
-            m.lines()
-                .filter_map(|l| l.split_whitespace().next().map(String::from))
-                .collect()
-        })
+        .map(|m| m.lines().filter_map(|l| l.split_whitespace().next().map(String::from)).collect())
         .unwrap_or_default()
 }
 
@@ -341,34 +263,18 @@ fn peer_memory(fs: &Fs, has_rdma: bool) -> Check {
     } else {
         ""
     };
-    let kernel = fs
-        .read_trim("/proc/sys/kernel/osrelease")
-        .unwrap_or_default();
+    let kernel = fs.read_trim("/proc/sys/kernel/osrelease").unwrap_or_default();
     let dmabuf_kernel = kernel_at_least(&kernel, 5, 12);
-    let loaded: Vec<&str> = [
-        "nvidia_peermem",
-        "nv_peer_mem",
-        "amdgpu",
-        "ib_uverbs",
-        "mlx5_ib",
-        "ib_core",
-    ]
-    .into_iter()
-    .filter(|m| has(m))
-    .collect();
+    let loaded: Vec<&str> = ["nvidia_peermem", "nv_peer_mem", "amdgpu", "ib_uverbs", "mlx5_ib", "ib_core"]
+        .into_iter()
+        .filter(|m| has(m))
+        .collect();
     let (status, value, fix) = if gpu.is_empty() {
-        (
-            Status::Ok,
-            "no GPU driver loaded: GPUDirect RDMA not in play".to_string(),
-            None,
-        )
+        (Status::Ok, "no GPU driver loaded: GPUDirect RDMA not in play".to_string(), None)
     } else if (nvidia && peermem) || (amd && amd_peer) {
         (
             Status::Ok,
-            format!(
-                "{gpu} with peer-memory client ({})",
-                if nvidia { "nvidia_peermem" } else { "amdkfd" }
-            ),
+            format!("{gpu} with peer-memory client ({})", if nvidia { "nvidia_peermem" } else { "amdkfd" }),
             None,
         )
     } else {
@@ -380,75 +286,44 @@ fn peer_memory(fs: &Fs, has_rdma: bool) -> Check {
             "install the amdgpu DKMS driver with peer-memory support (/sys/kernel/mm/memory_peers/amdkfd) or use dmabuf; \
              meanwhile NCCL_NET_GDR_LEVEL=LOC (RCCL) / MCCL_NET_GDR_LEVEL=LOC; MRSHIM_RETRY=va-to-dmabuf,bounce"
         };
-        (st, format!("{gpu} loaded but no peer-memory client: GPU memory cannot be registered by address"), Some(fix.to_string()))
+        (
+            st,
+            format!("{gpu} loaded but no peer-memory client: GPU memory cannot be registered by address"),
+            Some(fix.to_string()),
+        )
     };
     let mut c = check("peer_memory", "GPU peer memory / dmabuf", status, value);
-    c.details.push(format!(
-        "modules: {}",
-        if loaded.is_empty() {
-            "none of interest".into()
-        } else {
-            loaded.join(", ")
-        }
-    ));
-    c.details.push(format!(
-        "memory_peers: {}",
-        if peers.is_empty() {
-            "none".into()
-        } else {
-            peers.join(", ")
-        }
-    ));
-    c.details.push(format!(
-        "dmabuf registration (kernel >= 5.12): {}",
-        if dmabuf_kernel { "possible" } else { "no" }
-    ));
+    c.details
+        .push(format!("modules: {}", if loaded.is_empty() { "none of interest".into() } else { loaded.join(", ") }));
+    c.details.push(format!("memory_peers: {}", if peers.is_empty() { "none".into() } else { peers.join(", ") }));
+    c.details.push(format!("dmabuf registration (kernel >= 5.12): {}", if dmabuf_kernel { "possible" } else { "no" }));
     c.fix = fix;
     c.raw = json!({"gpu_driver": gpu, "peermem": peermem || amd_peer, "modules": loaded, "memory_peers": peers, "dmabuf_kernel": dmabuf_kernel});
     c
 }
 
 fn kernel_at_least(rel: &str, maj: u32, min: u32) -> bool {
-    let mut it = rel
-        .split(|c: char| !c.is_ascii_digit())
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse::<u32>().unwrap_or(0));
+    let mut it =
+        rel.split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty()).map(|s| s.parse::<u32>().unwrap_or(0));
     let (a, b) = (it.next().unwrap_or(0), it.next().unwrap_or(0));
     (a, b) >= (maj, min)
 }
 
 fn versions(fs: &Fs) -> Check {
-    let kernel = fs
-        .read_trim("/proc/sys/kernel/osrelease")
-        .unwrap_or_else(|| "?".into());
+    let kernel = fs.read_trim("/proc/sys/kernel/osrelease").unwrap_or_else(|| "?".into());
     let mut verbs = None;
-    for dir in [
-        "/usr/lib/x86_64-linux-gnu",
-        "/usr/lib/aarch64-linux-gnu",
-        "/usr/lib64",
-        "/usr/lib",
-    ] {
-        if let Some(f) = fs
-            .list(dir)
-            .into_iter()
-            .find(|f| f.starts_with("libibverbs.so.1."))
-        {
+    for dir in ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib"] {
+        if let Some(f) = fs.list(dir).into_iter().find(|f| f.starts_with("libibverbs.so.1.")) {
             verbs = Some(f["libibverbs.so.".len()..].to_string());
             break;
         }
     }
     // libibverbs.so.1.14.44.0 belongs to rdma-core 44
-    let rdma_core = verbs
-        .as_deref()
-        .and_then(|v| v.split('.').nth(2))
-        .map(String::from);
+    let rdma_core = verbs.as_deref().and_then(|v| v.split('.').nth(2)).map(String::from);
     let mlx5 = fs
         .read_trim("/sys/module/mlx5_core/version")
         .map(|v| format!("{v} (MLNX_OFED)"))
-        .or_else(|| {
-            fs.exists("/sys/module/mlx5_core")
-                .then(|| format!("inbox ({kernel})"))
-        });
+        .or_else(|| fs.exists("/sys/module/mlx5_core").then(|| format!("inbox ({kernel})")));
     let mut c = check(
         "versions",
         "kernel / rdma-core / mlx5 driver",
@@ -459,10 +334,8 @@ fn versions(fs: &Fs) -> Check {
             mlx5.as_deref().unwrap_or("not loaded")
         ),
     );
-    c.details
-        .push("compare these between nodes: `mrshim doctor --compare a.json b.json`".into());
-    c.raw =
-        json!({"kernel": kernel, "libibverbs": verbs, "rdma_core": rdma_core, "mlx5_core": mlx5});
+    c.details.push("compare these between nodes: `mrshim doctor --compare a.json b.json`".into());
+    c.raw = json!({"kernel": kernel, "libibverbs": verbs, "rdma_core": rdma_core, "mlx5_core": mlx5});
     c
 }
 
@@ -473,31 +346,20 @@ fn iommu(fs: &Fs) -> Check {
         .list("/sys/kernel/iommu_groups")
         .first()
         .and_then(|g| fs.read_trim(&format!("/sys/kernel/iommu_groups/{g}/type")));
-    let pt = cmdline
-        .split_whitespace()
-        .any(|w| w == "iommu=pt" || w == "amd_iommu=pt")
+    let pt = cmdline.split_whitespace().any(|w| w == "iommu=pt" || w == "amd_iommu=pt")
         || group_type.as_deref() == Some("identity");
-    let on_cmdline = cmdline
-        .split_whitespace()
-        .any(|w| w == "intel_iommu=on" || w == "amd_iommu=on");
+    let on_cmdline = cmdline.split_whitespace().any(|w| w == "intel_iommu=on" || w == "amd_iommu=on");
     let (status, mode) = if pt {
         (Status::Ok, "passthrough".to_string())
     } else if units.is_empty() && group_type.is_none() && !on_cmdline {
         (Status::Ok, "off".to_string())
     } else {
-        (
-            Status::Warn,
-            format!("translated ({})", group_type.as_deref().unwrap_or("DMA")),
-        )
+        (Status::Warn, format!("translated ({})", group_type.as_deref().unwrap_or("DMA")))
     };
     let mut c = check("iommu", "IOMMU mode", status, mode.clone());
-    let iommu_words: Vec<&str> = cmdline
-        .split_whitespace()
-        .filter(|w| w.contains("iommu"))
-        .collect();
+    let iommu_words: Vec<&str> = cmdline.split_whitespace().filter(|w| w.contains("iommu")).collect();
     if !iommu_words.is_empty() {
-        c.details
-            .push(format!("cmdline: {}", iommu_words.join(" ")));
+        c.details.push(format!("cmdline: {}", iommu_words.join(" ")));
     }
     if status == Status::Warn {
         c.fix = Some("GPUDirect peer-to-peer through a translating IOMMU often fails or is slow: boot with iommu=pt (intel_iommu=on iommu=pt / amd_iommu=on iommu=pt)".into());
@@ -508,13 +370,7 @@ fn iommu(fs: &Fs) -> Check {
 
 fn pci_class(fs: &Fs, dir: &std::path::Path) -> u32 {
     fs.read_bytes(&dir.join("class"))
-        .and_then(|b| {
-            u32::from_str_radix(
-                String::from_utf8_lossy(&b).trim().trim_start_matches("0x"),
-                16,
-            )
-            .ok()
-        })
+        .and_then(|b| u32::from_str_radix(String::from_utf8_lossy(&b).trim().trim_start_matches("0x"), 16).ok())
         .unwrap_or(0)
 }
 
@@ -578,23 +434,11 @@ fn pcie(fs: &Fs) -> Check {
     } else if gpus.is_empty() {
         "no GPUs found: NIC-GPU path not checked".to_string()
     } else if acs_on.is_empty() {
-        format!(
-            "ACS off on the paths between {} NIC(s) and {} GPU(s)",
-            nics.len(),
-            gpus.len()
-        )
+        format!("ACS off on the paths between {} NIC(s) and {} GPU(s)", nics.len(), gpus.len())
     } else {
-        format!(
-            "ACS redirect enabled on {} bridge(s) between NIC and GPU",
-            acs_on.len()
-        )
+        format!("ACS redirect enabled on {} bridge(s) between NIC and GPU", acs_on.len())
     };
-    let mut c = check(
-        "pcie",
-        "PCIe ACS / relaxed ordering (NIC-GPU path)",
-        status,
-        value,
-    );
+    let mut c = check("pcie", "PCIe ACS / relaxed ordering (NIC-GPU path)", status, value);
     c.details = details;
     if status == Status::Fail {
         c.fix = Some(format!(
@@ -620,17 +464,12 @@ fn container(fs: &Fs, memlock_finite: bool) -> Check {
     } else if cg.contains("containerd") || cg.contains("lxc") {
         kind = Some("container");
     }
-    let status = if kind.is_some() && memlock_finite {
-        Status::Warn
-    } else {
-        Status::Ok
-    };
+    let status = if kind.is_some() && memlock_finite { Status::Warn } else { Status::Ok };
     let mut c = check(
         "container",
         "container",
         status,
-        kind.map(|k| format!("inside {k}"))
-            .unwrap_or_else(|| "not in a container".into()),
+        kind.map(|k| format!("inside {k}")).unwrap_or_else(|| "not in a container".into()),
     );
     if status == Status::Warn {
         c.fix = Some("containers inherit a small memlock limit: docker run --ulimit memlock=-1:-1 (--cap-add IPC_LOCK); Kubernetes: IPC_LOCK capability and a memlock-unlimited runtime".into());
@@ -645,39 +484,22 @@ fn env_vars(fs: &Fs) -> Check {
     } else {
         fs.read("/proc/self/environ")
             .map(|e| {
-                e.split('\0')
-                    .filter_map(|kv| {
-                        kv.split_once('=')
-                            .map(|(k, v)| (k.to_string(), v.to_string()))
-                    })
-                    .collect()
+                e.split('\0').filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.to_string(), v.to_string()))).collect()
             })
             .unwrap_or_default()
     };
     let mut set: Vec<(String, String)> = vars
         .into_iter()
-        .filter(|(k, _)| {
-            ["NCCL_", "MCCL_", "RCCL_", "UCX_", "MRSHIM_"]
-                .iter()
-                .any(|p| k.starts_with(p))
-        })
+        .filter(|(k, _)| ["NCCL_", "MCCL_", "RCCL_", "UCX_", "MRSHIM_"].iter().any(|p| k.starts_with(p)))
         .collect();
     set.sort();
     let mut c = check(
         "env",
         "NCCL_/MCCL_/UCX_/MRSHIM_ variables",
         Status::Ok,
-        if set.is_empty() {
-            "none set".to_string()
-        } else {
-            format!("{} set", set.len())
-        },
+        if set.is_empty() { "none set".to_string() } else { format!("{} set", set.len()) },
     );
     c.details = set.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    c.raw = serde_json::Value::Object(
-        set.into_iter()
-            .map(|(k, v)| (k, serde_json::Value::String(v)))
-            .collect(),
-    );
+    c.raw = serde_json::Value::Object(set.into_iter().map(|(k, v)| (k, serde_json::Value::String(v))).collect());
     c
 }

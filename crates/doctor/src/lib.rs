@@ -32,8 +32,7 @@ pub fn load(path: &std::path::Path) -> Result<Report, String> {
 
 /// `--compare` as JSON.
 pub fn compare_json(d: &[compare::Diff]) -> String {
-    let mut s =
-        serde_json::to_string_pretty(&serde_json::json!({ "differences": d })).unwrap_or_default();
+    let mut s = serde_json::to_string_pretty(&serde_json::json!({ "differences": d })).unwrap_or_default();
     s.push('\n');
     s
 }

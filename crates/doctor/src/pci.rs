@@ -24,10 +24,7 @@ pub fn path_to(dev: &Path) -> Vec<Func> {
         p.push(comp);
         let name = comp.as_os_str().to_string_lossy();
         if is_bdf(&name) {
-            out.push(Func {
-                dir: p.clone(),
-                bdf: name.into_owned(),
-            });
+            out.push(Func { dir: p.clone(), bdf: name.into_owned() });
         }
     }
     out
@@ -42,10 +39,7 @@ pub fn bridges_between(a: &[Func], b: &[Func]) -> Vec<Func> {
         out.push(a[common - 1].clone());
     }
     // the endpoints themselves are not bridges
-    for f in a[common..a.len().saturating_sub(1)]
-        .iter()
-        .chain(b[common..b.len().saturating_sub(1)].iter())
-    {
+    for f in a[common..a.len().saturating_sub(1)].iter().chain(b[common..b.len().saturating_sub(1)].iter()) {
         if !out.iter().any(|o| o.bdf == f.bdf) {
             out.push(f.clone());
         }
@@ -57,12 +51,7 @@ fn u16_at(c: &[u8], off: usize) -> Option<u16> {
     Some(u16::from_le_bytes([*c.get(off)?, *c.get(off + 1)?]))
 }
 fn u32_at(c: &[u8], off: usize) -> Option<u32> {
-    Some(u32::from_le_bytes([
-        *c.get(off)?,
-        *c.get(off + 1)?,
-        *c.get(off + 2)?,
-        *c.get(off + 3)?,
-    ]))
+    Some(u32::from_le_bytes([*c.get(off)?, *c.get(off + 1)?, *c.get(off + 2)?, *c.get(off + 3)?]))
 }
 
 /// Offset of a standard capability (e.g. 0x10 = PCI Express).
@@ -111,19 +100,8 @@ pub fn acs_ctrl(c: &[u8]) -> Option<u16> {
 
 /// Names of the ACS control bits that are set. Request/completion redirect are what send P2P upstream.
 pub fn acs_names(ctrl: u16) -> Vec<&'static str> {
-    const N: [&str; 7] = [
-        "SrcValid",
-        "TransBlk",
-        "ReqRedir",
-        "CmpltRedir",
-        "UpstreamFwd",
-        "EgressCtrl",
-        "DirectTrans",
-    ];
-    (0..7)
-        .filter(|i| ctrl & (1 << i) != 0)
-        .map(|i| N[i])
-        .collect()
+    const N: [&str; 7] = ["SrcValid", "TransBlk", "ReqRedir", "CmpltRedir", "UpstreamFwd", "EgressCtrl", "DirectTrans"];
+    (0..7).filter(|i| ctrl & (1 << i) != 0).map(|i| N[i]).collect()
 }
 
 pub fn acs_redirects(ctrl: u16) -> bool {
@@ -166,12 +144,8 @@ mod tests {
 
     #[test]
     fn bridges() {
-        let a = path_to(Path::new(
-            "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0/0000:03:00.0",
-        ));
-        let b = path_to(Path::new(
-            "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.0",
-        ));
+        let a = path_to(Path::new("/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0/0000:03:00.0"));
+        let b = path_to(Path::new("/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.0"));
         let br: Vec<String> = bridges_between(&a, &b).into_iter().map(|f| f.bdf).collect();
         assert_eq!(br, ["0000:01:00.0", "0000:02:00.0", "0000:02:01.0"]);
     }

@@ -69,13 +69,7 @@ pub fn human(r: &Report, color: bool) -> String {
     }
     for c in &r.checks {
         let body = wrap(&c.value, 22, 80);
-        let _ = writeln!(
-            o,
-            "{} {:<14} {}",
-            tag(c.status, color),
-            c.id,
-            body.trim_start()
-        );
+        let _ = writeln!(o, "{} {:<14} {}", tag(c.status, color), c.id, body.trim_start());
         for d in &c.details {
             let _ = writeln!(o, "{}", wrap(d, 7, 80));
         }
@@ -83,13 +77,7 @@ pub fn human(r: &Report, color: bool) -> String {
             let _ = writeln!(o, "{}", wrap(&format!("fix: {f}"), 7, 80));
         }
     }
-    let _ = writeln!(
-        o,
-        "{} ok, {} warn, {} fail",
-        r.count(Status::Ok),
-        r.count(Status::Warn),
-        r.count(Status::Fail)
-    );
+    let _ = writeln!(o, "{} ok, {} warn, {} fail", r.count(Status::Ok), r.count(Status::Warn), r.count(Status::Fail));
     o
 }
 

@@ -50,11 +50,7 @@ impl Report {
         self.checks.iter().find(|c| c.id == id)
     }
     pub fn worst(&self) -> Status {
-        self.checks
-            .iter()
-            .map(|c| c.status)
-            .max()
-            .unwrap_or(Status::Ok)
+        self.checks.iter().map(|c| c.status).max().unwrap_or(Status::Ok)
     }
     pub fn count(&self, s: Status) -> usize {
         self.checks.iter().filter(|c| c.status == s).count()

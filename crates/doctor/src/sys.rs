@@ -7,9 +7,7 @@ pub struct Fs {
 
 impl Fs {
     pub fn new(root: &Path) -> Fs {
-        Fs {
-            root: root.to_path_buf(),
-        }
+        Fs { root: root.to_path_buf() }
     }
     pub fn is_real_root(&self) -> bool {
         self.root == Path::new("/")
@@ -42,10 +40,7 @@ impl Fs {
 
 pub fn list_dir(p: &Path) -> Vec<String> {
     let mut v: Vec<String> = match std::fs::read_dir(p) {
-        Ok(rd) => rd
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect(),
+        Ok(rd) => rd.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect(),
         Err(_) => Vec::new(),
     };
     v.sort();

@@ -147,10 +147,12 @@ mod tests {
     #[test]
     fn once_builds_once() {
         let o = Arc::new(ForkOnce::new());
-        let ts: Vec<_> = (0..8).map(|i| {
-            let o = o.clone();
-            std::thread::spawn(move || *o.get_or_init(|| i))
-        }).collect();
+        let ts: Vec<_> = (0..8)
+            .map(|i| {
+                let o = o.clone();
+                std::thread::spawn(move || *o.get_or_init(|| i))
+            })
+            .collect();
         let vals: Vec<i32> = ts.into_iter().map(|t| t.join().unwrap()).collect();
         assert!(vals.iter().all(|v| *v == vals[0]));
         assert_eq!(o.get(), Some(&vals[0]));

@@ -6,9 +6,9 @@
 use crate::policy::Policy;
 use crate::strategy::{Facts, Plan, Strategy};
 use crate::{Entry, MemKind, Req};
+use mrshim_forklock::ForkLock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use mrshim_forklock::ForkLock;
 
 /// What the shim provides: facts about the memory and the side effects some strategies need.
 pub trait Env {
@@ -37,9 +37,16 @@ pub struct Attempt {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     Tried(Attempt, Result<(), i32>),
-    Refused { strategy: Strategy, reason: String },
+    Refused {
+        strategy: Strategy,
+        reason: String,
+    },
     /// A change of learned policy (logged once per change).
-    Learned { kind: MemKind, entry: Entry, strategy: Strategy },
+    Learned {
+        kind: MemKind,
+        entry: Entry,
+        strategy: Strategy,
+    },
 }
 
 #[derive(Default)]
@@ -189,7 +196,12 @@ mod tests {
 
     impl Env for FakeEnv {
         fn facts(&self, _r: &Req) -> Facts {
-            Facts { kind: self.kind, memlock: self.memlock.get(), memlock_raised: false, can_export_dmabuf: self.kind == MemKind::Device }
+            Facts {
+                kind: self.kind,
+                memlock: self.memlock.get(),
+                memlock_raised: false,
+                can_export_dmabuf: self.kind == MemKind::Device,
+            }
         }
         fn raise_memlock(&self) -> Result<String, String> {
             let (s, h) = self.memlock.get();
@@ -205,12 +217,24 @@ mod tests {
     }
 
     fn req(access: u32) -> Req {
-        Req { entry: Entry::RegMrIova2, addr: 0x10000, length: 1 << 20, iova: 0x10000, access, dmabuf_fd: -1, dmabuf_offset: 0 }
+        Req {
+            entry: Entry::RegMrIova2,
+            addr: 0x10000,
+            length: 1 << 20,
+            iova: 0x10000,
+            access,
+            dmabuf_fd: -1,
+            dmabuf_offset: 0,
+        }
     }
 
     /// A device that rejects relaxed ordering, like the seed's injected failure.
     fn no_relaxed(a: &Attempt) -> Result<u32, i32> {
-        if a.req.access & RO != 0 { Err(libc::EINVAL) } else { Ok(a.n) }
+        if a.req.access & RO != 0 {
+            Err(libc::EINVAL)
+        } else {
+            Ok(a.n)
+        }
     }
 
     #[test]
@@ -221,7 +245,13 @@ mod tests {
         let got = e.rescue(&req(0xf | RO), libc::EINVAL, &env, None, &mut no_relaxed, &mut |ev| events.push(ev));
         let (_, a) = got.expect("rescued");
         assert_eq!(a.strategy, Strategy::DropRelaxedOrdering);
-        assert!(matches!(&events[..], [Event::Tried(_, Ok(())), Event::Learned { strategy: Strategy::DropRelaxedOrdering, .. }]), "{events:?}");
+        assert!(
+            matches!(
+                &events[..],
+                [Event::Tried(_, Ok(())), Event::Learned { strategy: Strategy::DropRelaxedOrdering, .. }]
+            ),
+            "{events:?}"
+        );
         // Sticky: the next one goes straight to the learned variant, 1000 times, no new failures.
         for _ in 0..1000 {
             let l = e.learned_attempt(&req(0xf | RO), &env).expect("learned");
@@ -250,9 +280,16 @@ mod tests {
         let mut r = req(0xf);
         r.iova = 0x20010;
         let mut events = Vec::new();
-        let got: Option<((), Attempt)> = e.rescue(&r, libc::EINVAL, &env, None, &mut |_| Err(libc::EINVAL), &mut |ev| events.push(ev));
+        let got: Option<((), Attempt)> =
+            e.rescue(&r, libc::EINVAL, &env, None, &mut |_| Err(libc::EINVAL), &mut |ev| events.push(ev));
         assert!(got.is_none());
-        let refused: Vec<Strategy> = events.iter().filter_map(|ev| match ev { Event::Refused { strategy, .. } => Some(*strategy), _ => None }).collect();
+        let refused: Vec<Strategy> = events
+            .iter()
+            .filter_map(|ev| match ev {
+                Event::Refused { strategy, .. } => Some(*strategy),
+                _ => None,
+            })
+            .collect();
         assert_eq!(refused, vec![Strategy::RealignIova, Strategy::Bounce]);
     }
 
@@ -265,7 +302,17 @@ mod tests {
         assert_eq!((a.strategy, a.n), (Strategy::VaToDmabuf, 2), "drop-relaxed-ordering tried first and failed");
         let probe = Req { entry: Entry::RegDmabufMr, dmabuf_fd: -1, ..req(0) };
         let mut calls = 0;
-        let got: Option<((), Attempt)> = e.rescue(&probe, libc::EOPNOTSUPP, &env, None, &mut |_| { calls += 1; Ok(()) }, &mut |_| {});
+        let got: Option<((), Attempt)> = e.rescue(
+            &probe,
+            libc::EOPNOTSUPP,
+            &env,
+            None,
+            &mut |_| {
+                calls += 1;
+                Ok(())
+            },
+            &mut |_| {},
+        );
         assert!(got.is_none() && calls == 0);
     }
 

@@ -55,7 +55,20 @@ pub fn parse(s: &str) -> Result<Vec<Rule>, String> {
         let call = parts.next().unwrap_or_default();
         let entry = if call == "reg" { None } else { Some(Entry::parse(call).ok_or_else(|| HELP.to_string())?) };
         let errno = parts.next().and_then(mrshim_verbs::errno::parse).ok_or_else(|| HELP.to_string())?;
-        let mut r = Rule { entry, errno, nth: None, from: None, p: None, relaxed: false, access: 0, min_len: 0, max_len: u64::MAX, kind: None, seen: AtomicU64::new(0), rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15) };
+        let mut r = Rule {
+            entry,
+            errno,
+            nth: None,
+            from: None,
+            p: None,
+            relaxed: false,
+            access: 0,
+            min_len: 0,
+            max_len: u64::MAX,
+            kind: None,
+            seen: AtomicU64::new(0),
+            rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
+        };
         for c in parts.next().unwrap_or_default().split(',').map(str::trim).filter(|c| !c.is_empty()) {
             let bad = || HELP.to_string();
             match c.split_once('=') {
@@ -64,10 +77,17 @@ pub fn parse(s: &str) -> Result<Vec<Rule>, String> {
                 Some(("from", n)) => r.from = Some(n.parse().ok().filter(|n| *n > 0).ok_or_else(bad)?),
                 Some(("p", p)) => r.p = Some(p.parse().ok().filter(|p: &f64| (0.0..=1.0).contains(p)).ok_or_else(bad)?),
                 Some(("seed", n)) => r.rng = AtomicU64::new(n.parse().map_err(|_| bad())?),
-                Some(("access", m)) => r.access = m.strip_prefix("0x").map_or_else(|| m.parse().ok(), |h| u32::from_str_radix(h, 16).ok()).ok_or_else(bad)?,
+                Some(("access", m)) => {
+                    r.access = m
+                        .strip_prefix("0x")
+                        .map_or_else(|| m.parse().ok(), |h| u32::from_str_radix(h, 16).ok())
+                        .ok_or_else(bad)?
+                }
                 Some(("min_len", v)) => r.min_len = size(v).ok_or_else(bad)?,
                 Some(("max_len", v)) => r.max_len = size(v).ok_or_else(bad)?,
-                Some(("kind", k)) => r.kind = Some(KINDS.iter().find(|(n, _)| *n == k).map(|(_, k)| *k).ok_or_else(bad)?),
+                Some(("kind", k)) => {
+                    r.kind = Some(KINDS.iter().find(|(n, _)| *n == k).map(|(_, k)| *k).ok_or_else(bad)?)
+                }
                 _ => return Err(bad()),
             }
         }
@@ -158,7 +178,15 @@ mod tests {
 
     #[test]
     fn rejects_garbage() {
-        for bad in ["reg", "ibv_post_send:EINVAL", "reg:EWHAT", "reg:EINVAL:p=2", "reg:EINVAL:kind=gpu", "reg:EINVAL:nth=0", "reg:EINVAL:bogus"] {
+        for bad in [
+            "reg",
+            "ibv_post_send:EINVAL",
+            "reg:EWHAT",
+            "reg:EINVAL:p=2",
+            "reg:EINVAL:kind=gpu",
+            "reg:EINVAL:nth=0",
+            "reg:EINVAL:bogus",
+        ] {
             assert!(parse(bad).is_err(), "{bad}");
         }
     }

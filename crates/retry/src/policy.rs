@@ -32,7 +32,15 @@ pub struct Policy {
 impl Default for Policy {
     /// `off`.
     fn default() -> Policy {
-        Policy { strategies: Vec::new(), max_attempts: 6, sticky: true, calls: Vec::new(), errnos: Vec::new(), per_errno: Vec::new(), per_call: Vec::new() }
+        Policy {
+            strategies: Vec::new(),
+            max_attempts: 6,
+            sticky: true,
+            calls: Vec::new(),
+            errnos: Vec::new(),
+            per_errno: Vec::new(),
+            per_call: Vec::new(),
+        }
     }
 }
 
@@ -101,8 +109,12 @@ impl Policy {
                         _ => return Err(err()),
                     }
                 }
-                "calls" => p.calls = v.split(',').map(|c| Entry::parse(c.trim())).collect::<Option<_>>().ok_or_else(err)?,
-                "errnos" => p.errnos = v.split(',').map(mrshim_verbs::errno::parse).collect::<Option<_>>().ok_or_else(err)?,
+                "calls" => {
+                    p.calls = v.split(',').map(|c| Entry::parse(c.trim())).collect::<Option<_>>().ok_or_else(err)?
+                }
+                "errnos" => {
+                    p.errnos = v.split(',').map(mrshim_verbs::errno::parse).collect::<Option<_>>().ok_or_else(err)?
+                }
                 _ => {
                     let target = k.strip_prefix("on.").ok_or_else(err)?;
                     let l = list(v).ok_or_else(err)?;
@@ -124,12 +136,16 @@ impl Policy {
     }
 
     pub fn is_off(&self) -> bool {
-        self.strategies.is_empty() && self.per_errno.iter().all(|(_, l)| l.is_empty()) && self.per_call.iter().all(|(_, l)| l.is_empty())
+        self.strategies.is_empty()
+            && self.per_errno.iter().all(|(_, l)| l.is_empty())
+            && self.per_call.iter().all(|(_, l)| l.is_empty())
     }
 
     /// The strategies to walk for this failure, in order; empty when the policy does not retry it.
     pub fn for_failure(&self, entry: Entry, errno: i32) -> &[Strategy] {
-        if (!self.calls.is_empty() && !self.calls.contains(&entry)) || (!self.errnos.is_empty() && !self.errnos.contains(&errno)) {
+        if (!self.calls.is_empty() && !self.calls.contains(&entry))
+            || (!self.errnos.is_empty() && !self.errnos.contains(&errno))
+        {
             return &[];
         }
         if let Some((_, l)) = self.per_errno.iter().find(|(e, _)| *e == errno) {
@@ -147,7 +163,12 @@ impl Policy {
             return "off".into();
         }
         let names: Vec<&str> = self.strategies.iter().map(|s| s.name()).collect();
-        format!("{} (max_attempts={}, sticky={})", names.join(","), self.max_attempts, if self.sticky { "on" } else { "off" })
+        format!(
+            "{} (max_attempts={}, sticky={})",
+            names.join(","),
+            self.max_attempts,
+            if self.sticky { "on" } else { "off" }
+        )
     }
 }
 
@@ -168,7 +189,9 @@ mod tests {
 
     #[test]
     fn per_errno_and_per_call_rules() {
-        let p = Policy::parse("auto;on.ENOMEM=raise-memlock;on.ibv_reg_dmabuf_mr=dmabuf-to-va;errnos=EINVAL,ENOMEM,EFAULT").unwrap();
+        let p =
+            Policy::parse("auto;on.ENOMEM=raise-memlock;on.ibv_reg_dmabuf_mr=dmabuf-to-va;errnos=EINVAL,ENOMEM,EFAULT")
+                .unwrap();
         assert_eq!(p.for_failure(Entry::RegMr, libc::ENOMEM), &[Strategy::RaiseMemlock]);
         assert_eq!(p.for_failure(Entry::RegDmabufMr, libc::EINVAL), &[Strategy::DmabufToVa]);
         assert_eq!(p.for_failure(Entry::RegMrIova2, libc::EINVAL), Strategy::AUTO);
@@ -180,10 +203,25 @@ mod tests {
 
     #[test]
     fn bad_values_list_what_is_accepted() {
-        for bad in ["sometimes", "auto;max_attempts=0", "auto;max_attempts=99", "auto;sticky=maybe", "auto;calls=ibv_post_send", "auto;errnos=EWHAT", "auto;on.EWHAT=auto", "drop-relaxed-ordering,teleport", "auto;nonsense"] {
+        for bad in [
+            "sometimes",
+            "auto;max_attempts=0",
+            "auto;max_attempts=99",
+            "auto;sticky=maybe",
+            "auto;calls=ibv_post_send",
+            "auto;errnos=EWHAT",
+            "auto;on.EWHAT=auto",
+            "drop-relaxed-ordering,teleport",
+            "auto;nonsense",
+        ] {
             let e = Policy::parse(bad).unwrap_err();
             let line = e.to_string();
-            assert!(line.starts_with("MRSHIM_RETRY=") && line.contains("drop-relaxed-ordering") && line.contains("max_attempts"), "{line}");
+            assert!(
+                line.starts_with("MRSHIM_RETRY=")
+                    && line.contains("drop-relaxed-ordering")
+                    && line.contains("max_attempts"),
+                "{line}"
+            );
         }
     }
 
@@ -192,14 +230,24 @@ mod tests {
         for n in Strategy::ALL.iter().map(|s| s.name()).chain(Entry::ALL.iter().map(|e| e.name())) {
             assert!(HELP.contains(n), "{n}");
         }
-        for bad in ["auto;on.EINVAL=bounce;on.EINVAL=raise-memlock", "auto;on.ibv_reg_mr=bounce;on.reg_mr=bounce", "auto;on.22=bounce;on.EINVAL=bounce"] {
+        for bad in [
+            "auto;on.EINVAL=bounce;on.EINVAL=raise-memlock",
+            "auto;on.ibv_reg_mr=bounce;on.reg_mr=bounce",
+            "auto;on.22=bounce;on.EINVAL=bounce",
+        ] {
             let e = Policy::parse(bad).unwrap_err();
             assert!(e.detail.as_deref().unwrap_or_default().ends_with("is given twice"), "{bad}: {e}");
             assert!(e.to_string().contains("; accepted: off, auto"), "{e}");
         }
     }
 
-    const ERRNOS: [(&str, i32); 5] = [("EINVAL", libc::EINVAL), ("ENOMEM", libc::ENOMEM), ("EFAULT", libc::EFAULT), ("EPERM", libc::EPERM), ("14", 14)];
+    const ERRNOS: [(&str, i32); 5] = [
+        ("EINVAL", libc::EINVAL),
+        ("ENOMEM", libc::ENOMEM),
+        ("EFAULT", libc::EFAULT),
+        ("EPERM", libc::EPERM),
+        ("14", 14),
+    ];
 
     /// A list as the parser keeps it: first occurrence of each strategy, in order.
     fn dedup(v: &[Strategy]) -> Vec<Strategy> {

@@ -51,7 +51,9 @@ impl Strategy {
     pub fn global_equivalent(self) -> &'static str {
         match self {
             Strategy::DropRelaxedOrdering => "NCCL_IB_PCI_RELAXED_ORDERING=0 (MCCL_IB_PCI_RELAXED_ORDERING=0)",
-            Strategy::RaiseMemlock => "ulimit -l unlimited (limits.conf memlock, docker --ulimit memlock=-1, systemd LimitMEMLOCK=infinity)",
+            Strategy::RaiseMemlock => {
+                "ulimit -l unlimited (limits.conf memlock, docker --ulimit memlock=-1, systemd LimitMEMLOCK=infinity)"
+            }
             Strategy::RealignIova => "none: register with iova equal to the address modulo the page size",
             Strategy::DmabufToVa => "NCCL_DMABUF_ENABLE=0",
             Strategy::VaToDmabuf => "NCCL_DMABUF_ENABLE=1 (needs a dmabuf-capable kernel and driver)",
@@ -94,14 +96,25 @@ impl Strategy {
                 }
                 let mut n = *r;
                 n.access &= !access::OPTIONAL_RANGE;
-                Plan::Try { req: n, change: format!("access {:#x} -> {:#x} (without {})", r.access, n.access, access::describe(r.access & access::OPTIONAL_RANGE)) }
+                Plan::Try {
+                    req: n,
+                    change: format!(
+                        "access {:#x} -> {:#x} (without {})",
+                        r.access,
+                        n.access,
+                        access::describe(r.access & access::OPTIONAL_RANGE)
+                    ),
+                }
             }
             Strategy::RaiseMemlock => {
                 let (soft, hard) = f.memlock;
                 if !(errno == libc::ENOMEM || errno == libc::EPERM) || r.entry.is_dmabuf() {
                     Plan::Skip
                 } else if f.memlock_raised || soft >= hard {
-                    Plan::Refused(format!("soft RLIMIT_MEMLOCK is already the hard limit ({}); raise the hard limit: ulimit -l unlimited", fmt_limit(hard)))
+                    Plan::Refused(format!(
+                        "soft RLIMIT_MEMLOCK is already the hard limit ({}); raise the hard limit: ulimit -l unlimited",
+                        fmt_limit(hard)
+                    ))
                 } else {
                     Plan::Prepare
                 }
@@ -124,10 +137,27 @@ impl Strategy {
                     return Plan::Skip;
                 }
                 match f.kind {
-                    MemKind::Unmapped | MemKind::Unknown => Plan::Refused(format!("the dmabuf's virtual address {:#x} is not mapped in this process", r.addr)),
+                    MemKind::Unmapped | MemKind::Unknown => Plan::Refused(format!(
+                        "the dmabuf's virtual address {:#x} is not mapped in this process",
+                        r.addr
+                    )),
                     _ => {
-                        let n = Req { entry: Entry::RegMrIova2, addr: r.addr, length: r.length, iova: r.iova, access: r.access, dmabuf_fd: -1, dmabuf_offset: 0 };
-                        Plan::Try { req: n, change: format!("ibv_reg_dmabuf_mr(fd {}) -> ibv_reg_mr_iova2(addr {:#x})", r.dmabuf_fd, r.addr) }
+                        let n = Req {
+                            entry: Entry::RegMrIova2,
+                            addr: r.addr,
+                            length: r.length,
+                            iova: r.iova,
+                            access: r.access,
+                            dmabuf_fd: -1,
+                            dmabuf_offset: 0,
+                        };
+                        Plan::Try {
+                            req: n,
+                            change: format!(
+                                "ibv_reg_dmabuf_mr(fd {}) -> ibv_reg_mr_iova2(addr {:#x})",
+                                r.dmabuf_fd, r.addr
+                            ),
+                        }
                     }
                 }
             }
@@ -152,7 +182,11 @@ impl Strategy {
 }
 
 pub fn fmt_limit(v: u64) -> String {
-    if v == u64::MAX { "unlimited".into() } else { format!("{} KiB", v / 1024) }
+    if v == u64::MAX {
+        "unlimited".into()
+    } else {
+        format!("{} KiB", v / 1024)
+    }
 }
 
 #[cfg(test)]
@@ -160,7 +194,15 @@ mod tests {
     use super::*;
 
     fn req(entry: Entry, access: u32) -> Req {
-        Req { entry, addr: 0x7f00_0000_1000, length: 1 << 20, iova: 0x7f00_0000_1000, access, dmabuf_fd: -1, dmabuf_offset: 0 }
+        Req {
+            entry,
+            addr: 0x7f00_0000_1000,
+            length: 1 << 20,
+            iova: 0x7f00_0000_1000,
+            access,
+            dmabuf_fd: -1,
+            dmabuf_offset: 0,
+        }
     }
     fn facts(kind: MemKind) -> Facts {
         Facts { kind, memlock: (64 << 10, u64::MAX), memlock_raised: false, can_export_dmabuf: false }
@@ -176,7 +218,10 @@ mod tests {
             }
             p => panic!("{p:?}"),
         }
-        assert_eq!(Strategy::DropRelaxedOrdering.plan(&req(Entry::RegMr, 0xf), libc::EINVAL, &facts(MemKind::HostAnon)), Plan::Skip);
+        assert_eq!(
+            Strategy::DropRelaxedOrdering.plan(&req(Entry::RegMr, 0xf), libc::EINVAL, &facts(MemKind::HostAnon)),
+            Plan::Skip
+        );
     }
 
     #[test]
@@ -201,7 +246,11 @@ mod tests {
             p => panic!("{p:?}"),
         }
         r.iova = 0x10_0000;
-        assert_eq!(Strategy::RealignIova.plan(&r, libc::EINVAL, &facts(MemKind::HostAnon)), Plan::Skip, "offsets already match");
+        assert_eq!(
+            Strategy::RealignIova.plan(&r, libc::EINVAL, &facts(MemKind::HostAnon)),
+            Plan::Skip,
+            "offsets already match"
+        );
     }
 
     #[test]
@@ -213,7 +262,11 @@ mod tests {
             p => panic!("{p:?}"),
         }
         d.dmabuf_fd = -1;
-        assert_eq!(Strategy::DmabufToVa.plan(&d, libc::EOPNOTSUPP, &facts(MemKind::HostAnon)), Plan::Skip, "probes are never rescued");
+        assert_eq!(
+            Strategy::DmabufToVa.plan(&d, libc::EOPNOTSUPP, &facts(MemKind::HostAnon)),
+            Plan::Skip,
+            "probes are never rescued"
+        );
         let v = req(Entry::RegMr, 0xf);
         assert_eq!(Strategy::VaToDmabuf.plan(&v, libc::EINVAL, &facts(MemKind::HostAnon)), Plan::Skip);
         assert!(matches!(Strategy::VaToDmabuf.plan(&v, libc::EINVAL, &facts(MemKind::Device)), Plan::Refused(_)));

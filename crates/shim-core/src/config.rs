@@ -58,7 +58,14 @@ pub enum PanicAt {
 }
 
 impl PanicAt {
-    const NAMES: [(&'static str, PanicAt); 6] = [("init", PanicAt::Init), ("hook", PanicAt::Hook), ("call", PanicAt::Call), ("record", PanicAt::Record), ("exit", PanicAt::Exit), ("bounce", PanicAt::Bounce)];
+    const NAMES: [(&'static str, PanicAt); 6] = [
+        ("init", PanicAt::Init),
+        ("hook", PanicAt::Hook),
+        ("call", PanicAt::Call),
+        ("record", PanicAt::Record),
+        ("exit", PanicAt::Exit),
+        ("bounce", PanicAt::Bounce),
+    ];
 
     pub fn parse(v: &str) -> Option<PanicAt> {
         let v = v.trim().to_ascii_lowercase();
@@ -71,16 +78,26 @@ impl PanicAt {
 
 impl Default for Config {
     fn default() -> Self {
-        Config { log: LogDest::Off, level: Level::All, summary: true, warn: true, retry: Default::default(), inject: String::new(), debug_panic: None }
+        Config {
+            log: LogDest::Off,
+            level: Level::All,
+            summary: true,
+            warn: true,
+            retry: Default::default(),
+            inject: String::new(),
+            debug_panic: None,
+        }
     }
 }
 
-pub const LOG_ACCEPTED: &str = "off, stderr, a file path or a directory (placeholders %h host, %p pid, %r rank, %% percent)";
+pub const LOG_ACCEPTED: &str =
+    "off, stderr, a file path or a directory (placeholders %h host, %p pid, %r rank, %% percent)";
 pub const LEVEL_ACCEPTED: &str = "all, failures";
 pub const ONOFF_ACCEPTED: &str = "on, off (also 1/0, true/false, yes/no)";
 pub const RETRY_ACCEPTED: &str = mrshim_retry::policy::HELP;
 pub const INJECT_ACCEPTED: &str = mrshim_retry::inject::HELP;
-pub const DEBUG_PANIC_ACCEPTED: &str = "init, hook, call, record, exit, bounce (where the shim panics on purpose; unset in production)";
+pub const DEBUG_PANIC_ACCEPTED: &str =
+    "init, hook, call, record, exit, bounce (where the shim panics on purpose; unset in production)";
 
 /// One bad variable. Displayed as the single stderr line users see.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,7 +120,15 @@ impl fmt::Display for ConfigError {
 }
 
 /// Every variable the shim reads (echoed in the config record).
-pub const VARS: &[&str] = &["MRSHIM_LOG", "MRSHIM_LEVEL", "MRSHIM_SUMMARY", "MRSHIM_WARN", "MRSHIM_RETRY", "MRSHIM_INJECT", "MRSHIM_DEBUG_PANIC"];
+pub const VARS: &[&str] = &[
+    "MRSHIM_LOG",
+    "MRSHIM_LEVEL",
+    "MRSHIM_SUMMARY",
+    "MRSHIM_WARN",
+    "MRSHIM_RETRY",
+    "MRSHIM_INJECT",
+    "MRSHIM_DEBUG_PANIC",
+];
 
 /// Parses the configuration. `get` returns a variable's value (None when unset).
 pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<ConfigError>> {
@@ -133,22 +158,35 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<ConfigE
     if let Some(v) = get("MRSHIM_RETRY") {
         match mrshim_retry::policy::Policy::parse(&v) {
             Ok(p) => c.retry = p,
-            Err(e) => errs.push(ConfigError { var: "MRSHIM_RETRY", value: v, accepted: RETRY_ACCEPTED, detail: e.detail }),
+            Err(e) => {
+                errs.push(ConfigError { var: "MRSHIM_RETRY", value: v, accepted: RETRY_ACCEPTED, detail: e.detail })
+            }
         }
     }
     if let Some(v) = get("MRSHIM_INJECT") {
         match mrshim_retry::inject::parse(&v) {
             Ok(_) => c.inject = v,
-            Err(_) => errs.push(ConfigError { var: "MRSHIM_INJECT", value: v, accepted: INJECT_ACCEPTED, detail: None }),
+            Err(_) => {
+                errs.push(ConfigError { var: "MRSHIM_INJECT", value: v, accepted: INJECT_ACCEPTED, detail: None })
+            }
         }
     }
     if let Some(v) = get("MRSHIM_DEBUG_PANIC") {
         match PanicAt::parse(&v) {
             Some(at) => c.debug_panic = Some(at),
-            None => errs.push(ConfigError { var: "MRSHIM_DEBUG_PANIC", value: v, accepted: DEBUG_PANIC_ACCEPTED, detail: None }),
+            None => errs.push(ConfigError {
+                var: "MRSHIM_DEBUG_PANIC",
+                value: v,
+                accepted: DEBUG_PANIC_ACCEPTED,
+                detail: None,
+            }),
         }
     }
-    if errs.is_empty() { Ok(c) } else { Err(errs) }
+    if errs.is_empty() {
+        Ok(c)
+    } else {
+        Err(errs)
+    }
 }
 
 fn parse_onoff(v: &str) -> Option<bool> {
@@ -256,7 +294,8 @@ mod tests {
 
     #[test]
     fn good_values() {
-        let c = p(&[("MRSHIM_LOG", "/tmp/x/%h-%p-%r.jsonl"), ("MRSHIM_LEVEL", "failures"), ("MRSHIM_SUMMARY", "off")]).unwrap();
+        let c = p(&[("MRSHIM_LOG", "/tmp/x/%h-%p-%r.jsonl"), ("MRSHIM_LEVEL", "failures"), ("MRSHIM_SUMMARY", "off")])
+            .unwrap();
         assert_eq!(c.log, LogDest::Path("/tmp/x/%h-%p-%r.jsonl".into()));
         assert_eq!(c.level, Level::Failures);
         assert!(!c.summary);

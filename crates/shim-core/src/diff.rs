@@ -111,7 +111,9 @@ mod tests {
     #[test]
     fn ends_are_byte_exact() {
         let x = vec![0u8; 2 * PAGE + 100];
-        for (a, b) in [(0, 1), (5, 6), (63, 65), (100, 4100), (4095, 4097), (2 * PAGE + 99, 2 * PAGE + 100), (0, 2 * PAGE + 100)] {
+        for (a, b) in
+            [(0, 1), (5, 6), (63, 65), (100, 4100), (4095, 4097), (2 * PAGE + 99, 2 * PAGE + 100), (0, 2 * PAGE + 100)]
+        {
             let mut y = x.clone();
             y[a..b].fill(1);
             assert_eq!(runs(&x, &y), vec![(a, b)], "{a}..{b}");
@@ -179,11 +181,17 @@ mod tests {
             let equal_chunk = |c: usize| c + CHUNK <= n && x[c..c + CHUNK] == y[c..c + CHUNK];
             for &(a, b) in &r {
                 let first = a.div_ceil(CHUNK) * CHUNK;
-                assert!((first..b.saturating_sub(CHUNK) + 1).step_by(CHUNK).all(|c| c + CHUNK > b || !equal_chunk(c)), "equal chunk inside {a}..{b}");
+                assert!(
+                    (first..b.saturating_sub(CHUNK) + 1).step_by(CHUNK).all(|c| c + CHUNK > b || !equal_chunk(c)),
+                    "equal chunk inside {a}..{b}"
+                );
             }
             for w in r.windows(2) {
                 let first = w[0].1.div_ceil(CHUNK) * CHUNK;
-                assert!((first..w[1].0).step_by(CHUNK).any(|c| c + CHUNK <= w[1].0 && equal_chunk(c)), "{w:?} split without an equal chunk between");
+                assert!(
+                    (first..w[1].0).step_by(CHUNK).any(|c| c + CHUNK <= w[1].0 && equal_chunk(c)),
+                    "{w:?} split without an equal chunk between"
+                );
             }
         }
     }

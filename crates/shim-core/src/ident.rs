@@ -2,8 +2,7 @@
 
 /// Rank variables in the order they are consulted.
 pub const RANK_VARS: &[&str] = &["OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "RANK"];
-pub const LOCAL_RANK_VARS: &[&str] =
-    &["OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"];
+pub const LOCAL_RANK_VARS: &[&str] = &["OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"];
 
 /// The first variable of `vars` that holds a non-negative integer.
 pub fn first_int(vars: &[&'static str], get: &impl Fn(&str) -> Option<String>) -> Option<(i64, &'static str)> {
@@ -32,7 +31,11 @@ pub fn hostname() -> String {
     }
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
     let h = String::from_utf8_lossy(&buf[..end]).into_owned();
-    if h.is_empty() { "unknown".into() } else { h }
+    if h.is_empty() {
+        "unknown".into()
+    } else {
+        h
+    }
 }
 
 #[cfg(test)]
@@ -49,7 +52,11 @@ mod tests {
     fn precedence_and_garbage() {
         assert_eq!(rank(&env(&[("RANK", "7"), ("PMI_RANK", "3")])), Some((3, "PMI_RANK")));
         assert_eq!(rank(&env(&[("OMPI_COMM_WORLD_RANK", "1"), ("PMIX_RANK", "2")])), Some((1, "OMPI_COMM_WORLD_RANK")));
-        assert_eq!(rank(&env(&[("PMIX_RANK", "5"), ("PMI_RANK", "4")])), Some((4, "PMI_RANK")), "the order the issue lists");
+        assert_eq!(
+            rank(&env(&[("PMIX_RANK", "5"), ("PMI_RANK", "4")])),
+            Some((4, "PMI_RANK")),
+            "the order the issue lists"
+        );
         assert_eq!(rank(&env(&[("OMPI_COMM_WORLD_RANK", "x"), ("SLURM_PROCID", " 5 ")])), Some((5, "SLURM_PROCID")));
         assert_eq!(rank(&env(&[("RANK", "-1")])), None);
         assert_eq!(rank(&env(&[])), None);

@@ -17,7 +17,8 @@ static COUNT: AtomicU64 = AtomicU64::new(0);
 /// message for the catcher instead of printing a backtrace notice mid-job.
 pub fn note_panic(info: &PanicHookInfo) {
     let p = info.payload();
-    let msg = p.downcast_ref::<&str>().copied().or_else(|| p.downcast_ref::<String>().map(String::as_str)).unwrap_or("panic");
+    let msg =
+        p.downcast_ref::<&str>().copied().or_else(|| p.downcast_ref::<String>().map(String::as_str)).unwrap_or("panic");
     let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
     let text = format!("{msg}{at}");
     let _ = LAST.try_with(|l| l.try_borrow_mut().map(|mut l| *l = Some(text)));
@@ -37,7 +38,11 @@ pub fn reset_in_child() {
 /// once on stderr, record it. Never panics itself.
 pub fn caught(what: &str) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
-        let msg = LAST.try_with(|l| l.try_borrow_mut().ok().and_then(|mut l| l.take())).ok().flatten().unwrap_or_else(|| "panic".into());
+        let msg = LAST
+            .try_with(|l| l.try_borrow_mut().ok().and_then(|mut l| l.take()))
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| "panic".into());
         if COUNT.fetch_add(1, Relaxed) == 0 {
             crate::stderr_line(&format!(
                 "mrshim: internal error in {what}: {msg}; the call was passed through to the real function \

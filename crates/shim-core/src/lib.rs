@@ -21,10 +21,10 @@ pub mod maps;
 pub mod rescue;
 
 use config::{Config, Level, LogDest, PanicAt};
+use mrshim_forklock::ForkLock;
 use mrshim_record::{CallStats, Kind, MemKind, Reg, Summary, SCHEMA_VERSION};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
-use mrshim_forklock::ForkLock;
 
 /// The intercepted entry points.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -212,7 +212,11 @@ struct MrTable {
 
 impl MrTable {
     fn new() -> Self {
-        MrTable { shards: std::array::from_fn(|_| ForkLock::default()), bytes: AtomicU64::new(0), peak: AtomicU64::new(0) }
+        MrTable {
+            shards: std::array::from_fn(|_| ForkLock::default()),
+            bytes: AtomicU64::new(0),
+            peak: AtomicU64::new(0),
+        }
     }
     fn shard(&self, mr: usize) -> &ForkLock<MrMap> {
         &self.shards[(mr >> 4) % SHARDS]
@@ -266,7 +270,11 @@ impl MrTable {
 /// Registered-bytes totals are kept as wrapping u64 so that add/sub are single RMWs; a dereg of
 /// an MR the shim never saw registered could push it "below 0": report that as 0.
 fn clamp(v: u64) -> u64 {
-    if (v as i64) < 0 { 0 } else { v }
+    if (v as i64) < 0 {
+        0
+    } else {
+        v
+    }
 }
 
 thread_local! {
@@ -328,8 +336,10 @@ static SHIM: mrshim_forklock::ForkOnce<Shim> = mrshim_forklock::ForkOnce::new();
 /// that passes every call through).
 pub fn shim() -> &'static Shim {
     SHIM.get_or_init(|| {
-        internal::guarded("the shim's start-up", || Shim::from_env(|k| std::env::var_os(k).map(|v| v.to_string_lossy().into_owned())))
-            .unwrap_or_else(|| Shim::new(None, &|_| None))
+        internal::guarded("the shim's start-up", || {
+            Shim::from_env(|k| std::env::var_os(k).map(|v| v.to_string_lossy().into_owned()))
+        })
+        .unwrap_or_else(|| Shim::new(None, &|_| None))
     })
 }
 
@@ -430,8 +440,22 @@ impl Shim {
 
     /// `finish`, with a panic in it caught and reported (the call's outcome stands).
     #[allow(clippy::too_many_arguments)]
-    fn finish_guarded(&self, cfg: &Config, a: &RegArgs, out: &Outcome, seq: u64, t0: u64, dur: u64, before: Option<(u64, u64)>, registered_before: u64, backend: &dyn Backend, meta: &Meta) {
-        internal::guarded(a.call().name(), || self.finish(cfg, a, out, seq, t0, dur, before, registered_before, backend, meta));
+    fn finish_guarded(
+        &self,
+        cfg: &Config,
+        a: &RegArgs,
+        out: &Outcome,
+        seq: u64,
+        t0: u64,
+        dur: u64,
+        before: Option<(u64, u64)>,
+        registered_before: u64,
+        backend: &dyn Backend,
+        meta: &Meta,
+    ) {
+        internal::guarded(a.call().name(), || {
+            self.finish(cfg, a, out, seq, t0, dur, before, registered_before, backend, meta)
+        });
     }
 
     /// One application call: the real function once (or an injected failure), then — if it
@@ -455,7 +479,13 @@ impl Shim {
             let aargs = rescue::to_args(args, &a.req);
             let (out, dur, t0, injected) = self.attempt(&aargs, Some(&a.req), &env, backend);
             self.retry.learned_result(&a, out.ok());
-            let mut meta = Meta { strategy: Some(a.strategy.name()), change: Some(&a.change), learned: true, injected, ..Meta::default() };
+            let mut meta = Meta {
+                strategy: Some(a.strategy.name()),
+                change: Some(&a.change),
+                learned: true,
+                injected,
+                ..Meta::default()
+            };
             if out.ok() {
                 backend.adopt(a.strategy, args, &aargs, out.mr);
                 self.finish_safe(cfg, &aargs, &out, seq, t0, dur, backend, &meta);
@@ -487,7 +517,14 @@ impl Shim {
             let mut try_ = |a: &mrshim_retry::engine::Attempt| {
                 let aargs = rescue::to_args(args, &a.req);
                 let (o, d, w, inj) = self.attempt(&aargs, Some(&a.req), &env, backend);
-                let meta = Meta { attempt: a.n, parent_seq: Some(seq), strategy: Some(a.strategy.name()), change: Some(&a.change), injected: inj, ..Meta::default() };
+                let meta = Meta {
+                    attempt: a.n,
+                    parent_seq: Some(seq),
+                    strategy: Some(a.strategy.name()),
+                    change: Some(&a.change),
+                    injected: inj,
+                    ..Meta::default()
+                };
                 self.finish_safe(cfg, &aargs, &o, self.next_seq(), w, d, backend, &meta);
                 if o.ok() {
                     Ok(o)
@@ -551,13 +588,23 @@ impl Shim {
     }
 
     fn next_seq(&self) -> u64 {
-        if self.log.enabled() { self.seq.fetch_add(1, Relaxed) } else { 0 }
+        if self.log.enabled() {
+            self.seq.fetch_add(1, Relaxed)
+        } else {
+            0
+        }
     }
 
     /// One try at the real function, unless MRSHIM_INJECT fails it first (registrations only:
     /// `r` is None for deregistrations, probes and the 1.0 ABI). Clocks only when recording.
     /// Returns (outcome, duration ns, monotonic start ns, injected).
-    fn attempt(&self, a: &RegArgs, r: Option<&mrshim_retry::Req>, env: &rescue::ShimEnv, backend: &dyn Backend) -> (Outcome, u64, u64, bool) {
+    fn attempt(
+        &self,
+        a: &RegArgs,
+        r: Option<&mrshim_retry::Req>,
+        env: &rescue::ShimEnv,
+        backend: &dyn Backend,
+    ) -> (Outcome, u64, u64, bool) {
         let t0 = if self.log.enabled() { clock::mono_ns() } else { 0 };
         let took = || if t0 != 0 { clock::mono_ns().saturating_sub(t0) } else { 0 };
         if let Some(r) = r.filter(|_| !self.inject.is_empty()) {
@@ -570,7 +617,17 @@ impl Shim {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn finish_safe(&self, cfg: &Config, a: &RegArgs, out: &Outcome, seq: u64, t0: u64, dur: u64, backend: &dyn Backend, meta: &Meta) {
+    fn finish_safe(
+        &self,
+        cfg: &Config,
+        a: &RegArgs,
+        out: &Outcome,
+        seq: u64,
+        t0: u64,
+        dur: u64,
+        backend: &dyn Backend,
+        meta: &Meta,
+    ) {
         self.finish_guarded(cfg, a, out, seq, t0, dur, None, self.mrs.current(), backend, meta);
     }
 
@@ -579,12 +636,24 @@ impl Shim {
         use mrshim_retry::engine::Event;
         match ev {
             Event::Refused { strategy, reason } => {
-                let meta = Meta { parent_seq: Some(parent), strategy: Some(strategy.name()), change: Some(&reason), refused: true, ..Meta::default() };
+                let meta = Meta {
+                    parent_seq: Some(parent),
+                    strategy: Some(strategy.name()),
+                    change: Some(&reason),
+                    refused: true,
+                    ..Meta::default()
+                };
                 let out = Outcome { err: -1, ..Default::default() };
                 self.finish_safe(cfg, args, &out, self.next_seq(), clock::mono_ns(), 0, backend, &meta);
             }
             Event::Learned { kind, entry, strategy } => {
-                let line = format!("{} INFO learned: {} of {} memory goes straight to {}", self.prefix(), entry.name(), line::mem_kind_str(kind), strategy.name());
+                let line = format!(
+                    "{} INFO learned: {} of {} memory goes straight to {}",
+                    self.prefix(),
+                    entry.name(),
+                    line::mem_kind_str(kind),
+                    strategy.name()
+                );
                 if cfg.warn {
                     stderr_line(&line);
                 }
@@ -596,7 +665,12 @@ impl Shim {
                     r.strategy = Some(strategy.name().into());
                     r.parent_seq = Some(parent);
                     r.result = "ok".into();
-                    r.change = Some(format!("{} of {} memory goes straight to {}", entry.name(), line::mem_kind_str(kind), strategy.name()));
+                    r.change = Some(format!(
+                        "{} of {} memory goes straight to {}",
+                        entry.name(),
+                        line::mem_kind_str(kind),
+                        strategy.name()
+                    ));
                     self.emit(&r);
                 }
             }
@@ -641,7 +715,9 @@ impl Shim {
                 self.mrs.put_back(a.mr, entry);
                 registered_before
             }
-            _ if out.ok() && !probe => self.count_ok(call, a.length, if call == Call::DeregMr { a.mr } else { out.mr }, seq, recording),
+            _ if out.ok() && !probe => {
+                self.count_ok(call, a.length, if call == Call::DeregMr { a.mr } else { out.mr }, seq, recording)
+            }
             _ => registered_before,
         };
         let failed = !out.ok() && !probe && app_call;
@@ -756,7 +832,12 @@ impl Shim {
 
     fn emit_bytes(&self, line: &[u8]) {
         let first = || self.config_record().to_line().into_bytes();
-        let ctx = log::OpenCtx { host: &self.host, pid: self.pid.load(Relaxed), rank: self.rank.map(|r| r.0), first_line: &first };
+        let ctx = log::OpenCtx {
+            host: &self.host,
+            pid: self.pid.load(Relaxed),
+            rank: self.rank.map(|r| r.0),
+            first_line: &first,
+        };
         self.log.write_line(line, &ctx);
     }
 
@@ -859,7 +940,10 @@ impl Shim {
             records_written: self.log.written.load(Relaxed),
             records_lost: self.log.lost.load(Relaxed),
             rescued: rescued.iter().map(|(s, n)| (s.name().to_string(), *n)).collect(),
-            equivalents: rescued.iter().map(|(s, _)| (s.name().to_string(), s.global_equivalent().to_string())).collect(),
+            equivalents: rescued
+                .iter()
+                .map(|(s, _)| (s.name().to_string(), s.global_equivalent().to_string()))
+                .collect(),
             internal_errors: internal::count(),
         }
     }

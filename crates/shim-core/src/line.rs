@@ -231,7 +231,16 @@ impl RegLine<'_> {
     /// How many bytes [`RegLine::write_into`] may need.
     pub fn bound(&self) -> usize {
         let m = &self.meta;
-        let strs = [self.host, self.call, self.symbol_version.unwrap_or(""), self.device.unwrap_or(""), self.mem_region.as_deref().unwrap_or(""), self.errno_name.unwrap_or(""), m.strategy.unwrap_or(""), m.change.unwrap_or("")];
+        let strs = [
+            self.host,
+            self.call,
+            self.symbol_version.unwrap_or(""),
+            self.device.unwrap_or(""),
+            self.mem_region.as_deref().unwrap_or(""),
+            self.errno_name.unwrap_or(""),
+            m.strategy.unwrap_or(""),
+            m.change.unwrap_or(""),
+        ];
         FIXED_MAX + strs.iter().map(|s| 6 * s.len() + 2).sum::<usize>()
     }
 
@@ -322,7 +331,16 @@ impl RegLine<'_> {
         w.ou(k!("memlock_hard"), self.memlock_hard);
         w.u(k!("registered_bytes"), self.registered_bytes);
         w.ou(k!("registered_bytes_after"), self.registered_bytes_after);
-        w.lit(k!("result"), if self.meta.refused { "refused" } else if self.ok { "ok" } else { "error" });
+        w.lit(
+            k!("result"),
+            if self.meta.refused {
+                "refused"
+            } else if self.ok {
+                "ok"
+            } else {
+                "error"
+            },
+        );
         w.hex(k!("mr"), self.mr);
         w.ou(k!("lkey"), self.lkey.map(u64::from));
         w.ou(k!("rkey"), self.rkey.map(u64::from));
@@ -417,7 +435,15 @@ mod tests {
 
     #[test]
     fn the_fixed_part_stays_inside_its_bound() {
-        let meta = crate::Meta { attempt: u32::MAX, parent_seq: Some(u64::MAX), strategy: Some(""), change: Some(""), injected: true, learned: true, refused: true };
+        let meta = crate::Meta {
+            attempt: u32::MAX,
+            parent_seq: Some(u64::MAX),
+            strategy: Some(""),
+            change: Some(""),
+            injected: true,
+            learned: true,
+            refused: true,
+        };
         let worst = RegLine {
             seq: u64::MAX,
             time_ns: u64::MAX,
@@ -460,7 +486,13 @@ mod tests {
         assert!(b.len() + 256 < FIXED_MAX, "{} bytes: raise FIXED_MAX", b.len());
         // strings at their worst (every byte escaped as \u00XX) fit their share of the bound
         let ctl = "\u{1}".repeat(300);
-        let l = RegLine { host: &ctl, device: Some(&ctl), mem_region: Some(Arc::from(ctl.as_str())), meta: crate::Meta { change: Some(&ctl), ..meta }, ..worst };
+        let l = RegLine {
+            host: &ctl,
+            device: Some(&ctl),
+            mem_region: Some(Arc::from(ctl.as_str())),
+            meta: crate::Meta { change: Some(&ctl), ..meta },
+            ..worst
+        };
         let mut b = Vec::new();
         l.write(&mut b);
         assert!(b.len() <= l.bound());
@@ -511,11 +543,27 @@ mod tests {
             ..Default::default()
         };
         check(&full);
-        for k in [MemKind::HostAnon, MemKind::HostStack, MemKind::Hugepage, MemKind::FileWritable, MemKind::Device, MemKind::Unmapped, MemKind::Unknown] {
+        for k in [
+            MemKind::HostAnon,
+            MemKind::HostStack,
+            MemKind::Hugepage,
+            MemKind::FileWritable,
+            MemKind::Device,
+            MemKind::Unmapped,
+            MemKind::Unknown,
+        ] {
             check(&RegLine { mem_kind: Some(k), ..full.clone() });
         }
         for a in [0u32, 1, 0xf, 0x10000f, 0x400, 0x8000_0000] {
-            check(&RegLine { access: Some(a), ok: true, mr: Some(0x10), lkey: Some(u32::MAX), rkey: Some(0), errno: None, ..full.clone() });
+            check(&RegLine {
+                access: Some(a),
+                ok: true,
+                mr: Some(0x10),
+                lkey: Some(u32::MAX),
+                rkey: Some(0),
+                errno: None,
+                ..full.clone()
+            });
         }
         for v in [1u64, 0xf, 0x10, 0xabc, 1 << 63] {
             check(&RegLine { addr: Some(v), pd: Some(v), ..full.clone() });

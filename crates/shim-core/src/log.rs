@@ -157,7 +157,11 @@ pub fn open_append(path: &str) -> std::io::Result<i32> {
             0o640 as libc::c_uint,
         )
     };
-    if fd < 0 { Err(std::io::Error::last_os_error()) } else { Ok(fd) }
+    if fd < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(fd)
+    }
 }
 
 /// One write(2) of the whole buffer (retried only on EINTR, where nothing was written).

@@ -33,7 +33,11 @@ impl Region {
         } else if p.starts_with('[') {
             // [vdso], [vvar], [vsyscall]
             MemKind::Unknown
-        } else if p.starts_with("/dev/") && !p.starts_with("/dev/shm/") && p != "/dev/zero" && !p.starts_with("/dev/zero ") {
+        } else if p.starts_with("/dev/")
+            && !p.starts_with("/dev/shm/")
+            && p != "/dev/zero"
+            && !p.starts_with("/dev/zero ")
+        {
             MemKind::Device
         } else if self.writable {
             MemKind::FileWritable
@@ -151,8 +155,8 @@ impl MapsCache {
             }
         }
         let regions = Arc::new(read_self());
-        let l = lookup(&regions, addr, len)
-            .unwrap_or(Lookup { kind: MemKind::Unmapped, path: None, fully_mapped: false });
+        let l =
+            lookup(&regions, addr, len).unwrap_or(Lookup { kind: MemKind::Unmapped, path: None, fully_mapped: false });
         let _ = SNAP.try_with(|c| {
             if let Ok(mut c) = c.try_borrow_mut() {
                 *c = Some(Snap { at: now, regions });

@@ -77,7 +77,12 @@ fn memlock() -> (u64, u64) {
 impl Env for ShimEnv<'_> {
     fn facts(&self, r: &Req) -> Facts {
         let kind = self.kind(r);
-        Facts { kind, memlock: memlock(), memlock_raised: MEMLOCK_RAISED.load(Ordering::Relaxed), can_export_dmabuf: kind == MemKind::Device && !r.entry.is_dmabuf() }
+        Facts {
+            kind,
+            memlock: memlock(),
+            memlock_raised: MEMLOCK_RAISED.load(Ordering::Relaxed),
+            can_export_dmabuf: kind == MemKind::Device && !r.entry.is_dmabuf(),
+        }
     }
 
     fn raise_memlock(&self) -> Result<String, String> {
@@ -104,13 +109,27 @@ impl Env for ShimEnv<'_> {
     fn export_dmabuf(&self, r: &Req) -> Result<(Req, String), String> {
         let (fd, offset) = self.backend.export_dmabuf(r.addr, r.length)?;
         let n = Req { entry: Entry::RegDmabufMr, dmabuf_fd: fd, dmabuf_offset: offset, ..*r };
-        Ok((n, format!("{}(addr {:#x}) -> ibv_reg_dmabuf_mr(fd {fd}, offset {offset:#x}) exported by the GPU runtime", r.entry.name(), r.addr)))
+        Ok((
+            n,
+            format!(
+                "{}(addr {:#x}) -> ibv_reg_dmabuf_mr(fd {fd}, offset {offset:#x}) exported by the GPU runtime",
+                r.entry.name(),
+                r.addr
+            ),
+        ))
     }
 
     fn bounce(&self, r: &Req) -> Result<(Req, String), String> {
         let shadow = self.backend.bounce_shadow(&to_args(self.orig, r))?;
         let access = r.access & !mrshim_verbs::access::OPTIONAL_RANGE;
-        let n = Req { entry: Entry::RegMrIova2, addr: shadow, iova: r.iova, access, dmabuf_fd: -1, dmabuf_offset: 0, ..*r };
-        Ok((n, format!("host shadow at {shadow:#x} registered with iova {:#x} in place of {:#x} ({} bytes)", r.iova, r.addr, r.length)))
+        let n =
+            Req { entry: Entry::RegMrIova2, addr: shadow, iova: r.iova, access, dmabuf_fd: -1, dmabuf_offset: 0, ..*r };
+        Ok((
+            n,
+            format!(
+                "host shadow at {shadow:#x} registered with iova {:#x} in place of {:#x} ({} bytes)",
+                r.iova, r.addr, r.length
+            ),
+        ))
     }
 }

@@ -65,7 +65,11 @@ fn only_file(d: &std::path::Path) -> std::path::PathBuf {
 #[test]
 fn every_field_of_a_registration() {
     let d = tmpdir("fields");
-    let s = shim_with(&[("MRSHIM_LOG", d.to_str().unwrap()), ("OMPI_COMM_WORLD_RANK", "3"), ("OMPI_COMM_WORLD_LOCAL_RANK", "1")]);
+    let s = shim_with(&[
+        ("MRSHIM_LOG", d.to_str().unwrap()),
+        ("OMPI_COMM_WORLD_RANK", "3"),
+        ("OMPI_COMM_WORLD_LOCAL_RANK", "1"),
+    ]);
     let buf = vec![0u8; 4 * 4096];
     let addr = ((buf.as_ptr() as u64 + 4095) & !4095) | 0x30;
     let f = Fake::new();
@@ -134,7 +138,10 @@ fn every_field_of_a_registration() {
     let recs = lines(&p);
     let sm = recs[3].summary.as_ref().unwrap();
     assert_eq!(recs[3].kind, Some(Kind::Summary));
-    assert_eq!((sm.calls, sm.failures, sm.bytes_registered_total, sm.peak_registered_bytes, sm.registered_bytes), (2, 0, 8192, 8192, 0));
+    assert_eq!(
+        (sm.calls, sm.failures, sm.bytes_registered_total, sm.peak_registered_bytes, sm.registered_bytes),
+        (2, 0, 8192, 8192, 0)
+    );
     assert_eq!(sm.records_written, 3);
     // once only
     s.at_exit();
@@ -144,9 +151,21 @@ fn every_field_of_a_registration() {
 #[test]
 fn failure_warn_line_and_failures_level() {
     let d = tmpdir("fail");
-    let s = shim_with(&[("MRSHIM_LOG", &format!("{}/%h.%r.log", d.display())), ("MRSHIM_LEVEL", "failures"), ("PMI_RANK", "5")]);
+    let s = shim_with(&[
+        ("MRSHIM_LOG", &format!("{}/%h.%r.log", d.display())),
+        ("MRSHIM_LEVEL", "failures"),
+        ("PMI_RANK", "5"),
+    ]);
     let f = Fake { fail_relaxed: Some(libc::EINVAL), ..Fake::new() };
-    let ok = RegArgs { call: Some(Call::RegMr), pd: 1, addr: 0x7f0000001000, length: 4096, iova: Some(0x7f0000001000), access: 7, ..Default::default() };
+    let ok = RegArgs {
+        call: Some(Call::RegMr),
+        pd: 1,
+        addr: 0x7f0000001000,
+        length: 4096,
+        iova: Some(0x7f0000001000),
+        access: 7,
+        ..Default::default()
+    };
     let bad = RegArgs { call: Some(Call::RegMrIova2), access: 0x10000f, ..ok.clone() };
     assert!(s.call(&ok, &f).ok());
     let out = s.call(&bad, &f);
@@ -169,7 +188,12 @@ fn failure_warn_line_and_failures_level() {
     assert_eq!(sm.failures, 1);
     assert_eq!(sm.by_call["ibv_reg_mr_iova2"].errnos["EINVAL"], 1);
     let line = s.summary_line(&sm);
-    assert!(line.contains("INFO summary: 2 calls (ibv_reg_mr 1, ibv_reg_mr_iova2 1), 1 failures (ibv_reg_mr_iova2 EINVAL x1)"), "{line}");
+    assert!(
+        line.contains(
+            "INFO summary: 2 calls (ibv_reg_mr 1, ibv_reg_mr_iova2 1), 1 failures (ibv_reg_mr_iova2 EINVAL x1)"
+        ),
+        "{line}"
+    );
 }
 
 #[test]
@@ -177,7 +201,14 @@ fn probe_passes_through_and_is_marked() {
     let d = tmpdir("probe");
     let s = shim_with(&[("MRSHIM_LOG", d.to_str().unwrap())]);
     let f = Fake::new();
-    let a = RegArgs { call: Some(Call::RegDmabufMr), pd: 1, dmabuf_fd: Some(-1), dmabuf_offset: Some(0), iova: Some(0), ..Default::default() };
+    let a = RegArgs {
+        call: Some(Call::RegDmabufMr),
+        pd: 1,
+        dmabuf_fd: Some(-1),
+        dmabuf_offset: Some(0),
+        iova: Some(0),
+        ..Default::default()
+    };
     let out = s.call(&a, &f);
     assert_eq!(out.err, libc::EOPNOTSUPP);
     assert_eq!(f.invoked.borrow().as_slice(), &[a]);
@@ -276,7 +307,15 @@ fn a_retry_policy_costs_a_success_nothing_until_something_is_learned() {
     let f = Fake { fail_relaxed: Some(libc::EINVAL), ..Fake::new() };
     let b = Asking(&f, std::cell::Cell::new(0));
     let buf = vec![0u8; 8192];
-    let a = |access| RegArgs { call: Some(Call::RegMrIova2), pd: 0xabc0, addr: buf.as_ptr() as u64, length: 4096, iova: Some(buf.as_ptr() as u64), access, ..Default::default() };
+    let a = |access| RegArgs {
+        call: Some(Call::RegMrIova2),
+        pd: 0xabc0,
+        addr: buf.as_ptr() as u64,
+        length: 4096,
+        iova: Some(buf.as_ptr() as u64),
+        access,
+        ..Default::default()
+    };
     assert!(s.counts_only(Call::RegMrIova2), "nothing learned: the hook layer may take the fast path");
     for _ in 0..10 {
         assert!(s.call(&a(0xf), &b).ok());

@@ -55,7 +55,11 @@ pub fn names(access: u32) -> Vec<String> {
 /// `LOCAL_WRITE|REMOTE_READ`, or `0` for no bits.
 pub fn describe(access: u32) -> String {
     let n = names(access);
-    if n.is_empty() { "0".into() } else { n.join("|") }
+    if n.is_empty() {
+        "0".into()
+    } else {
+        n.join("|")
+    }
 }
 
 #[cfg(test)]
@@ -64,7 +68,10 @@ mod tests {
 
     #[test]
     fn decodes_nccl_mask() {
-        assert_eq!(describe(0xf | RELAXED_ORDERING), "LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC|RELAXED_ORDERING");
+        assert_eq!(
+            describe(0xf | RELAXED_ORDERING),
+            "LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC|RELAXED_ORDERING"
+        );
         assert_eq!(describe(0), "0");
         assert_eq!(describe(0x1 | 0x400), "LOCAL_WRITE|0x400");
         assert_eq!(OPTIONAL_RANGE, 0x3ff0_0000);

@@ -1,17 +1,17 @@
 //! rdma-core's ABI as Rust types: ibverbs-sys for the `ibv_*` structs and functions, plus the
 //! pieces it leaves out (see build.rs), and the flag and errno names all of mrshim prints.
 
-pub use ibverbs_sys::*;
 /// The raw crate, for the few items shadowed below (its `ibv_wc` has private fields).
 pub use ibverbs_sys as sys;
+pub use ibverbs_sys::*;
 
 #[allow(non_camel_case_types, non_snake_case, non_upper_case_globals, dead_code, clippy::all)]
 mod extra {
     include!(concat!(env!("OUT_DIR"), "/extra.rs"));
 }
 pub use extra::{ibv_wc, verbs_context};
-pub mod errno;
 pub mod access;
+pub mod errno;
 pub mod units;
 
 /// Constants from verbs.h that ibverbs-sys does not carry.

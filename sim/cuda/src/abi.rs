@@ -38,7 +38,11 @@ pub const ERRORS: &[(CUresult, &str, &str)] = &[
     (CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE\0", "invalid device ordinal\0"),
     (CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT\0", "invalid device context\0"),
     (CUDA_ERROR_MAP_FAILED, "CUDA_ERROR_MAP_FAILED\0", "mapping of buffer object failed\0"),
-    (CUDA_ERROR_OPERATING_SYSTEM, "CUDA_ERROR_OPERATING_SYSTEM\0", "OS call failed or operation not supported on this OS\0"),
+    (
+        CUDA_ERROR_OPERATING_SYSTEM,
+        "CUDA_ERROR_OPERATING_SYSTEM\0",
+        "OS call failed or operation not supported on this OS\0",
+    ),
     (CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE\0", "invalid resource handle\0"),
     (CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND\0", "named symbol not found\0"),
     (CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY\0", "device not ready\0"),

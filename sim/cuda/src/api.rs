@@ -229,7 +229,9 @@ pub extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult {
         let d = rt()?.device(dev)?;
         d.primary
             .retained
-            .fetch_update(std::sync::atomic::Ordering::SeqCst, std::sync::atomic::Ordering::SeqCst, |n| n.checked_sub(1))
+            .fetch_update(std::sync::atomic::Ordering::SeqCst, std::sync::atomic::Ordering::SeqCst, |n| {
+                n.checked_sub(1)
+            })
             .map(|_| ())
             .map_err(|_| CUDA_ERROR_INVALID_CONTEXT)
     })
@@ -357,7 +359,13 @@ pub extern "C" fn cuMemsetD8Async(dst: CUdeviceptr, v: u8, n: usize, s: CUstream
 /// allocation starts, `size` a multiple of the page size no larger than the allocation.
 /// The fd is a dup of the allocation's memfd (offset 0 = allocation start).
 #[no_mangle]
-pub extern "C" fn cuMemGetHandleForAddressRange(handle: *mut c_void, dptr: CUdeviceptr, size: usize, kind: c_uint, flags: c_ulonglong) -> CUresult {
+pub extern "C" fn cuMemGetHandleForAddressRange(
+    handle: *mut c_void,
+    dptr: CUdeviceptr,
+    size: usize,
+    kind: c_uint,
+    flags: c_ulonglong,
+) -> CUresult {
     ffi(|| {
         let r = rt()?;
         // flags: 0, or CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE (1), meaningless here.
@@ -398,7 +406,12 @@ pub extern "C" fn cuPointerGetAttribute(data: *mut c_void, attr: c_uint, ptr: CU
 }
 
 #[no_mangle]
-pub extern "C" fn cuPointerGetAttributes(n: c_uint, attrs_: *const c_uint, data: *mut *mut c_void, ptr: CUdeviceptr) -> CUresult {
+pub extern "C" fn cuPointerGetAttributes(
+    n: c_uint,
+    attrs_: *const c_uint,
+    data: *mut *mut c_void,
+    ptr: CUdeviceptr,
+) -> CUresult {
     ffi(|| {
         let r = rt()?;
         if n == 0 || attrs_.is_null() || data.is_null() {
@@ -406,7 +419,8 @@ pub extern "C" fn cuPointerGetAttributes(n: c_uint, attrs_: *const c_uint, data:
         }
         let a = r.find(ptr);
         // SAFETY: the caller passes arrays of `n` attributes and `n` data pointers.
-        let (list, outs) = unsafe { (std::slice::from_raw_parts(attrs_, n as usize), std::slice::from_raw_parts(data, n as usize)) };
+        let (list, outs) =
+            unsafe { (std::slice::from_raw_parts(attrs_, n as usize), std::slice::from_raw_parts(data, n as usize)) };
         let vals = list.iter().map(|&at| attrs::multi(at, a.as_deref(), ptr)).collect::<Result<Vec<_>, _>>()?;
         if outs.iter().any(|p| p.is_null()) {
             return Err(CUDA_ERROR_INVALID_VALUE);
@@ -471,7 +485,9 @@ pub extern "C" fn cuStreamGetFlags(s: CUstream, flags: *mut c_uint) -> CUresult 
 #[no_mangle]
 pub extern "C" fn mrshim_sim_cuda_stream_busy(s: CUstream, ms: c_uint) -> CUresult {
     ffi(|| match rt()?.target(s as usize)? {
-        runtime::Target::Queue(q) => q.submit(Box::new(move || std::thread::sleep(std::time::Duration::from_millis(ms.into())))),
+        runtime::Target::Queue(q) => {
+            q.submit(Box::new(move || std::thread::sleep(std::time::Duration::from_millis(ms.into()))))
+        }
         _ => Err(CUDA_ERROR_INVALID_VALUE),
     })
 }

@@ -52,11 +52,14 @@ impl Config {
         };
         let mem = match get("MRSHIM_SIM_GPU_MEM") {
             None => DEFAULT_MEM,
-            Some(v) => parse_size(&v).map(|b| b & !(crate::memory::PAGE - 1)).filter(|b| *b > 0).ok_or(ConfigError {
-                var: "MRSHIM_SIM_GPU_MEM",
-                value: v.clone(),
-                accepted: "a size of at least 4096 bytes: digits with an optional K, M or G suffix (e.g. 16G, 512M)",
-            })?,
+            Some(v) => {
+                parse_size(&v).map(|b| b & !(crate::memory::PAGE - 1)).filter(|b| *b > 0).ok_or(ConfigError {
+                    var: "MRSHIM_SIM_GPU_MEM",
+                    value: v.clone(),
+                    accepted:
+                        "a size of at least 4096 bytes: digits with an optional K, M or G suffix (e.g. 16G, 512M)",
+                })?
+            }
         };
         Ok(Config { gpus, mem })
     }
@@ -94,7 +97,10 @@ mod tests {
     #[test]
     fn errors_name_variable_value_and_accepted() {
         let e = cfg(&[("MRSHIM_SIM_GPUS", "two")]).unwrap_err();
-        assert_eq!(e.to_string(), "mrshim-sim-cuda: MRSHIM_SIM_GPUS=\"two\" is not valid: a number of devices from 0 to 16");
+        assert_eq!(
+            e.to_string(),
+            "mrshim-sim-cuda: MRSHIM_SIM_GPUS=\"two\" is not valid: a number of devices from 0 to 16"
+        );
         assert!(cfg(&[("MRSHIM_SIM_GPUS", "17")]).is_err());
         assert_eq!(cfg(&[("MRSHIM_SIM_GPUS", "0")]).unwrap().gpus, 0);
         let e = cfg(&[("MRSHIM_SIM_GPU_MEM", "100")]).unwrap_err();

@@ -78,10 +78,21 @@ pub enum Target {
 impl Runtime {
     fn new(cfg: &Config) -> Runtime {
         let devices: Vec<Device> = (0..cfg.gpus as usize)
-            .map(|i| Device { name: device_name(i), total: cfg.mem, used: Mutex::new(0), primary: Arc::new(Ctx::new(i as i32, true)) })
+            .map(|i| Device {
+                name: device_name(i),
+                total: cfg.mem,
+                used: Mutex::new(0),
+                primary: Arc::new(Ctx::new(i as i32, true)),
+            })
             .collect();
         let ctxs = devices.iter().map(|d| (Arc::as_ptr(&d.primary) as usize, d.primary.clone())).collect();
-        Runtime { devices, ctxs: Mutex::new(ctxs), streams: Mutex::new(HashMap::new()), allocs: Mutex::new(BTreeMap::new()), next_buffer_id: AtomicU64::new(1) }
+        Runtime {
+            devices,
+            ctxs: Mutex::new(ctxs),
+            streams: Mutex::new(HashMap::new()),
+            allocs: Mutex::new(BTreeMap::new()),
+            next_buffer_id: AtomicU64::new(1),
+        }
     }
 
     pub fn device(&self, dev: CUdevice) -> Result<&Device, CUresult> {
@@ -133,7 +144,13 @@ impl Runtime {
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
         let id = self.next_buffer_id.fetch_add(1, Ordering::Relaxed);
-        let a = Alloc::new(size, h, c.device, id).map_err(|e| if e == libc::ENOMEM { CUDA_ERROR_OUT_OF_MEMORY } else { CUDA_ERROR_OPERATING_SYSTEM })?;
+        let a = Alloc::new(size, h, c.device, id).map_err(|e| {
+            if e == libc::ENOMEM {
+                CUDA_ERROR_OUT_OF_MEMORY
+            } else {
+                CUDA_ERROR_OPERATING_SYSTEM
+            }
+        })?;
         *used += size;
         let d = a.dptr;
         lock(&self.allocs).insert(d, Arc::new(a));

@@ -29,13 +29,18 @@ fn devices_names_pci_ids_attributes() {
 
 #[test]
 fn bad_environment_is_one_line_and_an_init_error() {
-    for (var, val, accepted) in [("MRSHIM_SIM_GPUS", "lots", "from 0 to 16"), ("MRSHIM_SIM_GPU_MEM", "12X", "K, M or G suffix")] {
+    for (var, val, accepted) in
+        [("MRSHIM_SIM_GPUS", "lots", "from 0 to 16"), ("MRSHIM_SIM_GPU_MEM", "12X", "K, M or G suffix")]
+    {
         let out = run(&prog(), &["init"], &[(var, val)]);
         let err = text(&out.stderr);
         let so = text(&out.stdout);
         let lines: Vec<&str> = err.lines().collect();
         assert_eq!(lines.len(), 1, "{err}");
-        assert!(lines[0].contains(var) && lines[0].contains(&format!("\"{val}\"")) && lines[0].contains(accepted), "{err}");
+        assert!(
+            lines[0].contains(var) && lines[0].contains(&format!("\"{val}\"")) && lines[0].contains(accepted),
+            "{err}"
+        );
         assert_eq!(info(&so, "init"), "1", "CUDA_ERROR_INVALID_VALUE");
         assert_eq!(info(&so, "init_again"), "1");
         assert_eq!(info(&so, "count"), "3", "CUDA_ERROR_NOT_INITIALIZED");
@@ -65,7 +70,12 @@ fn pointer_attributes() {
 #[test]
 fn device_memory_faults_on_the_cpu_but_copies_round_trip() {
     let out = checks(&prog(), &["fault"], &[]);
-    assert!(out.contains("ok cpu_read_faults\n") && out.contains("ok cpu_write_faults\n") && out.contains("ok copy_roundtrip_exact\n"), "{out}");
+    assert!(
+        out.contains("ok cpu_read_faults\n")
+            && out.contains("ok cpu_write_faults\n")
+            && out.contains("ok copy_roundtrip_exact\n"),
+        "{out}"
+    );
 }
 
 #[test]

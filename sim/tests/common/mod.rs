@@ -69,7 +69,16 @@ impl Sim {
         let mut c = Command::new("timeout");
         c.args(["-k", "5", "120"]).arg(prog);
         c.env("LD_LIBRARY_PATH", lib_dir()).env("MRSHIM_SIM_RUNDIR", self.rundir.path());
-        for k in ["MRSHIM_SIM_DEVICES", "MRSHIM_SIM_FAULTS", "MRSHIM_SIM_MEMLOCK", "MRSHIM_SIM_DMABUF", "MRSHIM_SIM_PEER_MEMORY", "MRSHIM_SIM_DEVICE_MEM_ERRNO", "MRSHIM_SIM_LOG", "LD_PRELOAD"] {
+        for k in [
+            "MRSHIM_SIM_DEVICES",
+            "MRSHIM_SIM_FAULTS",
+            "MRSHIM_SIM_MEMLOCK",
+            "MRSHIM_SIM_DMABUF",
+            "MRSHIM_SIM_PEER_MEMORY",
+            "MRSHIM_SIM_DEVICE_MEM_ERRNO",
+            "MRSHIM_SIM_LOG",
+            "LD_PRELOAD",
+        ] {
             c.env_remove(k);
         }
         for (k, v) in &self.env {
@@ -111,7 +120,10 @@ pub fn server_client(sim: &Sim, prog: &str, server_args: &[&str], client_args: &
         std::thread::sleep(std::time::Duration::from_millis(100));
         let out = sim.run(prog, &cargs);
         let err = text(&out.stderr);
-        if out.status.success() || !(err.contains("Couldn't connect") || err.contains("Unable to open file descriptor for socket connection")) {
+        if out.status.success()
+            || !(err.contains("Couldn't connect")
+                || err.contains("Unable to open file descriptor for socket connection"))
+        {
             client = Some(out);
             break;
         }

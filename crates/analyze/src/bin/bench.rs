@@ -5,10 +5,7 @@ use std::io::BufReader;
 use std::time::Instant;
 
 fn main() {
-    let total: u64 = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(1 << 30);
+    let total: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1 << 30);
     let block = gen::block(64 << 20);
     let reader = BufReader::with_capacity(256 << 10, gen::Repeat::new(block, total));
     let cpu0 = cpu_ns();
@@ -31,10 +28,5 @@ fn main() {
 
 /// Nanoseconds this process spent on a CPU (first field of /proc/self/schedstat): unaffected by other load.
 fn cpu_ns() -> Option<u64> {
-    std::fs::read_to_string("/proc/self/schedstat")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
+    std::fs::read_to_string("/proc/self/schedstat").ok()?.split_whitespace().next()?.parse().ok()
 }

@@ -9,18 +9,9 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
     // a captured /proc/PID/limits
     if let Some(rest) = t.strip_prefix("Max locked memory") {
         let soft = rest.split_whitespace().next().unwrap_or("");
-        let m = if soft == "unlimited" {
-            Some(None)
-        } else {
-            soft.parse::<u64>().ok().map(Some)
-        };
+        let m = if soft == "unlimited" { Some(None) } else { soft.parse::<u64>().ok().map(Some) };
         if let Some(m) = m {
-            emit(Event::Fact {
-                lib: Lib::Text,
-                host: ctx.host.clone(),
-                pid: None,
-                fact: Fact::Memlock(m),
-            });
+            emit(Event::Fact { lib: Lib::Text, host: ctx.host.clone(), pid: None, fact: Fact::Memlock(m) });
             return true;
         }
     }
@@ -31,10 +22,7 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
     let Some((k, v)) = t.split_once('=') else {
         return false;
     };
-    if !k
-        .bytes()
-        .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
-    {
+    if !k.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_') {
         return false;
     }
     let v = v.trim().trim_matches(['"', '\'']);

@@ -10,9 +10,7 @@ fn syslog_host(line: &str) -> Option<&str> {
 }
 
 pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool {
-    let flag = if line.contains("ib_umem_get") && line.contains("fail")
-        || line.contains("umem get failed")
-    {
+    let flag = if line.contains("ib_umem_get") && line.contains("fail") || line.contains("umem get failed") {
         Flag::UmemGetFail
     } else if line.contains("limits exceeded") && (line.contains("MKEY") || line.contains("mkey")) {
         Flag::MkeyLimit
@@ -27,9 +25,7 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
         Flag::IommuFault
     } else if line.contains("AER:") || line.contains("PCIe Bus Error") {
         Flag::PcieError
-    } else if (line.contains("nvidia-peermem")
-        || line.contains("nvidia_peermem")
-        || line.contains("nv_peer_mem"))
+    } else if (line.contains("nvidia-peermem") || line.contains("nvidia_peermem") || line.contains("nv_peer_mem"))
         && line.contains("kernel")
     {
         if line.contains("Unknown symbol") || line.contains("failed") {
@@ -43,11 +39,6 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
     if let Some(h) = syslog_host(line) {
         ctx.host = Some(h.to_string());
     }
-    emit(Event::Fact {
-        lib: Lib::Kernel,
-        host: ctx.host.clone(),
-        pid: None,
-        fact: Fact::Flag(flag),
-    });
+    emit(Event::Fact { lib: Lib::Kernel, host: ctx.host.clone(), pid: None, fact: Fact::Flag(flag) });
     true
 }

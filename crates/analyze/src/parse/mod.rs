@@ -30,22 +30,14 @@ pub struct FileCtx {
 pub fn is_reg_call(name: &str) -> bool {
     matches!(
         name,
-        "ibv_reg_mr"
-            | "ibv_reg_mr_iova"
-            | "ibv_reg_mr_iova2"
-            | "ibv_reg_dmabuf_mr"
-            | "ibv_exp_reg_mr"
-            | "ibv_rereg_mr"
+        "ibv_reg_mr" | "ibv_reg_mr_iova" | "ibv_reg_mr_iova2" | "ibv_reg_dmabuf_mr" | "ibv_exp_reg_mr" | "ibv_rereg_mr"
     )
 }
 
 /// The first registration entry point named in `s`.
 pub fn reg_call_in(s: &str) -> Option<&str> {
     let i = s.find("ibv_reg_").or_else(|| s.find("ibv_exp_reg_mr"))?;
-    let end = s[i..]
-        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .map(|e| i + e)
-        .unwrap_or(s.len());
+    let end = s[i..].find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).map(|e| i + e).unwrap_or(s.len());
     let name = &s[i..end];
     is_reg_call(name).then_some(name)
 }
@@ -104,21 +96,12 @@ impl Default for Parser {
             .kind(Some(aho_corasick::AhoCorasickKind::DFA))
             .build(NEEDLES)
             .expect("static patterns");
-        Parser {
-            pre,
-            shim: Default::default(),
-        }
+        Parser { pre, shim: Default::default() }
     }
 }
 
 impl Parser {
-    pub fn line(
-        &mut self,
-        ctx: &mut FileCtx,
-        line: &str,
-        lineno: u64,
-        emit: &mut dyn FnMut(Event),
-    ) -> bool {
+    pub fn line(&mut self, ctx: &mut FileCtx, line: &str, lineno: u64, emit: &mut dyn FnMut(Event)) -> bool {
         let t = line.trim_start();
         // "##" lines are comments (fixture headers, annotations) and never evidence
         if t.starts_with("##") {

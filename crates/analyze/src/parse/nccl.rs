@@ -37,40 +37,32 @@ fn tag_at(line: &str) -> Option<(usize, Lib)> {
 }
 
 /// Messages worth a closer look; everything else (rings, channels, tuning) is skipped after one scan.
-static INTERESTING: std::sync::LazyLock<aho_corasick::AhoCorasick> =
-    std::sync::LazyLock::new(|| {
-        aho_corasick::AhoCorasick::builder()
-            .kind(Some(aho_corasick::AhoCorasickKind::DFA))
-            .build([
-                "Call to ",
-                " set by environment to ",
-                "GPU Direct RDMA",
-                "[RO]",
-                " nranks ",
-                "Init COMPLETE",
-                "version ",
-                "ibv_",
-                "register memory",
-                "cuMem",
-            ])
-            .expect("static patterns")
-    });
+static INTERESTING: std::sync::LazyLock<aho_corasick::AhoCorasick> = std::sync::LazyLock::new(|| {
+    aho_corasick::AhoCorasick::builder()
+        .kind(Some(aho_corasick::AhoCorasickKind::DFA))
+        .build([
+            "Call to ",
+            " set by environment to ",
+            "GPU Direct RDMA",
+            "[RO]",
+            " nranks ",
+            "Init COMPLETE",
+            "version ",
+            "ibv_",
+            "register memory",
+            "cuMem",
+        ])
+        .expect("static patterns")
+});
 
 pub fn split(line: &str) -> Option<Prefix<'_>> {
     let (at, lib) = tag_at(line)?;
     let rest = &line[at + 5..];
     let (level, msg) = rest.split_once(' ').unwrap_or((rest, ""));
-    if !matches!(
-        level,
-        "INFO" | "WARN" | "ERROR" | "TRACE" | "ABORT" | "version"
-    ) {
+    if !matches!(level, "INFO" | "WARN" | "ERROR" | "TRACE" | "ABORT" | "version") {
         return None;
     }
-    let msg = if level == "version" {
-        rest
-    } else {
-        msg.trim_start()
-    };
+    let msg = if level == "version" { rest } else { msg.trim_start() };
     let head = &line[..at];
     let mut toks = head.split_whitespace();
     let (mut host, mut pid, mut dev) = (None, None, None);
@@ -85,21 +77,12 @@ pub fn split(line: &str) -> Option<Prefix<'_>> {
         }
     }
     if let Some(t) = toks.next() {
-        dev = t
-            .strip_prefix('[')
-            .and_then(|t| t.strip_suffix(']'))
-            .and_then(|t| t.parse().ok());
+        dev = t.strip_prefix('[').and_then(|t| t.strip_suffix(']')).and_then(|t| t.parse().ok());
     }
     if host.is_none() && at != 0 {
         return None;
     }
-    Some(Prefix {
-        host,
-        pid,
-        dev,
-        lib,
-        msg,
-    })
+    Some(Prefix { host, pid, dev, lib, msg })
 }
 
 pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool {
@@ -109,12 +92,7 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
     }
 }
 
-pub fn parse_split(
-    line: &str,
-    p: Prefix<'_>,
-    ctx: &mut FileCtx,
-    emit: &mut dyn FnMut(Event),
-) -> bool {
+pub fn parse_split(line: &str, p: Prefix<'_>, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool {
     if !INTERESTING.is_match(p.msg) {
         if let Some(h) = p.host {
             if ctx.host.as_deref() != Some(h) {
@@ -124,23 +102,14 @@ pub fn parse_split(
         return true;
     }
     // RCCL prints the NCCL tag; its banner tells them apart
-    let lib = if p.lib == Lib::Nccl {
-        ctx.flavor.unwrap_or(Lib::Nccl)
-    } else {
-        p.lib
-    };
+    let lib = if p.lib == Lib::Nccl { ctx.flavor.unwrap_or(Lib::Nccl) } else { p.lib };
     if let Some(h) = p.host {
         if ctx.host.as_deref() != Some(h) {
             ctx.host = Some(h.to_string());
         }
     }
     let host = p.host.map(String::from).or_else(|| ctx.host.clone());
-    let fact = |f: Fact| Event::Fact {
-        lib,
-        host: host.clone(),
-        pid: p.pid,
-        fact: f,
-    };
+    let fact = |f: Fact| Event::Fact { lib, host: host.clone(), pid: p.pid, fact: f };
     let m = p.msg;
     if let Some(v) = m
         .strip_prefix("version ")
@@ -172,9 +141,7 @@ pub fn parse_split(
         let call = rest.split_whitespace().next().unwrap_or("");
         if is_reg_call(call) {
             let err = errno::find(rest);
-            if call == "ibv_reg_dmabuf_mr"
-                && matches!(err, Some(errno::EOPNOTSUPP) | Some(errno::EPROTONOSUPPORT))
-            {
+            if call == "ibv_reg_dmabuf_mr" && matches!(err, Some(errno::EOPNOTSUPP) | Some(errno::EPROTONOSUPPORT)) {
                 emit(fact(Fact::Flag(Flag::DmabufUnsupported)));
             }
             emit(Event::Reg(RegEv {
@@ -211,12 +178,7 @@ pub fn parse_split(
     }
     if let Some(i) = m.find(" rank ") {
         if m.contains(" nranks ") {
-            if let Ok(r) = m[i + 6..]
-                .split_whitespace()
-                .next()
-                .unwrap_or("")
-                .parse::<i64>()
-            {
+            if let Ok(r) = m[i + 6..].split_whitespace().next().unwrap_or("").parse::<i64>() {
                 emit(fact(Fact::RankOf(r)));
             }
         }
@@ -263,10 +225,7 @@ mod tests {
     #[test]
     fn prefixes() {
         let p = split("node1:1234:1299 [3] misc/ibvwrap.cc:182 NCCL WARN Call to ibv_reg_mr_iova2 failed with error Invalid argument").unwrap();
-        assert_eq!(
-            (p.host, p.pid, p.dev, p.lib),
-            (Some("node1"), Some(1234), Some(3), Lib::Nccl)
-        );
+        assert_eq!((p.host, p.pid, p.dev, p.lib), (Some("node1"), Some(1234), Some(3), Lib::Nccl));
         assert!(p.msg.starts_with("Call to"));
         let p = split("MCCL WARN Call to ibv_reg_mr failed with error Invalid argument").unwrap();
         assert_eq!((p.host, p.lib), (None, Lib::Mccl));

@@ -5,10 +5,7 @@ use crate::event::{Event, Fact, Flag, Lib, RegEv};
 
 pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool {
     let t = line.trim();
-    if let Some(h) = t
-        .strip_prefix("Local host:")
-        .or_else(|| t.strip_prefix("Hostname:"))
-    {
+    if let Some(h) = t.strip_prefix("Local host:").or_else(|| t.strip_prefix("Hostname:")) {
         let h = h.trim();
         if !h.is_empty() {
             ctx.host = Some(h.split('.').next().unwrap_or(h).to_string());
@@ -16,12 +13,7 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
         return true;
     }
     let host = ctx.host.clone();
-    let fact = |f: Fact| Event::Fact {
-        lib: Lib::Ompi,
-        host: host.clone(),
-        pid: None,
-        fact: f,
-    };
+    let fact = |f: Fact| Event::Fact { lib: Lib::Ompi, host: host.clone(), pid: None, fact: f };
     if let Some(v) = t.strip_prefix("mpirun (Open MPI) ") {
         emit(fact(Fact::Version("Open MPI".into(), v.trim().to_string())));
         return true;

@@ -32,11 +32,7 @@ pub fn parse(line: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Ev
         ctx.perf_pending = Some(RegEv {
             lib: Some(Lib::Perftest),
             host,
-            call: if ctx.dmabuf {
-                "ibv_reg_dmabuf_mr".into()
-            } else {
-                "ibv_reg_mr".into()
-            },
+            call: if ctx.dmabuf { "ibv_reg_dmabuf_mr".into() } else { "ibv_reg_mr".into() },
             errno: errno::find(t),
             mem: ctx.gpu_buffer.map(|_| MemKind::Device),
             length: ctx.gpu_buffer,
@@ -46,21 +42,10 @@ pub fn parse(line: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Ev
         });
         return true;
     }
-    if let Some(i) = t
-        .find("cuMemAlloc() of a ")
-        .or_else(|| t.find("hipMalloc() of a "))
-    {
-        let n: String = t[i + 18..]
-            .chars()
-            .take_while(|c| c.is_ascii_digit())
-            .collect();
+    if let Some(i) = t.find("cuMemAlloc() of a ").or_else(|| t.find("hipMalloc() of a ")) {
+        let n: String = t[i + 18..].chars().take_while(|c| c.is_ascii_digit()).collect();
         ctx.gpu_buffer = Some(n.parse().unwrap_or(0));
-        emit(Event::Fact {
-            lib: Lib::Perftest,
-            host,
-            pid: None,
-            fact: Fact::Flag(Flag::GpuContext),
-        });
+        emit(Event::Fact { lib: Lib::Perftest, host, pid: None, fact: Fact::Flag(Flag::GpuContext) });
         return true;
     }
     if t.starts_with("initializing CUDA") || t.starts_with("initializing ROCm") {
@@ -74,22 +59,12 @@ pub fn parse(line: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Ev
         let on = v.trim().starts_with("ON");
         ctx.perf_ro = Some(on);
         if on {
-            emit(Event::Fact {
-                lib: Lib::Perftest,
-                host,
-                pid: None,
-                fact: Fact::Flag(Flag::RoAdvertised),
-            });
+            emit(Event::Fact { lib: Lib::Perftest, host, pid: None, fact: Fact::Flag(Flag::RoAdvertised) });
         }
         return true;
     }
     if t.starts_with("#bytes") {
-        emit(Event::Fact {
-            lib: Lib::Perftest,
-            host,
-            pid: None,
-            fact: Fact::Done,
-        });
+        emit(Event::Fact { lib: Lib::Perftest, host, pid: None, fact: Fact::Done });
         return true;
     }
     false

@@ -5,18 +5,8 @@ use super::FileCtx;
 use crate::errno;
 use crate::event::{Event, Fact, Flag, Lib, RegEv};
 
-const OK_WORDS: [&str; 10] = [
-    "works",
-    "passed",
-    "passes",
-    "succeeded",
-    "#wrong 0",
-    "跑通",
-    "通过",
-    "正常",
-    "成功",
-    "fine",
-];
+const OK_WORDS: [&str; 10] =
+    ["works", "passed", "passes", "succeeded", "#wrong 0", "跑通", "通过", "正常", "成功", "fine"];
 const FAIL_WORDS: [&str; 6] = ["fail", "still", "依然", "仍然", "失败", "报错"];
 
 fn any(s: &str, words: &[&str]) -> bool {
@@ -24,9 +14,7 @@ fn any(s: &str, words: &[&str]) -> bool {
 }
 
 pub fn sentences(line: &str) -> impl Iterator<Item = &str> {
-    line.split(['。', '；', '！', '？', '!', '?'])
-        .flat_map(|s| s.split(". "))
-        .filter(|s| !s.trim().is_empty())
+    line.split(['。', '；', '！', '？', '!', '?']).flat_map(|s| s.split(". ")).filter(|s| !s.trim().is_empty())
 }
 
 pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool {
@@ -34,30 +22,19 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
     let host = ctx.host.clone();
     let mut seen: Vec<(String, Option<i32>)> = Vec::new();
     for s in sentences(line) {
-        let fact = |f: Flag| Event::Fact {
-            lib: Lib::Text,
-            host: host.clone(),
-            pid: None,
-            fact: Fact::Flag(f),
-        };
+        let fact = |f: Flag| Event::Fact { lib: Lib::Text, host: host.clone(), pid: None, fact: Fact::Flag(f) };
         let lower = s.to_ascii_lowercase();
         // quoted failures: every call named next to a failure word
         let mut from = 0;
         while let Some(i) = s[from..].find("ibv_reg_") {
             let at = from + i;
-            let name: String = s[at..]
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
+            let name: String = s[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
             from = at + name.len();
             if !super::is_reg_call(&name) {
                 continue;
             }
             let window: String = s[at..].chars().take(90).collect();
-            if any(
-                &window,
-                &["fail", "失败", "return -", "returned -", "error"],
-            ) {
+            if any(&window, &["fail", "失败", "return -", "returned -", "error"]) {
                 let e = errno::find(&window);
                 if !seen.contains(&(name.clone(), e)) {
                     seen.push((name.clone(), e));
@@ -77,9 +54,7 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
             emit(fact(Flag::GpuContext));
             hit = true;
         }
-        if gdr
-            && any(s, &["关闭", "禁用"]) | any(&lower, &[" off", "disable", "=0", "=loc"])
-            && any(&lower, &OK_WORDS)
+        if gdr && any(s, &["关闭", "禁用"]) | any(&lower, &[" off", "disable", "=0", "=loc"]) && any(&lower, &OK_WORDS)
         {
             emit(fact(Flag::GdrOffWorks));
         }
@@ -92,8 +67,7 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
         if s.contains("RELAXED_ORDERING=0") && any(&lower, &FAIL_WORDS) {
             emit(fact(Flag::RoOffStillFails));
         }
-        if (s.contains("版本") && any(s, &["对不上", "不一致", "不匹配"]))
-            || lower.contains("version mismatch")
+        if (s.contains("版本") && any(s, &["对不上", "不一致", "不匹配"])) || lower.contains("version mismatch")
         {
             emit(fact(Flag::VersionMismatchProse));
             hit = true;
@@ -103,11 +77,7 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
         }
         if let Some(i) = s.find("ulimit -l") {
             let rest: String = s[i + 9..].chars().take(24).collect();
-            let num: String = rest
-                .trim_start()
-                .chars()
-                .take_while(|c| c.is_ascii_digit())
-                .collect();
+            let num: String = rest.trim_start().chars().take_while(|c| c.is_ascii_digit()).collect();
             if let Ok(kib) = num.parse::<u64>() {
                 emit(Event::Fact {
                     lib: Lib::Text,
@@ -116,12 +86,7 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
                     fact: Fact::Memlock(Some(kib * 1024)),
                 });
             } else if rest.contains("unlimited") {
-                emit(Event::Fact {
-                    lib: Lib::Text,
-                    host: host.clone(),
-                    pid: None,
-                    fact: Fact::Memlock(None),
-                });
+                emit(Event::Fact { lib: Lib::Text, host: host.clone(), pid: None, fact: Fact::Memlock(None) });
             }
             hit = true;
         }

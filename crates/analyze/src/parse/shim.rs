@@ -55,11 +55,7 @@ impl ShimState {
 fn field_str<'a>(line: &'a str, pat: &str) -> Option<&'a str> {
     static KIND: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
         std::sync::LazyLock::new(|| memchr::memmem::Finder::new("\"kind\":\""));
-    let i = if pat == "\"kind\":\"" {
-        KIND.find(line.as_bytes())?
-    } else {
-        line.find(pat)?
-    } + pat.len();
+    let i = if pat == "\"kind\":\"" { KIND.find(line.as_bytes())? } else { line.find(pat)? } + pat.len();
     let end = line[i..].find('"')?;
     Some(&line[i..i + end])
 }
@@ -91,12 +87,7 @@ fn describe(r: &Reg) -> String {
         s.push_str(&format!(" access={a:#x}"));
     }
     if let Some(e) = r.errno {
-        s.push_str(&format!(
-            " -> {}",
-            r.errno_name
-                .clone()
-                .unwrap_or_else(|| crate::errno::name(e))
-        ));
+        s.push_str(&format!(" -> {}", r.errno_name.clone().unwrap_or_else(|| crate::errno::name(e))));
     }
     if let Some(m) = r.memlock_soft {
         s.push_str(&format!(", memlock {}", crate::findings::human_size(m)));
@@ -120,12 +111,9 @@ fn reg(r: Reg, lineno: u64, emit: &mut dyn FnMut(Event)) {
     let attempt = if r.parent_seq.is_some() { r.attempt.max(1) } else { r.attempt };
     let evid = (r.result != "ok").then(|| (lineno, describe(&r)));
     let addr = r.addr.as_deref().and_then(parse_hex);
-    let relaxed = r.relaxed_ordering
-        || r.access
-            .map(|a| a & IBV_ACCESS_RELAXED_ORDERING != 0)
-            .unwrap_or(false);
-    let iova_misaligned = r.call.contains("iova")
-        && matches!((r.iova_page_offset, r.addr_page_offset), (Some(a), Some(b)) if a != b);
+    let relaxed = r.relaxed_ordering || r.access.map(|a| a & IBV_ACCESS_RELAXED_ORDERING != 0).unwrap_or(false);
+    let iova_misaligned =
+        r.call.contains("iova") && matches!((r.iova_page_offset, r.addr_page_offset), (Some(a), Some(b)) if a != b);
     // a range not fully covered by mappings is an invalid address whatever the kind of its start
     let mut mem = if r.mem_fully_mapped == Some(false) && r.mem_kind != Some(MemKind::Device) {
         Some(MemKind::Unmapped)
@@ -180,21 +168,13 @@ fn lenient(line: &str, kind: &str, st: &mut ShimState, emit: &mut dyn FnMut(Even
     st.version(v.get("v").and_then(Value::as_u64).unwrap_or(0) as u32, emit);
     let host = v.get("host").and_then(Value::as_str).map(String::from);
     let pid = v.get("pid").and_then(Value::as_u64).map(|p| p as u32);
-    let fact = |f: Fact| Event::Fact {
-        lib: Lib::Shim,
-        host: host.clone(),
-        pid,
-        fact: f,
-    };
+    let fact = |f: Fact| Event::Fact { lib: Lib::Shim, host: host.clone(), pid, fact: f };
     if let Some(r) = v.get("rank").and_then(Value::as_i64) {
         emit(fact(Fact::RankOf(r)));
     }
     match kind {
         "config" => {
-            match (
-                v.get("memlock_soft").and_then(Value::as_u64),
-                v.get("memlock_hard"),
-            ) {
+            match (v.get("memlock_soft").and_then(Value::as_u64), v.get("memlock_hard")) {
                 (Some(m), _) => emit(fact(Fact::Memlock(Some(m)))),
                 (None, Some(_)) => emit(fact(Fact::Memlock(None))),
                 _ => {}
@@ -227,12 +207,8 @@ fn lenient(line: &str, kind: &str, st: &mut ShimState, emit: &mut dyn FnMut(Even
                 length: u("length"),
                 addr: s("addr").and_then(parse_hex),
                 relaxed: Some(
-                    v.get("relaxed_ordering")
-                        .and_then(Value::as_bool)
-                        .unwrap_or(false)
-                        || access
-                            .map(|a| a & IBV_ACCESS_RELAXED_ORDERING != 0)
-                            .unwrap_or(false),
+                    v.get("relaxed_ordering").and_then(Value::as_bool).unwrap_or(false)
+                        || access.map(|a| a & IBV_ACCESS_RELAXED_ORDERING != 0).unwrap_or(false),
                 ),
                 memlock: u("memlock_soft").map(Some),
                 time_ns: u("time_ns"),

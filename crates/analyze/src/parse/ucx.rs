@@ -76,10 +76,7 @@ pub fn parse(line: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Ev
     flush(ctx, emit);
     let time_ns = ts.map(|t| (t * 1e9) as u64);
     if let Some(open) = m.find("reg_mr(").or_else(|| m.find("reg_dmabuf_mr(")) {
-        let call_start = m[..open]
-            .rfind(|c: char| c.is_whitespace())
-            .map(|i| i + 1)
-            .unwrap_or(0);
+        let call_start = m[..open].rfind(|c: char| c.is_whitespace()).map(|i| i + 1).unwrap_or(0);
         let call = &m[call_start..m[open..].find('(').map(|i| open + i).unwrap_or(open)];
         let failed = m.contains(") failed");
         let ev = RegEv {
@@ -88,11 +85,7 @@ pub fn parse(line: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Ev
             pid: Some(pid),
             call: call.to_string(),
             ok: !failed,
-            errno: if failed {
-                errno::find(&m[m.find(") failed").unwrap_or(0)..])
-            } else {
-                None
-            },
+            errno: if failed { errno::find(&m[m.find(") failed").unwrap_or(0)..]) } else { None },
             addr: arg(m, "address=").and_then(num),
             length: arg(m, "length=").and_then(num),
             access: arg(m, "access=").and_then(num).map(|a| a as u32),
@@ -142,10 +135,7 @@ mod tests {
         assert!(out.is_empty());
         parse(l2, &mut ctx, 2, &mut |e| out.push(e));
         let Event::Reg(r) = &out[0] else { panic!() };
-        assert_eq!(
-            (r.errno, r.length, r.access, r.mem),
-            (Some(14), Some(4096), Some(0xf), Some(MemKind::Device))
-        );
+        assert_eq!((r.errno, r.length, r.access, r.mem), (Some(14), Some(4096), Some(0xf), Some(MemKind::Device)));
         assert_eq!(r.host.as_deref(), Some("node-rtx3080"));
     }
 }

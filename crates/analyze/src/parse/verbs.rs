@@ -12,14 +12,7 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
     // host seen is a guess, so these stay unattributed and count for the whole input
     let _ = ctx;
     let host: Option<String> = None;
-    let mut fact = |f: Fact| {
-        emit(Event::Fact {
-            lib: Lib::Verbs,
-            host: host.clone(),
-            pid: None,
-            fact: f,
-        })
-    };
+    let mut fact = |f: Fact| emit(Event::Fact { lib: Lib::Verbs, host: host.clone(), pid: None, fact: f });
     if m.contains("does not support the kernel ABI") {
         fact(Fact::Flag(Flag::AbiMismatch));
     } else if m.contains("couldn't load driver") {
@@ -27,10 +20,7 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
     } else if m.contains("no userspace device-specific driver") {
         fact(Fact::Flag(Flag::NoProvider));
     } else if let Some(j) = m.find("RLIMIT_MEMLOCK is ") {
-        let n: String = m[j + 18..]
-            .chars()
-            .take_while(|c| c.is_ascii_digit())
-            .collect();
+        let n: String = m[j + 18..].chars().take_while(|c| c.is_ascii_digit()).collect();
         if let Ok(n) = n.parse::<u64>() {
             fact(Fact::Memlock(Some(n)));
         }

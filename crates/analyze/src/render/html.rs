@@ -34,13 +34,10 @@ fn timeline(a: &Analysis) -> String {
     }
     // rows in (host, rank) order
     let order: Vec<(String, Option<i64>)> = rows.keys().cloned().collect();
-    let index: BTreeMap<&(String, Option<i64>), usize> =
-        order.iter().enumerate().map(|(i, k)| (k, i)).collect();
+    let index: BTreeMap<&(String, Option<i64>), usize> = order.iter().enumerate().map(|(i, k)| (k, i)).collect();
     let (w, row_h, left) = (900.0, 14.0, 170.0);
     let h = 30.0 + row_h * order.len().max(1) as f64;
-    let (t0, t1) = pts
-        .iter()
-        .fold((u64::MAX, 0u64), |(a, b), p| (a.min(p.t), b.max(p.t)));
+    let (t0, t1) = pts.iter().fold((u64::MAX, 0u64), |(a, b), p| (a.min(p.t), b.max(p.t)));
     let span = (t1.saturating_sub(t0)).max(1) as f64;
     let mut s = String::new();
     let _ = write!(
@@ -72,11 +69,7 @@ fn timeline(a: &Analysis) -> String {
             };
             let x = left + (w - left - 10.0) * (p.t - t0) as f64 / span;
             let y = 20.0 + row_h * row as f64;
-            let (r, col) = if ok {
-                (2.0, "#2a9d3f")
-            } else {
-                (4.0, "#d62828")
-            };
+            let (r, col) = if ok { (2.0, "#2a9d3f") } else { (4.0, "#d62828") };
             let _ = write!(
                 s,
                 r##"<circle class="{}" cx="{x:.1}" cy="{y:.1}" r="{r}" fill="{col}"/>"##,
@@ -84,25 +77,14 @@ fn timeline(a: &Analysis) -> String {
             );
         }
     }
-    let unit = if pts.iter().any(|p| p.timed) {
-        format!("{:.3} s", span / 1e9)
-    } else {
-        "input order".into()
-    };
-    let _ = write!(
-        s,
-        r##"<text x="{left}" y="{:.1}" font-size="11">time span: {}</text></svg>"##,
-        h - 2.0,
-        esc(&unit)
-    );
+    let unit = if pts.iter().any(|p| p.timed) { format!("{:.3} s", span / 1e9) } else { "input order".into() };
+    let _ = write!(s, r##"<text x="{left}" y="{:.1}" font-size="11">time span: {}</text></svg>"##, h - 2.0, esc(&unit));
     s
 }
 
 fn histogram(a: &Analysis) -> String {
     let hist = &a.col.hist;
-    let used: Vec<usize> = (0..hist.len())
-        .filter(|&b| hist[b][0] + hist[b][1] > 0)
-        .collect();
+    let used: Vec<usize> = (0..hist.len()).filter(|&b| hist[b][0] + hist[b][1] > 0).collect();
     let (w, h, bottom) = (900.0, 220.0, 190.0);
     let mut s = String::new();
     let _ = write!(
@@ -115,11 +97,7 @@ fn histogram(a: &Analysis) -> String {
     }
     let (lo, hi) = (used[0], *used.last().unwrap_or(&used[0]));
     let n = hi - lo + 1;
-    let max = (lo..=hi)
-        .map(|b| hist[b][0] + hist[b][1])
-        .max()
-        .unwrap_or(1)
-        .max(1) as f64;
+    let max = (lo..=hi).map(|b| hist[b][0] + hist[b][1]).max().unwrap_or(1).max(1) as f64;
     let bw = (w - 20.0) / n as f64;
     for (i, b) in (lo..=hi).enumerate() {
         let (fail, ok) = (hist[b][0] as f64, hist[b][1] as f64);
@@ -133,11 +111,7 @@ fn histogram(a: &Analysis) -> String {
         };
         let x = 10.0 + bw * i as f64;
         let ht = scale(ok + fail);
-        let hf = if ok + fail > 0.0 {
-            ht * fail / (ok + fail)
-        } else {
-            0.0
-        };
+        let hf = if ok + fail > 0.0 { ht * fail / (ok + fail) } else { 0.0 };
         let _ = write!(
             s,
             r##"<rect class="ok" x="{x:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="#2a9d3f"><title>{}: {} ok</title></rect>"##,
@@ -188,11 +162,7 @@ pub fn render(a: &Analysis) -> String {
             esc(&f.errnos.join("/")),
             f.count,
             esc(&f.hosts.join(", ")),
-            if f.ranks.is_empty() {
-                String::new()
-            } else {
-                format!("(ranks {})", esc(&ranges(&f.ranks)))
-            }
+            if f.ranks.is_empty() { String::new() } else { format!("(ranks {})", esc(&ranges(&f.ranks))) }
         );
         let _ = write!(o, "<p>{}</p>", esc(&f.explanation));
         if !f.evidence.is_empty() {

@@ -83,12 +83,8 @@ pub fn render(a: &Analysis, color: bool) -> String {
     for (i, f) in a.findings.iter().enumerate() {
         o.push('\n');
         let head = format!("{}. {}", i + 1, f.category);
-        let _ = writeln!(
-            o,
-            "{}  (confidence {:.2})",
-            paint(&head, if i == 0 { "1;31" } else { "1" }, color),
-            f.confidence
-        );
+        let _ =
+            writeln!(o, "{}  (confidence {:.2})", paint(&head, if i == 0 { "1;31" } else { "1" }, color), f.confidence);
         let mut what = String::new();
         if !f.calls.is_empty() {
             what.push_str(&f.calls.join(", "));

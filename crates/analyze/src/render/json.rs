@@ -6,12 +6,8 @@ pub const SCHEMA: u32 = 1;
 
 pub fn render(a: &Analysis) -> Value {
     let hosts: Vec<&String> = a.col.hosts.keys().filter(|h| !h.is_empty()).collect();
-    let retries: Vec<Value> = a
-        .col
-        .retries
-        .iter()
-        .map(|((s, ok), n)| json!({"strategy": s, "ok": ok, "count": n}))
-        .collect();
+    let retries: Vec<Value> =
+        a.col.retries.iter().map(|((s, ok), n)| json!({"strategy": s, "ok": ok, "count": n})).collect();
     json!({
         "mrshim_analyze": SCHEMA,
         "summary": {

@@ -14,11 +14,7 @@ pub fn ranges(v: &[i64]) -> String {
             i += 1;
             end = v[i];
         }
-        out.push(if start == end {
-            start.to_string()
-        } else {
-            format!("{start}-{end}")
-        });
+        out.push(if start == end { start.to_string() } else { format!("{start}-{end}") });
         i += 1;
     }
     out.join(",")

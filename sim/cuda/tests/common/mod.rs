@@ -14,10 +14,9 @@ pub fn target_dir() -> PathBuf {
 }
 
 fn built(t: &Path, file: &str) -> PathBuf {
-    [t.join(file), t.join("deps").join(file)]
-        .into_iter()
-        .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("{file} not built in {}: run `cargo build -p mrshim-sim-cuda -p mrshim-sim`", t.display()))
+    [t.join(file), t.join("deps").join(file)].into_iter().find(|p| p.exists()).unwrap_or_else(|| {
+        panic!("{file} not built in {}: run `cargo build -p mrshim-sim-cuda -p mrshim-sim`", t.display())
+    })
 }
 
 /// A directory holding libcuda.so.1 → the simulated GPU and libibverbs.so.1 → the simulated NIC.
@@ -27,7 +26,12 @@ pub fn lib_dir() -> &'static Path {
         let t = target_dir();
         let d = t.join("sim-cuda-lib");
         std::fs::create_dir_all(&d).unwrap();
-        for (link, file) in [("libcuda.so.1", "libcuda.so"), ("libcuda.so", "libcuda.so"), ("libibverbs.so.1", "libibverbs.so"), ("libibverbs.so", "libibverbs.so")] {
+        for (link, file) in [
+            ("libcuda.so.1", "libcuda.so"),
+            ("libcuda.so", "libcuda.so"),
+            ("libibverbs.so.1", "libibverbs.so"),
+            ("libibverbs.so", "libibverbs.so"),
+        ] {
             let l = d.join(link);
             let _ = std::fs::remove_file(&l);
             std::os::unix::fs::symlink(built(&t, file), &l).unwrap();
@@ -46,7 +50,14 @@ pub fn c_program(name: &str, libs: &[&str]) -> PathBuf {
     let out = target_dir().join("sim-cuda-c").join(format!("{name}-{}", std::process::id()));
     std::fs::create_dir_all(out.parent().unwrap()).unwrap();
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c").join(format!("{name}.c"));
-    let st = Command::new("cc").args(["-O1", "-Wall", "-o"]).arg(&out).arg(&src).args(libs).arg("-ldl").status().expect("cc");
+    let st = Command::new("cc")
+        .args(["-O1", "-Wall", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .args(libs)
+        .arg("-ldl")
+        .status()
+        .expect("cc");
     assert!(st.success(), "compiling {}", src.display());
     done.push((name.into(), out.clone()));
     out
@@ -79,7 +90,12 @@ pub fn text(b: &[u8]) -> String {
 pub fn checks(prog: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
     let out = run(prog, args, env);
     let so = text(&out.stdout);
-    assert!(out.status.success() && !so.contains("FAIL"), "{args:?} {env:?} failed ({:?})\nstdout:\n{so}\nstderr:\n{}", out.status, text(&out.stderr));
+    assert!(
+        out.status.success() && !so.contains("FAIL"),
+        "{args:?} {env:?} failed ({:?})\nstdout:\n{so}\nstderr:\n{}",
+        out.status,
+        text(&out.stderr)
+    );
     assert!(so.lines().filter(|l| l.starts_with("ok ")).count() > 0, "no checks ran: {so}");
     so
 }
