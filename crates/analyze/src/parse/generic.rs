@@ -350,7 +350,7 @@ mod tests {
             "register memory (rocm) failed: -22",
             "Couldn't register GPU MR",
             "register memory failed memoryType=2 errno 14",
-            "register CUDA_MEM_DEVICE buffer failed: Bad address",
+            "register memory of type CUDA_MEM_DEVICE failed: Bad address",
             "cuMemCreate buffer: register memory failed: Bad address",
             "ibv_reg_dmabuf_mr failed: Operation not supported",
         ] {
