@@ -317,7 +317,8 @@ impl Collector {
             .rank
             .or_else(|| r.pid.and_then(|p| self.ranks.get(host.as_str()).and_then(|m| m.get(&p)).copied()))
             .or(r.rank_hint);
-        if r.attempt > 0 {
+        // a learned strategy applied up front worked: a rescue, not a registration of the caller's memory
+        if r.attempt > 0 || (r.learned && r.ok) {
             *self.retries.entry((r.strategy.clone().unwrap_or_else(|| "?".into()), r.ok)).or_default() += 1;
             return;
         }

@@ -79,7 +79,7 @@ pub fn find(s: &str) -> Option<i32> {
             let at = from + i;
             from = at + key.len();
             // a key is a word of its own ("rc" not in "source", "ret" not in "secret")
-            if at > 0 && lower.as_bytes()[at - 1].is_ascii_alphanumeric() {
+            if at > 0 && (lower.as_bytes()[at - 1].is_ascii_alphanumeric() || lower.as_bytes()[at - 1] == b'_') {
                 continue;
             }
             if let Some(n) = number_after(&lower[from..]) {
@@ -199,6 +199,7 @@ mod tests {
             ("infiniband efa_0: Failed to register mr [-12]", 12),
             ("fi_mr_regattr failed: Operation not supported", 95),
             ("returned ENOTSUP", 95),
+            ("Failed to process command REG_MR (opcode 7) comp_status 1 err -12", 12),
         ] {
             assert_eq!(find(s), Some(e), "{s}");
         }

@@ -250,8 +250,11 @@ pub fn human_size(n: u64) -> String {
 fn gpu_peer_memory<'a>(v: &View<'a>) -> Cand<'a> {
     let mut c = Cand::new("gpu-peer-memory");
     let p = v.prefix;
-    let device = v.fail_where(|k, _| k.mem == Some(MemKind::Device));
-    let unknown = v.fail_where(|k, _| unknown_mem(k.mem));
+    // a dmabuf registration the stack refuses as unsupported is dmabuf-unsupported, not a peer-memory problem
+    let unsupported_dmabuf =
+        |k: &GroupKey| k.call.contains("dmabuf") && matches!(k.errno, Some(EOPNOTSUPP) | Some(errno::EPROTONOSUPPORT));
+    let device = v.fail_where(|k, _| k.mem == Some(MemKind::Device) && !unsupported_dmabuf(k));
+    let unknown = v.fail_where(|k, _| unknown_mem(k.mem) && !unsupported_dmabuf(k));
     let ok_host = v.ok_where(|k| is_host_mem(k.mem));
     let ok_dev = v.ok_where(|k| k.mem == Some(MemKind::Device));
     let gdr = v.gdr_context();
@@ -899,8 +902,11 @@ pub fn diagnose(col: &Collector) -> (Vec<Finding>, Vec<RuledOut>) {
             eprintln!("[debug] ruled out {}: {}", o.category, o.reason);
         }
     }
-    cands.retain(|c| c.score >= 0.5 && (!c.groups.is_empty() || !c.prior_groups.is_empty() || c.evidence >= 1.5));
+    cands.retain(|c| c.score >= 0.3 && (!c.groups.is_empty() || !c.prior_groups.is_empty() || c.evidence >= 1.5));
     cands.sort_by(|a, b| b.score.partial_cmp(&a.score).unwrap_or(std::cmp::Ordering::Equal));
+    // a hypothesis held up by priors alone is listed only while it is within reach of the best one
+    let best = cands.first().map_or(0.0, |c| c.score);
+    cands.retain(|c| c.evidence >= 1.0 || c.score >= 0.15 * best);
     cands.truncate(4);
     for c in cands.iter_mut() {
         if c.groups.is_empty() {

@@ -46,6 +46,10 @@ const VERSIONS: &[(&str, &str)] = &[
 ];
 
 pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool {
+    // prose in CJK scripts is read sentence by sentence by the prose parser
+    if line.len() > 2048 || line.chars().any(|c| c >= '\u{2e80}') {
+        return false;
+    }
     let t = line.trim();
     let host = ctx.host.clone();
     let mut fact = |f: Fact| emit(Event::Fact { lib: Lib::Text, host: host.clone(), pid: None, fact: f });

@@ -20,6 +20,7 @@ pub fn split(line: &str) -> Frame<'_> {
     for _ in 0..6 {
         let b = f.body;
         let next = iso_timestamp(b)
+            .or_else(|| bracketed_timestamp(b))
             .or_else(|| syslog(b, &mut f.host, &mut f.pid))
             .or_else(|| cri_stream(b))
             .or_else(|| dmesg_time(b))
@@ -59,6 +60,13 @@ fn iso_timestamp(s: &str) -> Option<&str> {
         _ => rest,
     };
     Some(rest)
+}
+
+/// `[2024-05-01 10:00:00] ` (Python logging, many launchers).
+fn bracketed_timestamp(s: &str) -> Option<&str> {
+    let inner = s.strip_prefix('[')?;
+    let end = inner.find(']')?;
+    (iso_timestamp(&format!("{} x", &inner[..end])).is_some()).then(|| inner[end + 1..].trim_start())
 }
 
 /// `Dec  2 10:00:01 nodeB kernel: `, `Dec  2 10:00:01 nodeB app[123]: ` (syslog, journald short format).

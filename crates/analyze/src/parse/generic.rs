@@ -77,6 +77,13 @@ fn squash(s: &str) -> String {
 
 /// True if `s` names a memory registration (not a deregistration, not a success line).
 pub fn mentions_registration(s: &str) -> bool {
+    let l = s.to_ascii_lowercase();
+    if l.match_indices("regist").any(|(i, _)| !l[..i].ends_with("de") && !l[..i].ends_with("un"))
+        && ["memory", "buffer", " mr", "region"].iter().any(|w| l.contains(w))
+        && !l.contains("registered ")
+    {
+        return true;
+    }
     let q = squash(s);
     MENTIONS.iter().any(|m| {
         q.match_indices(m).any(|(i, _)| !q[..i].ends_with("de") && !(m.starts_with("reg") && q[..i].ends_with("un")))

@@ -181,6 +181,9 @@ impl Parser {
             generic::flush(ctx, emit);
             return nccl::parse_split(body, p, ctx, emit);
         }
+        if ctx.expect.is_some() && facts::parse(body, ctx, emit) {
+            return true;
+        }
         if !self.pre.is_match(body) {
             generic::parse(&f, ctx, lineno, line, emit);
             return false;
