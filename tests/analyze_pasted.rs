@@ -19,7 +19,7 @@ fn run(files: &[(&str, &str)], env: &[(&str, &str)]) -> (i32, serde_json::Value,
             p
         })
         .collect();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_mrshim"));
+    let mut cmd = Command::new(mrshim_test_support::mrshim_bin());
     cmd.arg("analyze").arg("--json").args(&paths);
     for (k, v) in env {
         cmd.env(k, v);

@@ -31,6 +31,7 @@ const MENTIONS: &[&str] = &[
     "umemget",
     "registerdmabuf",
     "regdmabuf",
+    "memreg",
     "registerrdma",
     "memoryregion",
 ];
