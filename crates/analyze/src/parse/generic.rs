@@ -87,7 +87,7 @@ pub fn mentions_registration(s: &str) -> bool {
     }
     let q = squash(s);
     MENTIONS.iter().any(|m| {
-        q.match_indices(m).any(|(i, _)| !q[..i].ends_with("de") && !(m.starts_with("reg") && q[..i].ends_with("un")))
+        q.match_indices(m).any(|(i, _)| !(q[..i].ends_with("de") || m.starts_with("reg") && q[..i].ends_with("un")))
     })
 }
 
