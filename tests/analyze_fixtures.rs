@@ -187,6 +187,11 @@ fn seed_000_mccl_metax_is_peer_memory_not_relaxed_ordering() {
     assert!(ex.contains("Relaxed ordering is not the cause"), "{ex}");
     assert!(f["fixes"].to_string().contains("MCCL_NET_GDR_LEVEL"));
     assert!(v["findings"].as_array().unwrap().iter().all(|f| f["category"] != "relaxed-ordering"));
+    assert!(
+        v["ruled_out"].as_array().unwrap().iter().any(|r| r["category"] == "relaxed-ordering"),
+        "relaxed ordering is ruled out, with why: {}",
+        v["ruled_out"]
+    );
 }
 
 #[test]
