@@ -122,6 +122,12 @@ fn error_forms() {
     let (_, v) = one("registerMemory(addr=0x7f0000000000) failed\nerrno = 13\n");
     assert_eq!(v["findings"][0]["errno"], "EACCES");
     assert_eq!(v["summary"]["failed"], 1);
+    // a hard-wrapped NCCL WARN and a hard-wrapped call: one failure each, with the errno of the next line
+    let (_, v) =
+        one("n1:7:7 [0] misc/ibvwrap.cc:188 NCCL WARN Call to ibv_reg_mr failed with error\nCannot allocate memory\n");
+    assert_eq!((v["summary"]["failed"].as_u64(), v["findings"][0]["errno"].as_str()), (Some(1), Some("ENOMEM")), "{v}");
+    let (_, v) = one("rdma_utils.h:119: Check failed: mr = ibv_reg_mr(pd_\n, p, size, IBV_ACCESS_LOCAL_WRITE) Failed to register the memory region: Cannot allocate memory\n");
+    assert_eq!((v["summary"]["failed"].as_u64(), v["findings"][0]["errno"].as_str()), (Some(1), Some("ENOMEM")), "{v}");
 }
 
 /// The maintainer's order per errno (5): the first category for each errno and memory kind.

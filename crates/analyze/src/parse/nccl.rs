@@ -145,7 +145,7 @@ pub fn parse_split(line: &str, p: Prefix<'_>, ctx: &mut FileCtx, emit: &mut dyn 
             if call == "ibv_reg_dmabuf_mr" && matches!(err, Some(errno::EOPNOTSUPP) | Some(errno::EPROTONOSUPPORT)) {
                 emit(fact(Fact::Flag(Flag::DmabufUnsupported)));
             }
-            emit(Event::Reg(RegEv {
+            let ev = RegEv {
                 lib: Some(lib),
                 host: host.clone(),
                 pid: p.pid,
@@ -155,7 +155,13 @@ pub fn parse_split(line: &str, p: Prefix<'_>, ctx: &mut FileCtx, emit: &mut dyn 
                 errno: err,
                 mem: (call == "ibv_reg_dmabuf_mr").then_some(mrshim_record::MemKind::Device),
                 ..Default::default()
-            }));
+            };
+            if err.is_none() {
+                // a hard-wrapped line: the error text may be on the next line
+                ctx.gen_pending = Some(ev);
+            } else {
+                emit(Event::Reg(ev));
+            }
         }
         return true;
     }
