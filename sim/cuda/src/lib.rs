@@ -8,7 +8,6 @@
 pub mod abi;
 mod api;
 pub mod attrs;
-pub mod config;
 pub mod context;
-pub use simgpu::{memory, stream};
+pub use simgpu::{config, memory, stream};
 pub mod runtime;

@@ -33,6 +33,7 @@ pub fn cu(f: Fault) -> CUresult {
         Fault::OutOfMemory => CUDA_ERROR_OUT_OF_MEMORY,
         Fault::System => CUDA_ERROR_OPERATING_SYSTEM,
         Fault::BadHandle => CUDA_ERROR_INVALID_HANDLE,
+        Fault::InvalidDevice => CUDA_ERROR_INVALID_DEVICE,
     }
 }
 
@@ -48,7 +49,7 @@ pub fn pci_bus(i: i32) -> i32 {
 /// cuInit: reads the environment once; a bad value is one stderr line and a sticky error.
 pub fn init() -> CUresult {
     let r = RT.get_or_init(|| {
-        let cfg = Config::from_env().map_err(|e| {
+        let cfg = Config::from_env("mrshim-sim-cuda").map_err(|e| {
             eprintln!("{e}");
             CUDA_ERROR_INVALID_VALUE
         })?;

@@ -5,6 +5,9 @@
 //! queues run by worker threads. Each runtime maps [`Fault`] to its own error codes.
 //! See docs/sim-gpu.md.
 
+pub mod capi;
+pub mod config;
+pub mod device_runtime;
 pub mod heap;
 pub mod memory;
 pub mod stream;
@@ -19,6 +22,8 @@ pub enum Fault {
     System,
     /// A stream that is gone.
     BadHandle,
+    /// A device ordinal out of range.
+    InvalidDevice,
 }
 
 pub fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
