@@ -11,6 +11,7 @@
 
 pub mod clock;
 pub mod config;
+pub mod device_files;
 pub mod diff;
 pub mod ident;
 pub mod internal;
