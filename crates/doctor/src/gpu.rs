@@ -43,12 +43,13 @@ impl Vendor {
             }
             Vendor::Amd => {
                 "install the amdgpu DKMS driver with peer-memory support (amdkfd in /sys/kernel/mm/memory_peers) or use \
-                 dmabuf (ROCm >= 6, RCCL_DMABUF_ENABLE=1); meanwhile NCCL_NET_GDR_LEVEL=LOC (RCCL reads NCCL_*); \
+                 dmabuf (ROCm >= 6, NCCL_DMABUF_ENABLE=1: RCCL reads NCCL_*); meanwhile NCCL_NET_GDR_LEVEL=LOC; \
                  MRSHIM_RETRY=va-to-dmabuf,bounce"
             }
             Vendor::Metax => {
                 "load MetaX's peer-memory module from the same MACA driver release as the metax module (it registers a \
-                 client with ib_register_peer_memory_client) or use dmabuf; meanwhile MCCL_NET_GDR_LEVEL=LOC; \
+                 client with ib_register_peer_memory_client) or use dmabuf (MCCL mirrors NCCL's knobs: MCCL_DMABUF_ENABLE=1 where \
+                 your MCCL release has it); meanwhile MCCL_NET_GDR_LEVEL=LOC; \
                  MRSHIM_RETRY=va-to-dmabuf,bounce"
             }
         }
