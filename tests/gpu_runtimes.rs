@@ -22,63 +22,48 @@ enum Rt {
 }
 
 impl Rt {
-    /// (built file, SONAME link, --runtime)
-    fn lib(self) -> (&'static str, &'static str, &'static str) {
+    /// --runtime of the all-reduce.
+    fn flag(self) -> &'static str {
         match self {
-            Rt::Cuda => ("libcuda.so", "libcuda.so.1", "cuda"),
-            Rt::Rocm5 => ("libamdhip64_5.so", "libamdhip64.so.5", "hip"),
-            Rt::Rocm6 => ("libamdhip64_6.so", "libamdhip64.so.6", "hip"),
-            Rt::Maca => ("libmcruntime.so", "libmcruntime.so", "maca"),
+            Rt::Cuda => "cuda",
+            Rt::Rocm5 | Rt::Rocm6 => "hip",
+            Rt::Maca => "maca",
         }
     }
 
-    /// A library directory with the simulated NIC and this runtime only.
-    fn dir(self) -> PathBuf {
-        let (file, soname, _) = self.lib();
-        let d = tmp(&format!("lib-{soname}"));
-        let t = target_dir();
-        let built = [t.join("deps").join(file), t.join(file)]
-            .into_iter()
-            .find(|p| p.exists())
-            .unwrap_or_else(|| panic!("{file} not built (a dev-dependency of the root package)"));
-        std::os::unix::fs::symlink(built, d.join(soname)).unwrap();
-        for v in ["libibverbs.so.1", "libibverbs.so"] {
-            std::os::unix::fs::symlink(sim_lib_dir().join(v), d.join(v)).unwrap();
-        }
-        d
-    }
-
-    fn world(self, name: &str) -> (SimWorld, PathBuf) {
-        (SimWorld::new(name), self.dir())
+    /// A world whose library directory holds the simulated NIC and this runtime only.
+    fn world(self, name: &str) -> SimWorld {
+        let lib_dir = match self {
+            Rt::Cuda => sim_gpu_lib_dir(),
+            Rt::Rocm5 => sim_runtime_lib_dir("libamdhip64.so.5", "libamdhip64_5.so", "mrshim-sim-hip5"),
+            Rt::Rocm6 => sim_runtime_lib_dir("libamdhip64.so.6", "libamdhip64_6.so", "mrshim-sim-hip6"),
+            Rt::Maca => sim_runtime_lib_dir("libmcruntime.so", "libmcruntime.so", "mrshim-sim-maca"),
+        };
+        SimWorld { lib_dir, ..SimWorld::new(&format!("{name}-{}", self.flag())) }
     }
 }
 
 /// The all-reduce on `rt`'s device memory, on the simulator, with the shim.
-fn job(w: &SimWorld, lib: &std::path::Path, rt: Rt, ranks: &str, size: &str, iters: &str) -> std::process::Output {
-    run(w
-        .cmd(allreduce())
-        .args(["--runtime", rt.lib().2, "--ranks", ranks, "--size", size, "--iters", iters])
-        .env("LD_LIBRARY_PATH", lib))
+fn job(w: &SimWorld, rt: Rt, ranks: &str, size: &str, iters: &str) -> std::process::Output {
+    run(w.cmd(allreduce()).args(["--runtime", rt.flag(), "--ranks", ranks, "--size", size, "--iters", iters]))
 }
 
 fn ok(o: &std::process::Output) -> bool {
     o.status.success() && stdout(o).contains("iterations: OK") && stdout(o).contains("(device memory)")
 }
 
-fn bounce(name: &str, rt: Rt) -> (SimWorld, PathBuf) {
-    let (w, lib) = rt.world(name);
-    (w.with("MRSHIM_SIM_DMABUF", "off").with("MRSHIM_RETRY", "auto"), lib)
+fn bounce(name: &str, rt: Rt) -> SimWorld {
+    rt.world(name).with("MRSHIM_SIM_DMABUF", "off").with("MRSHIM_RETRY", "auto")
 }
 
 #[test]
 fn without_the_shim_hip_and_maca_device_memory_fail_like_the_seed() {
     for (rt, prefix) in [(Rt::Rocm6, "NCCL"), (Rt::Maca, "MCCL")] {
-        let (w, lib) = bounce("noshim", rt);
-        let o = job(&w, &lib, rt, "2", "64K", "1");
+        let w = bounce("noshim", rt);
+        let o = job(&w, rt, "2", "64K", "1");
         let o2 = run(w
             .cmd(allreduce())
-            .args(["--runtime", rt.lib().2, "--ranks", "2", "--size", "64K"])
-            .env("LD_LIBRARY_PATH", &lib)
+            .args(["--runtime", rt.flag(), "--ranks", "2", "--size", "64K"])
             .env_remove("LD_PRELOAD"));
         assert!(ok(&o), "{}", stderr(&o));
         assert_eq!(o2.status.code(), Some(1));
@@ -91,9 +76,9 @@ fn without_the_shim_hip_and_maca_device_memory_fail_like_the_seed() {
 /// checks every element), through bounce buffers.
 #[test]
 fn hip_rocm6_allreduce_through_bounce_all_sizes() {
-    let (w, lib) = bounce("hip6-bounce", Rt::Rocm6);
+    let w = bounce("hip6-bounce", Rt::Rocm6);
     for (ranks, size, iters) in [("2", "1", "2"), ("4", "4099", "2"), ("4", "1M", "2"), ("2", "64M", "1")] {
-        let o = job(&w, &lib, Rt::Rocm6, ranks, size, iters);
+        let o = job(&w, Rt::Rocm6, ranks, size, iters);
         assert!(ok(&o), "{ranks} ranks {size}: {}\n{}", stdout(&o), stderr(&o));
         assert!(stderr(&o).contains("rescued by bounce"), "{}", stderr(&o));
     }
@@ -103,9 +88,9 @@ fn hip_rocm6_allreduce_through_bounce_all_sizes() {
 /// host memory: the engine picks the enum by the runtime's major version.
 #[test]
 fn hip_rocm5_allreduce_through_bounce_two_and_four_ranks() {
-    let (w, lib) = bounce("hip5-bounce", Rt::Rocm5);
+    let w = bounce("hip5-bounce", Rt::Rocm5);
     for (ranks, size) in [("2", "64K"), ("4", "1M")] {
-        let o = job(&w, &lib, Rt::Rocm5, ranks, size, "2");
+        let o = job(&w, Rt::Rocm5, ranks, size, "2");
         assert!(ok(&o), "{ranks} ranks {size}: {}\n{}", stdout(&o), stderr(&o));
         assert!(stderr(&o).contains("rescued by bounce"), "{}", stderr(&o));
     }
@@ -113,9 +98,9 @@ fn hip_rocm5_allreduce_through_bounce_two_and_four_ranks() {
 
 #[test]
 fn maca_allreduce_through_bounce_two_and_four_ranks() {
-    let (w, lib) = bounce("maca-bounce", Rt::Maca);
+    let w = bounce("maca-bounce", Rt::Maca);
     for (ranks, size) in [("2", "64K"), ("4", "4M")] {
-        let o = job(&w, &lib, Rt::Maca, ranks, size, "2");
+        let o = job(&w, Rt::Maca, ranks, size, "2");
         assert!(ok(&o), "{ranks} ranks {size}: {}\n{}", stdout(&o), stderr(&o));
         assert!(stderr(&o).contains("rescued by bounce"), "{}", stderr(&o));
     }
@@ -128,10 +113,10 @@ fn maca_allreduce_through_bounce_two_and_four_ranks() {
 #[test]
 fn maca_self_test_refuses_a_runtime_whose_abi_differs() {
     for abi in ["enum", "layout"] {
-        let (w, lib) = bounce(&format!("maca-refuse-{abi}"), Rt::Maca);
+        let w = bounce(&format!("maca-refuse-{abi}"), Rt::Maca);
         let logs = w.dir.join("logs");
         let w = w.with("MRSHIM_SIM_MACA_ABI", abi).with("MRSHIM_LOG", format!("{}/", logs.display()));
-        let o = job(&w, &lib, Rt::Maca, "2", "64K", "1");
+        let o = job(&w, Rt::Maca, "2", "64K", "1");
         let err = stderr(&o);
         assert_eq!(o.status.code(), Some(1), "{abi}: {err}");
         assert!(!stdout(&o).contains("verified"), "{abi}: {}", stdout(&o));
@@ -154,8 +139,8 @@ fn maca_self_test_refuses_a_runtime_whose_abi_differs() {
 #[test]
 fn forced_self_test_passes_on_cuda_and_hip() {
     for (rt, name) in [(Rt::Cuda, "CUDA"), (Rt::Rocm5, "HIP")] {
-        let (w, lib) = bounce("selftest", rt);
-        let o = job(&w.with("MRSHIM_COPY_SELFTEST", "on"), &lib, rt, "2", "64K", "1");
+        let w = bounce("selftest", rt);
+        let o = job(&w.with("MRSHIM_COPY_SELFTEST", "on"), rt, "2", "64K", "1");
         assert!(ok(&o), "{}", stderr(&o));
         let passed = format!("{name} copy engine: self-test passed");
         assert_eq!(stderr(&o).matches(&passed).count(), 2, "one line per rank: {}", stderr(&o));
@@ -167,14 +152,13 @@ fn forced_self_test_passes_on_cuda_and_hip() {
 #[test]
 fn va_to_dmabuf_per_runtime() {
     for rt in [Rt::Rocm6, Rt::Maca] {
-        let (w, lib) = rt.world("dmabuf");
-        let w = w.with("MRSHIM_RETRY", "auto");
-        let o = job(&w, &lib, rt, "2", "1M", "2");
+        let w = rt.world("dmabuf").with("MRSHIM_RETRY", "auto");
+        let o = job(&w, rt, "2", "1M", "2");
         assert!(ok(&o), "{}", stderr(&o));
         assert!(stderr(&o).contains("rescued by va-to-dmabuf"), "{}", stderr(&o));
     }
-    let (w, lib) = Rt::Rocm5.world("dmabuf5");
-    let o = job(&w.with("MRSHIM_RETRY", "auto"), &lib, Rt::Rocm5, "2", "64K", "1");
+    let w = Rt::Rocm5.world("dmabuf").with("MRSHIM_RETRY", "auto");
+    let o = job(&w, Rt::Rocm5, "2", "64K", "1");
     assert!(ok(&o), "{}", stderr(&o));
     let err = stderr(&o);
     assert!(err.contains("rescued by bounce") && !err.contains("rescued by va-to-dmabuf"), "{err}");

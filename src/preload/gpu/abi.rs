@@ -100,7 +100,11 @@ pub struct Observed {
 
 /// The self-test's verdict: Ok when every assumed value held, else what did not.
 pub fn verdict(family: Family, device_type: u32, o: &Observed) -> Result<(), String> {
-    let q = if family == Family::Hip { "hipPointerGetAttributes" } else { "mcPointerGetAttributes" };
+    let q = match family {
+        Family::Cuda => "cuPointerGetAttribute",
+        Family::Hip => "hipPointerGetAttributes",
+        Family::Maca => "mcPointerGetAttributes",
+    };
     let a = o.on_scratch.ok_or_else(|| format!("{q} failed on the engine's own allocation"))?;
     if a.memory_type != device_type {
         return Err(format!(
@@ -159,7 +163,10 @@ impl DmabufPolicy {
 /// (`libamdhip64.so`, `libamdhip64.so.6`, `libamdhip64.so.6.2.41134`).
 pub fn is_runtime_file(path: &str, stem: &str) -> bool {
     let base = path.rsplit('/').next().unwrap_or(path);
-    base == stem || base.strip_prefix(stem).is_some_and(|r| r.starts_with('.') && r[1..].bytes().all(|b| b.is_ascii_digit() || b == b'.'))
+    base == stem
+        || base
+            .strip_prefix(stem)
+            .is_some_and(|r| r.starts_with('.') && r[1..].bytes().all(|b| b.is_ascii_digit() || b == b'.'))
 }
 
 #[cfg(test)]

@@ -82,7 +82,9 @@ pub fn device_engine(addr: u64) -> Option<Result<Box<dyn CopyEngine>, String>> {
 
 /// Why memory no runtime claims may still be a distrusted runtime's: the disabled engines.
 pub fn disabled() -> Vec<String> {
-    runtime_apis().filter_map(|r| r.trusted().err().map(|e| format!("{} copy engine disabled ({e})", r.family.name()))).collect()
+    runtime_apis()
+        .filter_map(|r| r.trusted().err().map(|e| format!("{} copy engine disabled ({e})", r.family.name())))
+        .collect()
 }
 
 /// Exports [addr, addr+len) through the runtime that owns it: (fd, offset of addr in the fd).

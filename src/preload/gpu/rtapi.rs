@@ -36,7 +36,7 @@ const PAGE: u64 = 4096;
 /// struct, so a runtime whose struct is bigger than assumed cannot write past it.
 const ATTR_BUF: usize = 256;
 
-enum Copy {
+enum CopyCalls {
     /// HIP: hipMemcpyDtoHAsync / hipMemcpyHtoDAsync (no direction value to get wrong).
     Directional { dtoh: DtoH, htod: HtoD },
     /// MACA: mcMemcpyAsync with the assumed mcMemcpyKind values.
@@ -52,7 +52,7 @@ pub struct RtApi {
     set_device: SetDevice,
     stream_create: StreamCreate,
     stream_sync: StreamSync,
-    copy: Copy,
+    copy: CopyCalls,
     malloc: Malloc,
     free: Free,
     address_range: Option<AddressRange>,
@@ -69,6 +69,11 @@ unsafe impl Send for RtApi {}
 // SAFETY: as above; the mutable state is behind mutexes.
 unsafe impl Sync for RtApi {}
 
+/// A function the engine cannot do without.
+fn need<T: Copy>(h: *mut c_void, path: &str, name: &str) -> Result<T, String> {
+    sym(h, name).ok_or_else(|| format!("{path} has no {name}"))
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -79,8 +84,7 @@ impl RtApi {
     pub fn hip() -> Option<Result<RtApi, String>> {
         let (h, path) = find(&["libamdhip64.so"])?;
         Some((|| {
-            let s = |n: &str| sym(h, n).ok_or_else(|| format!("{path} has no {n}"));
-            let version: IntOut = s("hipRuntimeGetVersion")?;
+            let version: IntOut = need(h, &path, "hipRuntimeGetVersion")?;
             let mut v = 0;
             // SAFETY: out pointer to a local int.
             let major = match unsafe { version(&mut v) } {
@@ -94,14 +98,17 @@ impl RtApi {
             Ok(RtApi {
                 family: Family::Hip,
                 device_type,
-                attrs: s("hipPointerGetAttributes")?,
-                get_device: s("hipGetDevice")?,
-                set_device: s("hipSetDevice")?,
-                stream_create: s("hipStreamCreateWithFlags")?,
-                stream_sync: s("hipStreamSynchronize")?,
-                copy: Copy::Directional { dtoh: s("hipMemcpyDtoHAsync")?, htod: s("hipMemcpyHtoDAsync")? },
-                malloc: s("hipMalloc")?,
-                free: s("hipFree")?,
+                attrs: need(h, &path, "hipPointerGetAttributes")?,
+                get_device: need(h, &path, "hipGetDevice")?,
+                set_device: need(h, &path, "hipSetDevice")?,
+                stream_create: need(h, &path, "hipStreamCreateWithFlags")?,
+                stream_sync: need(h, &path, "hipStreamSynchronize")?,
+                copy: CopyCalls::Directional {
+                    dtoh: need(h, &path, "hipMemcpyDtoHAsync")?,
+                    htod: need(h, &path, "hipMemcpyHtoDAsync")?,
+                },
+                malloc: need(h, &path, "hipMalloc")?,
+                free: need(h, &path, "hipFree")?,
                 address_range: sym(h, "hipMemGetAddressRange"),
                 get_handle: sym(h, "hipMemGetHandleForAddressRange"),
                 streams: Mutex::new(HashMap::new()),
@@ -115,18 +122,17 @@ impl RtApi {
     pub fn maca() -> Option<Result<RtApi, String>> {
         let (h, path) = find(&["libmcruntime.so", "libmxc-runtime64.so"])?;
         Some((|| {
-            let s = |n: &str| sym(h, n).ok_or_else(|| format!("{path} has no {n}"));
             Ok(RtApi {
                 family: Family::Maca,
                 device_type: abi::MACA_DEVICE_TYPE,
-                attrs: s("mcPointerGetAttributes")?,
-                get_device: s("mcGetDevice")?,
-                set_device: s("mcSetDevice")?,
-                stream_create: s("mcStreamCreateWithFlags")?,
-                stream_sync: s("mcStreamSynchronize")?,
-                copy: Copy::Kinds { memcpy_async: s("mcMemcpyAsync")? },
-                malloc: s("mcMalloc")?,
-                free: s("mcFree")?,
+                attrs: need(h, &path, "mcPointerGetAttributes")?,
+                get_device: need(h, &path, "mcGetDevice")?,
+                set_device: need(h, &path, "mcSetDevice")?,
+                stream_create: need(h, &path, "mcStreamCreateWithFlags")?,
+                stream_sync: need(h, &path, "mcStreamSynchronize")?,
+                copy: CopyCalls::Kinds { memcpy_async: need(h, &path, "mcMemcpyAsync")? },
+                malloc: need(h, &path, "mcMalloc")?,
+                free: need(h, &path, "mcFree")?,
                 address_range: sym(h, "mcMemGetAddressRange"),
                 get_handle: sym(h, "mcMemGetHandleForAddressRange"),
                 streams: Mutex::new(HashMap::new()),
@@ -201,12 +207,12 @@ impl RtApi {
             // SAFETY: per this function's contract; the stream is ours.
             let rc = unsafe {
                 match (&self.copy, to_host) {
-                    (Copy::Directional { dtoh, .. }, true) => dtoh(host.cast(), dev_addr, n, s),
-                    (Copy::Directional { htod, .. }, false) => htod(dev_addr, host.cast(), n, s),
-                    (Copy::Kinds { memcpy_async }, true) => {
+                    (CopyCalls::Directional { dtoh, .. }, true) => dtoh(host.cast(), dev_addr, n, s),
+                    (CopyCalls::Directional { htod, .. }, false) => htod(dev_addr, host.cast(), n, s),
+                    (CopyCalls::Kinds { memcpy_async }, true) => {
                         memcpy_async(host.cast(), dev_addr as *const c_void, n, abi::MACA_DEVICE_TO_HOST, s)
                     }
-                    (Copy::Kinds { memcpy_async }, false) => {
+                    (CopyCalls::Kinds { memcpy_async }, false) => {
                         memcpy_async(dev_addr as *mut c_void, host.cast(), n, abi::MACA_HOST_TO_DEVICE, s)
                     }
                 }
