@@ -34,6 +34,7 @@ struct Opts {
     iters: usize,
     host_mem: bool,
     runtime: Runtime,
+    device: c_int,
     rundir: Option<PathBuf>,
 }
 
@@ -48,7 +49,8 @@ fn parse_size(s: &str) -> Option<usize> {
 }
 
 fn opts() -> Result<Opts, String> {
-    let mut o = Opts { ranks: 2, size: 1 << 20, iters: 3, host_mem: false, runtime: Runtime::Cuda, rundir: None };
+    let mut o =
+        Opts { ranks: 2, size: 1 << 20, iters: 3, host_mem: false, runtime: Runtime::Cuda, device: 0, rundir: None };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut val = |what: &str| args.next().ok_or(format!("{a} needs {what}"));
@@ -57,9 +59,10 @@ fn opts() -> Result<Opts, String> {
             "--size" => o.size = parse_size(&val("a size")?).ok_or("--size: e.g. 4, 64K, 16M")?,
             "--iters" => o.iters = val("a number")?.parse().map_err(|_| "--iters: not a number")?,
             "--host-mem" => o.host_mem = true,
+            "--device" => o.device = val("a device ordinal")?.parse().map_err(|_| "--device: not a number")?,
             "--runtime" => o.runtime = Runtime::parse(&val("cuda, hip or maca")?).ok_or("--runtime: cuda, hip or maca")?,
             "--rundir" => o.rundir = Some(val("a directory")?.into()),
-            _ => return Err(format!("unknown argument {a}; usage: allreduce [--ranks N] [--size BYTES[K|M|G]] [--iters N] [--host-mem] [--runtime cuda|hip|maca] [--rundir DIR]")),
+            _ => return Err(format!("unknown argument {a}; usage: allreduce [--ranks N] [--size BYTES[K|M|G]] [--iters N] [--host-mem] [--runtime cuda|hip|maca] [--device N] [--rundir DIR]")),
         }
     }
     let _ = PREFIX.set(o.runtime.prefix());
@@ -195,6 +198,11 @@ enum Gpu {
         name: &'static str,
         malloc: unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int,
         memcpy: unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_uint) -> c_int,
+        set_device: unsafe extern "C" fn(c_int) -> c_int,
+        get_device: unsafe extern "C" fn(*mut c_int) -> c_int,
+        /// Where the buffers live (`--device`); the thread's current device stays 0, so that
+        /// whatever copies them (the shim's bounce engine) must not change it.
+        device: c_int,
     },
 }
 
@@ -203,14 +211,15 @@ const DEVICE_TO_HOST: c_uint = 2;
 
 impl Gpu {
     /// The runtime's library, dlopen'ed like the collective libraries do; None if not installed.
-    fn load(rt: Runtime) -> Option<Result<Gpu, String>> {
+    fn load(rt: Runtime, device: c_int) -> Option<Result<Gpu, String>> {
         match rt {
+            Runtime::Cuda if device != 0 => Some(Err("--device: for hip and maca".into())),
             Runtime::Cuda => Some(Gpu::load_cuda(dl_open(&["libcuda.so.1"])?)),
             Runtime::Hip => {
                 let h = dl_open(&["libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"])?;
-                Some(Gpu::load_runtime(h, "hip"))
+                Some(Gpu::load_runtime(h, "hip", device))
             }
-            Runtime::Maca => Some(Gpu::load_runtime(dl_open(&["libmcruntime.so"])?, "mc")),
+            Runtime::Maca => Some(Gpu::load_runtime(dl_open(&["libmcruntime.so"])?, "mc", device)),
         }
     }
 
@@ -242,7 +251,7 @@ impl Gpu {
     }
 
     /// hipSetDevice(0)/mcSetDevice(0), then the allocation and copy calls.
-    fn load_runtime(h: *mut c_void, p: &'static str) -> Result<Gpu, String> {
+    fn load_runtime(h: *mut c_void, p: &'static str, device: c_int) -> Result<Gpu, String> {
         let set_device: unsafe extern "C" fn(c_int) -> c_int = dl_sym(h, &format!("{p}SetDevice"), None)?;
         // SAFETY: plain call with a device ordinal.
         let rc = unsafe { set_device(0) };
@@ -253,7 +262,23 @@ impl Gpu {
             name: p,
             malloc: dl_sym(h, &format!("{p}Malloc"), None)?,
             memcpy: dl_sym(h, &format!("{p}Memcpy"), None)?,
+            set_device,
+            get_device: dl_sym(h, &format!("{p}GetDevice"), None)?,
+            device,
         })
+    }
+
+    /// The application's current device is still the one it set (0).
+    fn check_current_device(&self) -> Result<(), String> {
+        if let Gpu::Runtime { get_device, name, .. } = self {
+            let mut d = -1;
+            // SAFETY: valid out pointer.
+            unsafe { get_device(&mut d) };
+            if d != 0 {
+                return Err(format!("{name}GetDevice says {d}: the current device was changed behind the application"));
+            }
+        }
+        Ok(())
     }
 
     fn alloc(&self, len: usize) -> Result<u64, String> {
@@ -263,10 +288,17 @@ impl Gpu {
                 // SAFETY: valid out pointer.
                 (unsafe { mem_alloc(&mut d, len) }, d)
             }
-            Gpu::Runtime { malloc, .. } => {
+            Gpu::Runtime { malloc, set_device, device, .. } => {
                 let mut d = null_mut();
-                // SAFETY: valid out pointer.
-                (unsafe { malloc(&mut d, len) }, d as u64)
+                // SAFETY: valid out pointer; the allocation goes to `device`, then the current
+                // device is 0 again.
+                let rc = unsafe {
+                    set_device(*device);
+                    let rc = malloc(&mut d, len);
+                    set_device(0);
+                    rc
+                };
+                (rc, d as u64)
             }
         };
         if rc != 0 {
@@ -623,7 +655,7 @@ fn run_rank(o: &Opts, rank: usize, n: usize, dir: &Path) -> Result<(), String> {
     let mem = if o.host_mem {
         Mem::Host
     } else {
-        match Gpu::load(o.runtime) {
+        match Gpu::load(o.runtime, o.device) {
             Some(Ok(gpu)) => Mem::Device(gpu),
             Some(Err(e)) => return Err(e),
             None => Mem::Host,
@@ -794,6 +826,9 @@ fn run_rank(o: &Opts, rank: usize, n: usize, dir: &Path) -> Result<(), String> {
         (vb.dereg_mr)(buf_mr);
         (vb.dereg_mr)(tmp_mr);
         (vb.dereg_mr)(out_mr);
+    }
+    if let Mem::Device(gpu) = &mem {
+        gpu.check_current_device()?;
     }
     let kind = if matches!(mem, Mem::Device(_)) { "device" } else { "host" };
     println!(

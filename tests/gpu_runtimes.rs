@@ -96,11 +96,14 @@ fn hip_rocm5_allreduce_through_bounce_two_and_four_ranks() {
     }
 }
 
+/// MACA, with the buffers on device 1 while the application's current device stays 0: the
+/// engine copies on device 1's stream and puts the caller's current device back (the example
+/// fails if mcGetDevice no longer says 0).
 #[test]
 fn maca_allreduce_through_bounce_two_and_four_ranks() {
-    let w = bounce("maca-bounce", Rt::Maca);
+    let w = bounce("maca-bounce", Rt::Maca).with("MRSHIM_SIM_GPUS", "2");
     for (ranks, size) in [("2", "64K"), ("4", "4M")] {
-        let o = job(&w, Rt::Maca, ranks, size, "2");
+        let o = run(w.cmd(allreduce()).args(["--runtime", "maca", "--device", "1", "--ranks", ranks, "--size", size]));
         assert!(ok(&o), "{ranks} ranks {size}: {}\n{}", stdout(&o), stderr(&o));
         assert!(stderr(&o).contains("rescued by bounce"), "{}", stderr(&o));
     }

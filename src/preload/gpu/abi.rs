@@ -108,7 +108,7 @@ pub fn verdict(family: Family, device_type: u32, o: &Observed) -> Result<(), Str
     let a = o.on_scratch.ok_or_else(|| format!("{q} failed on the engine's own allocation"))?;
     if a.memory_type != device_type {
         return Err(format!(
-            "{q} on device memory reads type {} (the engine expects Device = {device_type}): the memory-type enum differs",
+            "{q} on device memory reads type {} (the engine expects Device = {device_type}): the memory-type enum or the struct layout differs",
             a.memory_type
         ));
     }

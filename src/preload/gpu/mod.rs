@@ -25,10 +25,11 @@ fn usable(family: Family, r: Option<Result<RtApi, String>>) -> Option<RtApi> {
     match r? {
         Ok(rt) => Some(rt),
         Err(e) => {
-            mrshim_core::stderr_line(&format!(
-                "mrshim WARN {} copy engine unavailable: {e}; its device memory cannot be bounced",
-                family.name()
-            ));
+            let msg = format!("{} copy engine unavailable: {e}; its device memory cannot be bounced", family.name());
+            match mrshim_core::shim_if_initialized() {
+                Some(s) => s.say("WARN", &msg),
+                None => mrshim_core::stderr_line(&format!("mrshim WARN {msg}")),
+            }
             None
         }
     }
@@ -50,16 +51,25 @@ fn runtime_apis() -> impl Iterator<Item = &'static RtApi> {
 /// engine is disabled.
 pub fn report_selftest(family: Family, r: &Result<(), String>) {
     let name = family.name();
+    let shim = mrshim_core::shim_if_initialized();
+    let say = |level: &str, msg: String| match shim {
+        Some(s) => s.say(level, &msg),
+        None => mrshim_core::stderr_line(&format!("mrshim {level} {msg}")),
+    };
     match r {
-        Ok(()) => mrshim_core::stderr_line(&format!(
-            "mrshim: {name} copy engine: self-test passed (pointer query and a round trip through its own allocation)"
-        )),
+        Ok(()) => say(
+            "INFO",
+            format!("{name} copy engine: self-test passed (pointer query and a round trip through its own allocation)"),
+        ),
         Err(e) => {
-            mrshim_core::stderr_line(&format!(
-                "mrshim WARN {name} copy engine disabled: self-test failed: {e}; registrations of {name} device memory \
-                 are not bounced (they fail with their original errno)"
-            ));
-            if let Some(s) = mrshim_core::shim_if_initialized() {
+            say(
+                "WARN",
+                format!(
+                    "{name} copy engine disabled: self-test failed: {e}; registrations of {name} device memory are not \
+                     bounced (they fail with their original errno)"
+                ),
+            );
+            if let Some(s) = shim {
                 s.record_policy_note("copy_selftest", "bounce", &format!("{name} copy engine disabled: {e}"));
             }
         }
