@@ -15,7 +15,7 @@
 //!
 //! Each configuration runs in its own process, alternating, ROUNDS times; medians are printed.
 
-use mrshim_test_support::{shim_lib, sim_lib_dir};
+use mrshim_test_support::{shim_lib, sim_lib_dir, target_dir};
 use std::path::Path;
 use std::process::Command;
 
@@ -195,7 +195,7 @@ fn main() {
     println!("  goals: no bounce region = no shim; one bounce region <= +20 ns");
 
     println!("all-reduce, 2 ranks, host memory: direct vs bounce buffers (ms per iteration, median of 3; ratio = bandwidth of bounce / direct)");
-    let ar = t.join("examples/allreduce");
+    let ar = target_dir().join("examples/allreduce");
     for (size, iters) in [("4K", "200"), ("64K", "100"), ("1M", "20"), ("16M", "4"), ("64M", "2")] {
         let args = ["--ranks", "2", "--size", size, "--iters", iters, "--host-mem"];
         let (mut d, mut b) = (Vec::new(), Vec::new());
