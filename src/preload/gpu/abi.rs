@@ -49,7 +49,7 @@ pub fn hip_device_type(major: u32) -> Option<u32> {
 
 /// The major version in a `HIP_VERSION` number (60241134 → 6).
 pub fn hip_major(version: i32) -> Option<u32> {
-    (version > 0).then(|| (version / 10_000_000) as u32)
+    (version > 0).then_some((version / 10_000_000) as u32)
 }
 
 /// The major version in a versioned file name: `libamdhip64.so.6.2.41134` → 6.
