@@ -213,7 +213,7 @@ mod tests {
         assert_eq!(verdict(Family::Maca, 2, &observed()), Ok(()));
         let mut o = observed();
         o.on_scratch.as_mut().unwrap().memory_type = 1;
-        assert!(verdict(Family::Maca, 2, &o).unwrap_err().contains("enum differs"));
+        assert!(verdict(Family::Maca, 2, &o).unwrap_err().contains("enum or the struct layout differs"));
         let mut o = observed();
         o.on_scratch = Some(Attrs { memory_type: 2, device: 2, device_pointer: 0x7f00_0000_0000 });
         assert!(verdict(Family::Maca, 2, &o).unwrap_err().contains("layout differs"));
