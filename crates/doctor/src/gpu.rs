@@ -163,6 +163,9 @@ pub fn peer_memory(fs: &Fs, has_rdma: bool, probe: Option<&DmabufProbe>) -> Chec
         c.fix = Some(missing.iter().map(|v| v.fix()).collect::<Vec<_>>().join(" | "));
     }
     c.raw = json!({
+        // what `mrshim analyze` reads: the (first) GPU driver, and whether every one has a client
+        "gpu_driver": vendors.first().map_or("", |v| v.module()),
+        "peermem": !vendors.is_empty() && missing.is_empty(),
         "gpu_drivers": vendors.iter().map(|v| v.module()).collect::<Vec<_>>(),
         "without_peer_client": missing.iter().map(|v| v.module()).collect::<Vec<_>>(),
         "peer_clients": clients.iter().map(|(c, d)| json!({"name": c, "where": d})).collect::<Vec<_>>(),
@@ -248,6 +251,7 @@ mod tests {
         assert_eq!(names, ["amdkfd", "mx_peer", "nvidia_peermem"]);
         let c = peer_memory(&fs, true, None);
         assert_eq!(c.status, Status::Ok, "{c:?}");
+        assert_eq!((c.raw["gpu_driver"].as_str(), c.raw["peermem"].as_bool()), (Some("nvidia"), Some(true)));
         assert!(c.details.iter().any(|d| d.contains("mx_peer (/sys/kernel/memory_peers)")), "{c:?}");
         let _ = std::fs::remove_dir_all(root);
     }
@@ -258,6 +262,7 @@ mod tests {
         let fs = Fs::new(&root);
         let c = peer_memory(&fs, true, None);
         assert_eq!(c.status, Status::Fail);
+        assert_eq!(c.raw["peermem"].as_bool(), Some(false));
         assert!(c.value.starts_with("metax loaded, no peer-memory client"), "{}", c.value);
         let fix = c.fix.unwrap();
         assert!(fix.contains("MetaX's peer-memory module") && fix.contains("MCCL_NET_GDR_LEVEL"), "{fix}");
