@@ -1,15 +1,16 @@
 //! Copy engines for host bounce buffers: move bytes between the application's buffer and its host
-//! shadow. One small trait; the GPU runtimes are loaded with dlopen at first use, never linked.
+//! shadow. One small trait; the GPU runtimes are the application's own, found with RTLD_NOLOAD,
+//! never linked or loaded by the shim.
 //!
 //! | engine | library | calls |
 //! |--------|---------|-------|
 //! | host   | —       | memcpy (host memory the NIC refused) |
-//! | CUDA   | libcuda.so.1 (already loaded by the application: RTLD_NOLOAD) | cuMemcpyDtoHAsync_v2 / cuMemcpyHtoDAsync_v2 on the shim's own CU_STREAM_NON_BLOCKING stream + cuStreamSynchronize, in the pointer's context |
-//! | HIP (slot)  | libamdhip64.so | hipMemcpyDtoHAsync / hipMemcpyHtoDAsync on a hipStreamNonBlocking stream, hipStreamSynchronize — same shape as CUDA, not wired yet |
-//! | MACA (slot) | libmcruntime.so | mcMemcpyAsync on a non-blocking stream — same shape, not wired yet |
+//! | CUDA   | libcuda.so.1 (RTLD_NOLOAD) | cuMemcpyDtoHAsync_v2 / cuMemcpyHtoDAsync_v2 on the shim's own CU_STREAM_NON_BLOCKING stream + cuStreamSynchronize, in the pointer's context (this file) |
+//! | HIP    | libamdhip64.so[.N] | hipMemcpyDtoHAsync / hipMemcpyHtoDAsync on a hipStreamNonBlocking stream per device (gpu/rtapi.rs) |
+//! | MACA   | libmcruntime.so | mcMemcpyAsync on an mcStreamNonBlocking stream per device, after its self-test (gpu/rtapi.rs) |
 //!
 //! The shim's own non-blocking stream never waits behind the application's work on the legacy
-//! stream, so a copy cannot deadlock against a long-running kernel.
+//! stream, so a copy cannot deadlock against a long-running kernel. docs/bounce.md.
 
 use std::ffi::{c_int, c_uint, c_void};
 
