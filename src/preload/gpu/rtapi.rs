@@ -217,8 +217,8 @@ impl RtApi {
                     }
                 }
             };
-            // SAFETY: synchronising our own stream.
             if rc == 0 {
+                // SAFETY: synchronising our own stream.
                 unsafe { (self.stream_sync)(s) }
             } else {
                 rc
