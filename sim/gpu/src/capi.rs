@@ -5,22 +5,27 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use crate::device_runtime::{DeviceRuntime, Direction, Target};
-use crate::Fault;
+use crate::{codes, Fault};
 use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-/// What differs between the runtimes behind the same bodies.
+/// What differs between the runtimes behind the same bodies (the codes default to the
+/// numbering of crate::codes, which HIP and the MACA simulator share).
 pub trait Api {
     /// Library name for messages, e.g. `mrshim-sim-hip`.
     const WHO: &'static str;
-    const INVALID_VALUE: u32;
-    const NOT_READY: u32;
-    const UNKNOWN: u32;
+    const INVALID_VALUE: u32 = codes::INVALID_VALUE;
+    const NOT_READY: u32 = codes::NOT_READY;
+    const UNKNOWN: u32 = codes::UNKNOWN;
     /// The runtime (initialised at the first call, or its sticky init error).
     fn rt() -> Result<&'static DeviceRuntime, u32>;
-    fn code(f: Fault) -> u32;
+    fn code(f: Fault) -> u32 {
+        codes::code(f)
+    }
     /// The `*MemcpyKind` value → direction (or the runtime's bad-direction error).
-    fn direction(kind: u32) -> Result<Direction, u32>;
+    fn direction(kind: u32) -> Result<Direction, u32> {
+        codes::direction(kind)
+    }
 }
 
 pub fn ffi<A: Api>(f: impl FnOnce() -> Result<(), u32>) -> u32 {

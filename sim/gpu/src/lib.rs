@@ -6,6 +6,7 @@
 //! See docs/sim-gpu.md.
 
 pub mod capi;
+pub mod codes;
 pub mod config;
 pub mod device_runtime;
 pub mod heap;

@@ -7,39 +7,8 @@ use std::ffi::c_void;
 
 pub type hipError_t = u32;
 
-pub const SUCCESS: hipError_t = 0;
-pub const INVALID_VALUE: hipError_t = 1;
-pub const OUT_OF_MEMORY: hipError_t = 2;
-pub const NOT_INITIALIZED: hipError_t = 3;
-pub const INVALID_MEMCPY_DIRECTION: hipError_t = 21;
-pub const NO_DEVICE: hipError_t = 100;
-pub const INVALID_DEVICE: hipError_t = 101;
-pub const OPERATING_SYSTEM: hipError_t = 304;
-pub const INVALID_HANDLE: hipError_t = 400;
-pub const NOT_READY: hipError_t = 600;
-pub const UNKNOWN: hipError_t = 999;
-
-/// (code, hipGetErrorName, hipGetErrorString), NUL-terminated for C.
-pub const ERRORS: &[(hipError_t, &str, &str)] = &[
-    (SUCCESS, "hipSuccess\0", "no error\0"),
-    (INVALID_VALUE, "hipErrorInvalidValue\0", "invalid argument\0"),
-    (OUT_OF_MEMORY, "hipErrorOutOfMemory\0", "out of memory\0"),
-    (NOT_INITIALIZED, "hipErrorNotInitialized\0", "initialization error\0"),
-    (INVALID_MEMCPY_DIRECTION, "hipErrorInvalidMemcpyDirection\0", "invalid copy direction for memcpy\0"),
-    (NO_DEVICE, "hipErrorNoDevice\0", "no ROCm-capable device is detected\0"),
-    (INVALID_DEVICE, "hipErrorInvalidDevice\0", "invalid device ordinal\0"),
-    (OPERATING_SYSTEM, "hipErrorOperatingSystem\0", "OS call failed or operation not supported on this OS\0"),
-    (INVALID_HANDLE, "hipErrorInvalidHandle\0", "invalid resource handle\0"),
-    (NOT_READY, "hipErrorNotReady\0", "device not ready\0"),
-    (UNKNOWN, "hipErrorUnknown\0", "unknown error\0"),
-];
-
-// hipMemcpyKind (the same in 5 and 6)
-pub const MEMCPY_HOST_TO_HOST: u32 = 0;
-pub const MEMCPY_HOST_TO_DEVICE: u32 = 1;
-pub const MEMCPY_DEVICE_TO_HOST: u32 = 2;
-pub const MEMCPY_DEVICE_TO_DEVICE: u32 = 3;
-pub const MEMCPY_DEFAULT: u32 = 4;
+// Error codes and hipMemcpyKind: the CUDA runtime's numbering, in sim/gpu's `codes`.
+pub use simgpu::codes::*;
 
 /// hipMemRangeHandleTypeDmaBufFd.
 pub const MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD: u32 = 1;

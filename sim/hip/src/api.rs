@@ -3,9 +3,8 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 use crate::abi::*;
-use crate::runtime::{attributes, direction, err, rt};
-use simgpu::device_runtime::{DeviceRuntime, Direction};
-use simgpu::Fault;
+use crate::runtime::{attributes, rt};
+use simgpu::device_runtime::DeviceRuntime;
 use std::ffi::{c_char, c_int};
 
 pub use simgpu::capi::*;
@@ -14,17 +13,8 @@ pub struct Hip;
 
 impl Api for Hip {
     const WHO: &'static str = "mrshim-sim-hip";
-    const INVALID_VALUE: u32 = INVALID_VALUE;
-    const NOT_READY: u32 = NOT_READY;
-    const UNKNOWN: u32 = UNKNOWN;
     fn rt() -> Result<&'static DeviceRuntime, u32> {
         rt()
-    }
-    fn code(f: Fault) -> u32 {
-        err(f)
-    }
-    fn direction(kind: u32) -> Result<Direction, u32> {
-        direction(kind)
     }
 }
 
@@ -33,8 +23,7 @@ pub fn version(abi: &Abi, v: *mut c_int) -> hipError_t {
 }
 
 pub fn error_text(e: hipError_t, long: bool) -> *const c_char {
-    let row = ERRORS.iter().find(|x| x.0 == e).unwrap_or(&ERRORS[ERRORS.len() - 1]);
-    (if long { row.2 } else { row.1 }).as_ptr().cast()
+    simgpu::codes::error_text(simgpu::codes::Names::Hip, e, long)
 }
 
 pub fn pointer_attributes(abi: &Abi, a: *mut PointerAttribute, p: u64) -> hipError_t {

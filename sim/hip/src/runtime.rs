@@ -4,23 +4,14 @@
 
 use crate::abi::*;
 use simgpu::config::Config;
-use simgpu::device_runtime::{DeviceRuntime, Direction};
-use simgpu::Fault;
+use simgpu::device_runtime::DeviceRuntime;
 use std::sync::OnceLock;
 
 pub use simgpu::device_runtime::Target;
 
 static RT: OnceLock<Result<DeviceRuntime, hipError_t>> = OnceLock::new();
 
-pub fn err(f: Fault) -> hipError_t {
-    match f {
-        Fault::Invalid => INVALID_VALUE,
-        Fault::OutOfMemory => OUT_OF_MEMORY,
-        Fault::System => OPERATING_SYSTEM,
-        Fault::BadHandle => INVALID_HANDLE,
-        Fault::InvalidDevice => INVALID_DEVICE,
-    }
-}
+pub use simgpu::codes::code as err;
 
 /// The runtime, initialised at the first call; a bad environment is one stderr line and a
 /// sticky hipErrorInvalidValue, no device hipErrorNoDevice.
@@ -36,18 +27,6 @@ pub fn rt() -> Result<&'static DeviceRuntime, hipError_t> {
         Ok(DeviceRuntime::new(cfg.gpus, cfg.mem))
     });
     r.as_ref().map_err(|e| *e)
-}
-
-/// hipMemcpyKind → direction (the same values in ROCm 5 and 6).
-pub fn direction(kind: u32) -> Result<Direction, hipError_t> {
-    Ok(match kind {
-        MEMCPY_HOST_TO_HOST => Direction::HostToHost,
-        MEMCPY_HOST_TO_DEVICE => Direction::HostToDevice,
-        MEMCPY_DEVICE_TO_HOST => Direction::DeviceToHost,
-        MEMCPY_DEVICE_TO_DEVICE => Direction::DeviceToDevice,
-        MEMCPY_DEFAULT => Direction::Default,
-        _ => return Err(INVALID_MEMCPY_DIRECTION),
-    })
 }
 
 /// hipPointerGetAttributes' answer for `p`.

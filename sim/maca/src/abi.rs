@@ -10,39 +10,9 @@ use std::ffi::c_void;
 
 pub type mcError_t = u32;
 
-// mcSuccess = 0 is public (code compares against it); the others follow cudaError_t.
-pub const SUCCESS: mcError_t = 0;
-pub const INVALID_VALUE: mcError_t = 1;
-pub const OUT_OF_MEMORY: mcError_t = 2;
-pub const NOT_INITIALIZED: mcError_t = 3;
-pub const INVALID_MEMCPY_DIRECTION: mcError_t = 21;
-pub const NO_DEVICE: mcError_t = 100;
-pub const INVALID_DEVICE: mcError_t = 101;
-pub const OPERATING_SYSTEM: mcError_t = 304;
-pub const INVALID_HANDLE: mcError_t = 400;
-pub const NOT_READY: mcError_t = 600;
-pub const UNKNOWN: mcError_t = 999;
-
-pub const ERRORS: &[(mcError_t, &str, &str)] = &[
-    (SUCCESS, "mcSuccess\0", "no error\0"),
-    (INVALID_VALUE, "mcErrorInvalidValue\0", "invalid argument\0"),
-    (OUT_OF_MEMORY, "mcErrorMemoryAllocation\0", "out of memory\0"),
-    (NOT_INITIALIZED, "mcErrorInitializationError\0", "initialization error\0"),
-    (INVALID_MEMCPY_DIRECTION, "mcErrorInvalidMemcpyDirection\0", "invalid copy direction for memcpy\0"),
-    (NO_DEVICE, "mcErrorNoDevice\0", "no MACA-capable device is detected\0"),
-    (INVALID_DEVICE, "mcErrorInvalidDevice\0", "invalid device ordinal\0"),
-    (OPERATING_SYSTEM, "mcErrorOperatingSystem\0", "OS call failed or operation not supported on this OS\0"),
-    (INVALID_HANDLE, "mcErrorInvalidResourceHandle\0", "invalid resource handle\0"),
-    (NOT_READY, "mcErrorNotReady\0", "device not ready\0"),
-    (UNKNOWN, "mcErrorUnknown\0", "unknown error\0"),
-];
-
-// mcMemcpyKind as cudaMemcpyKind.
-pub const MEMCPY_HOST_TO_HOST: u32 = 0;
-pub const MEMCPY_HOST_TO_DEVICE: u32 = 1;
-pub const MEMCPY_DEVICE_TO_HOST: u32 = 2;
-pub const MEMCPY_DEVICE_TO_DEVICE: u32 = 3;
-pub const MEMCPY_DEFAULT: u32 = 4;
+// mcSuccess = 0 is public (code compares against it); the other codes and mcMemcpyKind follow
+// the CUDA runtime's numbering (sim/gpu `codes`).
+pub use simgpu::codes::*;
 
 /// `mcPointerAttribute_t` as cudaPointerAttributes (CUDA ≥ 11): type, device, devicePointer,
 /// hostPointer.

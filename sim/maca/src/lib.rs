@@ -9,8 +9,7 @@ pub mod abi;
 use abi::*;
 use simgpu::capi::{self, ffi, out, Api};
 use simgpu::config::Config;
-use simgpu::device_runtime::{DeviceRuntime, Direction};
-use simgpu::Fault;
+use simgpu::device_runtime::DeviceRuntime;
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
 use std::sync::OnceLock;
 
@@ -43,30 +42,8 @@ pub struct Maca;
 
 impl Api for Maca {
     const WHO: &'static str = "mrshim-sim-maca";
-    const INVALID_VALUE: u32 = INVALID_VALUE;
-    const NOT_READY: u32 = NOT_READY;
-    const UNKNOWN: u32 = UNKNOWN;
     fn rt() -> Result<&'static DeviceRuntime, u32> {
         runtime().map(|r| &r.rt)
-    }
-    fn code(f: Fault) -> u32 {
-        match f {
-            Fault::Invalid => INVALID_VALUE,
-            Fault::OutOfMemory => OUT_OF_MEMORY,
-            Fault::System => OPERATING_SYSTEM,
-            Fault::BadHandle => INVALID_HANDLE,
-            Fault::InvalidDevice => INVALID_DEVICE,
-        }
-    }
-    fn direction(kind: u32) -> Result<Direction, u32> {
-        Ok(match kind {
-            MEMCPY_HOST_TO_HOST => Direction::HostToHost,
-            MEMCPY_HOST_TO_DEVICE => Direction::HostToDevice,
-            MEMCPY_DEVICE_TO_HOST => Direction::DeviceToHost,
-            MEMCPY_DEVICE_TO_DEVICE => Direction::DeviceToDevice,
-            MEMCPY_DEFAULT => Direction::Default,
-            _ => return Err(INVALID_MEMCPY_DIRECTION),
-        })
     }
 }
 
@@ -87,11 +64,11 @@ pub extern "C" fn mcDriverGetVersion(v: *mut c_int) -> mcError_t {
 }
 #[no_mangle]
 pub extern "C" fn mcGetErrorName(e: mcError_t) -> *const c_char {
-    ERRORS.iter().find(|x| x.0 == e).unwrap_or(&ERRORS[ERRORS.len() - 1]).1.as_ptr().cast()
+    simgpu::codes::error_text(simgpu::codes::Names::Maca, e, false)
 }
 #[no_mangle]
 pub extern "C" fn mcGetErrorString(e: mcError_t) -> *const c_char {
-    ERRORS.iter().find(|x| x.0 == e).unwrap_or(&ERRORS[ERRORS.len() - 1]).2.as_ptr().cast()
+    simgpu::codes::error_text(simgpu::codes::Names::Maca, e, true)
 }
 #[no_mangle]
 pub extern "C" fn mcGetDeviceCount(n: *mut c_int) -> mcError_t {
