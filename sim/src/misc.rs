@@ -5,8 +5,8 @@
 //! As in api.rs: each function's safety contract is its rdma-core namesake's.
 #![allow(clippy::missing_safety_doc)]
 
+use crate::errno_ret;
 use crate::objects::registry;
-use crate::{errno_ret, set_errno};
 use mrshim_verbs as v;
 use std::os::raw::{c_char, c_int, c_void};
 use std::ptr::null_mut;
@@ -157,66 +157,17 @@ pub extern "C" fn ibv_dofork_range(_base: *mut c_void, _size: usize) -> c_int {
     0
 }
 
-pub unsafe extern "C" fn ibv_get_async_event(c: *mut v::ibv_context, _ev: *mut v::ibv_async_event) -> c_int {
-    let mut b = [0u8; 1];
-    // SAFETY: blocks on the context's async pipe (nothing is ever posted, as on a quiet port).
-    unsafe { libc::read((*c).async_fd, b.as_mut_ptr().cast(), 1) };
-    -1
+pub unsafe extern "C" fn ibv_get_async_event(c: *mut v::ibv_context, ev: *mut v::ibv_async_event) -> c_int {
+    // SAFETY: the caller's context and event struct.
+    unsafe { crate::events::read_event((*c).async_fd, &mut *ev) }
 }
 pub unsafe extern "C" fn ibv_ack_async_event(_ev: *mut v::ibv_async_event) {}
 
-// Not offered by the simulated device: UD address handles, SRQs, multicast.
-pub unsafe extern "C" fn ibv_create_ah(_pd: *mut v::ibv_pd, _attr: *mut v::ibv_ah_attr) -> *mut v::ibv_ah {
-    errno_ret(libc::EOPNOTSUPP, null_mut())
-}
-pub unsafe extern "C" fn ibv_destroy_ah(_ah: *mut v::ibv_ah) -> c_int {
-    libc::EINVAL
-}
-#[no_mangle]
-pub unsafe extern "C" fn ibv_create_ah_from_wc(
-    _pd: *mut v::ibv_pd,
-    _wc: *mut c_void,
-    _grh: *mut c_void,
-    _port: u8,
-) -> *mut v::ibv_ah {
-    errno_ret(libc::EOPNOTSUPP, null_mut())
-}
-#[no_mangle]
-pub unsafe extern "C" fn ibv_init_ah_from_wc(
-    _c: *mut v::ibv_context,
-    _port: u8,
-    _wc: *mut c_void,
-    _grh: *mut c_void,
-    _ah: *mut v::ibv_ah_attr,
-) -> c_int {
-    set_errno(libc::EOPNOTSUPP);
-    -1
-}
-pub unsafe extern "C" fn ibv_create_srq(_pd: *mut v::ibv_pd, _attr: *mut c_void) -> *mut v::ibv_srq {
-    errno_ret(libc::EOPNOTSUPP, null_mut())
-}
-pub unsafe extern "C" fn ibv_modify_srq(_srq: *mut v::ibv_srq, _attr: *mut c_void, _mask: c_int) -> c_int {
-    libc::EOPNOTSUPP
-}
-pub unsafe extern "C" fn ibv_query_srq(_srq: *mut v::ibv_srq, _attr: *mut c_void) -> c_int {
-    libc::EOPNOTSUPP
-}
-pub unsafe extern "C" fn ibv_destroy_srq(_srq: *mut v::ibv_srq) -> c_int {
-    libc::EINVAL
-}
+// Multicast is not offered (max_mcast_grp 0).
 pub unsafe extern "C" fn ibv_attach_mcast(_qp: *mut v::ibv_qp, _gid: *const v::ibv_gid, _lid: u16) -> c_int {
     libc::EOPNOTSUPP
 }
 pub unsafe extern "C" fn ibv_detach_mcast(_qp: *mut v::ibv_qp, _gid: *const v::ibv_gid, _lid: u16) -> c_int {
-    libc::EOPNOTSUPP
-}
-#[no_mangle]
-pub unsafe extern "C" fn ibv_resolve_eth_l2_from_gid(
-    _c: *mut v::ibv_context,
-    _attr: *mut v::ibv_ah_attr,
-    _mac: *mut u8,
-    _vid: *mut u16,
-) -> c_int {
     libc::EOPNOTSUPP
 }
 #[no_mangle]

@@ -2,9 +2,9 @@
 //! `ibv_wr_complete`): static-inline calls through `struct ibv_qp_ex`, which perftest uses by
 //! default. WRs are collected between start and complete and then posted like ibv_post_send's.
 
-use crate::api::{enqueue, WrDesc};
 use crate::engine::{SendOp, Sge};
 use crate::objects::{ctx, Qp};
+use crate::wr::{enqueue, WrDesc};
 use mrshim_verbs as v;
 use std::os::raw::c_int;
 
@@ -25,6 +25,7 @@ fn begin(q: *mut v::ibv_qp_ex, op: SendOp, rkey: u32, raddr: u64, imm: Option<u3
         inline_data: None,
         raddr,
         rkey,
+        ud: None,
     });
 }
 
@@ -49,7 +50,7 @@ unsafe extern "C" fn wr_complete(q: *mut v::ibv_qp_ex) -> c_int {
         let mut st = qp.inner.st.lock().unwrap();
         let mut rc = 0;
         for w in wrs {
-            if let Err(e) = enqueue(qp, &mut st, w) {
+            if let Err(e) = enqueue(&qp.inner, &qp.cap, &mut st, w) {
                 rc = e;
                 break;
             }
@@ -129,8 +130,12 @@ unsafe extern "C" fn wr_send_inv(q: *mut v::ibv_qp_ex, _rkey: u32) {
 unsafe extern "C" fn wr_send_tso(q: *mut v::ibv_qp_ex, _hdr: *mut std::os::raw::c_void, _sz: u16, _mss: u16) {
     unsupported(q)
 }
-unsafe extern "C" fn wr_set_ud_addr(q: *mut v::ibv_qp_ex, _ah: *mut v::ibv_ah, _qpn: u32, _qkey: u32) {
-    unsupported(q)
+unsafe extern "C" fn wr_set_ud_addr(q: *mut v::ibv_qp_ex, ah: *mut v::ibv_ah, qpn: u32, qkey: u32) {
+    // SAFETY: the caller's address handle.
+    let dest = unsafe { crate::ah::ud_dest(ah, qpn, qkey) };
+    if let Some(w) = qp(q).batch.lock().unwrap().0.last_mut() {
+        w.ud = dest;
+    }
 }
 unsafe extern "C" fn wr_set_xrc_srqn(q: *mut v::ibv_qp_ex, _srqn: u32) {
     unsupported(q)
