@@ -176,8 +176,8 @@ pub fn sysfs_file(dev: &Device, file: &str) -> Option<String> {
         "node_desc" => format!("mrshim-sim {}", dev.spec.name),
         "node_guid" => fmt_guid(dev.node_guid),
         "sys_image_guid" => fmt_guid(dev.node_guid),
-        "device/vendor" => format!("{VENDOR_ID:#06x}"),
-        "device/device" => "0x1021".into(),
+        "device/vendor" => crate::sysview::PCI_VENDOR.into(),
+        "device/device" => crate::sysview::PCI_DEVICE.into(),
         _ => return None,
     })
 }

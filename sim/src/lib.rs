@@ -24,6 +24,7 @@ pub mod qp;
 pub mod qpex;
 pub mod simlog;
 pub mod srq;
+pub mod sysview;
 pub mod wire;
 pub mod wr;
 

@@ -94,9 +94,19 @@ pub extern "C" fn mbps_to_ibv_rate(mbps: c_int) -> c_int {
     RATES.iter().find(|r| r.2 == mbps).map_or(0, |r| r.0)
 }
 
+/// `SYSFS_PATH` (trailing slashes dropped) or /sys, read once, as rdma-core does.
+pub fn sysfs_root() -> &'static std::ffi::CStr {
+    static ROOT: std::sync::OnceLock<std::ffi::CString> = std::sync::OnceLock::new();
+    ROOT.get_or_init(|| {
+        let env = std::env::var("SYSFS_PATH").ok().map(|s| s.trim_end_matches('/').to_string());
+        let root = env.filter(|s| !s.is_empty()).unwrap_or_else(|| "/sys".into());
+        std::ffi::CString::new(root).unwrap_or_else(|_| c"/sys".into())
+    })
+}
+
 #[no_mangle]
 pub extern "C" fn ibv_get_sysfs_path() -> *const c_char {
-    c"/sys".as_ptr()
+    sysfs_root().as_ptr()
 }
 
 /// Reads `dir/file`; for the simulated devices' /sys/class/infiniband/<name> directories the
@@ -117,7 +127,7 @@ pub unsafe extern "C" fn ibv_read_sysfs_file(
             (std::ffi::CStr::from_ptr(dir).to_string_lossy(), std::ffi::CStr::from_ptr(file).to_string_lossy())
         };
         let simulated = registry().ok().and_then(|r| {
-            let name = d.strip_prefix("/sys/class/infiniband/")?;
+            let name = d.strip_prefix(&format!("{}/class/infiniband/", sysfs_root().to_string_lossy()))?;
             let dev = r.devices.iter().find(|(dv, _)| dv.spec.name == name.trim_end_matches('/'))?;
             crate::device::sysfs_file(&dev.0, &f)
         });
