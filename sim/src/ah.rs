@@ -131,7 +131,12 @@ pub unsafe fn ud_dest(ah: *mut v::ibv_ah, remote_qpn: u32, remote_qkey: u32) -> 
         let (gid, ty) = dev.gids[a.attr.grh.sgid_index as usize];
         (gid, ty, a.attr.grh)
     });
-    Some(UdDest { qpn: remote_qpn & 0xff_ffff, qkey: remote_qkey, grh, slid: dev.lid, sl: a.attr.sl })
+    let sl = match &grh {
+        Some((gid, GidType::RoceV2, _)) if dev.is_roce() => 0x8 | if is_v4_mapped(gid) { 0x2 } else { 0x1 },
+        _ if dev.is_roce() => 0,
+        _ => a.attr.sl,
+    };
+    Some(UdDest { qpn: remote_qpn & 0xff_ffff, qkey: remote_qkey, grh, slid: dev.lid, sl })
 }
 
 pub unsafe extern "C" fn ibv_create_ah(pd: *mut v::ibv_pd, attr: *mut v::ibv_ah_attr) -> *mut v::ibv_ah {

@@ -68,6 +68,8 @@ pub struct UdDest {
     pub grh: Option<([u8; 16], crate::device::GidType, v::ibv_global_route)>,
     /// The sender's LID (0 on RoCE), reported as the receiver's `wc.slid`.
     pub slid: u16,
+    /// The receiver's `wc.sl`: the service level on InfiniBand; on RoCE mlx5 reports the packet
+    /// type there (bit 3: UDP, bits 2:0: 0 GRH, 1 IPv6, 2 IPv4), which UCX's ud_verbs reads.
     pub sl: u8,
 }
 
@@ -755,12 +757,14 @@ impl Progress {
                     None => Sink::Buffer(Vec::with_capacity(h.total_len.min(1 << 24) as usize)),
                 },
                 _ => {
-                    let ok = st.attrs.access & mrshim_verbs::access::REMOTE_WRITE != 0
-                        && self.e.mrs.read().unwrap().get(&h.rkey).is_some_and(|m| {
-                            m.pd == qp.pd
-                                && m.access & mrshim_verbs::access::REMOTE_WRITE != 0
-                                && m.translate(h.raddr, h.total_len).is_some()
-                        });
+                    // A zero-length RDMA WRITE checks no R_Key (IBTA C9-88): UCX flushes with one.
+                    let ok = h.total_len == 0
+                        || st.attrs.access & mrshim_verbs::access::REMOTE_WRITE != 0
+                            && self.e.mrs.read().unwrap().get(&h.rkey).is_some_and(|m| {
+                                m.pd == qp.pd
+                                    && m.access & mrshim_verbs::access::REMOTE_WRITE != 0
+                                    && m.translate(h.raddr, h.total_len).is_some()
+                            });
                     if ok {
                         Sink::Mem { rkey: h.rkey, raddr: h.raddr }
                     } else {
@@ -851,12 +855,13 @@ impl Progress {
             return self.reply(conn, h, Op::Nak, NAK_NOT_READY);
         }
         let ok = qp.ty == QpType::Rc
-            && st.attrs.access & mrshim_verbs::access::REMOTE_READ != 0
-            && self.e.mrs.read().unwrap().get(&h.rkey).is_some_and(|m| {
+            && (h.total_len == 0 // no R_Key check for a zero-length READ either
+                || st.attrs.access & mrshim_verbs::access::REMOTE_READ != 0
+                    && self.e.mrs.read().unwrap().get(&h.rkey).is_some_and(|m| {
                 m.pd == qp.pd
                     && m.access & mrshim_verbs::access::REMOTE_READ != 0
                     && m.translate(h.raddr, h.total_len).is_some()
-            });
+            }));
         drop(st);
         if !ok {
             return self.reply(conn, h, Op::Nak, wcs::IBV_WC_REM_ACCESS_ERR);
@@ -1006,7 +1011,8 @@ impl Progress {
             buf.clear();
             let ok = {
                 let mrs = self.e.mrs.read().unwrap();
-                match mrs.get(&rkey).and_then(|m| m.translate(addr, n)) {
+                let zero = (n == 0).then_some(std::ptr::NonNull::<u8>::dangling().as_ptr());
+                match zero.or_else(|| mrs.get(&rkey).and_then(|m| m.translate(addr, n))) {
                     Some(p) => {
                         // SAFETY: translate() bounds-checked a live registration held by the read lock.
                         buf.extend_from_slice(unsafe { std::slice::from_raw_parts(p, n as usize) });

@@ -91,7 +91,10 @@ pub fn write(root: &Path, devices: &[&Device]) -> io::Result<()> {
         put(root, &format!("{uv}/abi_version"), "1")?;
         put(root, &format!("{uv}/dev"), &format!("{UVERBS_MAJOR}:{}", UVERBS_MINOR_BASE + d.index as u32))?;
         let _ = std::fs::remove_file(root.join(format!("{uv}/device")));
-        std::os::unix::fs::symlink(format!("../../infiniband/{}/device", d.spec.name), root.join(format!("{uv}/device")))?;
+        std::os::unix::fs::symlink(
+            format!("../../infiniband/{}/device", d.spec.name),
+            root.join(format!("{uv}/device")),
+        )?;
     }
     Ok(())
 }
