@@ -87,6 +87,9 @@ pub struct SendWqe {
     pub psn: u32,
     pub retries: u32,
     pub ud: Option<UdDest>,
+    /// Acknowledged by the responder (a READ: all its data arrived). Completions are
+    /// generated in order, so an ACK of a later WR waits for an earlier READ's data.
+    pub acked: bool,
 }
 
 pub struct RecvWqe {
@@ -958,17 +961,20 @@ impl Progress {
         qp.send_cq.push_all(wcs);
     }
 
+    /// An ACK (coalesced: it covers every earlier WR) or the last READ response for `psn`. The
+    /// responder streams READ data after replying to later requests, so an ACK can overtake a
+    /// READ's data here where the fabric keeps them in order: a READ is acknowledged only by
+    /// its own last response, and completions stop at the first WR not acknowledged yet.
     fn complete_through(&self, qp: &QpInner, st: &mut QpState, psn: u32) {
-        if let Some(pos) = st.inflight.iter().position(|w| w.psn == psn) {
-            // A READ completes on its data, not on a later ACK.
-            let n = if st.inflight[pos].op == SendOp::Read || st.inflight.iter().take(pos).all(|w| w.op != SendOp::Read)
-            {
-                pos + 1
-            } else {
-                pos
-            };
-            self.complete_before(qp, st, n);
+        let Some(pos) = st.inflight.iter().position(|w| w.psn == psn) else { return };
+        let read_done = st.inflight[pos].op == SendOp::Read;
+        for (i, w) in st.inflight.iter_mut().enumerate().take(pos + 1) {
+            if w.op != SendOp::Read || (read_done && i == pos) {
+                w.acked = true;
+            }
         }
+        let n = st.inflight.iter().position(|w| !w.acked).unwrap_or(st.inflight.len());
+        self.complete_before(qp, st, n);
     }
 
     /// Generates outgoing packets while connections have room. True if more work is queued.

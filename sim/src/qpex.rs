@@ -90,7 +90,7 @@ unsafe extern "C" fn wr_set_sge_list(q: *mut v::ibv_qp_ex, n: usize, list: *cons
 }
 unsafe extern "C" fn wr_set_inline_data(q: *mut v::ibv_qp_ex, addr: *mut std::os::raw::c_void, len: usize) {
     // SAFETY: inline data is copied from the caller's buffer now, as the verb specifies.
-    let d = unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), len) }.to_vec();
+    let d = unsafe { caller_bytes(addr.cast(), len) }.to_vec();
     if let Some(w) = qp(q).batch.lock().unwrap().0.last_mut() {
         w.inline_data = Some(d);
     }
@@ -101,7 +101,7 @@ unsafe extern "C" fn wr_set_inline_data_list(q: *mut v::ibv_qp_ex, n: usize, lis
     let mut d = Vec::new();
     for b in bufs {
         // SAFETY: each buffer is the caller's, copied now.
-        d.extend_from_slice(unsafe { std::slice::from_raw_parts(b.addr.cast::<u8>(), b.length) });
+        d.extend_from_slice(unsafe { caller_bytes(b.addr.cast(), b.length) });
     }
     if let Some(w) = qp(q).batch.lock().unwrap().0.last_mut() {
         w.inline_data = Some(d);
@@ -139,6 +139,18 @@ unsafe extern "C" fn wr_set_ud_addr(q: *mut v::ibv_qp_ex, ah: *mut v::ibv_ah, qp
 }
 unsafe extern "C" fn wr_set_xrc_srqn(q: *mut v::ibv_qp_ex, _srqn: u32) {
     unsupported(q)
+}
+
+/// The caller's `len` bytes at `addr`; an empty buffer may have any address, NULL included.
+///
+/// # Safety
+/// `addr` points at `len` readable bytes when `len` > 0.
+unsafe fn caller_bytes<'a>(addr: *const u8, len: usize) -> &'a [u8] {
+    if len == 0 {
+        return &[];
+    }
+    // SAFETY: as the caller guarantees.
+    unsafe { std::slice::from_raw_parts(addr, len) }
 }
 
 pub fn install(x: &mut v::ibv_qp_ex) {

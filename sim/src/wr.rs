@@ -55,7 +55,8 @@ pub fn enqueue(inner: &QpInner, cap: &v::ibv_qp_cap, st: &mut QpState, w: WrDesc
         Some(d) => Some(d),
         None if inline => {
             let mut d = Vec::with_capacity(len as usize);
-            for s in &w.sges {
+            // An empty SGE may carry any address, NULL included (UCX posts those).
+            for s in w.sges.iter().filter(|s| s.len > 0) {
                 // SAFETY: inline data is read from the caller's buffers at post time, as the verb specifies.
                 d.extend_from_slice(unsafe { std::slice::from_raw_parts(s.addr as *const u8, s.len as usize) });
             }
@@ -83,6 +84,7 @@ pub fn enqueue(inner: &QpInner, cap: &v::ibv_qp_cap, st: &mut QpState, w: WrDesc
         psn,
         retries: 0,
         ud,
+        acked: false,
     });
     Ok(())
 }

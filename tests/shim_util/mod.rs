@@ -274,9 +274,23 @@ pub fn sim_log(p: &Path) -> Vec<serde_json::Value> {
 
 /// Every registration the device saw has exactly one shim record with the same arguments and keys.
 pub fn assert_records_match_device(recs: &[mrshim_record::Reg], dev: &[serde_json::Value], who: &str) {
-    let regs: Vec<&mrshim_record::Reg> = recs.iter().filter(|r| r.kind == Some(mrshim_record::Kind::Reg)).collect();
+    let mut regs: Vec<&mrshim_record::Reg> = recs.iter().filter(|r| r.kind == Some(mrshim_record::Kind::Reg)).collect();
     assert!(!dev.is_empty(), "{who}: the device saw no registration");
     assert_eq!(regs.len(), dev.len(), "{who}: one record per registration");
+    // Threads registering at once (UCX's) may log in a different order on each side: compare
+    // the two as sets, each sorted by what identifies a call.
+    regs.sort_by_key(|r| (r.addr.clone(), r.length, r.access, r.lkey, r.errno));
+    let mut dev: Vec<&serde_json::Value> = dev.iter().collect();
+    dev.sort_by_key(|d| {
+        let n = |k: &str| d[k].as_u64();
+        (
+            d["addr"].as_str().map(String::from),
+            n("length"),
+            n("access").map(|a| a as u32),
+            n("lkey").map(|k| k as u32),
+            d["errno"].as_i64().map(|e| e as i32),
+        )
+    });
     for (r, d) in regs.iter().zip(dev) {
         assert_eq!(r.addr.as_deref(), d["addr"].as_str(), "{who}: {d}");
         assert_eq!(r.length, d["length"].as_u64(), "{who}: {d}");
