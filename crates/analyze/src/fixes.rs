@@ -111,3 +111,27 @@ pub fn unknown(p: &str) -> Vec<String> {
         "run `mrshim doctor --json` on each node and pass the reports to `mrshim analyze` with the logs".into(),
     ]
 }
+
+pub fn dmabuf(p: &str) -> Vec<String> {
+    v(&[
+        &format!("{p}_DMABUF_ENABLE=0 to register GPU memory through nvidia-peermem / amdgpu peer memory instead"),
+        "or bring the stack up to dmabuf: rdma-core >= 34 (ibv_reg_dmabuf_mr), a kernel >= 5.12 with the NIC driver's dmabuf support, NVIDIA open kernel modules (`nvidia-smi -q | grep -i dmabuf`)",
+    ])
+}
+
+/// The one command or line that confirms or rules out each category.
+pub fn check(cat: &str) -> &'static str {
+    match cat {
+        "memlock-limit" => "inside a rank (not your login shell): `cat /proc/$$/limits | grep 'Max locked memory'` or `mpirun ... bash -c 'ulimit -l'`; unlimited (or CAP_IPC_LOCK) rules it out",
+        "gpu-peer-memory" => "`lsmod | grep -E 'nvidia_peermem|nv_peer_mem|amdgpu'` and `mrshim doctor` on the failing node; host memory registering while GPU memory fails confirms it",
+        "relaxed-ordering" => "rerun with NCCL_IB_PCI_RELAXED_ORDERING=0 (or under `mrshim exec` with MRSHIM_RETRY=drop-relaxed-ordering): still failing rules it out",
+        "iova-alignment" => "rerun under `mrshim exec`: the records show iova_page_offset != addr_page_offset",
+        "access-flags" => "rerun under `mrshim exec`: the records show the mapping (mem_kind file-readonly) and the access bits asked for",
+        "version-mismatch" => "`ibv_devinfo -v`, `ofed_info -s`, `modinfo mlx5_core | grep version` and the library versions on every node; `mrshim doctor --compare`",
+        "address-invalid" => "rerun under `mrshim exec`: mem_fully_mapped=false or mem_kind unmapped in the failing record; `cat /proc/<pid>/maps` around the address",
+        "resource-exhaustion" => "`dmesg | grep -iE 'mkey|reg mr|limits exceeded'`, `sysctl vm.max_map_count`, `rdma resource show mr | wc -l` on the failing node",
+        "permissions" => "`ls -l /dev/infiniband/` inside the container and `capsh --print | grep ipc_lock`",
+        "dmabuf-unsupported" => "`grep ibv_reg_dmabuf_mr $(ldconfig -p | awk '/libibverbs.so.1 /{print $NF}')` and `uname -r` (>= 5.12); NCCL_DMABUF_ENABLE=0 working confirms it",
+        _ => "rerun the failing rank under `mrshim exec` (records with the memory kind, access and limits of every call) and `mrshim doctor` on its node",
+    }
+}
