@@ -185,7 +185,11 @@ fn seed_000_mccl_metax_is_peer_memory_not_relaxed_ordering() {
     assert!(calls.contains(&"ibv_reg_mr".into()) && calls.contains(&"ibv_reg_mr_iova2".into()), "{calls:?}");
     let ex = f["explanation"].as_str().unwrap();
     assert!(ex.contains("Relaxed ordering is not the cause"), "{ex}");
-    assert!(f["fixes"].to_string().contains("MCCL_NET_GDR_LEVEL"));
+    let fixes = f["fixes"].to_string();
+    assert!(fixes.contains("MCCL_NET_GDR_LEVEL"));
+    // MetaX's own module and knobs, not NVIDIA's
+    assert!(fixes.contains("MetaX's peer-memory module") && fixes.contains("mcMemGetHandleForAddressRange"), "{fixes}");
+    assert!(!fixes.contains("nvidia_peermem") && !fixes.contains("NCCL_"), "{fixes}");
     assert!(v["findings"].as_array().unwrap().iter().all(|f| f["category"] != "relaxed-ordering"));
     assert!(
         v["ruled_out"].as_array().unwrap().iter().any(|r| r["category"] == "relaxed-ordering"),

@@ -382,7 +382,15 @@ fn gpu_peer_memory<'a>(v: &View<'a>) -> Cand<'a> {
             c.add(0.5, why, Some(e));
         }
     }
-    c.fixes = fixes::gpu_peer_memory(p, efault);
+    let libs = |l: Lib| v.c.hosts.values().any(|h| h.libs.contains(&l));
+    let vendor = if libs(Lib::Mccl) {
+        fixes::GpuVendor::Metax
+    } else if libs(Lib::Rccl) {
+        fixes::GpuVendor::Amd
+    } else {
+        fixes::GpuVendor::Nvidia
+    };
+    c.fixes = fixes::gpu_peer_memory(p, vendor, efault);
     c.retry = Some("va-to-dmabuf,bounce");
     c
 }

@@ -15,16 +15,38 @@ pub fn memlock() -> Vec<String> {
     ])
 }
 
-pub fn gpu_peer_memory(p: &str, efault: bool) -> Vec<String> {
-    let mut f = v(&[
-        "load the GPU peer-memory client on every node: NVIDIA `modprobe nvidia_peermem` (check `lsmod | grep -e nvidia_peermem -e nv_peer_mem`); AMD: amdgpu DKMS with peer memory (/sys/kernel/mm/memory_peers/amdkfd/version); MetaX and other vendors: their peer-memory / dmabuf kernel module from the same driver release",
-        "or register GPU memory through dmabuf instead of by address: kernel >= 5.12, an rdma-core with ibv_reg_dmabuf_mr, NCCL_DMABUF_ENABLE=1",
-        "check the PCIe path NIC <-> GPU: `mrshim doctor` (pcie check), `lspci -vvv | grep -i acsctl`; ACS redirect must be off and the IOMMU in passthrough (iommu=pt) for GPUDirect",
-    ]);
-    if efault {
+/// The GPU vendor a job's collective library implies: MCCL → MetaX, RCCL → AMD, NCCL → NVIDIA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuVendor {
+    Nvidia,
+    Amd,
+    Metax,
+}
+
+pub fn gpu_peer_memory(p: &str, vendor: GpuVendor, efault: bool) -> Vec<String> {
+    let (peer, dmabuf) = match vendor {
+        GpuVendor::Nvidia => (
+            "load NVIDIA's GPU peer-memory client on every node: `modprobe nvidia_peermem` (check `lsmod | grep -e nvidia_peermem -e nv_peer_mem`, /sys/module/nvidia_peermem)".to_string(),
+            "or register GPU memory through dmabuf instead of by address: kernel >= 5.12, an rdma-core with ibv_reg_dmabuf_mr, the open GPU kernel driver, NCCL_DMABUF_ENABLE=1".to_string(),
+        ),
+        GpuVendor::Amd => (
+            "load AMD's peer memory on every node: the amdgpu DKMS driver with peer-memory support (amdkfd in /sys/kernel/mm/memory_peers; `mrshim doctor` lists every peer-memory client)".to_string(),
+            "or register GPU memory through dmabuf: ROCm >= 6 (hipMemGetHandleForAddressRange), kernel >= 5.12, an rdma-core with ibv_reg_dmabuf_mr, NCCL_DMABUF_ENABLE=1 (RCCL reads NCCL_*)".to_string(),
+        ),
+        GpuVendor::Metax => (
+            "load MetaX's peer-memory module from the same MACA driver release as the `metax` module on every node (`lsmod | grep metax`; `mrshim doctor` lists every peer-memory client)".to_string(),
+            format!("or register GPU memory through dmabuf: kernel >= 5.12, an rdma-core with ibv_reg_dmabuf_mr, MACA's mcMemGetHandleForAddressRange ({p}_DMABUF_ENABLE=1 where your MCCL release has it)"),
+        ),
+    };
+    let mut f = vec![
+        peer,
+        dmabuf,
+        "check the PCIe path NIC <-> GPU: `mrshim doctor` (pcie check), `lspci -vvv | grep -i acsctl`; ACS redirect must be off and the IOMMU in passthrough (iommu=pt) for GPUDirect".into(),
+    ];
+    if efault && vendor == GpuVendor::Nvidia {
         f.insert(0, "CUDA VMM (cuMem*) buffers fail with EFAULT even with nvidia_peermem: use the dmabuf path (NCCL_DMABUF_ENABLE=1) or allocate with cudaMalloc (NCCL_CUMEM_ENABLE=0)".into());
     }
-    f.push(format!("to run now without GPUDirect: {p}_NET_GDR_LEVEL=LOC (stage through host memory; slower); {p}_IB_DISABLE=1 falls back to TCP (much slower)"));
+    f.push(format!("to run now without GPUDirect: {p}_NET_GDR_LEVEL=LOC (stage through host memory; slower); {p}_IB_DISABLE=1 falls back to TCP (much slower); or keep RDMA with mrshim's host bounce buffers: MRSHIM_RETRY=va-to-dmabuf,bounce"));
     f.push(format!("{p}_IB_PCI_RELAXED_ORDERING does not help here: it only picks ibv_reg_mr_iova2 vs ibv_reg_mr for the same memory"));
     f
 }
