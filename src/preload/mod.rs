@@ -6,6 +6,7 @@ pub mod bounce;
 pub mod copy;
 pub mod elf;
 mod entry;
+pub mod gpu;
 pub mod hooks;
 pub mod real;
 
@@ -64,6 +65,7 @@ mod process {
             unsafe {
                 mrshim_core::after_fork_child();
                 super::copy::after_fork_child();
+                super::gpu::after_fork_child();
             }
         });
     }
