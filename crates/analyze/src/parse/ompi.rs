@@ -36,8 +36,24 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
         emit(fact(Fact::Flag(Flag::LockedMemWarn)));
         return true;
     }
-    if t.contains("only allow registering part of your physical memory") {
+    if t.contains("only allow registering part of your physical memory")
+        || t.contains("configured to only") && t.contains("OpenFabrics")
+    {
         emit(fact(Fact::Flag(Flag::RegLimitWarn)));
+        ctx.ompi_reglimit = true;
+        return true;
+    }
+    // the warning's table ends with the registerable amount: the registrations past it are the ones
+    // the job fails or hangs on, so the warning stands for one failed (ENOMEM) registration
+    if t.starts_with("Registerable memory:") && std::mem::take(&mut ctx.ompi_reglimit) {
+        emit(Event::Reg(RegEv {
+            lib: Some(Lib::Ompi),
+            host: host.clone(),
+            call: "ibv_reg_mr".into(),
+            errno: Some(errno::ENOMEM),
+            evid: Some((0, t.to_string())),
+            ..Default::default()
+        }));
         return true;
     }
     if let Some(v) = t.strip_prefix("Memlock limit:") {
