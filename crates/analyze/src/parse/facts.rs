@@ -241,4 +241,20 @@ mod tests {
             ["NVIDIA driver 570.124.06"]
         );
     }
+
+    #[test]
+    fn a_buffer_over_max_mr_size_is_a_refused_registration() {
+        let line = "W0717 18:50:07.754983 3957032 rdma_context.cpp:199] The buffer length exceeds device max_mr_size, \
+                    shrink it to 68719476736: No space left on device [28]";
+        let mut ctx = FileCtx::default();
+        let (mut flags, mut regs) = (Vec::new(), Vec::new());
+        parse(line, &mut ctx, &mut |e| match e {
+            Event::Fact { fact: Fact::Flag(f), .. } => flags.push(f),
+            Event::Reg(r) => regs.push(r.errno),
+            _ => {}
+        });
+        assert_eq!(flags, [Flag::MrSizeExceeded]);
+        assert_eq!(regs, [Some(crate::errno::ENOSPC)]);
+        assert_eq!(facts(&["max_mr_size: 0x1000000000"]), ["max_mr_size 0x1000000000"], "a plain value is a fact");
+    }
 }

@@ -76,3 +76,33 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
     }
     false
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_registerable_memory_warning_stands_for_one_enomem_registration() {
+        let text = "WARNING: It appears that your OpenFabrics subsystem is configured to only
+allow registering part of your physical memory.  This can cause MPI jobs to
+  Local host:              node02
+  Registerable memory:     32768 MiB
+  Total memory:            65476 MiB";
+        let mut ctx = FileCtx::default();
+        let (mut flags, mut regs) = (Vec::new(), Vec::new());
+        for l in text.lines() {
+            parse(l, &mut ctx, &mut |e| match e {
+                Event::Fact { fact: Fact::Flag(f), .. } => flags.push(f),
+                Event::Reg(r) => regs.push((r.host, r.errno)),
+                _ => {}
+            });
+        }
+        assert_eq!(flags, [Flag::RegLimitWarn]);
+        assert_eq!(regs, [(Some("node02".to_string()), Some(errno::ENOMEM))]);
+        // without the warning, the table line alone is not a failure
+        let mut ctx = FileCtx::default();
+        let mut n = 0;
+        parse("  Registerable memory:     32768 MiB", &mut ctx, &mut |e| n += matches!(e, Event::Reg(_)) as usize);
+        assert_eq!(n, 0);
+    }
+}
