@@ -46,6 +46,7 @@ pub const EAGAIN: i32 = 11;
 pub const ENOMEM: i32 = 12;
 pub const EACCES: i32 = 13;
 pub const EFAULT: i32 = 14;
+pub const ENOSPC: i32 = 28;
 pub const EINVAL: i32 = 22;
 pub const EPROTONOSUPPORT: i32 = 93;
 pub const EOPNOTSUPP: i32 = 95;

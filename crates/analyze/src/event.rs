@@ -139,6 +139,8 @@ pub enum Flag {
     DevPermission,
     LockedMemWarn,
     RegLimitWarn,
+    /// A buffer was larger than the device's `max_mr_size`.
+    MrSizeExceeded,
     GdrOffWorks,
     TcpWorks,
     RoOffStillFails,

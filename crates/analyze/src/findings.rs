@@ -481,11 +481,17 @@ fn memlock_limit<'a>(v: &View<'a>) -> Cand<'a> {
 
 fn resource_exhaustion<'a>(v: &View<'a>) -> Cand<'a> {
     let mut c = Cand::new("resource-exhaustion");
-    let gs = v.fail_where(|k, _| matches!(k.errno, Some(ENOMEM) | Some(EAGAIN) | None));
+    let mr_size = v.flag(Flag::MrSizeExceeded);
+    let gs = v.fail_where(|k, _| {
+        matches!(k.errno, Some(ENOMEM) | Some(EAGAIN) | None) || (mr_size.is_some() && k.errno == Some(errno::ENOSPC))
+    });
     if gs.is_empty() {
         return c;
     }
     c.groups = gs;
+    if let Some(e) = mr_size {
+        c.add(3.0, "A buffer was larger than the device's max_mr_size: one memory region cannot cover it; register it in several MRs.", Some(e));
+    }
     if let Some(e) = v.flag(Flag::MkeyLimit) {
         c.add(3.0, "The mlx5 firmware refused to create more memory keys (CREATE_MKEY: limits exceeded): the NIC's MR/mkey resources are exhausted.", Some(e));
     }
@@ -748,7 +754,11 @@ fn prior_of(k: &GroupKey, gpuish: bool) -> &'static [(&'static str, f64)] {
         Some(EOPNOTSUPP) | Some(errno::EPROTONOSUPPORT) if device => {
             &[("gpu-peer-memory", 1.3), ("dmabuf-unsupported", 0.7), ("version-mismatch", 0.5)]
         }
-        Some(EOPNOTSUPP) | Some(errno::EPROTONOSUPPORT) => &[("version-mismatch", 1.0), ("access-flags", 0.5)],
+        // host memory the kernel will not pin for DMA (fs-dax files, device/IO mappings) is refused as
+        // not supported too
+        Some(EOPNOTSUPP) | Some(errno::EPROTONOSUPPORT) => {
+            &[("version-mismatch", 1.0), ("address-invalid", 0.7), ("access-flags", 0.5)]
+        }
         Some(EFAULT) if device => &[("gpu-peer-memory", 1.4), ("address-invalid", 0.6), ("access-flags", 0.3)],
         Some(EFAULT) if host => &[("address-invalid", 1.4), ("access-flags", 0.8)],
         Some(EFAULT) => &[("address-invalid", 1.2), ("gpu-peer-memory", 1.0), ("access-flags", 0.6)],

@@ -3,7 +3,7 @@
 //! memory loaded" statements, dmabuf-supported flags, GeForce GPUs, driver/OFED/rdma-core/UCX/libfabric
 //! versions, CAP_IPC_LOCK.
 use super::FileCtx;
-use crate::event::{Event, Fact, Flag, Lib};
+use crate::event::{Event, Fact, Flag, Lib, RegEv};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Expect {
@@ -30,6 +30,10 @@ fn number(s: &str) -> Option<u64> {
     d.parse().ok()
 }
 
+fn mr_size_exceeded(t: &str) -> bool {
+    t.find("max_mr_size").is_some_and(|i| t[..i].to_ascii_lowercase().contains("exceed"))
+}
+
 const VERSIONS: &[(&str, &str)] = &[
     ("MLNX_OFED_LINUX-", "OFED"),
     ("OFED-", "OFED"),
@@ -52,6 +56,19 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
     }
     let t = line.trim();
     let host = ctx.host.clone();
+    if mr_size_exceeded(t) {
+        // a buffer larger than one MR may be ("exceeds device max_mr_size") is a registration the
+        // device refuses by size, whatever errno the application attached to it
+        emit(Event::Fact { lib: Lib::Text, host: host.clone(), pid: None, fact: Fact::Flag(Flag::MrSizeExceeded) });
+        emit(Event::Reg(RegEv {
+            host,
+            call: "ibv_reg_mr".into(),
+            errno: crate::errno::find(t).or(Some(crate::errno::ENOMEM)),
+            evid: Some((0, t.to_string())),
+            ..Default::default()
+        }));
+        return true;
+    }
     let mut fact = |f: Fact| emit(Event::Fact { lib: Lib::Text, host: host.clone(), pid: None, fact: f });
     // the answer to a command printed on the line before
     if let Some(e) = ctx.expect.take() {
@@ -223,5 +240,21 @@ mod tests {
             facts(&["| NVIDIA-SMI 570.124.06             Driver Version: 570.124.06     CUDA Version: 12.8     |"]),
             ["NVIDIA driver 570.124.06"]
         );
+    }
+
+    #[test]
+    fn a_buffer_over_max_mr_size_is_a_refused_registration() {
+        let line = "W0717 18:50:07.754983 3957032 rdma_context.cpp:199] The buffer length exceeds device max_mr_size, \
+                    shrink it to 68719476736: No space left on device [28]";
+        let mut ctx = FileCtx::default();
+        let (mut flags, mut regs) = (Vec::new(), Vec::new());
+        parse(line, &mut ctx, &mut |e| match e {
+            Event::Fact { fact: Fact::Flag(f), .. } => flags.push(f),
+            Event::Reg(r) => regs.push(r.errno),
+            _ => {}
+        });
+        assert_eq!(flags, [Flag::MrSizeExceeded]);
+        assert_eq!(regs, [Some(crate::errno::ENOSPC)]);
+        assert_eq!(facts(&["max_mr_size: 0x1000000000"]), ["max_mr_size 0x1000000000"], "a plain value is a fact");
     }
 }

@@ -132,6 +132,9 @@ pub fn mem_hint(s: &str) -> Option<MemKind> {
         "gpu buffer",
         "gpu memory",
         "gpu address",
+        // "register a buffer on GPU" / "on the GPU": how people describe device memory in prose
+        "on gpu",
+        "on the gpu",
         "memorytype=2",
         "cuda_mem_device",
         "cumemalloc",

@@ -28,6 +28,8 @@ pub struct FileCtx {
     pub perf_pending: Option<RegEv>,
     /// Inside Open MPI's "failed ... to allocate some locked memory" help text.
     pub ompi_lockwarn: bool,
+    /// Open MPI printed its "only part of physical memory can be registered" warning; its table follows.
+    pub ompi_reglimit: bool,
     /// What the last line saying so called the memory being registered (true = GPU).
     pub device_hint: Option<bool>,
     /// The library the file has shown itself to be (Mooncake banner, NVSHMEM paths, ...).

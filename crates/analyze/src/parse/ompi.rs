@@ -36,8 +36,24 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
         emit(fact(Fact::Flag(Flag::LockedMemWarn)));
         return true;
     }
-    if t.contains("only allow registering part of your physical memory") {
+    if t.contains("only allow registering part of your physical memory")
+        || t.contains("configured to only") && t.contains("OpenFabrics")
+    {
         emit(fact(Fact::Flag(Flag::RegLimitWarn)));
+        ctx.ompi_reglimit = true;
+        return true;
+    }
+    // the warning's table ends with the registerable amount: the registrations past it are the ones
+    // the job fails or hangs on, so the warning stands for one failed (ENOMEM) registration
+    if t.starts_with("Registerable memory:") && std::mem::take(&mut ctx.ompi_reglimit) {
+        emit(Event::Reg(RegEv {
+            lib: Some(Lib::Ompi),
+            host: host.clone(),
+            call: "ibv_reg_mr".into(),
+            errno: Some(errno::ENOMEM),
+            evid: Some((0, t.to_string())),
+            ..Default::default()
+        }));
         return true;
     }
     if let Some(v) = t.strip_prefix("Memlock limit:") {
@@ -59,4 +75,34 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
         return true;
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_registerable_memory_warning_stands_for_one_enomem_registration() {
+        let text = "WARNING: It appears that your OpenFabrics subsystem is configured to only
+allow registering part of your physical memory.  This can cause MPI jobs to
+  Local host:              node02
+  Registerable memory:     32768 MiB
+  Total memory:            65476 MiB";
+        let mut ctx = FileCtx::default();
+        let (mut flags, mut regs) = (Vec::new(), Vec::new());
+        for l in text.lines() {
+            parse(l, &mut ctx, &mut |e| match e {
+                Event::Fact { fact: Fact::Flag(f), .. } => flags.push(f),
+                Event::Reg(r) => regs.push((r.host, r.errno)),
+                _ => {}
+            });
+        }
+        assert_eq!(flags, [Flag::RegLimitWarn]);
+        assert_eq!(regs, [(Some("node02".to_string()), Some(errno::ENOMEM))]);
+        // without the warning, the table line alone is not a failure
+        let mut ctx = FileCtx::default();
+        let mut n = 0;
+        parse("  Registerable memory:     32768 MiB", &mut ctx, &mut |e| n += matches!(e, Event::Reg(_)) as usize);
+        assert_eq!(n, 0);
+    }
 }
