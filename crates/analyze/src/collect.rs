@@ -88,6 +88,17 @@ pub struct Run {
     pub evid: Option<Evid>,
 }
 
+/// What a timeline point shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mark {
+    Ok,
+    Failed,
+    /// A retry attempt (or a learned strategy) that registered what the application's call could not.
+    Rescued,
+    Dereg,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Point {
     pub host: String,
@@ -96,7 +107,13 @@ pub struct Point {
     pub t: u64,
     pub timed: bool,
     pub length: u64,
-    pub ok: bool,
+    pub mark: Mark,
+}
+
+impl Point {
+    pub fn failed(&self) -> bool {
+        self.mark == Mark::Failed
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -142,6 +159,7 @@ pub struct Collector {
     pub notes: Vec<String>,
     pub order: u64,
     pub doctor_reports: u64,
+    pub procs: crate::ranks::Procs,
 }
 
 fn rank_set_insert(s: &mut BTreeSet<i64>, r: Option<i64>) {
@@ -201,10 +219,14 @@ impl Collector {
                 let e = Evid { file: file.to_string(), ..evid(line, text) };
                 match fact {
                     Fact::RankOf(r) => {
+                        self.procs.get(file, pid, &h).rank.get_or_insert(r);
                         if let Some(p) = pid {
                             self.ranks.entry(h).or_default().insert(p, r);
                         }
                     }
+                    Fact::Started { world_size, job_id } => self.procs.started(file, pid, &h, world_size, job_id),
+                    Fact::Exit { calls } => self.procs.get(file, pid, &h).summary = Some(calls),
+                    Fact::Dereg { time_ns, rank } => self.point(&h, rank, Some(time_ns), None, Mark::Dereg),
                     Fact::Done => {
                         let run = self.runs.entry((file, pid)).or_default();
                         run.done = true;
@@ -283,9 +305,18 @@ impl Collector {
             .or(r.rank_hint);
         if r.attempt > 0 {
             *self.retries.entry((r.strategy.clone().unwrap_or_else(|| "?".into()), r.ok)).or_default() += 1;
+            if r.ok {
+                self.point(&host, rank, r.time_ns, r.length, Mark::Rescued);
+            }
             return;
         }
-        self.point(&host, rank, r.time_ns, r.length, r.ok);
+        self.procs.reg(file, r.pid, &host, rank, r.time_ns, self.order, r.ok);
+        let mark = match (r.ok, r.strategy.is_some()) {
+            (false, _) => Mark::Failed,
+            (true, true) => Mark::Rescued,
+            (true, false) => Mark::Ok,
+        };
+        self.point(&host, rank, r.time_ns, r.length, mark);
         if self.hist.is_empty() {
             self.hist = vec![[0; 2]; 64];
         }
@@ -345,11 +376,12 @@ impl Collector {
     }
 
     /// Keeps every failure (up to the cap) and a thinning sample of successes.
-    fn point(&mut self, host: &str, rank: Option<i64>, t: Option<u64>, len: Option<u64>, ok: bool) {
+    fn point(&mut self, host: &str, rank: Option<i64>, t: Option<u64>, len: Option<u64>, mark: Mark) {
         self.point_seen += 1;
         if self.point_stride == 0 {
             self.point_stride = 1;
         }
+        let ok = mark != Mark::Failed;
         if ok && !self.point_seen.is_multiple_of(self.point_stride) {
             return;
         }
@@ -358,7 +390,7 @@ impl Collector {
             let mut i = 0u64;
             self.points.retain(|p| {
                 i += 1;
-                !p.ok || i.is_multiple_of(2)
+                p.failed() || i.is_multiple_of(2)
             });
             self.point_stride *= 2;
             if self.points.len() >= MAX_POINTS {
@@ -371,7 +403,7 @@ impl Collector {
             t: t.unwrap_or(self.order),
             timed: t.is_some(),
             length: len.unwrap_or(0),
-            ok,
+            mark,
         });
     }
 

@@ -9,8 +9,10 @@ pub mod event;
 pub mod findings;
 pub mod fixes;
 pub mod gen;
+pub mod hosts;
 pub mod input;
 pub mod parse;
+pub mod ranks;
 pub mod render;
 
 use collect::{Collector, FileStat};
@@ -21,11 +23,25 @@ use std::borrow::Cow;
 pub struct Analysis {
     pub col: Collector,
     pub findings: Vec<Finding>,
+    /// Every named host, failing ones first.
+    pub hosts: Vec<hosts::HostRow>,
+    /// First failing, killed and missing ranks.
+    pub ranks: ranks::RankReport,
     /// Sources that could not be opened or read at all.
     pub unreadable: usize,
 }
 
 impl Analysis {
+    fn new(col: Collector, unreadable: usize) -> Analysis {
+        let findings = findings::findings(&col);
+        let ranks = ranks::RankReport::new(&col.procs);
+        let hosts = hosts::rows(&col, &ranks);
+        Analysis { col, findings, hosts, ranks, unreadable }
+    }
+    /// Hosts that failed, in the order of [`Analysis::hosts`].
+    pub fn failing_hosts(&self) -> impl Iterator<Item = &hosts::HostRow> {
+        self.hosts.iter().filter(|h| h.failing())
+    }
     pub fn failed(&self) -> u64 {
         self.col.groups.iter().filter(|g| !g.0.ok).map(|g| g.1.count).sum()
     }
@@ -54,8 +70,7 @@ pub fn analyze(paths: &[String]) -> Analysis {
     if parser.shim.malformed > 0 {
         col.note(format!("skipped {} malformed shim record(s)", parser.shim.malformed));
     }
-    let findings = findings::findings(&col);
-    Analysis { col, findings, unreadable }
+    Analysis::new(col, unreadable)
 }
 
 /// Analyzes already-open streams (benchmarks, embedding); names are used in evidence.
@@ -66,8 +81,7 @@ pub fn analyze_readers(inputs: Vec<(String, Box<dyn std::io::BufRead>)>) -> Anal
         read_stream(&name, r, &mut parser, &mut col);
     }
     col.finish();
-    let findings = findings::findings(&col);
-    Analysis { col, findings, unreadable: 0 }
+    Analysis::new(col, 0)
 }
 
 /// Reads one source into the collector; false if it could not be opened.

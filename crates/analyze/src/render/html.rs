@@ -63,7 +63,7 @@ fn timeline(a: &Analysis) -> String {
     }
     // successes first so failures are drawn on top
     for ok in [true, false] {
-        for p in pts.iter().filter(|p| p.ok == ok) {
+        for p in pts.iter().filter(|p| !p.failed() == ok) {
             let Some(&row) = index.get(&(p.host.clone(), p.rank)) else {
                 continue;
             };
