@@ -160,6 +160,8 @@ pub struct Collector {
     pub order: u64,
     pub doctor_reports: u64,
     pub procs: crate::ranks::Procs,
+    /// Earliest and latest record time (ns) of any registration, rescue or deregistration.
+    pub time_range: Option<(u64, u64)>,
 }
 
 fn rank_set_insert(s: &mut BTreeSet<i64>, r: Option<i64>) {
@@ -306,6 +308,7 @@ impl Collector {
         if r.attempt > 0 {
             *self.retries.entry((r.strategy.clone().unwrap_or_else(|| "?".into()), r.ok)).or_default() += 1;
             if r.ok {
+                self.procs.get(file, r.pid, &host).rescued += 1;
                 self.point(&host, rank, r.time_ns, r.length, Mark::Rescued);
             }
             return;
@@ -313,6 +316,7 @@ impl Collector {
         self.procs.reg(file, r.pid, &host, rank, r.time_ns, self.order, r.ok);
         let mark = match (r.ok, r.strategy.is_some()) {
             (false, _) => Mark::Failed,
+            // a learned strategy applied up front: drawn like a rescue, not counted as one
             (true, true) => Mark::Rescued,
             (true, false) => Mark::Ok,
         };
@@ -378,6 +382,10 @@ impl Collector {
     /// Keeps every failure (up to the cap) and a thinning sample of successes.
     fn point(&mut self, host: &str, rank: Option<i64>, t: Option<u64>, len: Option<u64>, mark: Mark) {
         self.point_seen += 1;
+        if let Some(t) = t {
+            let r = self.time_range.get_or_insert((t, t));
+            *r = (r.0.min(t), r.1.max(t));
+        }
         if self.point_stride == 0 {
             self.point_stride = 1;
         }

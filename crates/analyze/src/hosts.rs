@@ -23,6 +23,8 @@ pub struct HostRow {
     pub mem_kinds: BTreeMap<String, u64>,
     /// Library/driver/kernel versions from the logs and doctor reports.
     pub versions: BTreeMap<String, Vec<String>>,
+    /// Calls a retry strategy of the shim registered after all.
+    pub rescued: u64,
     /// Ranks on this host whose log ends without a summary.
     pub killed: u64,
     /// Time of the host's first failure (ns, when the records are timed).
@@ -75,6 +77,7 @@ pub fn rows(c: &Collector, ranks: &RankReport) -> Vec<HostRow> {
             continue;
         }
         let row = m.entry(p.host.as_str()).or_default();
+        row.rescued += p.rescued;
         if let Some(r) = p.rank {
             rank_sets.entry(p.host.as_str()).or_default().insert(r);
         }

@@ -16,7 +16,10 @@ pub struct Proc {
     pub summary: Option<u64>,
     /// (time, timed) of the first failed application call.
     pub first_fail: Option<(u64, bool)>,
-    pub last_t: u64,
+    /// Timed span of the application's registrations (ns).
+    pub span: Option<(u64, u64)>,
+    /// Failed calls a retry attempt registered after all.
+    pub rescued: u64,
 }
 
 #[derive(Default)]
@@ -63,8 +66,11 @@ impl Procs {
         if p.rank.is_none() {
             p.rank = rank;
         }
+        if let Some(t) = t {
+            let s = p.span.get_or_insert((t, t));
+            *s = (s.0.min(t), s.1.max(t));
+        }
         let t = (t.unwrap_or(order), t.is_some());
-        p.last_t = p.last_t.max(t.0);
         if !ok && p.first_fail.is_none_or(|f| t.0 < f.0) {
             p.first_fail = Some(t);
         }

@@ -40,7 +40,7 @@ pub fn compress<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
 }
 
 /// Like [`compress`], with the count: `node[0017,0233,0400] (3 of 512 hosts)`; the count is left out
-/// when `of` is 0, and reads `(all 512 hosts)` when the set is all of them.
+/// when `of` is 0 or 1, and reads `(all 512 hosts)` when the set is all of them.
 pub fn counted<'a>(names: impl IntoIterator<Item = &'a str>, of: usize) -> String {
     let mut v: Vec<&str> = names.into_iter().filter(|n| !n.is_empty()).collect();
     v.sort_unstable();
@@ -48,7 +48,7 @@ pub fn counted<'a>(names: impl IntoIterator<Item = &'a str>, of: usize) -> Strin
     let n = v.len();
     let list = compress(v);
     match (n, of) {
-        (_, 0) => list,
+        (_, 0 | 1) => list,
         (n, of) if n == of => format!("{list} (all {of} hosts)"),
         (1, of) => format!("{list} (1 of {of} hosts)"),
         (n, of) => format!("{list} ({n} of {of} hosts)"),
@@ -153,6 +153,7 @@ mod tests {
         assert_eq!(counted(["n1", "n2"], 2), "n[1-2] (all 2 hosts)");
         assert_eq!(counted(["n1"], 4), "n1 (1 of 4 hosts)");
         assert_eq!(counted(["n1"], 0), "n1");
+        assert_eq!(counted(["n1"], 1), "n1");
     }
 
     #[test]

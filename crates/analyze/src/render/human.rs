@@ -134,7 +134,8 @@ fn evidence(o: &mut String, ev: &[crate::collect::Evid]) {
         if more > 0 { format!(" ({more} more in --json/--report)") } else { String::new() }
     );
     for e in ev.iter().take(MAX_EVIDENCE) {
-        let _ = writeln!(o, "     {}", clip(&format!("{}:{}  {}", short_path(&e.file), e.line, e.text), W - 5));
+        let text = super::evidence_text(&e.text);
+        let _ = writeln!(o, "     {}", clip(&format!("{}:{}  {text}", short_path(&e.file), e.line), W - 5));
     }
 }
 

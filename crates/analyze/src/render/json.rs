@@ -21,6 +21,8 @@ pub fn render(a: &Analysis) -> Value {
             "top": a.findings.first().map(|f| f.category),
         },
         "findings": a.findings,
+        "hosts": a.hosts,
+        "job": a.ranks,
         "retries": retries,
         "inputs": a.col.files,
         "notes": a.col.notes,

@@ -2,6 +2,7 @@
 pub mod html;
 pub mod human;
 pub mod json;
+pub mod svg;
 
 use crate::ranks::RankRef;
 
@@ -76,6 +77,30 @@ pub fn rank_refs(v: &[RankRef], max: usize) -> String {
         parts.push(format!("and {} more host(s)", n - max));
     }
     parts.join("; ")
+}
+
+/// Evidence as a reader wants it: a (clipped) shim config/summary record becomes "node0017 rank 136:
+/// config, memlock soft 64 KiB"; any other text is shown as it is.
+pub fn evidence_text(t: &str) -> std::borrow::Cow<'_, str> {
+    if !t.starts_with("{\"v\":") {
+        return t.into();
+    }
+    let field = |k: &str| {
+        let pat = format!("\"{k}\":");
+        let i = t.find(&pat)? + pat.len();
+        let v = t[i..].split([',', '}']).next()?.trim_matches('"');
+        (!v.is_empty()).then_some(v)
+    };
+    let mut s = format!(
+        "{} rank {}: {} record",
+        field("host").unwrap_or("?"),
+        field("rank").unwrap_or("?"),
+        field("kind").unwrap_or("shim")
+    );
+    if let Some(m) = field("memlock_soft").and_then(|m| m.parse::<u64>().ok()) {
+        s.push_str(&format!(", memlock soft {}", crate::findings::human_size(m)));
+    }
+    s.into()
 }
 
 /// "2025-12-02 18:26:40.003 UTC" from nanoseconds since the epoch.
@@ -158,6 +183,13 @@ pub fn job_lines(a: &crate::Analysis, with_first: bool) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shim_records_as_evidence() {
+        let t = r#"{"v":1,"kind":"config","seq":1,"time_ns":17,"host":"node0017","pid":10000,"rank":136,"memlock_soft":65536,"env":{"X":"#;
+        assert_eq!(evidence_text(t), "node0017 rank 136: config record, memlock soft 64 KiB");
+        assert_eq!(evidence_text("gpu-a:1:2 NCCL WARN x"), "gpu-a:1:2 NCCL WARN x");
+    }
 
     #[test]
     fn utc_dates() {
