@@ -10,19 +10,22 @@ const W: usize = 80;
 fn wrap(out: &mut String, text: &str, indent: usize, first: &str) {
     let mut line = String::from(first);
     let mut col = width(first);
+    // whether the line has a word yet (a short first word may end before the indent)
+    let mut words = false;
     for word in text.split_whitespace() {
         let wl = width(word);
-        if col + 1 + wl > W && col > indent {
+        if col + 1 + wl > W && words {
             out.push_str(line.trim_end());
             out.push('\n');
             line = " ".repeat(indent);
             col = indent;
-        } else if col > indent && !line.ends_with(' ') {
+        } else if words && !line.ends_with(' ') {
             line.push(' ');
             col += 1;
         }
         line.push_str(word);
         col += wl;
+        words = true;
     }
     out.push_str(line.trim_end());
     out.push('\n');
