@@ -106,3 +106,53 @@ fn killed_and_missing_ranks_are_named() {
     let _ = std::fs::remove_dir_all(&logs);
     let _ = std::fs::remove_dir_all(&logs2);
 }
+
+/// `--prometheus FILE`: per-host counters node_exporter's textfile collector can read.
+#[test]
+fn prometheus_textfile_export() {
+    let logs = dir("prom");
+    let spec = JobSpec { hosts: 4, ranks_per_host: 2, failing_hosts: vec![2], killed: vec![7], ..JobSpec::cluster(8) };
+    job(&logs, &spec).unwrap();
+    let prom = std::env::temp_dir().join(format!("mrshim-scale-{}.prom", std::process::id()));
+    let (code, _) = analyze(&["--prometheus", prom.to_str().unwrap()], &logs);
+    assert_eq!(code, 1);
+    let text = std::fs::read_to_string(&prom).unwrap();
+    assert!(text.contains("# TYPE mrshim_reg_failures_total counter\n"), "{text}");
+    let line = text.lines().find(|l| l.starts_with("mrshim_reg_failures_total{")).unwrap();
+    assert!(
+        line.starts_with(
+            "mrshim_reg_failures_total{host=\"node0002\",call=\"ibv_reg_mr\",errno=\"ENOMEM\",mem_kind=\"host-anon\"} "
+        ),
+        "{text}"
+    );
+    assert!(text.contains("mrshim_ranks_killed{host=\"node0003\"} 1\n"), "{text}");
+    assert!(text.contains("mrshim_memlock_soft_bytes{host=\"node0002\"} 65536\n"), "{text}");
+    assert!(text.contains("mrshim_reg_calls_total{host=\"node0000\",call=\"ibv_reg_mr\"} "), "{text}");
+    // every sample line is `name{labels} value` with a number, as the exposition format wants
+    for l in text.lines().filter(|l| !l.starts_with('#')) {
+        let v = l.rsplit(' ').next().unwrap();
+        assert!(v.parse::<f64>().is_ok() || v == "+Inf", "{l}");
+    }
+    assert!(!prom.with_extension("prom.tmp").exists(), "written through a temporary file and renamed");
+    let _ = std::fs::remove_file(&prom);
+    let _ = std::fs::remove_dir_all(&logs);
+}
+
+/// CLICOLOR_FORCE colours a pipe; NO_COLOR wins over it.
+#[test]
+fn colour_follows_clicolor_and_no_color() {
+    let logs = dir("colour");
+    job(&logs, &JobSpec { hosts: 2, ranks_per_host: 1, failing_hosts: vec![1], ..JobSpec::cluster(8) }).unwrap();
+    let run = |env: &[(&str, &str)]| {
+        let mut c = Command::new(mrshim_test_support::mrshim_bin());
+        c.arg("analyze").arg(&logs).env_remove("NO_COLOR").env_remove("CLICOLOR").env_remove("CLICOLOR_FORCE");
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        String::from_utf8(c.output().unwrap().stdout).unwrap()
+    };
+    assert!(!run(&[]).contains('\x1b'), "no colour into a pipe");
+    assert!(run(&[("CLICOLOR_FORCE", "1")]).contains("\x1b[1;31m1. memlock-limit"));
+    assert!(!run(&[("CLICOLOR_FORCE", "1"), ("NO_COLOR", "1")]).contains('\x1b'));
+    let _ = std::fs::remove_dir_all(&logs);
+}

@@ -52,6 +52,11 @@ impl Analysis {
 
 /// Analyzes the given paths (files, directories, `-` for stdin).
 pub fn analyze(paths: &[String]) -> Analysis {
+    analyze_with_progress(paths, &mut |_, _, _| {})
+}
+
+/// [`analyze`], calling `progress(inputs done, inputs, bytes read)` after each input.
+pub fn analyze_with_progress(paths: &[String], progress: &mut dyn FnMut(usize, usize, u64)) -> Analysis {
     let mut col = Collector::default();
     let mut notes = Vec::new();
     let sources = input::expand(paths, &mut notes);
@@ -61,10 +66,13 @@ pub fn analyze(paths: &[String]) -> Analysis {
         col.note(n);
     }
     let mut parser = parse::Parser::default();
-    for src in &sources {
+    let mut bytes = 0;
+    for (i, src) in sources.iter().enumerate() {
         if !read_source(src, &mut parser, &mut col) {
             unreadable += 1;
         }
+        bytes += col.files.last().map_or(0, |f| f.bytes);
+        progress(i + 1, sources.len(), bytes);
     }
     col.finish();
     if parser.shim.malformed > 0 {

@@ -3,8 +3,10 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 mod analyze;
+mod color;
 mod doctor;
 mod exec;
+mod progress;
 mod sim;
 
 #[derive(Parser)]

@@ -2,6 +2,7 @@
 pub mod html;
 pub mod human;
 pub mod json;
+pub mod prometheus;
 pub mod svg;
 
 use crate::ranks::RankRef;
