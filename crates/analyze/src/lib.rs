@@ -3,7 +3,7 @@
 //! Streaming: memory is bounded by the number of distinct groups, not by input size.
 
 pub mod collect;
-pub mod doctor;
+pub mod doctor_report;
 pub mod errno;
 pub mod event;
 pub mod findings;
@@ -11,6 +11,7 @@ pub mod fixes;
 pub mod gen;
 pub mod hosts;
 pub mod input;
+pub mod known;
 pub mod parse;
 pub mod ranks;
 pub mod render;
@@ -27,16 +28,18 @@ pub struct Analysis {
     pub hosts: Vec<hosts::HostRow>,
     /// First failing, killed and missing ranks.
     pub ranks: ranks::RankReport,
+    /// Categories the evidence ruled out, with why.
+    pub ruled_out: Vec<findings::RuledOut>,
     /// Sources that could not be opened or read at all.
     pub unreadable: usize,
 }
 
 impl Analysis {
     fn new(col: Collector, unreadable: usize) -> Analysis {
-        let findings = findings::findings(&col);
+        let (findings, ruled_out) = findings::diagnose(&col);
         let ranks = ranks::RankReport::new(&col.procs);
         let hosts = hosts::rows(&col, &ranks);
-        Analysis { col, findings, hosts, ranks, unreadable }
+        Analysis { col, findings, ruled_out, hosts, ranks, unreadable }
     }
     /// Hosts that failed, in the order of [`Analysis::hosts`].
     pub fn failing_hosts(&self) -> impl Iterator<Item = &hosts::HostRow> {
@@ -44,6 +47,13 @@ impl Analysis {
     }
     pub fn failed(&self) -> u64 {
         self.col.groups.iter().filter(|g| !g.0.ok).map(|g| g.1.count).sum()
+    }
+    /// True when no input line was recognised as any evidence at all.
+    pub fn nothing_recognised(&self) -> bool {
+        self.col.groups.is_empty()
+            && self.col.doctor_reports == 0
+            && self.col.hosts.values().all(|h| h.flags.is_empty() && h.memlock.is_empty())
+            && self.col.files.iter().all(|f| f.recognised == 0)
     }
     pub fn ok(&self) -> u64 {
         self.col.groups.iter().filter(|g| g.0.ok).map(|g| g.1.count).sum()
@@ -110,8 +120,8 @@ fn read_source(src: &Source, parser: &mut parse::Parser, col: &mut Collector) ->
 fn read_stream(name: &str, mut r: Box<dyn std::io::BufRead>, parser: &mut parse::Parser, col: &mut Collector) {
     let idx = col.files.len();
     col.files.push(FileStat { path: name.to_string(), ..Default::default() });
-    if doctor::looks_like_report(&mut r) {
-        doctor::ingest(r, idx, col);
+    if doctor_report::looks_like_report(&mut r) {
+        doctor_report::ingest(r, idx, col);
         return;
     }
     let mut lines = Lines::new(r);

@@ -45,6 +45,11 @@ pub struct RegLine<'a> {
     pub duration_ns: u64,
     pub probe: bool,
     pub reg_seq: Option<u64>,
+    /// What a retry attempt registered instead of what was asked, where it differs.
+    pub used_addr: Option<u64>,
+    pub used_length: Option<u64>,
+    pub used_access: Option<u32>,
+    pub used_mem_kind: Option<MemKind>,
     /// How the record relates to the application's call (retry attempts, refusals, injection).
     pub meta: crate::Meta<'a>,
 }
@@ -59,6 +64,17 @@ pub fn mem_kind_str(k: MemKind) -> &'static str {
         MemKind::Device => "device",
         MemKind::Unmapped => "unmapped",
         MemKind::Unknown => "unknown",
+    }
+}
+
+/// The `result` field: a strategy the retry engine refused to try, or the call's outcome.
+fn result(refused: bool, ok: bool) -> &'static str {
+    if refused {
+        "refused"
+    } else if ok {
+        "ok"
+    } else {
+        "error"
     }
 }
 
@@ -331,16 +347,7 @@ impl RegLine<'_> {
         w.ou(k!("memlock_hard"), self.memlock_hard);
         w.u(k!("registered_bytes"), self.registered_bytes);
         w.ou(k!("registered_bytes_after"), self.registered_bytes_after);
-        w.lit(
-            k!("result"),
-            if self.meta.refused {
-                "refused"
-            } else if self.ok {
-                "ok"
-            } else {
-                "error"
-            },
-        );
+        w.lit(k!("result"), result(self.meta.refused, self.ok));
         w.hex(k!("mr"), self.mr);
         w.ou(k!("lkey"), self.lkey.map(u64::from));
         w.ou(k!("rkey"), self.rkey.map(u64::from));
@@ -364,6 +371,12 @@ impl RegLine<'_> {
             w.b(k!("learned"), true);
         }
         w.ou(k!("reg_seq"), self.reg_seq);
+        w.hex(k!("used_addr"), self.used_addr);
+        w.ou(k!("used_length"), self.used_length);
+        w.ou(k!("used_access"), self.used_access.map(u64::from));
+        if let Some(kd) = self.used_mem_kind {
+            w.lit(k!("used_mem_kind"), mem_kind_str(kd));
+        }
         w.put(b"}\n");
         w.n
     }
@@ -399,7 +412,7 @@ impl RegLine<'_> {
             memlock_soft: self.memlock_soft,
             memlock_hard: self.memlock_hard,
             registered_bytes: self.registered_bytes,
-            result: if self.ok { "ok" } else { "error" }.into(),
+            result: result(self.meta.refused, self.ok).into(),
             mr: hex(self.mr),
             lkey: self.lkey,
             rkey: self.rkey,
@@ -407,196 +420,25 @@ impl RegLine<'_> {
             errno_name: self.errno_name.map(Into::into),
             duration_ns: self.duration_ns,
             probe: self.probe,
+            injected: self.meta.injected,
+            attempt: self.meta.attempt,
+            parent_seq: self.meta.parent_seq,
+            strategy: self.meta.strategy.map(Into::into),
+            learned: self.meta.learned,
+            change: self.meta.change.map(Into::into),
             symbol_version: self.symbol_version.map(Into::into),
             reg_seq: self.reg_seq,
             mem_region: self.mem_region.as_deref().map(Into::into),
             mem_fully_mapped: self.mem_fully_mapped,
             registered_bytes_after: self.registered_bytes_after,
+            used_addr: hex(self.used_addr),
+            used_length: self.used_length,
+            used_access: self.used_access,
+            used_mem_kind: self.used_mem_kind,
             ..Reg::default()
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn check(l: &RegLine) {
-        let mut b = Vec::new();
-        l.write(&mut b);
-        assert_eq!(*b.last().unwrap(), b'\n');
-        assert_eq!(b.iter().filter(|&&c| c == b'\n').count(), 1, "one line");
-        let parsed: Reg = serde_json::from_slice(&b).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&b)));
-        assert_eq!(parsed, l.to_reg(), "{}", String::from_utf8_lossy(&b));
-        // and serde's own rendering of the same record parses to the same value
-        let via_serde: Reg = serde_json::from_str(&l.to_reg().to_line()).unwrap();
-        assert_eq!(parsed, via_serde);
-    }
-
-    #[test]
-    fn the_fixed_part_stays_inside_its_bound() {
-        let meta = crate::Meta {
-            attempt: u32::MAX,
-            parent_seq: Some(u64::MAX),
-            strategy: Some(""),
-            change: Some(""),
-            injected: true,
-            learned: true,
-            refused: true,
-        };
-        let worst = RegLine {
-            seq: u64::MAX,
-            time_ns: u64::MAX,
-            pid: u32::MAX,
-            tid: u32::MAX,
-            rank: Some(i64::MIN),
-            local_rank: Some(i64::MIN),
-            symbol_version: Some(""),
-            device: Some(""),
-            pd: Some(u64::MAX),
-            addr: Some(u64::MAX),
-            length: Some(u64::MAX),
-            addr_page_offset: Some(u64::MAX),
-            addr_align: Some(u64::MAX),
-            iova: Some(u64::MAX),
-            iova_page_offset: Some(u64::MAX),
-            access: Some(u32::MAX),
-            dmabuf_fd: Some(i32::MIN),
-            dmabuf_offset: Some(u64::MAX),
-            mem_kind: Some(MemKind::FileWritable),
-            mem_region: Some(Arc::from("")),
-            mem_fully_mapped: Some(false),
-            memlock_soft: Some(u64::MAX),
-            memlock_hard: Some(u64::MAX),
-            registered_bytes: u64::MAX,
-            registered_bytes_after: Some(u64::MAX),
-            mr: Some(u64::MAX),
-            lkey: Some(u32::MAX),
-            rkey: Some(u32::MAX),
-            errno: Some(i32::MIN),
-            errno_name: Some("EOPNOTSUPP"),
-            duration_ns: u64::MAX,
-            probe: true,
-            reg_seq: Some(u64::MAX),
-            meta,
-            ..Default::default()
-        };
-        let mut b = Vec::new();
-        worst.write(&mut b);
-        assert!(b.len() + 256 < FIXED_MAX, "{} bytes: raise FIXED_MAX", b.len());
-        // strings at their worst (every byte escaped as \u00XX) fit their share of the bound
-        let ctl = "\u{1}".repeat(300);
-        let l = RegLine {
-            host: &ctl,
-            device: Some(&ctl),
-            mem_region: Some(Arc::from(ctl.as_str())),
-            meta: crate::Meta { change: Some(&ctl), ..meta },
-            ..worst
-        };
-        let mut b = Vec::new();
-        l.write(&mut b);
-        assert!(b.len() <= l.bound());
-        serde_json::from_slice::<serde_json::Value>(&b).unwrap();
-    }
-
-    #[test]
-    fn minimal_and_full_lines_parse_back_exactly() {
-        check(&RegLine { host: "h", call: "ibv_dereg_mr", dereg: true, ok: true, ..Default::default() });
-        let full = RegLine {
-            dereg: false,
-            seq: u64::MAX,
-            time_ns: 1_796_236_603_877_497_093,
-            host: "node-1.example",
-            pid: 4_000_000,
-            tid: 1,
-            rank: Some(0),
-            local_rank: Some(7),
-            call: "ibv_reg_mr_iova2",
-            symbol_version: Some("IBVERBS_1.0"),
-            device: Some("mlx5_0"),
-            pd: Some(0x5555_dead_beef),
-            addr: Some(0),
-            length: Some(1 << 40),
-            addr_page_offset: Some(0),
-            addr_align: Some(0),
-            iova: Some(u64::MAX),
-            iova_page_offset: Some(4095),
-            access: Some(0xffff_ffff),
-            dmabuf_fd: Some(-1),
-            dmabuf_offset: Some(12),
-            mem_kind: Some(MemKind::FileReadonly),
-            mem_region: Some(Arc::from("/weird \"name\"\\\n\t\u{1}\u{7f}ü")),
-            mem_fully_mapped: Some(false),
-            memlock_soft: Some(65536),
-            memlock_hard: None,
-            registered_bytes: 3,
-            registered_bytes_after: Some(4),
-            ok: false,
-            mr: None,
-            lkey: None,
-            rkey: None,
-            errno: Some(-1),
-            errno_name: None,
-            duration_ns: 17,
-            probe: true,
-            reg_seq: Some(9),
-            ..Default::default()
-        };
-        check(&full);
-        for k in [
-            MemKind::HostAnon,
-            MemKind::HostStack,
-            MemKind::Hugepage,
-            MemKind::FileWritable,
-            MemKind::Device,
-            MemKind::Unmapped,
-            MemKind::Unknown,
-        ] {
-            check(&RegLine { mem_kind: Some(k), ..full.clone() });
-        }
-        for a in [0u32, 1, 0xf, 0x10000f, 0x400, 0x8000_0000] {
-            check(&RegLine {
-                access: Some(a),
-                ok: true,
-                mr: Some(0x10),
-                lkey: Some(u32::MAX),
-                rkey: Some(0),
-                errno: None,
-                ..full.clone()
-            });
-        }
-        for v in [1u64, 0xf, 0x10, 0xabc, 1 << 63] {
-            check(&RegLine { addr: Some(v), pd: Some(v), ..full.clone() });
-        }
-    }
-}
-
-#[cfg(test)]
-mod number_tests {
-    use super::*;
-
-    fn dec(v: u64) -> String {
-        let mut b = [0u8; 32];
-        let mut w = W { b: &mut b, n: 0 };
-        w.dec(v);
-        let n = w.n;
-        String::from_utf8(b[..n].to_vec()).unwrap()
-    }
-
-    #[test]
-    fn decimal_digits_match_std() {
-        let mut v = 1u64;
-        for _ in 0..64 {
-            for x in [v - 1, v, v + 1, v.wrapping_mul(10).wrapping_sub(1)] {
-                assert_eq!(dec(x), x.to_string());
-            }
-            v = v.wrapping_mul(3);
-        }
-        for p in 0..20 {
-            let x = 10u64.pow(p);
-            assert_eq!(dec(x), x.to_string());
-            assert_eq!(dec(x - 1), (x - 1).to_string());
-        }
-        assert_eq!(dec(u64::MAX), u64::MAX.to_string());
-    }
-}
+mod tests;

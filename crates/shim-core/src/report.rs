@@ -17,6 +17,11 @@ pub fn stderr_line(s: &str) {
 }
 
 impl Shim {
+    /// `host:pid:tid [rank] MRSHIM <level> <msg>` on stderr (one write).
+    pub fn say(&self, level: &str, msg: &str) {
+        stderr_line(&format!("{} {level} {msg}", self.prefix()));
+    }
+
     pub(crate) fn prefix(&self) -> String {
         let rank = self.rank.map_or("-".to_string(), |r| r.0.to_string());
         format!("{}:{}:{} [{}] MRSHIM", self.host, self.pid.load(Relaxed), tid(), rank)
@@ -52,11 +57,11 @@ impl Shim {
         let mut calls = 0;
         let mut failures = 0;
         for c in Call::ALL {
-            let n = self.stats.calls[c.idx()].load(Relaxed);
+            let n = self.stats.calls[c.index()].load(Relaxed);
             if n == 0 {
                 continue;
             }
-            let f = self.stats.failures[c.idx()].load(Relaxed);
+            let f = self.stats.failures[c.index()].load(Relaxed);
             calls += n;
             failures += f;
             let mut e = BTreeMap::new();

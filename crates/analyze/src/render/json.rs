@@ -23,6 +23,7 @@ pub fn render(a: &Analysis) -> Value {
         "findings": a.findings,
         "hosts": a.hosts,
         "job": a.ranks,
+        "ruled_out": a.ruled_out,
         "retries": retries,
         "inputs": a.col.files,
         "notes": a.col.notes,
