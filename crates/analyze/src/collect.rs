@@ -350,7 +350,7 @@ impl Collector {
             }
             return;
         }
-        self.procs.reg(file, r.pid, &host, rank, r.time_ns, self.order, r.ok);
+        self.procs.reg((file, r.pid), &host, rank, (r.time_ns, self.order), r.ok);
         let mark = match (r.ok, r.strategy.is_some()) {
             (false, _) => Mark::Failed,
             // a learned strategy applied up front: drawn like a rescue, not counted as one

@@ -50,18 +50,11 @@ impl Procs {
             }
         }
     }
-    /// One application registration (attempt 0) with its time (`None`: input order `order`).
-    pub fn reg(
-        &mut self,
-        file: usize,
-        pid: Option<u32>,
-        host: &str,
-        rank: Option<i64>,
-        t: Option<u64>,
-        order: u64,
-        ok: bool,
-    ) {
-        let p = self.get(file, pid, host);
+    /// One application registration (attempt 0) of process `(file, pid)` with its time (`None`: input
+    /// order `order`).
+    pub fn reg(&mut self, proc: (usize, Option<u32>), host: &str, rank: Option<i64>, t: (Option<u64>, u64), ok: bool) {
+        let (t, order) = t;
+        let p = self.get(proc.0, proc.1, host);
         p.regs += 1;
         if p.rank.is_none() {
             p.rank = rank;
