@@ -9,6 +9,7 @@ mod exec;
 mod generate;
 mod progress;
 mod sim;
+mod sim_view;
 
 #[derive(Parser)]
 #[command(
