@@ -88,6 +88,17 @@ pub struct Run {
     pub evid: Option<Evid>,
 }
 
+/// What a timeline point shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mark {
+    Ok,
+    Failed,
+    /// A retry attempt (or a learned strategy) that registered what the application's call could not.
+    Rescued,
+    Dereg,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Point {
     pub host: String,
@@ -96,7 +107,13 @@ pub struct Point {
     pub t: u64,
     pub timed: bool,
     pub length: u64,
-    pub ok: bool,
+    pub mark: Mark,
+}
+
+impl Point {
+    pub fn failed(&self) -> bool {
+        self.mark == Mark::Failed
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -142,6 +159,9 @@ pub struct Collector {
     pub notes: Vec<String>,
     pub order: u64,
     pub doctor_reports: u64,
+    pub procs: crate::ranks::Procs,
+    /// Earliest and latest record time (ns) of any registration, rescue or deregistration.
+    pub time_range: Option<(u64, u64)>,
     /// Known-issue patterns seen (index into the matcher's patterns) and where first.
     pub known_seen: BTreeMap<usize, Evid>,
     /// Per process, call and errno: failures counted from each kind of output (record, MRSHIM WARN line,
@@ -234,10 +254,14 @@ impl Collector {
                 let e = Evid { file: file.to_string(), ..evid(line, text) };
                 match fact {
                     Fact::RankOf(r) => {
+                        self.procs.get(file, pid, &h).rank.get_or_insert(r);
                         if let Some(p) = pid {
                             self.ranks.entry(h).or_default().insert(p, r);
                         }
                     }
+                    Fact::Started { world_size, job_id } => self.procs.started(file, pid, &h, world_size, job_id),
+                    Fact::Exit { calls } => self.procs.get(file, pid, &h).summary = Some(calls),
+                    Fact::Dereg { time_ns, rank } => self.point(&h, rank, Some(time_ns), None, Mark::Dereg),
                     Fact::Done => {
                         let run = self.runs.entry((file, pid)).or_default();
                         run.done = true;
@@ -320,9 +344,20 @@ impl Collector {
         // a learned strategy applied up front worked: a rescue, not a registration of the caller's memory
         if r.attempt > 0 || (r.learned && r.ok) {
             *self.retries.entry((r.strategy.clone().unwrap_or_else(|| "?".into()), r.ok)).or_default() += 1;
+            if r.ok {
+                self.procs.get(file, r.pid, &host).rescued += 1;
+                self.point(&host, rank, r.time_ns, r.length, Mark::Rescued);
+            }
             return;
         }
-        self.point(&host, rank, r.time_ns, r.length, r.ok);
+        self.procs.reg((file, r.pid), &host, rank, (r.time_ns, self.order), r.ok);
+        let mark = match (r.ok, r.strategy.is_some()) {
+            (false, _) => Mark::Failed,
+            // a learned strategy applied up front: drawn like a rescue, not counted as one
+            (true, true) => Mark::Rescued,
+            (true, false) => Mark::Ok,
+        };
+        self.point(&host, rank, r.time_ns, r.length, mark);
         if self.hist.is_empty() {
             self.hist = vec![[0; 2]; 64];
         }
@@ -382,11 +417,16 @@ impl Collector {
     }
 
     /// Keeps every failure (up to the cap) and a thinning sample of successes.
-    fn point(&mut self, host: &str, rank: Option<i64>, t: Option<u64>, len: Option<u64>, ok: bool) {
+    fn point(&mut self, host: &str, rank: Option<i64>, t: Option<u64>, len: Option<u64>, mark: Mark) {
         self.point_seen += 1;
+        if let Some(t) = t {
+            let r = self.time_range.get_or_insert((t, t));
+            *r = (r.0.min(t), r.1.max(t));
+        }
         if self.point_stride == 0 {
             self.point_stride = 1;
         }
+        let ok = mark != Mark::Failed;
         if ok && !self.point_seen.is_multiple_of(self.point_stride) {
             return;
         }
@@ -395,7 +435,7 @@ impl Collector {
             let mut i = 0u64;
             self.points.retain(|p| {
                 i += 1;
-                !p.ok || i.is_multiple_of(2)
+                p.failed() || i.is_multiple_of(2)
             });
             self.point_stride *= 2;
             if self.points.len() >= MAX_POINTS {
@@ -408,7 +448,7 @@ impl Collector {
             t: t.unwrap_or(self.order),
             timed: t.is_some(),
             length: len.unwrap_or(0),
-            ok,
+            mark,
         });
     }
 

@@ -170,6 +170,20 @@ pub enum Fact {
     RankOf(i64),
     /// The process finished initialisation (NCCL `Init COMPLETE`, a perftest result table, ...).
     Done,
+    /// A shim log starts (its config record): the job it belongs to, as far as the record tells.
+    Started {
+        world_size: Option<u64>,
+        job_id: Option<String>,
+    },
+    /// The shim's exit summary: the process ended normally after `calls` intercepted calls.
+    Exit {
+        calls: u64,
+    },
+    /// An `ibv_dereg_mr` at this time (ns), for the timeline.
+    Dereg {
+        time_ns: u64,
+        rank: Option<i64>,
+    },
 }
 
 #[derive(Debug, Clone)]

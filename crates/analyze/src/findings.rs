@@ -469,7 +469,11 @@ fn memlock_limit<'a>(v: &View<'a>) -> Cand<'a> {
         })
         .collect();
     if !small.is_empty() && !good_with_unlimited.is_empty() {
-        c.add(1.0, format!("{} registered fine with a larger limit.", good_with_unlimited.join(", ")), None);
+        c.add(
+            1.0,
+            format!("{} registered fine with a larger limit.", mrshim_hostlist::compress(good_with_unlimited)),
+            None,
+        );
     }
     if c.groups.iter().any(|g| is_host_mem(g.0.mem)) {
         c.add(0.3, "", None);
@@ -994,9 +998,12 @@ fn finish(v: &View, c: Cand) -> Finding {
     // which hosts fail and which do not
     let good = v.good_hosts();
     if !hosts.is_empty() && !good.is_empty() {
-        let hl: Vec<&str> = hosts.iter().map(|s| s.as_str()).collect();
-        let gl: Vec<&str> = good.iter().copied().collect();
-        why.push(format!("Only {} fail(s); {} registered without errors — compare the two (`mrshim doctor` on each, then `mrshim doctor --compare`).", hl.join(", "), gl.join(", ")));
+        // host lists in Slurm notation: at cluster scale the healthy list is hundreds of names
+        let (hl, gl) = (
+            mrshim_hostlist::compress(hosts.iter().map(String::as_str)),
+            mrshim_hostlist::compress(good.iter().copied()),
+        );
+        why.push(format!("Only {hl} fail(s); {gl} registered without errors — compare the two (`mrshim doctor` on each, then `mrshim doctor --compare`)."));
     }
     let mems: BTreeSet<&str> = c.groups.iter().map(|g| mem_name(g.0.mem)).filter(|m| *m != "unknown").collect();
     if !mems.is_empty() {

@@ -65,3 +65,177 @@ impl Read for Repeat {
         Ok(n)
     }
 }
+
+/// A synthetic job for the cluster-scale tests and the `analyze-bench job` measurement: one shim record
+/// file per rank (`HOST-rRANK.jsonl`), as `MRSHIM_LOG=dir/%h-%r.jsonl` writes them.
+#[derive(Debug, Clone)]
+pub struct JobSpec {
+    pub hosts: usize,
+    pub ranks_per_host: usize,
+    /// Host indices whose soft memlock is 64 KiB: every registration above it fails with ENOMEM.
+    pub failing_hosts: Vec<usize>,
+    /// Application registrations per rank (each followed by its deregistration).
+    pub regs_per_rank: usize,
+    /// Ranks whose log stops after half of their registrations, without a summary (killed).
+    pub killed: Vec<usize>,
+    /// Ranks that wrote their config record but never reached a registration (and were killed).
+    pub stalled: Vec<usize>,
+    /// Ranks that wrote no file at all.
+    pub absent: Vec<usize>,
+    pub job_id: &'static str,
+}
+
+impl JobSpec {
+    /// The case: 512 hosts x 8 ranks, hosts 17, 233 and 400 failing, ~110 KB per rank.
+    pub fn cluster(regs_per_rank: usize) -> JobSpec {
+        JobSpec {
+            hosts: 512,
+            ranks_per_host: 8,
+            failing_hosts: vec![17, 233, 400],
+            regs_per_rank,
+            killed: vec![],
+            stalled: vec![],
+            absent: vec![],
+            job_id: "812345",
+        }
+    }
+    pub fn host_name(i: usize) -> String {
+        format!("node{i:04}")
+    }
+    pub fn world(&self) -> usize {
+        self.hosts * self.ranks_per_host
+    }
+}
+
+const T0: u64 = 1_764_700_000_000_000_000;
+
+/// Writes the job's files into `dir` (created); returns the number of bytes written.
+pub fn job(dir: &std::path::Path, spec: &JobSpec) -> io::Result<u64> {
+    use mrshim_record::{Kind, MemKind, Reg, Summary};
+    use std::collections::BTreeMap;
+    use std::io::Write;
+    std::fs::create_dir_all(dir)?;
+    let mut total = 0u64;
+    for rank in 0..spec.world() {
+        if spec.absent.contains(&rank) {
+            continue;
+        }
+        let hi = rank / spec.ranks_per_host;
+        let host = JobSpec::host_name(hi);
+        let failing = spec.failing_hosts.contains(&hi);
+        let memlock = failing.then_some(64u64 << 10);
+        let pid = 10_000 + (rank % spec.ranks_per_host) as u32;
+        let mut seq = 0u64;
+        let mut t = T0 + rank as u64 * 1_000;
+        let mut rec = |kind: Kind, t: u64| {
+            seq += 1;
+            Reg {
+                v: 1,
+                kind: Some(kind),
+                seq,
+                time_ns: t,
+                host: host.clone(),
+                pid,
+                tid: pid,
+                rank: Some(rank as i64),
+                local_rank: Some((rank % spec.ranks_per_host) as i64),
+                result: "ok".into(),
+                memlock_soft: memlock,
+                memlock_hard: memlock,
+                ..Default::default()
+            }
+        };
+        let mut out = io::BufWriter::new(std::fs::File::create(dir.join(format!("{host}-r{rank}.jsonl")))?);
+        let mut env = BTreeMap::new();
+        for (k, v) in [
+            ("OMPI_COMM_WORLD_RANK", rank.to_string()),
+            ("OMPI_COMM_WORLD_LOCAL_RANK", (rank % spec.ranks_per_host).to_string()),
+            ("OMPI_COMM_WORLD_SIZE", spec.world().to_string()),
+            ("SLURM_JOB_ID", spec.job_id.to_string()),
+            ("MRSHIM_LOG", "/shared/mrshim/%h-%r.jsonl".to_string()),
+        ] {
+            env.insert(k.to_string(), v);
+        }
+        let mut cfg = rec(Kind::Config, t);
+        cfg.env = Some(env);
+        cfg.shim_version = Some(env!("CARGO_PKG_VERSION").into());
+        cfg.exe = Some("/opt/train/bin/python3".into());
+        let mut lines = vec![cfg.to_line()];
+        let regs = if spec.stalled.contains(&rank) {
+            0
+        } else if spec.killed.contains(&rank) {
+            spec.regs_per_rank / 2
+        } else {
+            spec.regs_per_rank
+        };
+        let (mut calls, mut failures, mut bytes) = (0u64, 0u64, 0u64);
+        let mut by_call: BTreeMap<String, mrshim_record::CallStats> = BTreeMap::new();
+        for i in 0..regs {
+            t += 1_000_000 + (i as u64 * 7919 + rank as u64 * 104_729) % 400_000;
+            let length = 4096u64 << (i % 11);
+            let addr = 0x7f00_0000_0000u64 + ((rank as u64) << 24) + ((i as u64) << 16);
+            let device = i % 3 == 0;
+            let mut r = rec(Kind::Reg, t);
+            r.call = if device { "ibv_reg_mr_iova2" } else { "ibv_reg_mr" }.into();
+            r.device = Some("mlx5_0".into());
+            r.pd = Some("0x55d0a000".into());
+            r.addr = Some(format!("{addr:#x}"));
+            r.length = Some(length);
+            r.addr_page_offset = Some(0);
+            r.access = Some(15);
+            r.access_names = vec!["LOCAL_WRITE".into(), "REMOTE_WRITE".into(), "REMOTE_READ".into()];
+            r.mem_kind = Some(if device { MemKind::Device } else { MemKind::HostAnon });
+            r.mem_region = Some(if device { "/dev/nvidia0" } else { "[heap]" }.into());
+            r.mem_fully_mapped = Some(true);
+            r.duration_ns = 2_100 + (i as u64 % 50) * 100;
+            let st = by_call.entry(r.call.clone()).or_default();
+            st.calls += 1;
+            calls += 1;
+            // GPU memory pinned through peer memory does not count against RLIMIT_MEMLOCK
+            if !device && memlock.is_some_and(|m| length > m) {
+                r.result = "error".into();
+                r.errno = Some(12);
+                r.errno_name = Some("ENOMEM".into());
+                failures += 1;
+                st.failures += 1;
+                *st.errnos.entry("ENOMEM".into()).or_default() += 1;
+                r.registered_bytes_after = Some(0);
+                lines.push(r.to_line());
+                continue;
+            }
+            r.mr = Some(format!("{:#x}", 0x5600_0000u64 + i as u64));
+            r.lkey = Some(i as u32);
+            r.rkey = Some(i as u32);
+            r.registered_bytes_after = Some(length);
+            bytes += length;
+            lines.push(r.to_line());
+            let reg_seq = r.seq;
+            let mut d = rec(Kind::Dereg, t + 400_000);
+            d.call = "ibv_dereg_mr".into();
+            d.mr = r.mr.clone();
+            d.reg_seq = Some(reg_seq);
+            d.registered_bytes_after = Some(0);
+            d.duration_ns = 900;
+            calls += 1;
+            lines.push(d.to_line());
+        }
+        if regs == spec.regs_per_rank {
+            let mut s = rec(Kind::Summary, t + 1_000_000);
+            s.summary = Some(Summary {
+                calls,
+                failures,
+                by_call,
+                bytes_registered_total: bytes,
+                records_written: lines.len() as u64 + 1,
+                ..Default::default()
+            });
+            lines.push(s.to_line());
+        }
+        for l in &lines {
+            out.write_all(l.as_bytes())?;
+            total += l.len() as u64;
+        }
+        out.flush()?;
+    }
+    Ok(total)
+}

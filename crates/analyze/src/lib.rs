@@ -9,9 +9,11 @@ pub mod event;
 pub mod findings;
 pub mod fixes;
 pub mod gen;
+pub mod hosts;
 pub mod input;
 pub mod known;
 pub mod parse;
+pub mod ranks;
 pub mod render;
 
 use collect::{Collector, FileStat};
@@ -22,6 +24,10 @@ use std::borrow::Cow;
 pub struct Analysis {
     pub col: Collector,
     pub findings: Vec<Finding>,
+    /// Every named host, failing ones first.
+    pub hosts: Vec<hosts::HostRow>,
+    /// First failing, killed and missing ranks.
+    pub ranks: ranks::RankReport,
     /// Categories the evidence ruled out, with why.
     pub ruled_out: Vec<findings::RuledOut>,
     /// Sources that could not be opened or read at all.
@@ -29,6 +35,16 @@ pub struct Analysis {
 }
 
 impl Analysis {
+    fn new(col: Collector, unreadable: usize) -> Analysis {
+        let (findings, ruled_out) = findings::diagnose(&col);
+        let ranks = ranks::RankReport::new(&col.procs);
+        let hosts = hosts::rows(&col, &ranks);
+        Analysis { col, findings, ruled_out, hosts, ranks, unreadable }
+    }
+    /// Hosts that failed, in the order of [`Analysis::hosts`].
+    pub fn failing_hosts(&self) -> impl Iterator<Item = &hosts::HostRow> {
+        self.hosts.iter().filter(|h| h.failing())
+    }
     pub fn failed(&self) -> u64 {
         self.col.groups.iter().filter(|g| !g.0.ok).map(|g| g.1.count).sum()
     }
@@ -46,6 +62,11 @@ impl Analysis {
 
 /// Analyzes the given paths (files, directories, `-` for stdin).
 pub fn analyze(paths: &[String]) -> Analysis {
+    analyze_with_progress(paths, &mut |_, _, _| {})
+}
+
+/// [`analyze`], calling `progress(inputs done, inputs, bytes read)` after each input.
+pub fn analyze_with_progress(paths: &[String], progress: &mut dyn FnMut(usize, usize, u64)) -> Analysis {
     let mut col = Collector::default();
     let mut notes = Vec::new();
     let sources = input::expand(paths, &mut notes);
@@ -55,17 +76,19 @@ pub fn analyze(paths: &[String]) -> Analysis {
         col.note(n);
     }
     let mut parser = parse::Parser::default();
-    for src in &sources {
+    let mut bytes = 0;
+    for (i, src) in sources.iter().enumerate() {
         if !read_source(src, &mut parser, &mut col) {
             unreadable += 1;
         }
+        bytes += col.files.last().map_or(0, |f| f.bytes);
+        progress(i + 1, sources.len(), bytes);
     }
     col.finish();
     if parser.shim.malformed > 0 {
         col.note(format!("skipped {} malformed shim record(s)", parser.shim.malformed));
     }
-    let (findings, ruled_out) = findings::diagnose(&col);
-    Analysis { col, findings, ruled_out, unreadable }
+    Analysis::new(col, unreadable)
 }
 
 /// Analyzes already-open streams (benchmarks, embedding); names are used in evidence.
@@ -76,8 +99,7 @@ pub fn analyze_readers(inputs: Vec<(String, Box<dyn std::io::BufRead>)>) -> Anal
         read_stream(&name, r, &mut parser, &mut col);
     }
     col.finish();
-    let (findings, ruled_out) = findings::diagnose(&col);
-    Analysis { col, findings, ruled_out, unreadable: 0 }
+    Analysis::new(col, 0)
 }
 
 /// Reads one source into the collector; false if it could not be opened.

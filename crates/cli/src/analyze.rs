@@ -1,6 +1,6 @@
 //! `mrshim analyze PATH...`: exit 0 = registrations seen and none failed, 1 = findings reported,
 //! 2 = nothing could be read or nothing in it was recognised (or bad usage). Documented in docs/analyze.md.
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -15,13 +15,18 @@ pub struct Args {
     /// Also write a self-contained HTML report (findings, per-rank timeline, size histogram).
     #[arg(long, value_name = "OUT.html")]
     pub report: Option<PathBuf>,
-    /// Colour: auto (only on a terminal), always, never.
+    /// Also write per-host counters for node_exporter's textfile collector (Prometheus text format).
+    #[arg(long, value_name = "FILE.prom")]
+    pub prometheus: Option<PathBuf>,
+    /// Colour: auto (a terminal, unless NO_COLOR; CLICOLOR_FORCE forces it), always, never.
     #[arg(long, default_value = "auto", value_parser = ["auto", "always", "never"])]
     pub color: String,
 }
 
 pub fn run(args: Args) -> ExitCode {
-    let a = mrshim_analyze::analyze(&args.paths);
+    let mut progress = crate::progress::Progress::new();
+    let a = mrshim_analyze::analyze_with_progress(&args.paths, &mut |done, n, bytes| progress.update(done, n, bytes));
+    progress.done();
     if a.col.files.iter().all(|f| f.error.is_some()) {
         for n in &a.col.notes {
             eprintln!("mrshim analyze: {n}");
@@ -35,15 +40,16 @@ pub fn run(args: Args) -> ExitCode {
             return ExitCode::from(2);
         }
     }
+    if let Some(p) = &args.prometheus {
+        if let Err(e) = mrshim_analyze::render::prometheus::write(&a, p) {
+            eprintln!("mrshim analyze: cannot write {}: {e}", p.display());
+            return ExitCode::from(2);
+        }
+    }
     let out = if args.json {
         mrshim_analyze::render::json::to_string(&a)
     } else {
-        let color = match args.color.as_str() {
-            "always" => true,
-            "never" => false,
-            _ => std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
-        };
-        mrshim_analyze::render::human::render(&a, color)
+        mrshim_analyze::render::human::render(&a, crate::color::stdout(&args.color))
     };
     let _ = std::io::stdout().lock().write_all(out.as_bytes());
     if !a.findings.is_empty() {

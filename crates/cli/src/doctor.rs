@@ -1,6 +1,6 @@
 //! `mrshim doctor`: exit 0 = no check failed, 1 = a check failed (or, with --compare, the nodes differ),
 //! 2 = bad usage or unreadable input. Documented in docs/doctor.md.
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -21,11 +21,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> ExitCode {
-    let color = match args.color.as_str() {
-        "always" => true,
-        "never" => false,
-        _ => std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
-    };
+    let color = crate::color::stdout(&args.color);
     let mut out = std::io::stdout().lock();
     if !args.compare.is_empty() {
         let mut reports = Vec::new();

@@ -3,8 +3,11 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 mod analyze;
+mod color;
 mod doctor;
 mod exec;
+mod generate;
+mod progress;
 mod sim;
 mod sim_view;
 
@@ -16,7 +19,7 @@ mod sim_view;
     after_help = "Environment variables of libmrshim.so: `mrshim --help`.",
     after_long_help = exec::ENV_HELP
 )]
-struct Cli {
+pub struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -31,6 +34,11 @@ enum Cmd {
     Exec(exec::Args),
     /// Run a command on the simulated verbs device (and GPU runtime).
     Sim(sim::Args),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(generate::CompletionArgs),
+    /// Write the man pages (mrshim.1, mrshim-SUBCOMMAND.1) into a directory.
+    #[command(hide = true)]
+    Man(generate::ManArgs),
 }
 
 fn main() -> ExitCode {
@@ -39,5 +47,7 @@ fn main() -> ExitCode {
         Cmd::Doctor(a) => doctor::run(a),
         Cmd::Exec(a) => exec::run(a),
         Cmd::Sim(a) => sim::run(a),
+        Cmd::Completions(a) => generate::completions(a),
+        Cmd::Man(a) => generate::man(a),
     }
 }

@@ -24,3 +24,21 @@ fn no_subcommand_is_a_usage_error_listing_them_all() {
         assert!(err.contains(sub), "usage lacks {sub}: {err}");
     }
 }
+
+#[test]
+fn completions_and_man_pages_come_from_the_clap_definitions() {
+    let o = mrshim(&["completions", "bash"]);
+    assert!(o.status.success());
+    let bash = String::from_utf8_lossy(&o.stdout);
+    assert!(bash.contains("complete -F _mrshim") && bash.contains("--prometheus"), "{bash}");
+    let dir = std::env::temp_dir().join(format!("mrshim-man-{}", std::process::id()));
+    let o = mrshim(&["man", dir.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for page in ["mrshim.1", "mrshim-analyze.1", "mrshim-doctor.1", "mrshim-exec.1", "mrshim-sim.1"] {
+        let text = std::fs::read_to_string(dir.join(page)).unwrap_or_else(|e| panic!("{page}: {e}"));
+        assert!(text.contains(".TH"), "{page} is a man page");
+    }
+    let analyze = std::fs::read_to_string(dir.join("mrshim-analyze.1")).unwrap();
+    assert!(analyze.contains("prometheus") && analyze.contains("report"), "options documented");
+    let _ = std::fs::remove_dir_all(&dir);
+}

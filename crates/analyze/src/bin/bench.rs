@@ -1,10 +1,19 @@
 //! analyze throughput on a generated 1 GiB mixed log, one thread: `cargo run --release -p mrshim-analyze
 //! --bin analyze-bench [-- BYTES]`. Prints MB/s; the goal is >= 200 MB/s. Not part of the test suite.
+//! `analyze-bench job DIR [REGS]` writes the synthetic 4096-rank job instead (512 hosts x 8 ranks, 3 with a
+//! 64 KiB memlock; REGS registrations per rank, default 128 = about 450 MB) to time `mrshim analyze DIR`.
 use mrshim_analyze::gen;
 use std::io::BufReader;
 use std::time::Instant;
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("job") {
+        let dir = std::env::args().nth(2).expect("analyze-bench job DIR [REGS]");
+        let regs = std::env::args().nth(3).and_then(|a| a.parse().ok()).unwrap_or(128);
+        let bytes = gen::job(dir.as_ref(), &gen::JobSpec::cluster(regs)).expect("write the job");
+        println!("analyze-bench: wrote {:.1} MB in 4096 files to {dir}", bytes as f64 / 1e6);
+        return;
+    }
     let total: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1 << 30);
     let block = gen::block(64 << 20);
     let reader = BufReader::with_capacity(256 << 10, gen::Repeat::new(block, total));

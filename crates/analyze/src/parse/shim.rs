@@ -26,6 +26,9 @@ pub fn parse(line: &str, st: &mut ShimState, lineno: u64, emit: &mut dyn FnMut(E
                         || r.used_access.is_some()
                         || r.used_mem_kind.is_some();
                     reg(r, caller_fields, lineno, emit);
+                } else {
+                    let fact = Fact::Dereg { time_ns: r.time_ns, rank: r.rank };
+                    emit(Event::Fact { lib: Lib::Shim, host: Some(r.host), pid: Some(r.pid), fact });
                 }
                 true
             }
@@ -184,6 +187,7 @@ fn lenient(line: &str, kind: &str, st: &mut ShimState, emit: &mut dyn FnMut(Even
     }
     match kind {
         "config" => {
+            emit(fact(job_of(&v)));
             match (v.get("memlock_soft").and_then(Value::as_u64), v.get("memlock_hard")) {
                 (Some(m), _) => emit(fact(Fact::Memlock(Some(m)))),
                 (None, Some(_)) => emit(fact(Fact::Memlock(None))),
@@ -229,6 +233,10 @@ fn lenient(line: &str, kind: &str, st: &mut ShimState, emit: &mut dyn FnMut(Even
                 ..Default::default()
             }));
         }
+        "summary" => {
+            let calls = v.pointer("/summary/calls").and_then(Value::as_u64).unwrap_or(0);
+            emit(fact(Fact::Exit { calls }));
+        }
         "error" => {
             let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("?");
             emit(Event::Note(format!(
@@ -242,4 +250,31 @@ fn lenient(line: &str, kind: &str, st: &mut ShimState, emit: &mut dyn FnMut(Even
         _ => {}
     }
     true
+}
+
+/// World size and job id of a config record: its own fields when the shim writes them, else the launcher
+/// variables it echoed in `env`.
+fn job_of(v: &Value) -> Fact {
+    const WORLD: &[&str] = &[
+        "OMPI_COMM_WORLD_SIZE",
+        "PMI_SIZE",
+        "PMIX_SIZE",
+        "MV2_COMM_WORLD_SIZE",
+        "SLURM_NTASKS",
+        "SLURM_NPROCS",
+        "WORLD_SIZE",
+    ];
+    const JOB: &[&str] = &["SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "FLUX_JOB_ID", "JOB_ID"];
+    let env = |keys: &[&str]| keys.iter().find_map(|k| v.pointer(&format!("/env/{k}")).and_then(Value::as_str));
+    let world_size = v
+        .get("world_size")
+        .and_then(Value::as_u64)
+        .or_else(|| env(WORLD).and_then(|s| s.trim().parse().ok()))
+        .filter(|n| *n > 0);
+    let job_id = v
+        .get("job_id")
+        .and_then(|j| j.as_str().map(String::from).or_else(|| j.as_u64().map(|n| n.to_string())))
+        .or_else(|| env(JOB).map(|s| s.trim().to_string()))
+        .filter(|s| !s.is_empty());
+    Fact::Started { world_size, job_id }
 }

@@ -1,6 +1,8 @@
 //! The one-screen answer: most likely cause first, wrapped to 80 columns.
-use super::ranges;
+use super::{clip_list, first_failure, job_lines, ranges};
+use crate::hosts::HostRow;
 use crate::Analysis;
+use mrshim_hostlist::{compress, counted};
 use std::fmt::Write;
 
 const W: usize = 80;
@@ -8,19 +10,22 @@ const W: usize = 80;
 fn wrap(out: &mut String, text: &str, indent: usize, first: &str) {
     let mut line = String::from(first);
     let mut col = width(first);
+    // whether the line has a word yet (a short first word may end before the indent)
+    let mut words = false;
     for word in text.split_whitespace() {
         let wl = width(word);
-        if col + 1 + wl > W && col > indent {
+        if col + 1 + wl > W && words {
             out.push_str(line.trim_end());
             out.push('\n');
             line = " ".repeat(indent);
             col = indent;
-        } else if col > indent && !line.ends_with(' ') {
+        } else if words && !line.ends_with(' ') {
             line.push(' ');
             col += 1;
         }
         line.push_str(word);
         col += wl;
+        words = true;
     }
     out.push_str(line.trim_end());
     out.push('\n');
@@ -68,15 +73,18 @@ fn paint(s: &str, code: &str, color: bool) -> String {
 
 pub fn render(a: &Analysis, color: bool) -> String {
     let mut o = String::new();
-    let lines: u64 = a.col.files.iter().map(|f| f.lines).sum();
-    let hosts = a.col.hosts.keys().filter(|h| !h.is_empty()).count();
     let head = format!(
-        "mrshim analyze: {} input(s), {lines} line(s), {hosts} host(s); {} failed and {} successful registration(s)",
-        a.col.files.len(),
+        "mrshim analyze: {}, {}: {} of {} failed",
+        plural(a.col.files.len() as u64, "input"),
+        plural(a.hosts.len() as u64, "host"),
         a.failed(),
-        a.ok()
+        plural(a.failed() + a.ok(), "registration")
     );
     wrap(&mut o, &head, 2, "");
+    // with a host table, the first failure heads it
+    for l in job_lines(a, !has_host_table(a)) {
+        wrap(&mut o, &l, 2, "");
+    }
     if a.findings.is_empty() {
         let _ = writeln!(o, "\nNo failed memory registrations found.");
     }
@@ -85,41 +93,24 @@ pub fn render(a: &Analysis, color: bool) -> String {
         let head = format!("{}. {}", i + 1, f.category);
         let _ =
             writeln!(o, "{}  (confidence {:.2})", paint(&head, if i == 0 { "1;31" } else { "1" }, color), f.confidence);
-        let mut what = String::new();
-        if !f.calls.is_empty() {
-            what.push_str(&f.calls.join(", "));
-        }
-        if let Some(e) = &f.errno {
+        let mut what = f.calls.join(", ");
+        if f.errno.is_some() {
             what.push_str(&format!(" -> {}", f.errnos.join("/")));
-            let _ = e;
         }
         what.push_str(&format!(" x{}", f.count));
         if !f.hosts.is_empty() {
-            what.push_str(&format!(" on {}", f.hosts.join(", ")));
+            what.push_str(&format!(" on {}", counted(f.hosts.iter().map(String::as_str), a.hosts.len())));
         }
-        if !f.ranks.is_empty() {
-            what.push_str(&format!(" (ranks {})", ranges(&f.ranks)));
+        // with a host table below, the ranks are there, per host
+        if !f.ranks.is_empty() && a.hosts.len() < 2 {
+            what.push_str(&format!(" (ranks {})", clip_list(&ranges(&f.ranks), 60)));
         }
         wrap(&mut o, what.trim(), 3, "   ");
         wrap(&mut o, &f.explanation, 3, "   ");
-        if !f.evidence.is_empty() {
-            let _ = writeln!(o, "   evidence:");
-            for e in &f.evidence {
-                let loc = format!("{}:{}", short_path(&e.file), e.line);
-                let one = format!("{loc}  {}", e.text);
-                if width(&one) <= W - 5 {
-                    let _ = writeln!(o, "     {one}");
-                } else {
-                    let _ = writeln!(o, "     {}", clip(&loc, W - 5));
-                    let _ = writeln!(o, "       {}", clip(&e.text, W - 7));
-                }
-            }
-        }
-        let _ = writeln!(o, "   fix:");
-        for fx in &f.fixes {
-            wrap(&mut o, fx, 7, "     - ");
-        }
+        evidence(&mut o, &f.evidence);
+        fixes(&mut o, &f.fixes, f.retry.is_some());
     }
+    host_table(&mut o, a);
     if !a.col.notes.is_empty() {
         let _ = writeln!(o, "\nnotes:");
         for n in &a.col.notes {
@@ -127,6 +118,94 @@ pub fn render(a: &Analysis, color: bool) -> String {
         }
     }
     o
+}
+
+/// Evidence lines the text shows per finding; `--json` and `--report` have all of them.
+const MAX_EVIDENCE: usize = 2;
+/// Fixes the text shows before the shim's retry fix; the rest are counted.
+const MAX_FIXES: usize = 2;
+
+/// One line per piece of evidence, cut to the width; the rest counted.
+fn evidence(o: &mut String, ev: &[crate::collect::Evid]) {
+    if ev.is_empty() {
+        return;
+    }
+    let more = ev.len().saturating_sub(MAX_EVIDENCE);
+    let _ = writeln!(
+        o,
+        "   evidence{}:",
+        if more > 0 { format!(" ({more} more in --json/--report)") } else { String::new() }
+    );
+    for e in ev.iter().take(MAX_EVIDENCE) {
+        let text = super::evidence_text(&e.text);
+        let _ = writeln!(o, "     {}", clip(&format!("{}:{}  {text}", short_path(&e.file), e.line), W - 5));
+    }
+}
+
+/// The first fixes and the shim's retry fix (the last one when `retry`); the count of the others.
+fn fixes(o: &mut String, fixes: &[String], retry: bool) {
+    let (main, last) =
+        if retry && fixes.len() > MAX_FIXES + 1 { fixes.split_at(fixes.len() - 1) } else { (fixes, &[][..]) };
+    let shown = if last.is_empty() { main.len() } else { MAX_FIXES };
+    match main.len() - shown {
+        0 => o.push_str("   fix:\n"),
+        n => o.push_str(&format!("   fix ({n} more in --json/--report):\n")),
+    }
+    for fx in main.iter().take(shown).chain(last) {
+        wrap(o, fx, 7, "     - ");
+    }
+}
+
+/// Failing hosts shown one per line in the text; the rest are a host list.
+const MAX_HOST_LINES: usize = 8;
+
+/// The per-host table, when there is more than one host and something failed: failing hosts first,
+/// one line each, then the healthy ones as one host list.
+fn has_host_table(a: &Analysis) -> bool {
+    a.hosts.len() >= 2 && a.failing_hosts().next().is_some()
+}
+
+fn plural(n: u64, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
+}
+
+fn host_table(o: &mut String, a: &Analysis) {
+    if !has_host_table(a) {
+        return;
+    }
+    let failing: Vec<&HostRow> = a.failing_hosts().collect();
+    let mut head = format!("hosts: {} of {} failing", failing.len(), a.hosts.len());
+    if let Some(first) = first_failure(a) {
+        head.push_str(&format!("; first failure: {first}"));
+    }
+    o.push('\n');
+    wrap(o, &head, 2, "");
+    let hw = failing.iter().take(MAX_HOST_LINES).map(|h| width(&h.host)).max().unwrap_or(4).clamp(4, 24);
+    for h in failing.iter().take(MAX_HOST_LINES) {
+        let top = h.failures.iter().max_by_key(|x| x.1).map(|(k, _)| k.clone()).unwrap_or_default();
+        let memlock = match h.memlock.iter().find(|m| m.is_some()).or(h.memlock.first()) {
+            Some(Some(m)) => format!("  memlock {}", crate::findings::human_size(*m)),
+            Some(None) => "  memlock unlimited".into(),
+            None => String::new(),
+        };
+        let line = format!(
+            "  {:<hw$}  ranks {:<9} {}/{} failed  {top}{memlock}",
+            h.host,
+            clip(&ranges(&h.ranks), 9),
+            h.failed,
+            h.calls,
+        );
+        let _ = writeln!(o, "{}", clip(&line, W));
+    }
+    if failing.len() > MAX_HOST_LINES {
+        let rest = compress(failing[MAX_HOST_LINES..].iter().map(|h| h.host.as_str()));
+        wrap(o, &format!("and {} more failing: {}", failing.len() - MAX_HOST_LINES, clip_list(&rest, 150)), 4, "  ");
+    }
+    let healthy: Vec<&str> = a.hosts.iter().filter(|h| !h.failing()).map(|h| h.host.as_str()).collect();
+    if !healthy.is_empty() {
+        let list = clip_list(&compress(healthy.iter().copied()), 150);
+        wrap(o, &format!("{} without failures: {list}", healthy.len()), 4, "  ");
+    }
 }
 
 fn short_path(p: &str) -> String {

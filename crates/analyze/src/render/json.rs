@@ -21,6 +21,8 @@ pub fn render(a: &Analysis) -> Value {
             "top": a.findings.first().map(|f| f.category),
         },
         "findings": a.findings,
+        "hosts": a.hosts,
+        "job": a.ranks,
         "ruled_out": a.ruled_out,
         "retries": retries,
         "inputs": a.col.files,
