@@ -307,8 +307,10 @@ fn hostname() -> String {
 
 /// NCCL's warning format: `host:pid:tid [rank] NCCL WARN ...`.
 fn warn(rank: usize, msg: &str) {
-    // SAFETY: gettid has no preconditions.
-    let tid = unsafe { libc::gettid() };
+    // The system call: glibc's gettid() wrapper is 2.30+, and the example also runs from the
+    // portable (glibc 2.17) build.
+    // SAFETY: SYS_gettid takes no arguments and cannot fail.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) };
     eprintln!("{}:{}:{} [{rank}] NCCL WARN {msg}", hostname(), std::process::id(), tid);
 }
 

@@ -14,7 +14,7 @@
 //! |                     | QP's `ibv_qp_ex` (whose `ibv_wr_*` ops it patches while its context   |
 //! |                     | has a bounce region); nothing is recorded                             |
 //!
-//! dlsym/dlvsym are exported as `@GLIBC_2.2.5` and `@@GLIBC_2.34`, the names in two version nodes
+//! dlsym/dlvsym are exported as `@GLIBC_2.2.5` (aarch64: `@GLIBC_2.17`) and `@@GLIBC_2.34`, the names in two version nodes
 //! through tail-jump stubs (`.symver` must sit next to the symbol it names, hence assembly).
 //!
 //! Each wrapper: nested call (guard set) → the real function, nothing else. When the shim only
@@ -42,89 +42,190 @@ type DestroyQpFn = unsafe extern "C" fn(*mut c_void) -> c_int;
 // dlsym / dlvsym
 // ---------------------------------------------------------------------------------------------
 
-/// `dlsym`. RTLD_DEFAULT (0) and RTLD_NEXT (-1) tail-jump to glibc's dlsym; if it is not resolved
-/// yet, the arguments are saved around `elf::resolve` and restored before the jump, so the
-/// caller's return address is still on top of the stack when glibc runs.
-#[unsafe(naked)]
-pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
-    std::arch::naked_asm!(
-        "test rdi, rdi",
-        "jz 2f",
-        "cmp rdi, -1",
-        "je 2f",
-        "jmp {handle}",
-        "2:",
-        "mov rax, qword ptr [rip + {slot}]",
-        "test rax, rax",
-        "jz 3f",
-        "jmp rax",
-        "3:",
-        // entry rsp ≡ 8 (mod 16); three pushes make it 16-aligned for the call
-        "push rdi",
-        "push rsi",
-        "push rdx",
-        "call {resolve}",
-        "pop rdx",
-        "pop rsi",
-        "pop rdi",
-        "test rax, rax",
-        "jz 4f",
-        "jmp rax",
-        "4:",
-        "ret",
-        handle = sym dlsym_handle,
-        slot = sym elf::REAL_DLSYM,
-        resolve = sym elf::resolve,
-    )
+// The trampolines are per architecture; each keeps the caller's return address where glibc's
+// dlsym/dlvsym read it (x86_64: on top of the stack; aarch64: in x30) when it jumps on.
+#[cfg(target_arch = "aarch64")]
+pub use aarch64::{dlsym, dlvsym};
+#[cfg(target_arch = "x86_64")]
+pub use x86_64::{dlsym, dlvsym};
+
+#[cfg(target_arch = "x86_64")]
+mod x86_64 {
+    use super::*;
+
+    /// `dlsym`. RTLD_DEFAULT (0) and RTLD_NEXT (-1) tail-jump to glibc's dlsym; if it is not resolved
+    /// yet, the arguments are saved around `elf::resolve` and restored before the jump, so the
+    /// caller's return address is still on top of the stack when glibc runs.
+    #[unsafe(naked)]
+    pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+        std::arch::naked_asm!(
+            "test rdi, rdi",
+            "jz 2f",
+            "cmp rdi, -1",
+            "je 2f",
+            "jmp {handle}",
+            "2:",
+            "mov rax, qword ptr [rip + {slot}]",
+            "test rax, rax",
+            "jz 3f",
+            "jmp rax",
+            "3:",
+            // entry rsp ≡ 8 (mod 16); three pushes make it 16-aligned for the call
+            "push rdi",
+            "push rsi",
+            "push rdx",
+            "call {resolve}",
+            "pop rdx",
+            "pop rsi",
+            "pop rdi",
+            "test rax, rax",
+            "jz 4f",
+            "jmp rax",
+            "4:",
+            "ret",
+            handle = sym dlsym_handle,
+            slot = sym elf::REAL_DLSYM,
+            resolve = sym elf::resolve,
+        )
+    }
+
+    /// `dlvsym`: as [`dlsym`], with the version in rdx.
+    #[unsafe(naked)]
+    pub unsafe extern "C" fn dlvsym(handle: *mut c_void, name: *const c_char, version: *const c_char) -> *mut c_void {
+        std::arch::naked_asm!(
+            "test rdi, rdi",
+            "jnz 5f",
+            // RTLD_DEFAULT: glibc's dlvsym never matches our unversioned definitions, so for our
+            // names ask dlvsym_default first (with the caller's return address, in rcx); it answers
+            // 0 for anything else (then: tail jump).
+            "push rdi",
+            "push rsi",
+            "push rdx",
+            "mov rcx, qword ptr [rsp + 24]",
+            "call {default}",
+            "pop rdx",
+            "pop rsi",
+            "pop rdi",
+            "test rax, rax",
+            "jz 2f",
+            "ret",
+            "5:",
+            "cmp rdi, -1",
+            "je 2f",
+            "jmp {handle}",
+            "2:",
+            "mov rax, qword ptr [rip + {slot}]",
+            "test rax, rax",
+            "jz 3f",
+            "jmp rax",
+            "3:",
+            "push rdi",
+            "push rsi",
+            "push rdx",
+            "call {resolve}",
+            "pop rdx",
+            "pop rsi",
+            "pop rdi",
+            "test rax, rax",
+            "jz 4f",
+            "jmp rax",
+            "4:",
+            "ret",
+            handle = sym dlvsym_handle,
+            default = sym dlvsym_default,
+            slot = sym elf::REAL_DLVSYM,
+            resolve = sym elf::resolve_v,
+        )
+    }
 }
 
-/// `dlvsym`: as [`dlsym`], with the version in rdx.
-#[unsafe(naked)]
-pub unsafe extern "C" fn dlvsym(handle: *mut c_void, name: *const c_char, version: *const c_char) -> *mut c_void {
-    std::arch::naked_asm!(
-        "test rdi, rdi",
-        "jnz 5f",
-        // RTLD_DEFAULT: glibc's dlvsym never matches our unversioned definitions, so for our
-        // names ask dlvsym_default first (with the caller's return address, in rcx); it answers
-        // 0 for anything else (then: tail jump).
-        "push rdi",
-        "push rsi",
-        "push rdx",
-        "mov rcx, qword ptr [rsp + 24]",
-        "call {default}",
-        "pop rdx",
-        "pop rsi",
-        "pop rdi",
-        "test rax, rax",
-        "jz 2f",
-        "ret",
-        "5:",
-        "cmp rdi, -1",
-        "je 2f",
-        "jmp {handle}",
-        "2:",
-        "mov rax, qword ptr [rip + {slot}]",
-        "test rax, rax",
-        "jz 3f",
-        "jmp rax",
-        "3:",
-        "push rdi",
-        "push rsi",
-        "push rdx",
-        "call {resolve}",
-        "pop rdx",
-        "pop rsi",
-        "pop rdi",
-        "test rax, rax",
-        "jz 4f",
-        "jmp rax",
-        "4:",
-        "ret",
-        handle = sym dlvsym_handle,
-        default = sym dlvsym_default,
-        slot = sym elf::REAL_DLVSYM,
-        resolve = sym elf::resolve_v,
-    )
+#[cfg(target_arch = "aarch64")]
+mod aarch64 {
+    use super::*;
+
+    /// `dlsym`. RTLD_DEFAULT (0) and RTLD_NEXT (-1) branch to glibc's dlsym with x30 untouched; if
+    /// it is not resolved yet, x0/x1 and the frame record (x29, x30) are saved around
+    /// `elf::resolve` and restored before the branch, so glibc sees the caller's x30.
+    #[unsafe(naked)]
+    pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+        std::arch::naked_asm!(
+            "cbz x0, 2f",
+            "cmn x0, #1",
+            "b.eq 2f",
+            "b {handle}",
+            "2:",
+            "adrp x16, {slot}",
+            "ldr x16, [x16, :lo12:{slot}]",
+            "cbz x16, 3f",
+            "br x16",
+            "3:",
+            "stp x29, x30, [sp, #-32]!",
+            "mov x29, sp",
+            "stp x0, x1, [sp, #16]",
+            "bl {resolve}",
+            "mov x16, x0",
+            "ldp x0, x1, [sp, #16]",
+            "ldp x29, x30, [sp], #32",
+            "cbz x16, 4f",
+            "br x16",
+            "4:",
+            "mov x0, #0",
+            "ret",
+            handle = sym dlsym_handle,
+            slot = sym elf::REAL_DLSYM,
+            resolve = sym elf::resolve,
+        )
+    }
+
+    /// `dlvsym`: as [`dlsym`], with the version in x2; RTLD_DEFAULT asks `dlvsym_default` first
+    /// with the caller's return address (x30) as its fourth argument.
+    #[unsafe(naked)]
+    pub unsafe extern "C" fn dlvsym(handle: *mut c_void, name: *const c_char, version: *const c_char) -> *mut c_void {
+        std::arch::naked_asm!(
+            "cbnz x0, 5f",
+            "stp x29, x30, [sp, #-48]!",
+            "mov x29, sp",
+            "stp x0, x1, [sp, #16]",
+            "str x2, [sp, #32]",
+            "mov x3, x30",
+            "bl {default}",
+            "mov x16, x0",
+            "ldp x0, x1, [sp, #16]",
+            "ldr x2, [sp, #32]",
+            "ldp x29, x30, [sp], #48",
+            "cbz x16, 2f",
+            "mov x0, x16",
+            "ret",
+            "5:",
+            "cmn x0, #1",
+            "b.eq 2f",
+            "b {handle}",
+            "2:",
+            "adrp x16, {slot}",
+            "ldr x16, [x16, :lo12:{slot}]",
+            "cbz x16, 3f",
+            "br x16",
+            "3:",
+            "stp x29, x30, [sp, #-48]!",
+            "mov x29, sp",
+            "stp x0, x1, [sp, #16]",
+            "str x2, [sp, #32]",
+            "bl {resolve}",
+            "mov x16, x0",
+            "ldp x0, x1, [sp, #16]",
+            "ldr x2, [sp, #32]",
+            "ldp x29, x30, [sp], #48",
+            "cbz x16, 4f",
+            "br x16",
+            "4:",
+            "mov x0, #0",
+            "ret",
+            handle = sym dlvsym_handle,
+            default = sym dlvsym_default,
+            slot = sym elf::REAL_DLVSYM,
+            resolve = sym elf::resolve_v,
+        )
+    }
 }
 
 /// dlsym with a real handle (an object's link map): never depends on the caller's address.
@@ -248,20 +349,20 @@ fn object_base(addr: usize) -> usize {
 }
 
 /// Two exported versions of one name: `name@old` and the default `name@@new`, both tail jumps
-/// (no frame: the dlsym trampolines rely on the caller's return address being on top).
+/// (no frame: the dlsym trampolines rely on the caller's return address being untouched).
 macro_rules! two_versions {
-    ($name:literal, $old_ver:literal => $old:path, $new_ver:literal => $new:path) => {
+    ($name:literal, $old_ver:expr => $old:path, $new_ver:literal => $new:path) => {
         #[cfg(not(test))]
         std::arch::global_asm!(
             concat!(".globl __mrshim_", $name, "_old"),
-            concat!(".type __mrshim_", $name, "_old,@function"),
+            concat!(".type __mrshim_", $name, "_old,%function"),
             concat!("__mrshim_", $name, "_old:"),
-            "jmp {old}",
+            concat!(tail_jump!(), " {old}"),
             concat!(".symver __mrshim_", $name, "_old, ", $name, "@", $old_ver),
             concat!(".globl __mrshim_", $name, "_new"),
-            concat!(".type __mrshim_", $name, "_new,@function"),
+            concat!(".type __mrshim_", $name, "_new,%function"),
             concat!("__mrshim_", $name, "_new:"),
-            "jmp {new}",
+            concat!(tail_jump!(), " {new}"),
             concat!(".symver __mrshim_", $name, "_new, ", $name, "@@", $new_ver),
             old = sym $old,
             new = sym $new,
@@ -269,8 +370,8 @@ macro_rules! two_versions {
     };
 }
 
-two_versions!("dlsym", "GLIBC_2.2.5" => dlsym, "GLIBC_2.34" => dlsym);
-two_versions!("dlvsym", "GLIBC_2.2.5" => dlvsym, "GLIBC_2.34" => dlvsym);
+two_versions!("dlsym", glibc_base!() => dlsym, "GLIBC_2.34" => dlsym);
+two_versions!("dlvsym", glibc_base!() => dlvsym, "GLIBC_2.34" => dlvsym);
 two_versions!("ibv_reg_mr", "IBVERBS_1.0" => reg_mr_1_0, "IBVERBS_1.1" => ibv_reg_mr);
 two_versions!("ibv_dereg_mr", "IBVERBS_1.0" => dereg_mr_1_0, "IBVERBS_1.1" => ibv_dereg_mr);
 

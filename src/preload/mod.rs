@@ -2,6 +2,41 @@
 //! lookup (elf.rs, real.rs), process-level glue (constructor, fork, exit) here.
 //! Everything with a decision in it lives in the mrshim-core crate.
 
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+compile_error!(
+    "libmrshim.so supports x86_64 and aarch64 only: its dlsym/dlvsym trampolines (hooks.rs) are \
+     per-architecture assembly that must not add a stack frame (docs/shim.md)"
+);
+
+/// The unconditional branch of this architecture, for tail-jump stubs.
+#[cfg(target_arch = "x86_64")]
+macro_rules! tail_jump {
+    () => {
+        "jmp"
+    };
+}
+#[cfg(target_arch = "aarch64")]
+macro_rules! tail_jump {
+    () => {
+        "b"
+    };
+}
+
+/// The version glibc gave dlsym/dlvsym (in libdl.so.2) when the architecture was added: what
+/// programs built on glibc < 2.34 reference. build.rs writes the same name into the version script.
+#[cfg(target_arch = "x86_64")]
+macro_rules! glibc_base {
+    () => {
+        "GLIBC_2.2.5"
+    };
+}
+#[cfg(target_arch = "aarch64")]
+macro_rules! glibc_base {
+    () => {
+        "GLIBC_2.17"
+    };
+}
+
 pub mod bounce;
 pub mod copy;
 pub mod elf;

@@ -294,8 +294,10 @@ fn tid() -> u32 {
         if g == gen && t != 0 {
             return t;
         }
-        // SAFETY: gettid has no preconditions.
-        let t = unsafe { libc::gettid() } as u32;
+        // The system call, not glibc's gettid(): that wrapper only exists since glibc 2.30 and
+        // the portable build must load on 2.17.
+        // SAFETY: SYS_gettid takes no arguments and cannot fail.
+        let t = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
         c.set((t, gen));
         t
     })
