@@ -1,4 +1,5 @@
 use super::*;
+use mrshim_record::{Kind, MemKind, Reg, SCHEMA_VERSION};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
