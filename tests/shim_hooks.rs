@@ -302,8 +302,8 @@ fn programs_without_verbs_run_unchanged() {
 fn bad_values_print_one_line_and_pass_through() {
     let cases = [
         ("MRSHIM_LEVEL", "verbose", "mrshim: MRSHIM_LEVEL=\"verbose\" is not valid; accepted: all, failures; mrshim passes every call through unrecorded"),
-        ("MRSHIM_LOG", "/tmp/%q", "mrshim: MRSHIM_LOG=\"/tmp/%q\" is not valid (unknown placeholder %q); accepted: off, stderr, a file path or a directory (placeholders %h host, %p pid, %r rank, %% percent); mrshim passes every call through unrecorded"),
-        ("MRSHIM_LOG", "", "mrshim: MRSHIM_LOG=\"\" is not valid (empty); accepted: off, stderr, a file path or a directory (placeholders %h host, %p pid, %r rank, %% percent); mrshim passes every call through unrecorded"),
+        ("MRSHIM_LOG", "/tmp/%q", "mrshim: MRSHIM_LOG=\"/tmp/%q\" is not valid (unknown placeholder %q); accepted: off, stderr, a file path or a directory (placeholders %h host, %p pid, %r rank, %j job id, %% percent); mrshim passes every call through unrecorded"),
+        ("MRSHIM_LOG", "", "mrshim: MRSHIM_LOG=\"\" is not valid (empty); accepted: off, stderr, a file path or a directory (placeholders %h host, %p pid, %r rank, %j job id, %% percent); mrshim passes every call through unrecorded"),
         ("MRSHIM_SUMMARY", "sometimes", "mrshim: MRSHIM_SUMMARY=\"sometimes\" is not valid; accepted: on, off (also 1/0, true/false, yes/no); mrshim passes every call through unrecorded"),
         ("MRSHIM_WARN", "loud", "mrshim: MRSHIM_WARN=\"loud\" is not valid; accepted: on, off (also 1/0, true/false, yes/no); mrshim passes every call through unrecorded"),
         ("MRSHIM_DEBUG_PANIC", "always", "mrshim: MRSHIM_DEBUG_PANIC=\"always\" is not valid; accepted: init, hook, call, record, exit, bounce (where the shim panics on purpose; unset in production); mrshim passes every call through unrecorded"),

@@ -133,7 +133,7 @@ fn mpirun_four_ranks_four_files_by_host_and_rank() {
         c.env("LD_LIBRARY_PATH", sim_lib_dir()).env("MRSHIM_SIM_RUNDIR", w.dir.join("run"));
         c.args(["-x", "LD_LIBRARY_PATH", "-x", "MRSHIM_SIM_RUNDIR"]);
         if via_exec {
-            c.arg(mrshim_bin()).arg("exec").arg("--log").arg(&logs).arg("--");
+            c.arg(mrshim_bin()).arg("exec").arg("--log").arg(format!("{}/", logs.display())).arg("--");
         } else {
             c.arg("-x").arg(format!("LD_PRELOAD={}", shim_lib().display()));
             c.arg("-x").arg(format!("MRSHIM_LOG={}/", logs.display()));
@@ -153,6 +153,11 @@ fn mpirun_four_ranks_four_files_by_host_and_rank() {
             assert!(recs.iter().all(|r| r.rank == Some(rank) && r.host == h));
             assert_eq!(recs.iter().filter(|r| r.kind == Some(Kind::Reg)).count(), 3, "{}", f.display());
             assert_eq!(recs[0].settings.as_ref().unwrap()["rank_from"], "OMPI_COMM_WORLD_RANK");
+            // the job's context, as Open MPI's mpirun sets it
+            let cfg = &recs[0];
+            assert_eq!((cfg.world_size, cfg.launcher.as_deref()), (Some(4), Some("openmpi")), "{}", f.display());
+            assert!(cfg.job_id.as_deref().is_some_and(|j| !j.is_empty()), "{:?}", cfg.job_id);
+            assert_eq!(cfg.settings.as_ref().unwrap()["world_size_from"], "OMPI_COMM_WORLD_SIZE");
         }
         assert_eq!(stderr(&o).matches(" MRSHIM INFO summary: 5 calls").count(), 4, "{}", stderr(&o));
     }

@@ -91,7 +91,7 @@ impl Default for Config {
 }
 
 pub const LOG_ACCEPTED: &str =
-    "off, stderr, a file path or a directory (placeholders %h host, %p pid, %r rank, %% percent)";
+    "off, stderr, a file path or a directory (placeholders %h host, %p pid, %r rank, %j job id, %% percent)";
 pub const LEVEL_ACCEPTED: &str = "all, failures";
 pub const ONOFF_ACCEPTED: &str = "on, off (also 1/0, true/false, yes/no)";
 pub const RETRY_ACCEPTED: &str = mrshim_retry::policy::HELP;
@@ -109,13 +109,18 @@ pub struct ConfigError {
     pub detail: Option<String>,
 }
 
+impl ConfigError {
+    /// `VAR="value" is not valid (detail); accepted: ...`: what is wrong, for any front end.
+    pub fn problem(&self) -> String {
+        let detail = self.detail.as_ref().map(|d| format!(" ({d})")).unwrap_or_default();
+        format!("{}={:?} is not valid{detail}; accepted: {}", self.var, self.value, self.accepted)
+    }
+}
+
+/// The line the shim prints in a process (it then passes every call through).
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "mrshim: {}={:?} is not valid", self.var, self.value)?;
-        if let Some(d) = &self.detail {
-            write!(f, " ({d})")?;
-        }
-        write!(f, "; accepted: {}; mrshim passes every call through unrecorded", self.accepted)
+        write!(f, "mrshim: {}; mrshim passes every call through unrecorded", self.problem())
     }
 }
 
@@ -216,7 +221,7 @@ fn check_placeholders(p: &str) -> Result<(), String> {
     while let Some(c) = it.next() {
         if c == '%' {
             match it.next() {
-                Some('h' | 'p' | 'r' | '%') => {}
+                Some('h' | 'p' | 'r' | 'j' | '%') => {}
                 Some(o) => return Err(format!("unknown placeholder %{o}")),
                 None => return Err("a lone % at the end".into()),
             }
@@ -225,8 +230,9 @@ fn check_placeholders(p: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Expands `%h`, `%p`, `%r` (rank, or `norank`), `%%`.
-pub fn expand(pattern: &str, host: &str, pid: u32, rank: Option<i64>) -> String {
+/// Expands `%h`, `%p`, `%r` (rank, or `norank`), `%j` (job id, see [`crate::job::Job::file_name_id`]),
+/// `%%`.
+pub fn expand(pattern: &str, host: &str, pid: u32, rank: Option<i64>, job: &str) -> String {
     let mut out = String::with_capacity(pattern.len() + 16);
     let mut it = pattern.chars();
     while let Some(c) = it.next() {
@@ -241,6 +247,7 @@ pub fn expand(pattern: &str, host: &str, pid: u32, rank: Option<i64>) -> String 
                 Some(r) => out.push_str(&r.to_string()),
                 None => out.push_str("norank"),
             },
+            Some('j') => out.push_str(job),
             Some('%') => out.push('%'),
             Some(o) => {
                 out.push('%');
@@ -316,7 +323,7 @@ mod tests {
         let e = p(&[("MRSHIM_LOG", "/tmp/%x.log")]).unwrap_err();
         assert_eq!(
             e[0].to_string(),
-            "mrshim: MRSHIM_LOG=\"/tmp/%x.log\" is not valid (unknown placeholder %x); accepted: off, stderr, a file path or a directory (placeholders %h host, %p pid, %r rank, %% percent); mrshim passes every call through unrecorded"
+            "mrshim: MRSHIM_LOG=\"/tmp/%x.log\" is not valid (unknown placeholder %x); accepted: off, stderr, a file path or a directory (placeholders %h host, %p pid, %r rank, %j job id, %% percent); mrshim passes every call through unrecorded"
         );
         assert_eq!(p(&[("MRSHIM_LOG", "")]).unwrap_err()[0].detail.as_deref(), Some("empty"));
         assert_eq!(p(&[("MRSHIM_LOG", "a%")]).unwrap_err()[0].detail.as_deref(), Some("a lone % at the end"));
@@ -327,8 +334,9 @@ mod tests {
 
     #[test]
     fn expansion() {
-        assert_eq!(expand("/l/%h.%p.%r.%%.jsonl", "n1", 42, Some(3)), "/l/n1.42.3.%.jsonl");
-        assert_eq!(expand("%r", "n1", 42, None), "norank");
+        assert_eq!(expand("/l/%h.%p.%r.%%.jsonl", "n1", 42, Some(3), "j"), "/l/n1.42.3.%.jsonl");
+        assert_eq!(expand("%r", "n1", 42, None, "j"), "norank");
+        assert_eq!(expand("/l/%j/%h-%r.jsonl", "n1", 42, Some(0), "4242"), "/l/4242/n1-0.jsonl");
         assert_eq!(dir_file_name("n1", 42, Some(0)), "mrshim-n1-r0-p42.jsonl");
         assert_eq!(dir_file_name("n1", 42, None), "mrshim-n1-p42.jsonl");
         assert!(pid_dependent("/x/%p", false));

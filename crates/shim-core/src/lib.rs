@@ -17,6 +17,7 @@ pub mod config;
 pub mod diff;
 pub mod ident;
 pub mod internal;
+pub mod job;
 pub mod limits;
 pub mod line;
 pub mod log;
@@ -52,6 +53,7 @@ pub struct Shim {
     pid: AtomicU32,
     rank: Option<(i64, &'static str)>,
     local_rank: Option<(i64, &'static str)>,
+    job: job::Job,
     env_echo: BTreeMap<String, String>,
     page: u64,
     seq: AtomicU64,
@@ -133,6 +135,9 @@ impl Shim {
             pid: AtomicU32::new(unsafe { libc::getpid() } as u32),
             rank: ident::rank(get),
             local_rank: ident::local_rank(get),
+            // Values through `get`; which library settings exist needs the names of the real
+            // environment (in production `get` reads that same environment).
+            job: job::Job::from_env(get, job::env_names()),
             env_echo,
             page: if page > 0 { page as u64 } else { 4096 },
             seq: AtomicU64::new(1),

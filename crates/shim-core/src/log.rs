@@ -26,6 +26,8 @@ pub struct OpenCtx<'a> {
     pub host: &'a str,
     pub pid: u32,
     pub rank: Option<i64>,
+    /// The job id for `%j` (`nojob` without one).
+    pub job: &'a str,
     /// The config record (first line of every log).
     pub first_line: &'a dyn Fn() -> Vec<u8>,
 }
@@ -103,12 +105,17 @@ impl Log {
             LogDest::Stderr => return 2,
             LogDest::Path(p) => p,
         };
-        let expanded = config::expand(pattern, ctx.host, ctx.pid, ctx.rank);
+        let expanded = config::expand(pattern, ctx.host, ctx.pid, ctx.rank, ctx.job);
         let mut is_dir = expanded.ends_with('/');
         if is_dir {
-            let _ = std::fs::create_dir_all(&expanded);
+            create_dirs(std::path::Path::new(&expanded));
         } else {
             is_dir = std::path::Path::new(&expanded).is_dir();
+            if let Some(parent) = std::path::Path::new(&expanded).parent().filter(|_| !is_dir) {
+                // A file pattern under a directory that does not exist yet (a shared
+                // filesystem path per job): create it like a one-file-per-process directory.
+                create_dirs(parent);
+            }
         }
         self.pid_dependent.store(config::pid_dependent(pattern, is_dir), Relaxed);
         let path = if is_dir {
@@ -143,6 +150,15 @@ impl Log {
         self.written.store(0, Relaxed);
         self.lost.store(0, Relaxed);
         self.warned_write.store(false, Relaxed);
+    }
+}
+
+/// Creates a log directory and its missing parents, mode 0750 (before the umask); what exists
+/// is left as it is. A failure shows when the log file is opened.
+fn create_dirs(dir: &std::path::Path) {
+    use std::os::unix::fs::DirBuilderExt;
+    if !dir.as_os_str().is_empty() {
+        let _ = std::fs::DirBuilder::new().recursive(true).mode(0o750).create(dir);
     }
 }
 
@@ -196,7 +212,7 @@ mod tests {
     }
 
     fn ctx<'a>(f: &'a dyn Fn() -> Vec<u8>) -> OpenCtx<'a> {
-        OpenCtx { host: "hostA", pid: 77, rank: Some(3), first_line: f }
+        OpenCtx { host: "hostA", pid: 77, rank: Some(3), job: "nojob", first_line: f }
     }
 
     #[test]
@@ -225,6 +241,22 @@ mod tests {
         let log = Log::new(LogDest::Path(format!("{}/", sub.display())));
         log.write_line(b"r\n", &ctx(&first));
         assert!(sub.join("mrshim-hostA-r3-p77.jsonl").exists());
+    }
+
+    #[test]
+    fn a_file_patterns_missing_parents_are_created_0750_with_the_job_id() {
+        let d = tmp("parents");
+        let log = Log::new(LogDest::Path(format!("{}/shared/mrshim/%j/%h-%r.jsonl", d.display())));
+        let first = || b"c\n".to_vec();
+        let ctx = OpenCtx { job: "4242", ..ctx(&first) };
+        log.write_line(b"r\n", &ctx);
+        let job_dir = d.join("shared/mrshim/4242");
+        assert_eq!(std::fs::read_to_string(job_dir.join("hostA-3.jsonl")).unwrap(), "c\nr\n");
+        for dir in [d.join("shared"), job_dir] {
+            let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode & !0o750, 0, "{} mode {mode:o}", dir.display());
+        }
+        assert_eq!(log.lost.load(Relaxed), 0);
     }
 
     #[test]
