@@ -159,6 +159,7 @@ fn mpirun_four_ranks_four_files_by_host_and_rank() {
             assert!(cfg.job_id.as_deref().is_some_and(|j| !j.is_empty()), "{:?}", cfg.job_id);
             assert_eq!(cfg.settings.as_ref().unwrap()["world_size_from"], "OMPI_COMM_WORLD_SIZE");
         }
-        assert_eq!(stderr(&o).matches(" MRSHIM INFO summary: 5 calls").count(), 4, "{}", stderr(&o));
+        // every registration succeeded: no rank prints anything (MRSHIM_DEBUG=WARN, the default)
+        assert!(!stderr(&o).contains("MRSHIM"), "{}", stderr(&o));
     }
 }

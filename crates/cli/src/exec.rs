@@ -22,8 +22,11 @@ Environment read by libmrshim.so (also when preloaded without `mrshim exec`):
                     Missing parent directories are created (mode 0750). Files are opened
                     O_APPEND|O_NOFOLLOW, created with mode 0640.
   MRSHIM_LEVEL    all (default): every call is a record | failures: failed calls and probes only
-  MRSHIM_WARN     on (default) | off: NCCL-style WARN line on stderr per failed call
-  MRSHIM_SUMMARY  on (default) | off: one summary line on stderr at exit (processes that made calls)
+  MRSHIM_DEBUG    WARN (default): NCCL-style WARN line on stderr per failed call, and a summary
+                  line at exit only where something failed, was rescued or lost | INFO: also
+                  the summary of every process that made calls (as NCCL_DEBUG=INFO)
+  MRSHIM_WARN     on (default) | off: the WARN lines (older switch, kept)
+  MRSHIM_SUMMARY  on: every summary (= INFO's) | off: none (older switch, kept)
   MRSHIM_RETRY    off (default) | auto | drop-relaxed-ordering,raise-memlock,realign-iova,dmabuf-to-va,
                   va-to-dmabuf,bounce [;max_attempts=N;sticky=on|off;calls=...;errnos=...;on.EINVAL=...]
                   rescue failed registrations another way (docs/retry.md, docs/bounce.md)
@@ -61,6 +64,9 @@ pub struct Args {
     /// Failures to make up, e.g. `ibv_reg_mr_iova2:EINVAL:relaxed`; sets MRSHIM_INJECT
     #[arg(long, value_name = "RULES")]
     pub inject: Option<String>,
+    /// `WARN` (default) or `INFO`; sets MRSHIM_DEBUG
+    #[arg(long, value_name = "LEVEL")]
+    pub debug: Option<String>,
     /// libmrshim.so to preload (default: next to this executable, or ../lib/, ../lib/mrshim/)
     #[arg(long, env = "MRSHIM_LIB", value_name = "PATH")]
     pub lib: Option<PathBuf>,
@@ -121,7 +127,12 @@ fn flag_vars(a: &Args) -> BTreeMap<&'static str, String> {
         }
         (None, Some(_)) => {}
     }
-    for (var, flag) in [("MRSHIM_LEVEL", &a.level), ("MRSHIM_RETRY", &a.retry), ("MRSHIM_INJECT", &a.inject)] {
+    for (var, flag) in [
+        ("MRSHIM_LEVEL", &a.level),
+        ("MRSHIM_RETRY", &a.retry),
+        ("MRSHIM_INJECT", &a.inject),
+        ("MRSHIM_DEBUG", &a.debug),
+    ] {
         if let Some(v) = flag {
             vars.insert(var, v.clone());
         }

@@ -26,8 +26,11 @@ pub enum Level {
 pub struct Config {
     pub log: LogDest,
     pub level: Level,
-    /// Print the human summary line on stderr at exit (if the process made any call).
+    /// A summary line on stderr at exit may be printed (MRSHIM_SUMMARY=off: never).
     pub summary: bool,
+    /// MRSHIM_DEBUG=INFO (or MRSHIM_SUMMARY=on): the summary line of every process that made a
+    /// call; otherwise (WARN, the default) only when something failed, was rescued or was lost.
+    pub info: bool,
     /// Print a WARN line on stderr for every failed call.
     pub warn: bool,
     /// MRSHIM_RETRY (default off).
@@ -82,6 +85,7 @@ impl Default for Config {
             log: LogDest::Off,
             level: Level::All,
             summary: true,
+            info: false,
             warn: true,
             retry: Default::default(),
             inject: String::new(),
@@ -93,6 +97,8 @@ impl Default for Config {
 pub const LOG_ACCEPTED: &str =
     "off, stderr, a file path or a directory (placeholders %h host, %p pid, %r rank, %j job id, %% percent)";
 pub const LEVEL_ACCEPTED: &str = "all, failures";
+pub const DEBUG_ACCEPTED: &str =
+    "WARN (default: failure lines, and the summary of processes where something failed), INFO (also every summary)";
 pub const ONOFF_ACCEPTED: &str = "on, off (also 1/0, true/false, yes/no)";
 pub const RETRY_ACCEPTED: &str = mrshim_retry::policy::HELP;
 pub const INJECT_ACCEPTED: &str = mrshim_retry::inject::HELP;
@@ -128,6 +134,7 @@ impl fmt::Display for ConfigError {
 pub const VARS: &[&str] = &[
     "MRSHIM_LOG",
     "MRSHIM_LEVEL",
+    "MRSHIM_DEBUG",
     "MRSHIM_SUMMARY",
     "MRSHIM_WARN",
     "MRSHIM_RETRY",
@@ -152,6 +159,13 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<ConfigE
             _ => errs.push(ConfigError { var: "MRSHIM_LEVEL", value: v, accepted: LEVEL_ACCEPTED, detail: None }),
         }
     }
+    if let Some(v) = get("MRSHIM_DEBUG") {
+        match v.trim().to_ascii_uppercase().as_str() {
+            "WARN" => c.info = false,
+            "INFO" => c.info = true,
+            _ => errs.push(ConfigError { var: "MRSHIM_DEBUG", value: v, accepted: DEBUG_ACCEPTED, detail: None }),
+        }
+    }
     for (var, slot) in [("MRSHIM_SUMMARY", &mut c.summary), ("MRSHIM_WARN", &mut c.warn)] {
         if let Some(v) = get(var) {
             match parse_onoff(&v) {
@@ -159,6 +173,10 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<ConfigE
                 None => errs.push(ConfigError { var, value: v, accepted: ONOFF_ACCEPTED, detail: None }),
             }
         }
+    }
+    // The older switch, kept as an alias: MRSHIM_SUMMARY=on asks for every summary (INFO's).
+    if get("MRSHIM_SUMMARY").and_then(|v| parse_onoff(&v)) == Some(true) {
+        c.info = true;
     }
     if let Some(v) = get("MRSHIM_RETRY") {
         match mrshim_retry::policy::Policy::parse(&v) {
@@ -310,6 +328,10 @@ mod tests {
         assert_eq!(p(&[("MRSHIM_LOG", "off")]).unwrap().log, LogDest::Off);
         assert_eq!(p(&[("MRSHIM_LEVEL", " ALL ")]).unwrap().level, Level::All);
         assert!(!p(&[("MRSHIM_WARN", "0")]).unwrap().warn);
+        assert!(p(&[("MRSHIM_DEBUG", "info")]).unwrap().info);
+        assert!(!p(&[("MRSHIM_DEBUG", "WARN")]).unwrap().info);
+        assert!(p(&[("MRSHIM_SUMMARY", "on")]).unwrap().info, "the alias");
+        assert!(p(&[("MRSHIM_DEBUG", "TRACE")]).is_err());
     }
 
     #[test]

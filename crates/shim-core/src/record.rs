@@ -323,6 +323,7 @@ impl Shim {
             );
             s.insert("level".into(), if c.level == Level::All { "all" } else { "failures" }.into());
             s.insert("summary".into(), if c.summary { "on" } else { "off" }.into());
+            s.insert("debug".into(), if c.info { "INFO" } else { "WARN" }.into());
             s.insert("warn".into(), if c.warn { "on" } else { "off" }.into());
             s.insert("retry".into(), c.retry.describe());
             if !c.inject.is_empty() {
