@@ -92,17 +92,17 @@ fn main() {
     let seed = ("MRSHIM_SIM_FAULTS", "reg_mr_iova2:EINVAL:relaxed");
 
     println!("registration, 64 KiB, median of 2000 (ns)");
-    let direct = field(&run(&prog, &["rescue", "2000", "0"], &[], &lib, &rd, None), "median_ns");
+    let direct = field(&run(&prog, &["rescue", "2000", "0"], &[], lib, &rd, None), "median_ns");
     let off =
-        field(&run(&prog, &["rescue", "2000", "1"], &[("MRSHIM_RETRY", "off")], &lib, &rd, Some(&shim)), "median_ns");
+        field(&run(&prog, &["rescue", "2000", "1"], &[("MRSHIM_RETRY", "off")], lib, &rd, Some(&shim)), "median_ns");
     let auto_ok =
-        field(&run(&prog, &["rescue", "2000", "1"], &[("MRSHIM_RETRY", "auto")], &lib, &rd, Some(&shim)), "median_ns");
+        field(&run(&prog, &["rescue", "2000", "1"], &[("MRSHIM_RETRY", "auto")], lib, &rd, Some(&shim)), "median_ns");
     let rescued = field(
-        &run(&prog, &["rescue", "2000", "1"], &[seed, ("MRSHIM_RETRY", "auto;sticky=off")], &lib, &rd, Some(&shim)),
+        &run(&prog, &["rescue", "2000", "1"], &[seed, ("MRSHIM_RETRY", "auto;sticky=off")], lib, &rd, Some(&shim)),
         "median_ns",
     );
     let sticky = field(
-        &run(&prog, &["rescue", "2000", "1"], &[seed, ("MRSHIM_RETRY", "auto")], &lib, &rd, Some(&shim)),
+        &run(&prog, &["rescue", "2000", "1"], &[seed, ("MRSHIM_RETRY", "auto")], lib, &rd, Some(&shim)),
         "median_ns",
     );
     println!("  direct success (no shim)             {direct:>10.0}");
@@ -135,7 +135,7 @@ fn main() {
         let (mut d, mut b) = (Vec::new(), Vec::new());
         for _ in 0..rounds {
             for (v, env, shim) in [(&mut d, &[][..], None), (&mut b, bounce, Some(shim.as_path()))] {
-                let out = run(&simcheck, &["bench-bw", &size.to_string(), &iters], env, &lib, &rd, shim);
+                let out = run(&simcheck, &["bench-bw", &size.to_string(), &iters], env, lib, &rd, shim);
                 assert!(out.contains("data equal"), "bench-bw {size}: {out}");
                 v.push(field(&out, "MB/s"));
             }
@@ -167,7 +167,7 @@ fn main() {
     let mut rows: Vec<[Vec<f64>; 4]> = vec![Default::default(), Default::default(), Default::default()];
     for _ in 0..2 * ROUNDS {
         for (i, (_, env, s)) in configs.iter().enumerate() {
-            let out = run(&simcheck, &["bench-post", "2000"], env, &lib, &rd, *s);
+            let out = run(&simcheck, &["bench-post", "2000"], env, lib, &rd, *s);
             for (j, k) in KEYS.iter().enumerate() {
                 rows[i][j].push(field(&out, k));
             }
@@ -200,12 +200,12 @@ fn main() {
         let args = ["--ranks", "2", "--size", size, "--iters", iters, "--host-mem"];
         let (mut d, mut b) = (Vec::new(), Vec::new());
         for _ in 0..3 {
-            d.push(ms_per_iter(&run(&ar, &args, &[], &lib, &rd, Some(&shim))));
+            d.push(ms_per_iter(&run(&ar, &args, &[], lib, &rd, Some(&shim))));
             b.push(ms_per_iter(&run(
                 &ar,
                 &args,
                 &[("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed"), ("MRSHIM_RETRY", "bounce")],
-                &lib,
+                lib,
                 &rd,
                 Some(&shim),
             )));

@@ -42,6 +42,7 @@ macro_rules! glibc_base {
 pub mod bounce;
 pub mod copy;
 pub mod elf;
+pub mod gpu;
 pub mod hooks;
 pub mod real;
 
@@ -97,6 +98,7 @@ mod process {
         mrshim_core::internal::guarded("the fork handler", || {
             mrshim_core::after_fork_child();
             super::copy::after_fork_child();
+            super::gpu::after_fork_child();
         });
     }
 

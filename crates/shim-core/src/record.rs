@@ -79,6 +79,21 @@ impl Shim {
         self.emit(&r);
     }
 
+    /// A `policy` record of a strategy refused for good, e.g. `copy_selftest`: a GPU copy engine
+    /// that failed its self-test, so `strategy` (bounce) refuses that runtime's memory.
+    pub fn record_policy_note(&self, call: &str, strategy: &str, change: &str) {
+        if !self.log.enabled() {
+            return;
+        }
+        let mut r = self.base(Kind::Policy, clock::wall_now_ns());
+        r.seq = self.next_seq();
+        r.call = call.into();
+        r.strategy = Some(strategy.into());
+        r.result = "refused".into();
+        r.change = Some(change.into());
+        self.emit(&r);
+    }
+
     /// `record`, with a panic in it caught and reported (the call's outcome stands).
     pub(crate) fn record_guarded(&self, cfg: &Config, backend: &dyn Backend, d: &Done) {
         crate::internal::guarded(d.called().call().name(), || self.record(cfg, backend, d));
@@ -158,7 +173,7 @@ impl Shim {
 
     /// Counters, the MR table, the WARN line of a failed application call, and its record.
     pub(crate) fn record(&self, cfg: &Config, backend: &dyn Backend, d: &Done) {
-        let (a, out) = (d.called(), &d.out);
+        let (asked, a, out) = (d.asked, d.called(), &d.out);
         let meta = &d.meta;
         let call = a.call();
         let probe = a.is_probe();
@@ -229,21 +244,34 @@ impl Shim {
                 l.length = Some(a.length);
             }
         } else {
-            l.addr = Some(a.addr);
-            l.length = Some(a.length);
-            l.addr_page_offset = Some(a.addr % self.page);
-            l.addr_align = Some(a.addr & a.addr.wrapping_neg());
+            // addr, length, access and the memory kind as the application asked
+            l.addr = Some(asked.addr);
+            l.length = Some(asked.length);
+            l.addr_page_offset = Some(asked.addr % self.page);
+            l.addr_align = Some(asked.addr & asked.addr.wrapping_neg());
             if let Some(iova) = a.iova {
                 l.iova = Some(iova);
                 l.iova_page_offset = Some(iova % self.page);
             }
-            l.access = Some(a.access);
+            l.access = Some(asked.access);
             l.dmabuf_fd = a.dmabuf_fd;
             l.dmabuf_offset = a.dmabuf_offset;
-            let m = self.memory(a, probe, !out.ok(), t0, backend);
+            let m = self.memory(asked, asked.is_probe(), !out.ok(), t0, backend);
             l.mem_kind = Some(m.kind);
             l.mem_region = m.region;
             l.mem_fully_mapped = m.fully_mapped;
+            // what the shim registered instead, where it differs
+            if let Some(u) = d.used {
+                l.used_addr = (u.addr != asked.addr).then_some(u.addr);
+                l.used_length = (u.length != asked.length).then_some(u.length);
+                l.used_access = (u.access != asked.access).then_some(u.access);
+                let used_kind = if u.addr == asked.addr && u.dmabuf_fd.is_some() == asked.dmabuf_fd.is_some() {
+                    m.kind
+                } else {
+                    self.memory(u, probe, !out.ok(), t0, backend).kind
+                };
+                l.used_mem_kind = (used_kind != m.kind).then_some(used_kind);
+            }
             let (s, h) = self.memlock.get(t0, !out.ok());
             l.memlock_soft = s;
             l.memlock_hard = h;
