@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/lib/tools.sh
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -1)
-dist=${MRSHIM_DIST:-target/dist}   # another directory: to check that the tests catch a bad package
+dist=$(realpath -m "${MRSHIM_DIST:-target/dist}")   # another directory: to check that the tests catch a bad package
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{ExitCode, Stdio};
+use std::process::ExitCode;
 
 pub const ENV_HELP: &str = "\
 Environment read by libmrshim.so (also when preloaded without `mrshim exec`):
@@ -151,25 +151,27 @@ fn validate(vars: &BTreeMap<&'static str, String>) -> Result<(), String> {
     Err(format!("{}{also}; not started", first.problem()))
 }
 
-/// Runs this executable's `--version` with the library preloaded: the loader refuses a library
-/// built for another architecture or a newer glibc with a message on stderr (or by exiting).
+/// Loads the library into this process (which exec(2)s next) as the loader would preload it:
+/// one built for another architecture or needing a newer glibc fails here with the loader's
+/// message. Its constructor only resolves glibc's dlsym and registers a fork handler.
 fn check_loads(lib: &Path) -> Result<(), String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot locate this executable: {e}"))?;
-    let out = std::process::Command::new(exe)
-        .arg("--version")
-        .env("LD_PRELOAD", lib)
-        .env("MRSHIM_LOG", "off")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-        .map_err(|e| format!("cannot check that {} loads: {e}", lib.display()))?;
-    let err = String::from_utf8_lossy(&out.stderr);
-    if out.status.success() && err.trim().is_empty() {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(lib.as_os_str().as_bytes())
+        .map_err(|_| format!("{} contains a NUL byte", lib.display()))?;
+    // SAFETY: a NUL-terminated path; RTLD_LOCAL keeps its exports out of this process's scope.
+    let h = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if !h.is_null() {
         return Ok(());
     }
-    let first = err.lines().find(|l| !l.trim().is_empty()).unwrap_or("the loader refused it");
-    Err(format!("{} does not load on this system: {}; not started", lib.display(), first.trim()))
+    // SAFETY: dlerror returns null or a C string valid until the next dl* call on this thread.
+    let e = unsafe { libc::dlerror() };
+    let why = if e.is_null() {
+        "the loader refused it".to_string()
+    } else {
+        // SAFETY: as above, non-null.
+        unsafe { std::ffi::CStr::from_ptr(e) }.to_string_lossy().into_owned()
+    };
+    Err(format!("{} does not load on this system: {why}; not started", lib.display()))
 }
 
 pub fn run(a: Args) -> ExitCode {
