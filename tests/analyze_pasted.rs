@@ -48,7 +48,7 @@ fn framings() {
     for (framed, host) in [
         (WARN.to_string(), Some("gpu-b")),
         (format!("2024-05-01T10:00:00.123456Z {WARN}"), Some("gpu-b")),
-        (format!("[2024-05-01 10:00:00] {}", WARN.replace("gpu-b:", "gpu-b:")), Some("gpu-b")),
+        (format!("[2024-05-01 10:00:00] {WARN}"), Some("gpu-b")),
         (format!("3: {WARN}"), Some("gpu-b")),
         (format!("[1,3]<stderr>:{WARN}"), Some("gpu-b")),
         (format!("node017: {WARN}"), Some("gpu-b")),

@@ -100,6 +100,32 @@ fn this_machine_runs_and_says_when_there_is_no_rdma_device() {
     }
 }
 
+/// The dmabuf probe on the live system, answered by the simulated NIC: ibv_reg_dmabuf_mr with
+/// fd -1 is EBADF when the provider supports dmabuf MRs, EOPNOTSUPP when it does not.
+#[test]
+fn dmabuf_probe_on_the_simulated_nic() {
+    let run_dir = std::env::temp_dir().join(format!("mrshim-doctor-probe-{}", std::process::id()));
+    std::fs::create_dir_all(&run_dir).unwrap();
+    for (dmabuf, want) in [("on", "ok"), ("off", "warn")] {
+        let out = Command::new(mrshim_test_support::mrshim_bin())
+            .args(["doctor", "--json"])
+            .env("LD_LIBRARY_PATH", mrshim_test_support::sim_lib_dir())
+            .env("MRSHIM_SIM_RUNDIR", &run_dir)
+            .env("MRSHIM_SIM_DMABUF", dmabuf)
+            .output()
+            .unwrap();
+        let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(status(&r, "dmabuf"), want, "MRSHIM_SIM_DMABUF={dmabuf}");
+        let c = r["checks"].as_array().unwrap().iter().find(|c| c["id"] == "dmabuf").unwrap();
+        if dmabuf == "on" {
+            assert_eq!(c["raw"]["probe"], "supported");
+        } else {
+            assert_eq!(c["raw"]["probe"]["errno"], 95, "EOPNOTSUPP");
+        }
+    }
+    let _ = std::fs::remove_dir_all(run_dir);
+}
+
 #[test]
 fn compare_shows_what_differs() {
     let dir = std::env::temp_dir().join(format!("mrshim-doctor-{}", std::process::id()));

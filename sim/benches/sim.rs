@@ -3,6 +3,7 @@
 //! 4 MiB. `cargo bench -p mrshim-sim`. Prints a table; asserts nothing.
 
 use ibverbs::api::*;
+use ibverbs::qp::*;
 use mrshim_verbs as v;
 use std::ptr::null_mut;
 use std::time::Instant;

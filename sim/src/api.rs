@@ -7,12 +7,13 @@
 //! stated sizes), so they carry no `# Safety` section of their own.
 #![allow(clippy::missing_safety_doc)]
 
-use crate::engine::{Engine, QpInner, RecvWqe, SendOp, SendWqe, Sge};
+use crate::engine::Engine;
+use crate::events::AsyncEvents;
 use crate::fault::{self, Call, Facts};
 use crate::memory::{self, Limits, Request, Walk};
-use crate::objects::{ctx, outer, registry, Chan, Cq, Ctx, Mr, Pd, Qp};
+use crate::objects::{ctx, device_of, outer, registry, Chan, Cq, Ctx, Mr, Pd};
 use crate::{errno_ret, ffi, set_errno, simlog};
-use mrshim_verbs::{self as v, ibv_qp_attr_mask as m, ibv_qp_state as qps};
+use mrshim_verbs as v;
 use std::cell::Cell;
 use std::os::raw::{c_char, c_int, c_uint, c_void};
 use std::ptr::null_mut;
@@ -68,9 +69,8 @@ pub unsafe extern "C" fn ibv_get_device_index(dev: *mut v::ibv_device) -> c_int 
     registry().ok().and_then(|r| r.device_index(dev)).map_or(-1, |i| i as c_int)
 }
 
-fn device_of(c: &Ctx) -> &'static crate::device::Device {
-    &registry().expect("a context exists only with a registry").devices[c.dev].0
-}
+/// Completion vectors a context offers (ibv_create_cq's `comp_vector` must be below).
+const NUM_COMP_VECTORS: c_int = 8;
 
 pub unsafe extern "C" fn ibv_open_device(dev: *mut v::ibv_device) -> *mut v::ibv_context {
     ffi(null_mut(), || {
@@ -97,19 +97,20 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut v::ibv_device) -> *mut v::ibv
         vctx.sz = std::mem::size_of::<v::verbs_context>();
         vctx.query_port = Some(op_query_port);
         vctx.query_device_ex = Some(op_query_device_ex);
-        vctx.create_qp_ex = Some(op_create_qp_ex);
+        vctx.create_qp_ex = Some(crate::qp::op_create_qp_ex);
+        vctx.create_srq_ex = Some(crate::srq::op_create_srq_ex);
         let c = &mut vctx.context;
         c.device = dev;
         c.cmd_fd = -1;
         c.async_fd = fds[0];
-        c.num_comp_vectors = 8;
+        c.num_comp_vectors = NUM_COMP_VECTORS;
         c.abi_compat = usize::MAX as *mut c_void; // __VERBS_ABI_IS_EXTENDED
         c.ops.poll_cq = Some(op_poll_cq);
         c.ops.req_notify_cq = Some(op_req_notify_cq);
-        c.ops.post_send = Some(op_post_send);
-        c.ops.post_recv = Some(op_post_recv);
-        c.ops.post_srq_recv = Some(op_post_srq_recv);
-        let b = Box::new(Ctx { vctx, dev: idx, engine, async_wfd: fds[1] });
+        c.ops.post_send = Some(crate::post::op_post_send);
+        c.ops.post_recv = Some(crate::post::op_post_recv);
+        c.ops.post_srq_recv = Some(crate::srq::op_post_srq_recv);
+        let b = Box::new(Ctx { vctx, dev: idx, engine, events: AsyncEvents(fds[1]) });
         let p = Box::into_raw(b);
         // SAFETY: p is a live Box we just leaked; hand out its embedded ibv_context.
         unsafe { &mut (*p).vctx.context as *mut v::ibv_context }
@@ -124,7 +125,7 @@ pub unsafe extern "C" fn ibv_close_device(c: *mut v::ibv_context) -> c_int {
         // SAFETY: closing the pipe this context created.
         unsafe {
             libc::close(b.vctx.context.async_fd);
-            libc::close(b.async_wfd);
+            libc::close(b.events.0);
         }
         0
     })
@@ -279,7 +280,11 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
         }
         // SAFETY: c is our context.
         let d = device_of(unsafe { ctx(c) });
-        let n = d.gids.len().min(max);
+        // The kernel refuses a buffer too small for the whole table rather than truncating it.
+        let n = d.gids.len();
+        if max < n {
+            return -(libc::EINVAL as isize);
+        }
         for i in 0..n {
             let e = gid_entry(d, i).unwrap();
             // SAFETY: entries holds max entries of `size` bytes each.
@@ -599,16 +604,37 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut v::ibv_mr) -> c_int {
     })
 }
 
+/// rdma-core's ibv_rereg_mr return codes (enum ibv_rereg_mr_err_code).
+const REREG_MR_ERR_INPUT: c_int = -1;
+const REREG_MR_ERR_CMD: c_int = -4;
+const REREG_MR_FLAGS: c_int = 0x7; // CHANGE_TRANSLATION | CHANGE_PD | CHANGE_ACCESS
+
+/// rdma-core's own input checks, then the command, which the simulated device does not offer
+/// (as a provider without rereg_mr): IBV_REREG_MR_ERR_CMD with errno EOPNOTSUPP.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_rereg_mr(
-    _mr: *mut v::ibv_mr,
-    _flags: c_int,
-    _pd: *mut v::ibv_pd,
-    _addr: *mut c_void,
-    _len: usize,
-    _access: c_int,
+    mr: *mut v::ibv_mr,
+    flags: c_int,
+    pd: *mut v::ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    access: c_int,
 ) -> c_int {
-    libc::EOPNOTSUPP
+    const CHANGE_TRANSLATION: c_int = 1;
+    const CHANGE_PD: c_int = 2;
+    if mr.is_null() || flags & !REREG_MR_FLAGS != 0 {
+        return errno_ret(libc::EINVAL, REREG_MR_ERR_INPUT);
+    }
+    if (flags & CHANGE_TRANSLATION != 0 && (addr.is_null() || len == 0)) || (flags & CHANGE_PD != 0 && pd.is_null()) {
+        return errno_ret(libc::EINVAL, REREG_MR_ERR_INPUT);
+    }
+    if access & v::ibv_access_flags::IBV_ACCESS_ON_DEMAND.0 as c_int != 0 && flags & CHANGE_TRANSLATION != 0 {
+        return errno_ret(libc::EINVAL, REREG_MR_ERR_INPUT);
+    }
+    if flags == 0 {
+        return 0;
+    }
+    errno_ret(libc::EOPNOTSUPP, REREG_MR_ERR_CMD)
 }
 
 // ---------------------------------------------------------------- completion queues
@@ -645,14 +671,14 @@ pub unsafe extern "C" fn ibv_create_cq(
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut v::ibv_comp_channel,
-    _vector: c_int,
+    vector: c_int,
 ) -> *mut v::ibv_cq {
     ffi(null_mut(), || {
         let reg = registry().expect("registry");
         if let Some(e) = fault::check(&reg.config.faults, Call::CreateCq, &Facts::default()) {
             return errno_ret(e, null_mut());
         }
-        if !(1..=crate::device::MAX_CQE).contains(&cqe) {
+        if !(1..=crate::device::MAX_CQE).contains(&cqe) || !(0..NUM_COMP_VECTORS).contains(&vector) {
             return errno_ret(libc::EINVAL, null_mut());
         }
         let wfd = if channel.is_null() {
@@ -669,8 +695,7 @@ pub unsafe extern "C" fn ibv_create_cq(
         cq.context = c;
         cq.channel = channel;
         cq.cq_context = cq_context;
-        cq.cqe = (cqe as u32).next_power_of_two() as c_int - 1;
-        cq.cqe = cq.cqe.max(cqe);
+        cq.cqe = cq_size(cqe);
         let p = Box::into_raw(Box::new(Cq { cq, inner }));
         // SAFETY: p is live.
         unsafe { (*p).inner.set_ptr(p as usize) };
@@ -694,12 +719,23 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut v::ibv_cq) -> c_int {
     })
 }
 
-pub unsafe extern "C" fn ibv_resize_cq(_cq: *mut v::ibv_cq, cqe: c_int) -> c_int {
-    if !(1..=crate::device::MAX_CQE).contains(&cqe) {
-        libc::EINVAL
-    } else {
-        0
+/// Like mlx5: the new size is rounded up to 2^n - 1 and reported in `cq->cqe`; smaller than
+/// the completions not polled yet is EINVAL. (The simulated CQ's queue grows on demand, so only
+/// the reported size changes.)
+pub unsafe extern "C" fn ibv_resize_cq(cq: *mut v::ibv_cq, cqe: c_int) -> c_int {
+    // SAFETY: cq is the caller's CQ.
+    let pending = unsafe { outer::<Cq, _>(cq) }.inner.pending();
+    if !(1..=crate::device::MAX_CQE).contains(&cqe) || (cqe as usize) < pending {
+        return libc::EINVAL;
     }
+    // SAFETY: cq is the caller's CQ.
+    unsafe { (*cq).cqe = cq_size(cqe) };
+    0
+}
+
+/// The size mlx5 gives a CQ asked for `cqe` entries.
+fn cq_size(cqe: c_int) -> c_int {
+    (((cqe as u32) + 1).next_power_of_two() as c_int - 1).max(cqe)
 }
 
 unsafe extern "C" fn op_poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut mrshim_verbs::sys::ibv_wc) -> c_int {
@@ -740,592 +776,4 @@ pub unsafe extern "C" fn ibv_get_cq_event(
 pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut v::ibv_cq, n: c_uint) {
     // SAFETY: cq is ours; the counter is informational.
     unsafe { (*cq).comp_events_completed = (*cq).comp_events_completed.wrapping_add(n) };
-}
-
-// ---------------------------------------------------------------- queue pairs
-
-/// Init attributes of an RC QP on one CQ with `max_wr` WRs and one SGE each way: what the
-/// crate's own tests and benchmarks create (applications build theirs).
-pub fn rc_init_attr(cq: *mut v::ibv_cq, max_wr: u32) -> v::ibv_qp_init_attr {
-    // SAFETY: ibv_qp_init_attr is plain old data; all-zero is valid.
-    let mut ia: v::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
-    ia.send_cq = cq;
-    ia.recv_cq = cq;
-    ia.qp_type = v::ibv_qp_type::IBV_QPT_RC;
-    ia.cap.max_send_wr = max_wr;
-    ia.cap.max_recv_wr = max_wr;
-    ia.cap.max_send_sge = 1;
-    ia.cap.max_recv_sge = 1;
-    ia
-}
-
-pub unsafe extern "C" fn ibv_create_qp(pd: *mut v::ibv_pd, init: *mut v::ibv_qp_init_attr) -> *mut v::ibv_qp {
-    ffi(null_mut(), || create_qp(pd, init, false))
-}
-
-/// verbs_context.create_qp_ex, behind the static-inline ibv_create_qp_ex.
-unsafe extern "C" fn op_create_qp_ex(_c: *mut v::ibv_context, attr: *mut v::ibv_qp_init_attr_ex) -> *mut v::ibv_qp {
-    ffi(null_mut(), || {
-        // SAFETY: the caller's attribute struct.
-        let a = unsafe { &mut *attr };
-        const PD: u32 = 1 << 0; // IBV_QP_INIT_ATTR_PD
-        const SEND_OPS: u32 = 1 << 6; // IBV_QP_INIT_ATTR_SEND_OPS_FLAGS
-        if a.comp_mask & PD == 0 || a.pd.is_null() {
-            return errno_ret(libc::EINVAL, null_mut());
-        }
-        if a.comp_mask & !(PD | SEND_OPS) != 0 || a.create_flags != 0 {
-            return errno_ret(libc::EOPNOTSUPP, null_mut());
-        }
-        // SAFETY: ibv_qp_init_attr_ex starts with the fields of ibv_qp_init_attr.
-        create_qp(a.pd, attr.cast(), a.comp_mask & SEND_OPS != 0)
-    })
-}
-
-fn create_qp(pd: *mut v::ibv_pd, init: *mut v::ibv_qp_init_attr, ex: bool) -> *mut v::ibv_qp {
-    let reg = registry().expect("registry");
-    // SAFETY: pd and init are the caller's valid objects.
-    let (p, ia) = unsafe { (outer::<Pd, _>(pd), &mut *init) };
-    if let Some(e) = fault::check(&reg.config.faults, Call::CreateQp, &Facts::default()) {
-        return errno_ret(e, null_mut());
-    }
-    let uc = match ia.qp_type {
-        v::ibv_qp_type::IBV_QPT_RC => false,
-        v::ibv_qp_type::IBV_QPT_UC => true,
-        _ => return errno_ret(libc::EOPNOTSUPP, null_mut()),
-    };
-    if !ia.srq.is_null() {
-        return errno_ret(libc::EOPNOTSUPP, null_mut());
-    }
-    let cap = &mut ia.cap;
-    if ia.send_cq.is_null()
-        || ia.recv_cq.is_null()
-        || cap.max_send_wr > crate::device::MAX_QP_WR as u32
-        || cap.max_recv_wr > crate::device::MAX_QP_WR as u32
-        || cap.max_send_sge > crate::device::MAX_SGE as u32
-        || cap.max_recv_sge > crate::device::MAX_SGE as u32
-        || cap.max_inline_data > crate::device::MAX_INLINE
-    {
-        return errno_ret(libc::EINVAL, null_mut());
-    }
-    cap.max_send_wr = cap.max_send_wr.max(1);
-    cap.max_recv_wr = cap.max_recv_wr.max(1);
-    cap.max_send_sge = cap.max_send_sge.max(1);
-    cap.max_recv_sge = cap.max_recv_sge.max(1);
-    cap.max_inline_data = crate::device::MAX_INLINE;
-    // SAFETY: the PD's context is ours; CQs are ours.
-    let (cx, scq, rcq) = unsafe { (ctx(p.pd.context), outer::<Cq, _>(ia.send_cq), outer::<Cq, _>(ia.recv_cq)) };
-    let qpn = match cx.engine.claim_qpn() {
-        Ok(n) => n,
-        Err(e) => return errno_ret(e.raw_os_error().unwrap_or(libc::ENOMEM), null_mut()),
-    };
-    scq.inner.users.fetch_add(1, Ordering::AcqRel);
-    rcq.inner.users.fetch_add(1, Ordering::AcqRel);
-    let inner = Arc::new(QpInner::new(
-        qpn,
-        p.id,
-        uc,
-        ia.sq_sig_all != 0,
-        (cap.max_send_wr, cap.max_recv_wr),
-        scq.inner.clone(),
-        rcq.inner.clone(),
-    ));
-    cx.engine.qps.lock().unwrap().insert(qpn, inner.clone());
-    // SAFETY: ibv_qp_ex is plain old data (pointers, ints, Option<fn>).
-    let mut qpx: v::ibv_qp_ex = unsafe { std::mem::zeroed() };
-    if ex {
-        crate::qpex::install(&mut qpx);
-    }
-    let qp = &mut qpx.qp_base;
-    qp.context = p.pd.context;
-    qp.qp_context = ia.qp_context;
-    qp.pd = pd;
-    qp.send_cq = ia.send_cq;
-    qp.recv_cq = ia.recv_cq;
-    qp.srq = ia.srq;
-    qp.handle = qpn;
-    qp.qp_num = qpn;
-    qp.state = qps::IBV_QPS_RESET;
-    qp.qp_type = ia.qp_type;
-    Box::into_raw(Box::new(Qp { qpx, ex, inner, cap: *cap, batch: Default::default() })).cast()
-}
-
-pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut v::ibv_qp) -> c_int {
-    ffi(libc::EINVAL, || {
-        // SAFETY: qp came from ibv_create_qp.
-        let b = unsafe { Box::from_raw(qp.cast::<Qp>()) };
-        // SAFETY: its context is ours.
-        let cx = unsafe { ctx(b.qpx.qp_base.context) };
-        cx.engine.qps.lock().unwrap().remove(&b.inner.qpn);
-        cx.engine.release_qpn(b.inner.qpn);
-        b.inner.send_cq.users.fetch_sub(1, Ordering::AcqRel);
-        b.inner.recv_cq.users.fetch_sub(1, Ordering::AcqRel);
-        0
-    })
-}
-
-/// Required and optional attribute masks per transition (the kernel's qp_state_table, RC/UC).
-fn transition_masks(cur: u32, next: u32, uc: bool) -> Option<(u32, u32)> {
-    use qps::*;
-    let a = |x: v::ibv_qp_attr_mask| x.0;
-    let path_opt = a(m::IBV_QP_ALT_PATH) | a(m::IBV_QP_ACCESS_FLAGS) | a(m::IBV_QP_PKEY_INDEX);
-    Some(match (cur, next) {
-        (_, IBV_QPS_RESET) | (_, IBV_QPS_ERR) => (0, 0),
-        (IBV_QPS_RESET, IBV_QPS_INIT) => (a(m::IBV_QP_PKEY_INDEX) | a(m::IBV_QP_PORT) | a(m::IBV_QP_ACCESS_FLAGS), 0),
-        (IBV_QPS_INIT, IBV_QPS_INIT) => (0, a(m::IBV_QP_PKEY_INDEX) | a(m::IBV_QP_PORT) | a(m::IBV_QP_ACCESS_FLAGS)),
-        (IBV_QPS_INIT, IBV_QPS_RTR) => {
-            let base = a(m::IBV_QP_AV) | a(m::IBV_QP_PATH_MTU) | a(m::IBV_QP_DEST_QPN) | a(m::IBV_QP_RQ_PSN);
-            let rc = a(m::IBV_QP_MAX_DEST_RD_ATOMIC) | a(m::IBV_QP_MIN_RNR_TIMER);
-            if uc {
-                (base, path_opt)
-            } else {
-                (base | rc, path_opt)
-            }
-        }
-        (IBV_QPS_RTR, IBV_QPS_RTS) => {
-            let rc =
-                a(m::IBV_QP_TIMEOUT) | a(m::IBV_QP_RETRY_CNT) | a(m::IBV_QP_RNR_RETRY) | a(m::IBV_QP_MAX_QP_RD_ATOMIC);
-            let opt = a(m::IBV_QP_CUR_STATE)
-                | a(m::IBV_QP_ALT_PATH)
-                | a(m::IBV_QP_ACCESS_FLAGS)
-                | a(m::IBV_QP_MIN_RNR_TIMER)
-                | a(m::IBV_QP_PATH_MIG_STATE);
-            if uc {
-                (a(m::IBV_QP_SQ_PSN), opt)
-            } else {
-                (a(m::IBV_QP_SQ_PSN) | rc, opt)
-            }
-        }
-        (IBV_QPS_RTS, IBV_QPS_RTS) => (
-            0,
-            a(m::IBV_QP_CUR_STATE)
-                | a(m::IBV_QP_ACCESS_FLAGS)
-                | a(m::IBV_QP_ALT_PATH)
-                | a(m::IBV_QP_PATH_MIG_STATE)
-                | a(m::IBV_QP_MIN_RNR_TIMER),
-        ),
-        _ => return None,
-    })
-}
-
-/// The kernel's checks for one ibv_modify_qp call; Ok(next state).
-pub fn check_modify(
-    cur: u32,
-    uc: bool,
-    attr: &v::ibv_qp_attr,
-    mask: u32,
-    dev: &crate::device::Device,
-) -> Result<u32, i32> {
-    let state_bit = m::IBV_QP_STATE.0;
-    let next = if mask & state_bit != 0 { attr.qp_state } else { cur };
-    if next > qps::IBV_QPS_ERR {
-        return Err(libc::EINVAL);
-    }
-    if mask & m::IBV_QP_CUR_STATE.0 != 0 && attr.cur_qp_state != cur {
-        return Err(libc::EINVAL);
-    }
-    let (req, opt) = transition_masks(cur, next, uc).ok_or(libc::EINVAL)?;
-    let given = mask & !state_bit;
-    if given & req != req || given & !(req | opt | m::IBV_QP_CUR_STATE.0) != 0 {
-        return Err(libc::EINVAL);
-    }
-    if mask & m::IBV_QP_PORT.0 != 0 && attr.port_num != crate::device::PORT {
-        return Err(libc::EINVAL);
-    }
-    if mask & m::IBV_QP_PKEY_INDEX.0 != 0 && attr.pkey_index as i32 >= dev.port_attr().pkey_tbl_len as i32 {
-        return Err(libc::EINVAL);
-    }
-    if mask & m::IBV_QP_PATH_MTU.0 != 0 && (attr.path_mtu < 1 || attr.path_mtu > dev.port_attr().active_mtu) {
-        return Err(libc::EINVAL);
-    }
-    if mask & m::IBV_QP_AV.0 != 0 {
-        let ah = &attr.ah_attr;
-        if dev.is_roce() && (ah.is_global == 0 || ah.grh.sgid_index as usize >= dev.gids.len()) {
-            return Err(libc::EINVAL); // RoCE needs a GRH with a valid source GID
-        }
-        if !dev.is_roce() && ah.dlid == 0 {
-            return Err(libc::EINVAL);
-        }
-    }
-    if mask & m::IBV_QP_DEST_QPN.0 != 0 && attr.dest_qp_num > 0xff_ffff {
-        return Err(libc::EINVAL);
-    }
-    if (mask & m::IBV_QP_MAX_QP_RD_ATOMIC.0 != 0 && attr.max_rd_atomic as i32 > crate::device::MAX_RD_ATOM)
-        || (mask & m::IBV_QP_MAX_DEST_RD_ATOMIC.0 != 0 && attr.max_dest_rd_atomic as i32 > crate::device::MAX_RD_ATOM)
-        || (mask & m::IBV_QP_TIMEOUT.0 != 0 && attr.timeout > 31)
-        || (mask & m::IBV_QP_RETRY_CNT.0 != 0 && attr.retry_cnt > 7)
-        || (mask & m::IBV_QP_RNR_RETRY.0 != 0 && attr.rnr_retry > 7)
-    {
-        return Err(libc::EINVAL);
-    }
-    Ok(next)
-}
-
-pub unsafe extern "C" fn ibv_modify_qp(qp: *mut v::ibv_qp, attr: *mut v::ibv_qp_attr, mask: c_int) -> c_int {
-    ffi(libc::EINVAL, || {
-        let reg = registry().expect("registry");
-        // SAFETY: qp and attr are the caller's valid objects.
-        let (q, a) = unsafe { (&mut *qp.cast::<Qp>(), &*attr) };
-        if let Some(e) = fault::check(&reg.config.faults, Call::ModifyQp, &Facts::default()) {
-            return e;
-        }
-        // SAFETY: the QP's context is ours.
-        let dev = device_of(unsafe { ctx(q.qpx.qp_base.context) });
-        let inner = q.inner.clone();
-        let mut st = inner.st.lock().unwrap();
-        let mask = mask as u32;
-        let next = match check_modify(st.state, inner.uc, a, mask, dev) {
-            Ok(n) => n,
-            Err(e) => return e,
-        };
-        let has = |b: v::ibv_qp_attr_mask| mask & b.0 != 0;
-        let t = &mut st.attrs;
-        if has(m::IBV_QP_PORT) {
-            t.port = a.port_num;
-        }
-        if has(m::IBV_QP_ACCESS_FLAGS) {
-            t.access = a.qp_access_flags;
-        }
-        if has(m::IBV_QP_PKEY_INDEX) {
-            t.pkey_index = a.pkey_index;
-        }
-        if has(m::IBV_QP_AV) {
-            t.ah = Some(a.ah_attr);
-        }
-        if has(m::IBV_QP_PATH_MTU) {
-            t.path_mtu = a.path_mtu;
-        }
-        if has(m::IBV_QP_DEST_QPN) {
-            t.dest_qpn = a.dest_qp_num;
-        }
-        if has(m::IBV_QP_RQ_PSN) {
-            t.rq_psn = a.rq_psn;
-        }
-        if has(m::IBV_QP_MAX_DEST_RD_ATOMIC) {
-            t.max_dest_rd_atomic = a.max_dest_rd_atomic;
-        }
-        if has(m::IBV_QP_MIN_RNR_TIMER) {
-            t.min_rnr_timer = a.min_rnr_timer;
-        }
-        if has(m::IBV_QP_TIMEOUT) {
-            t.timeout = a.timeout;
-        }
-        if has(m::IBV_QP_RETRY_CNT) {
-            t.retry_cnt = a.retry_cnt;
-        }
-        if has(m::IBV_QP_RNR_RETRY) {
-            t.rnr_retry = a.rnr_retry;
-        }
-        if has(m::IBV_QP_MAX_QP_RD_ATOMIC) {
-            t.max_rd_atomic = a.max_rd_atomic;
-        }
-        if has(m::IBV_QP_SQ_PSN) {
-            t.sq_psn = a.sq_psn;
-            inner.set_sq_psn(&mut st, a.sq_psn);
-        }
-        match next {
-            qps::IBV_QPS_RESET => inner.reset(&mut st),
-            qps::IBV_QPS_ERR if st.state != qps::IBV_QPS_ERR => inner.flush(&mut st),
-            _ => {}
-        }
-        st.state = next;
-        q.qpx.qp_base.state = next;
-        drop(st);
-        // SAFETY: the QP's context is ours.
-        unsafe { ctx(q.qpx.qp_base.context) }.engine.kick();
-        0
-    })
-}
-
-pub unsafe extern "C" fn ibv_query_qp(
-    qp: *mut v::ibv_qp,
-    attr: *mut v::ibv_qp_attr,
-    _mask: c_int,
-    init: *mut v::ibv_qp_init_attr,
-) -> c_int {
-    ffi(libc::EINVAL, || {
-        // SAFETY: caller's valid objects.
-        let (q, a) = unsafe { (outer::<Qp, _>(qp), &mut *attr) };
-        let st = q.inner.st.lock().unwrap();
-        // SAFETY: plain old data.
-        *a = unsafe { std::mem::zeroed() };
-        a.qp_state = st.state;
-        a.cur_qp_state = st.state;
-        a.path_mtu = st.attrs.path_mtu;
-        a.rq_psn = st.attrs.rq_psn;
-        a.sq_psn = st.attrs.sq_psn;
-        a.dest_qp_num = st.attrs.dest_qpn;
-        a.qp_access_flags = st.attrs.access;
-        a.cap = q.cap;
-        if let Some(ah) = st.attrs.ah {
-            a.ah_attr = ah;
-        }
-        a.pkey_index = st.attrs.pkey_index;
-        a.max_rd_atomic = st.attrs.max_rd_atomic;
-        a.max_dest_rd_atomic = st.attrs.max_dest_rd_atomic;
-        a.min_rnr_timer = st.attrs.min_rnr_timer;
-        a.port_num = st.attrs.port;
-        a.timeout = st.attrs.timeout;
-        a.retry_cnt = st.attrs.retry_cnt;
-        a.rnr_retry = st.attrs.rnr_retry;
-        if !init.is_null() {
-            // SAFETY: caller's out struct.
-            let ia = unsafe { &mut *init };
-            ia.qp_context = q.qpx.qp_base.qp_context;
-            ia.send_cq = q.qpx.qp_base.send_cq;
-            ia.recv_cq = q.qpx.qp_base.recv_cq;
-            ia.srq = q.qpx.qp_base.srq;
-            ia.cap = q.cap;
-            ia.qp_type = q.qpx.qp_base.qp_type;
-            ia.sq_sig_all = q.inner.sq_sig_all as c_int;
-        }
-        0
-    })
-}
-
-fn sges(list: *mut v::ibv_sge, n: c_int) -> Vec<Sge> {
-    if n <= 0 || list.is_null() {
-        return Vec::new();
-    }
-    // SAFETY: the caller's WR holds n SGEs.
-    unsafe { std::slice::from_raw_parts(list, n as usize) }
-        .iter()
-        .map(|s| Sge { addr: s.addr, len: s.length, lkey: s.lkey })
-        .collect()
-}
-
-/// One send work request, from either post API (ibv_post_send or the ibv_wr_* builders).
-pub struct WrDesc {
-    pub wr_id: u64,
-    pub op: SendOp,
-    pub imm: Option<u32>,
-    pub flags: c_uint,
-    pub sges: Vec<Sge>,
-    /// Set by ibv_wr_set_inline_data: the bytes, copied at build time.
-    pub inline_data: Option<Vec<u8>>,
-    pub raddr: u64,
-    pub rkey: u32,
-}
-
-/// The driver's checks at post time, then the WR goes on the send queue (or is flushed at once
-/// in the error state). An errno for ibv_post_send's return value otherwise.
-pub fn enqueue(q: &Qp, st: &mut crate::engine::QpState, w: WrDesc) -> Result<(), c_int> {
-    let inner = &q.inner;
-    let len: u64 = match &w.inline_data {
-        Some(d) => d.len() as u64,
-        None => w.sges.iter().map(|s| s.len as u64).sum(),
-    };
-    let inline =
-        (w.flags & v::ibv_send_flags::IBV_SEND_INLINE.0 != 0 || w.inline_data.is_some()) && w.op != SendOp::Read;
-    if (w.op == SendOp::Read && inner.uc)
-        || w.sges.len() > q.cap.max_send_sge as usize
-        || len > crate::device::MAX_MSG_SZ as u64
-        || (inline && len > q.cap.max_inline_data as u64)
-    {
-        return Err(libc::EINVAL);
-    }
-    if (st.state < qps::IBV_QPS_RTS && st.state != qps::IBV_QPS_ERR) || st.state == qps::IBV_QPS_SQD {
-        return Err(libc::EINVAL);
-    }
-    if st.sq.len() + st.inflight_len() >= inner.max_send_wr as usize {
-        return Err(libc::ENOMEM);
-    }
-    if st.state == qps::IBV_QPS_ERR {
-        inner.send_cq.push(inner.wc(w.wr_id, v::ibv_wc_status::IBV_WC_WR_FLUSH_ERR, 0, 0));
-        return Ok(());
-    }
-    let inline_data = match w.inline_data {
-        Some(d) => Some(d),
-        None if inline => {
-            let mut d = Vec::with_capacity(len as usize);
-            for s in &w.sges {
-                // SAFETY: inline data is read from the caller's buffers at post time, as the verb specifies.
-                d.extend_from_slice(unsafe { std::slice::from_raw_parts(s.addr as *const u8, s.len as usize) });
-            }
-            Some(d)
-        }
-        None => None,
-    };
-    let psn = st.take_psn();
-    st.sq.push_back(SendWqe {
-        wr_id: w.wr_id,
-        op: w.op,
-        signaled: w.flags & v::ibv_send_flags::IBV_SEND_SIGNALED.0 != 0,
-        sges: w.sges,
-        inline: inline_data,
-        raddr: w.raddr,
-        rkey: w.rkey,
-        imm: w.imm,
-        len,
-        psn,
-        retries: 0,
-    });
-    Ok(())
-}
-
-unsafe extern "C" fn op_post_send(
-    qp: *mut v::ibv_qp,
-    mut wr: *mut v::ibv_send_wr,
-    bad: *mut *mut v::ibv_send_wr,
-) -> c_int {
-    ffi(libc::EINVAL, || {
-        use v::ibv_wr_opcode::*;
-        // SAFETY: qp is ours.
-        let q = unsafe { outer::<Qp, _>(qp) };
-        let mut st = q.inner.st.lock().unwrap();
-        let mut rc = 0;
-        while !wr.is_null() {
-            // SAFETY: walking the caller's WR list.
-            let w = unsafe { &*wr };
-            let (op, imm) = match w.opcode {
-                IBV_WR_SEND => (SendOp::Send, None),
-                // SAFETY: imm_data is the active union member for *_WITH_IMM.
-                IBV_WR_SEND_WITH_IMM => (SendOp::Send, Some(unsafe { w.__bindgen_anon_1.imm_data })),
-                IBV_WR_RDMA_WRITE => (SendOp::Write, None),
-                // SAFETY: as above.
-                IBV_WR_RDMA_WRITE_WITH_IMM => (SendOp::WriteImm, Some(unsafe { w.__bindgen_anon_1.imm_data })),
-                IBV_WR_RDMA_READ => (SendOp::Read, None),
-                _ => {
-                    rc = libc::EINVAL;
-                    break;
-                }
-            };
-            if w.num_sge < 0 {
-                rc = libc::EINVAL;
-                break;
-            }
-            // SAFETY: rdma is the active union member for RDMA opcodes (ignored otherwise).
-            let rdma = unsafe { w.wr.rdma };
-            let d = WrDesc {
-                wr_id: w.wr_id,
-                op,
-                imm,
-                flags: w.send_flags,
-                sges: sges(w.sg_list, w.num_sge),
-                inline_data: None,
-                raddr: rdma.remote_addr,
-                rkey: rdma.rkey,
-            };
-            if let Err(e) = enqueue(q, &mut st, d) {
-                rc = e;
-                break;
-            }
-            wr = w.next;
-        }
-        drop(st);
-        if rc != 0 && !bad.is_null() {
-            // SAFETY: caller's out pointer.
-            unsafe { *bad = wr };
-        }
-        // SAFETY: the QP's context is ours.
-        unsafe { ctx(q.qpx.qp_base.context) }.engine.kick();
-        rc
-    })
-}
-
-unsafe extern "C" fn op_post_recv(
-    qp: *mut v::ibv_qp,
-    mut wr: *mut v::ibv_recv_wr,
-    bad: *mut *mut v::ibv_recv_wr,
-) -> c_int {
-    ffi(libc::EINVAL, || {
-        // SAFETY: qp is ours.
-        let q = unsafe { outer::<Qp, _>(qp) };
-        let inner = &q.inner;
-        let mut st = inner.st.lock().unwrap();
-        let mut rc = 0;
-        while !wr.is_null() {
-            // SAFETY: walking the caller's WR list.
-            let w = unsafe { &*wr };
-            if st.state == qps::IBV_QPS_RESET || w.num_sge < 0 || w.num_sge as u32 > q.cap.max_recv_sge {
-                rc = libc::EINVAL;
-                break;
-            }
-            if st.rq.len() >= inner.max_recv_wr as usize {
-                rc = libc::ENOMEM;
-                break;
-            }
-            if st.state == qps::IBV_QPS_ERR {
-                inner.recv_cq.push(inner.wc(
-                    w.wr_id,
-                    v::ibv_wc_status::IBV_WC_WR_FLUSH_ERR,
-                    v::ibv_wc_opcode::IBV_WC_RECV,
-                    0,
-                ));
-            } else {
-                st.rq.push_back(RecvWqe { wr_id: w.wr_id, sges: sges(w.sg_list, w.num_sge) });
-            }
-            wr = w.next;
-        }
-        // SAFETY: the QP's context is ours.
-        let cx = unsafe { ctx(q.qpx.qp_base.context) };
-        cx.engine.match_unmatched(inner, &mut st);
-        drop(st);
-        if rc != 0 && !bad.is_null() {
-            // SAFETY: caller's out pointer.
-            unsafe { *bad = wr };
-        }
-        rc
-    })
-}
-
-unsafe extern "C" fn op_post_srq_recv(
-    _srq: *mut v::ibv_srq,
-    _wr: *mut v::ibv_recv_wr,
-    _bad: *mut *mut v::ibv_recv_wr,
-) -> c_int {
-    libc::EOPNOTSUPP
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut v::ibv_qp) -> *mut v::ibv_qp_ex {
-    // SAFETY: qp is ours. Only QPs created through ibv_create_qp_ex with send_ops_flags have one.
-    let q = unsafe { &mut *qp.cast::<Qp>() };
-    if q.ex {
-        &mut q.qpx
-    } else {
-        null_mut()
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn ibv_query_qp_data_in_order(_qp: *mut v::ibv_qp, _op: c_int, _flags: u32) -> c_int {
-    0
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The kernel's usecnt, not the Arc's count, decides whether a CQ is busy: the progress
-    /// thread may still hold a clone of a destroyed QP (finishing a message) when the
-    /// application destroys the CQ, and that must not be EBUSY. Here the clone is held on
-    /// purpose, so the moment the race needs is certain.
-    #[test]
-    fn destroy_cq_after_destroy_qp_succeeds_while_the_engine_still_holds_the_qp() {
-        let dir = std::env::temp_dir().join(format!("mrshim-sim-unit-{}", std::process::id()));
-        std::env::set_var("MRSHIM_SIM_RUNDIR", &dir);
-        // SAFETY: the verbs calls below are used as an application uses them, on objects they
-        // returned, each checked before use.
-        unsafe {
-            let mut n = 0;
-            let list = ibv_get_device_list(&mut n);
-            assert!(!list.is_null() && n > 0);
-            let ctx = ibv_open_device(*list);
-            assert!(!ctx.is_null());
-            let pd = ibv_alloc_pd(ctx);
-            let cq = ibv_create_cq(ctx, 16, null_mut(), null_mut(), 0);
-            assert!(!pd.is_null() && !cq.is_null());
-            let qp = ibv_create_qp(pd, &mut rc_init_attr(cq, 4));
-            assert!(!qp.is_null());
-            assert_eq!(ibv_destroy_cq(cq), libc::EBUSY, "a live QP uses the CQ");
-            let held = (*qp.cast::<Qp>()).inner.clone();
-            assert_eq!(ibv_destroy_qp(qp), 0);
-            assert_eq!(ibv_destroy_cq(cq), 0, "only the engine's clone of the destroyed QP is left");
-            drop(held);
-            assert_eq!(ibv_dealloc_pd(pd), 0);
-            assert_eq!(ibv_close_device(ctx), 0);
-            ibv_free_device_list(list);
-        }
-        let _ = std::fs::remove_dir_all(&dir);
-    }
 }

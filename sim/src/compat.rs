@@ -5,8 +5,11 @@
 //! interface (IBVERBS_PRIVATE_34) is inert: the simulator loads no providers, but Debian's
 //! libmlx5/libefa are linked with BIND_NOW and need the names to exist.
 
+use crate::ah::*;
 use crate::api::*;
 use crate::misc::*;
+use crate::qp::*;
+use crate::srq::*;
 
 /// The unconditional branch of this architecture, for the tail-jump stubs.
 #[cfg(target_arch = "x86_64")]

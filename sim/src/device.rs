@@ -18,6 +18,19 @@ pub const MAX_CQE: i32 = 4_194_303;
 pub const MAX_INLINE: u32 = 220;
 pub const MAX_RD_ATOM: i32 = 16;
 
+/// What a ConnectX-7 reports (0x2536_1c36) without what the simulator does not implement:
+/// memory windows (MEM_WINDOW, TYPE_2A/2B), XRC, memory management extensions (fast
+/// registration), SRQ resize (mlx5 has none either).
+pub const DEVICE_CAP_FLAGS: u32 = {
+    const MEM_WINDOW: u32 = 1 << 17;
+    const XRC: u32 = 1 << 20;
+    const MEM_MGT_EXTENSIONS: u32 = 1 << 21;
+    const MEM_WINDOW_TYPE_2A: u32 = 1 << 23;
+    const MEM_WINDOW_TYPE_2B: u32 = 1 << 24;
+    const SRQ_RESIZE: u32 = 1 << 13;
+    0x2536_1c36 & !(MEM_WINDOW | XRC | MEM_MGT_EXTENSIONS | MEM_WINDOW_TYPE_2A | MEM_WINDOW_TYPE_2B | SRQ_RESIZE)
+};
+
 /// GID type as `ibv_query_gid_type` reports it (enum ibv_gid_type_sysfs).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum GidType {
@@ -80,7 +93,7 @@ impl Device {
         a.hw_ver = HW_VER;
         a.max_qp = 131_072;
         a.max_qp_wr = MAX_QP_WR;
-        a.device_cap_flags = 0x2536_1c36; // what a ConnectX-7 reports (devinfo decodes it)
+        a.device_cap_flags = DEVICE_CAP_FLAGS;
         a.max_sge = MAX_SGE;
         a.max_sge_rd = 30;
         a.max_cq = 16_777_216;
@@ -91,15 +104,16 @@ impl Device {
         a.max_ee_rd_atom = 0;
         a.max_res_rd_atom = 2_097_152;
         a.max_qp_init_rd_atom = MAX_RD_ATOM;
-        a.atomic_cap = v::IBV_ATOMIC_HCA;
-        a.max_mw = 16_777_216;
-        a.max_mcast_grp = 2_097_152;
-        a.max_mcast_qp_attach = 240;
-        a.max_total_mcast_qp_attach = 503_316_480;
+        // Not implemented, so reported absent: atomics, memory windows, multicast.
+        a.atomic_cap = v::IBV_ATOMIC_NONE;
+        a.max_mw = 0;
+        a.max_mcast_grp = 0;
+        a.max_mcast_qp_attach = 0;
+        a.max_total_mcast_qp_attach = 0;
         a.max_ah = i32::MAX;
         a.max_srq = 8_388_608;
-        a.max_srq_wr = 32767;
-        a.max_srq_sge = 31;
+        a.max_srq_wr = crate::srq::MAX_SRQ_WR as i32;
+        a.max_srq_sge = crate::srq::MAX_SRQ_SGE as i32;
         a.max_pkeys = 128;
         a.local_ca_ack_delay = 16;
         a.phys_port_cnt = 1;
@@ -162,8 +176,8 @@ pub fn sysfs_file(dev: &Device, file: &str) -> Option<String> {
         "node_desc" => format!("mrshim-sim {}", dev.spec.name),
         "node_guid" => fmt_guid(dev.node_guid),
         "sys_image_guid" => fmt_guid(dev.node_guid),
-        "device/vendor" => format!("{VENDOR_ID:#06x}"),
-        "device/device" => "0x1021".into(),
+        "device/vendor" => crate::sysview::PCI_VENDOR.into(),
+        "device/device" => crate::sysview::PCI_DEVICE.into(),
         _ => return None,
     })
 }

@@ -4,7 +4,8 @@
 //! moves data between registered memory and the wire, and produces completions.
 
 use crate::cq::CqInner;
-use crate::wire::{self, Hdr, Op, FIRST, IMM, LAST, NAK_NOT_READY};
+use crate::srq::SrqInner;
+use crate::wire::{self, Hdr, Op, FIRST, GRH, IMM, LAST, NAK_NOT_READY};
 use mrshim_verbs::{self as v, ibv_qp_state as qps, ibv_wc, ibv_wc_opcode as wco, ibv_wc_status as wcs};
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -49,6 +50,29 @@ pub enum SendOp {
     Read,
 }
 
+/// The transport service of a QP.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum QpType {
+    Rc,
+    Uc,
+    Ud,
+}
+
+/// Where one UD send goes (from its address handle) and what the GRH a receiver finds in front
+/// of the data is made of: source GID, its type, the route; `None` without one (InfiniBand AH
+/// without `is_global`).
+#[derive(Clone)]
+pub struct UdDest {
+    pub qpn: u32,
+    pub qkey: u32,
+    pub grh: Option<([u8; 16], crate::device::GidType, v::ibv_global_route)>,
+    /// The sender's LID (0 on RoCE), reported as the receiver's `wc.slid`.
+    pub slid: u16,
+    /// The receiver's `wc.sl`: the service level on InfiniBand; on RoCE mlx5 reports the packet
+    /// type there (bit 3: UDP, bits 2:0: 0 GRH, 1 IPv6, 2 IPv4), which UCX's ud_verbs reads.
+    pub sl: u8,
+}
+
 pub struct SendWqe {
     pub wr_id: u64,
     pub op: SendOp,
@@ -62,6 +86,10 @@ pub struct SendWqe {
     pub len: u64,
     pub psn: u32,
     pub retries: u32,
+    pub ud: Option<UdDest>,
+    /// Acknowledged by the responder (a READ: all its data arrived). Completions are
+    /// generated in order, so an ACK of a later WR waits for an earlier READ's data.
+    pub acked: bool,
 }
 
 pub struct RecvWqe {
@@ -112,6 +140,7 @@ pub struct QpAttrs {
     pub max_rd_atomic: u8,
     pub max_dest_rd_atomic: u8,
     pub ah: Option<v::ibv_ah_attr>,
+    pub qkey: u32,
 }
 
 pub struct QpState {
@@ -134,10 +163,14 @@ pub struct QpState {
 pub struct QpInner {
     pub qpn: u32,
     pub pd: usize,
-    pub uc: bool,
+    pub ty: QpType,
+    /// Receive WQEs come from this shared receive queue instead of the QP's own.
+    pub srq: Option<Arc<SrqInner>>,
     pub sq_sig_all: bool,
     pub max_send_wr: u32,
     pub max_recv_wr: u32,
+    /// The longest message one WR may carry (UD: the port's MTU).
+    pub max_msg: u32,
     pub send_cq: Arc<CqInner>,
     pub recv_cq: Arc<CqInner>,
     pub st: Mutex<QpState>,
@@ -160,19 +193,21 @@ impl QpInner {
     pub fn new(
         qpn: u32,
         pd: usize,
-        uc: bool,
+        (ty, srq): (QpType, Option<Arc<SrqInner>>),
         sq_sig_all: bool,
-        caps: (u32, u32),
+        caps: (u32, u32, u32),
         send_cq: Arc<CqInner>,
         recv_cq: Arc<CqInner>,
     ) -> QpInner {
         QpInner {
             qpn,
             pd,
-            uc,
+            ty,
+            srq,
             sq_sig_all,
             max_send_wr: caps.0,
             max_recv_wr: caps.1,
+            max_msg: if ty == QpType::Ud { caps.2 } else { crate::device::MAX_MSG_SZ },
             send_cq,
             recv_cq,
             st: Mutex::new(QpState {
@@ -189,6 +224,14 @@ impl QpInner {
                 peer: None,
                 next_psn: 0,
             }),
+        }
+    }
+
+    /// The next receive WQE: from the SRQ if the QP has one.
+    fn take_recv(&self, st: &mut QpState) -> Option<RecvWqe> {
+        match &self.srq {
+            Some(s) => s.take(),
+            None => st.rq.pop_front(),
         }
     }
 
@@ -678,6 +721,7 @@ impl Progress {
             Some(Op::ReadResp) => self.on_read_resp(h, payload),
             Some(Op::Ack) => self.on_ack(h),
             Some(Op::Nak) => self.on_nak(h),
+            Some(Op::UdSend) => self.on_datagram(h, payload),
             None => self.conns[conn].dead = true,
         }
     }
@@ -706,7 +750,7 @@ impl Progress {
             let imm = (h.flags & IMM != 0).then_some(h.imm);
             let mut failed = None;
             let sink = match op {
-                Op::Send => match st.rq.pop_front() {
+                Op::Send => match qp.take_recv(&mut st) {
                     Some(w) if recv_capacity(&w) < h.total_len => {
                         qp.recv_cq.push(qp.wc(w.wr_id, wcs::IBV_WC_LOC_LEN_ERR, wco::IBV_WC_RECV, 0));
                         failed = Some(wcs::IBV_WC_REM_INV_REQ_ERR);
@@ -716,12 +760,14 @@ impl Progress {
                     None => Sink::Buffer(Vec::with_capacity(h.total_len.min(1 << 24) as usize)),
                 },
                 _ => {
-                    let ok = st.attrs.access & mrshim_verbs::access::REMOTE_WRITE != 0
-                        && self.e.mrs.read().unwrap().get(&h.rkey).is_some_and(|m| {
-                            m.pd == qp.pd
-                                && m.access & mrshim_verbs::access::REMOTE_WRITE != 0
-                                && m.translate(h.raddr, h.total_len).is_some()
-                        });
+                    // A zero-length RDMA WRITE checks no R_Key (IBTA C9-88): UCX flushes with one.
+                    let ok = h.total_len == 0
+                        || st.attrs.access & mrshim_verbs::access::REMOTE_WRITE != 0
+                            && self.e.mrs.read().unwrap().get(&h.rkey).is_some_and(|m| {
+                                m.pd == qp.pd
+                                    && m.access & mrshim_verbs::access::REMOTE_WRITE != 0
+                                    && m.translate(h.raddr, h.total_len).is_some()
+                            });
                     if ok {
                         Sink::Mem { rkey: h.rkey, raddr: h.raddr }
                     } else {
@@ -760,7 +806,7 @@ impl Progress {
                 });
                 self.e.match_unmatched(&qp, &mut st);
             }
-            Sink::Mem { .. } if rx.op == Op::WriteImm => match st.rq.pop_front() {
+            Sink::Mem { .. } if rx.op == Op::WriteImm => match qp.take_recv(&mut st) {
                 Some(w) => complete_recv(&qp, w.wr_id, rx.total, rx.imm, true, h.src_qpn),
                 None => st.unmatched.push_back(Unmatched {
                     data: Vec::new(),
@@ -811,13 +857,14 @@ impl Progress {
             drop(st);
             return self.reply(conn, h, Op::Nak, NAK_NOT_READY);
         }
-        let ok = !qp.uc
-            && st.attrs.access & mrshim_verbs::access::REMOTE_READ != 0
-            && self.e.mrs.read().unwrap().get(&h.rkey).is_some_and(|m| {
+        let ok = qp.ty == QpType::Rc
+            && (h.total_len == 0 // no R_Key check for a zero-length READ either
+                || st.attrs.access & mrshim_verbs::access::REMOTE_READ != 0
+                    && self.e.mrs.read().unwrap().get(&h.rkey).is_some_and(|m| {
                 m.pd == qp.pd
                     && m.access & mrshim_verbs::access::REMOTE_READ != 0
                     && m.translate(h.raddr, h.total_len).is_some()
-            });
+            }));
         drop(st);
         if !ok {
             return self.reply(conn, h, Op::Nak, wcs::IBV_WC_REM_ACCESS_ERR);
@@ -914,17 +961,20 @@ impl Progress {
         qp.send_cq.push_all(wcs);
     }
 
+    /// An ACK (coalesced: it covers every earlier WR) or the last READ response for `psn`. The
+    /// responder streams READ data after replying to later requests, so an ACK can overtake a
+    /// READ's data here where the fabric keeps them in order: a READ is acknowledged only by
+    /// its own last response, and completions stop at the first WR not acknowledged yet.
     fn complete_through(&self, qp: &QpInner, st: &mut QpState, psn: u32) {
-        if let Some(pos) = st.inflight.iter().position(|w| w.psn == psn) {
-            // A READ completes on its data, not on a later ACK.
-            let n = if st.inflight[pos].op == SendOp::Read || st.inflight.iter().take(pos).all(|w| w.op != SendOp::Read)
-            {
-                pos + 1
-            } else {
-                pos
-            };
-            self.complete_before(qp, st, n);
+        let Some(pos) = st.inflight.iter().position(|w| w.psn == psn) else { return };
+        let read_done = st.inflight[pos].op == SendOp::Read;
+        for (i, w) in st.inflight.iter_mut().enumerate().take(pos + 1) {
+            if w.op != SendOp::Read || (read_done && i == pos) {
+                w.acked = true;
+            }
         }
+        let n = st.inflight.iter().position(|w| !w.acked).unwrap_or(st.inflight.len());
+        self.complete_before(qp, st, n);
     }
 
     /// Generates outgoing packets while connections have room. True if more work is queued.
@@ -967,7 +1017,8 @@ impl Progress {
             buf.clear();
             let ok = {
                 let mrs = self.e.mrs.read().unwrap();
-                match mrs.get(&rkey).and_then(|m| m.translate(addr, n)) {
+                let zero = (n == 0).then_some(std::ptr::NonNull::<u8>::dangling().as_ptr());
+                match zero.or_else(|| mrs.get(&rkey).and_then(|m| m.translate(addr, n))) {
                     Some(p) => {
                         // SAFETY: translate() bounds-checked a live registration held by the read lock.
                         buf.extend_from_slice(unsafe { std::slice::from_raw_parts(p, n as usize) });
@@ -994,6 +1045,9 @@ impl Progress {
         let mut st = qp.st.lock().unwrap();
         if st.state != qps::IBV_QPS_RTS || st.sq.is_empty() {
             return false;
+        }
+        if qp.ty == QpType::Ud {
+            return self.transmit_datagrams(qp, &mut st);
         }
         if let Some(t) = st.retry_at {
             if Instant::now() < t {
@@ -1079,6 +1133,97 @@ impl Progress {
             }
         }
         !st.sq.is_empty()
+    }
+
+    /// UD: every WR is one datagram to the QP its address handle names; it completes once on
+    /// the wire. A destination nobody owns drops it silently, as a real fabric does.
+    fn transmit_datagrams(&mut self, qp: &QpInner, st: &mut QpState) -> bool {
+        while let Some(w) = st.sq.front() {
+            let dest = w.ud.clone().expect("UD WRs carry a destination");
+            let peer = std::fs::read_link(format!("{}/qp/{}", self.e.rundir, dest.qpn)).ok();
+            let conn = peer.and_then(|p| self.connect(&p.to_string_lossy()));
+            if conn.is_some_and(|c| self.conns[c].pending_out() >= OUT_HIGH_WATER) {
+                return true;
+            }
+            let w = st.sq.pop_front().unwrap();
+            let mut buf = std::mem::take(&mut self.scratch);
+            buf.clear();
+            let grh = dest.grh.as_ref().map(|(sgid, ty, route)| crate::ah::build_grh(sgid, *ty, route, w.len as usize));
+            buf.extend_from_slice(&grh.unwrap_or([0; crate::ah::GRH_LEN]));
+            let gathered = match &w.inline {
+                Some(d) => {
+                    buf.extend_from_slice(d);
+                    true
+                }
+                None => gather(&self.e.mrs.read().unwrap(), qp.pd, &w.sges, 0, w.len as usize, &mut buf).is_ok(),
+            };
+            if !gathered {
+                self.scratch = buf;
+                qp.send_cq.push(qp.wc(w.wr_id, wcs::IBV_WC_LOC_PROT_ERR, wco::IBV_WC_SEND, 0));
+                qp.flush(st);
+                return false;
+            }
+            if let Some(c) = conn {
+                let mut h = Hdr {
+                    op: Op::UdSend as u8,
+                    flags: FIRST | LAST,
+                    dst_qpn: dest.qpn,
+                    src_qpn: qp.qpn,
+                    raddr: ((dest.sl as u64) << 16) | dest.slid as u64,
+                    rkey: dest.qkey,
+                    total_len: w.len,
+                    payload_len: buf.len() as u32,
+                    ..Default::default()
+                };
+                if dest.grh.is_some() {
+                    h.flags |= GRH;
+                }
+                if let Some(imm) = w.imm {
+                    h.flags |= IMM;
+                    h.imm = imm;
+                }
+                self.emit(c, h, &buf);
+            }
+            self.scratch = buf;
+            if w.signaled || qp.sq_sig_all {
+                qp.send_cq.push(qp.wc(w.wr_id, wcs::IBV_WC_SUCCESS, wco::IBV_WC_SEND, 0));
+            }
+        }
+        false
+    }
+
+    /// UD responder: a datagram lands in the next receive WQE behind the 40-byte GRH area, or is
+    /// dropped (no WQE, wrong Q_Key, QP not ready), never retried.
+    fn on_datagram(&mut self, h: &Hdr, payload: &[u8]) {
+        let Some(qp) = self.qp(h.dst_qpn).filter(|q| q.ty == QpType::Ud) else { return };
+        let mut st = qp.st.lock().unwrap();
+        if !(st.state == qps::IBV_QPS_RTR || st.state == qps::IBV_QPS_RTS) || st.attrs.qkey != h.rkey {
+            return;
+        }
+        let Some(w) = qp.take_recv(&mut st) else { return };
+        if recv_capacity(&w) < payload.len() as u64 {
+            qp.recv_cq.push(qp.wc(w.wr_id, wcs::IBV_WC_LOC_LEN_ERR, wco::IBV_WC_RECV, 0));
+            return qp.flush(&mut st);
+        }
+        // Without a GRH the first 40 bytes of the buffer are left as they were.
+        let skip = if h.flags & GRH != 0 { 0 } else { crate::ah::GRH_LEN };
+        let placed = scatter(&self.e.mrs.read().unwrap(), qp.pd, &w.sges, skip as u64, &payload[skip..], true);
+        if placed.is_err() {
+            qp.recv_cq.push(qp.wc(w.wr_id, wcs::IBV_WC_LOC_PROT_ERR, wco::IBV_WC_RECV, 0));
+            return qp.flush(&mut st);
+        }
+        let mut wc = qp.wc(w.wr_id, wcs::IBV_WC_SUCCESS, wco::IBV_WC_RECV, payload.len() as u32);
+        wc.src_qp = h.src_qpn;
+        wc.slid = h.raddr as u16;
+        wc.sl = (h.raddr >> 16) as u8;
+        if h.flags & GRH != 0 {
+            wc.wc_flags |= v::ibv_wc_flags::IBV_WC_GRH.0;
+        }
+        if h.flags & IMM != 0 {
+            wc.__bindgen_anon_1.imm_data = h.imm;
+            wc.wc_flags |= v::ibv_wc_flags::IBV_WC_WITH_IMM.0;
+        }
+        qp.recv_cq.push(wc);
     }
 
     /// Nobody owns the destination QP number: the transport retries run out.
@@ -1188,9 +1333,9 @@ fn complete_recv(qp: &QpInner, wr_id: u64, total: u64, imm: Option<u32>, is_writ
 
 /// Matches messages that arrived before a receive WQE with the WQEs posted since.
 fn drain_unmatched(qp: &QpInner, st: &mut QpState, mrs: &HashMap<u32, MrEntry>) {
-    while !st.unmatched.is_empty() && !st.rq.is_empty() {
+    while !st.unmatched.is_empty() {
+        let Some(w) = qp.take_recv(st) else { break };
         let u = st.unmatched.pop_front().unwrap();
-        let w = st.rq.pop_front().unwrap();
         if !u.is_write {
             if recv_capacity(&w) < u.total {
                 qp.recv_cq.push(qp.wc(w.wr_id, wcs::IBV_WC_LOC_LEN_ERR, wco::IBV_WC_RECV, 0));
@@ -1211,6 +1356,22 @@ impl Engine {
         if !st.unmatched.is_empty() {
             let mrs = self.mrs.read().unwrap();
             drain_unmatched(qp, st, &mrs);
+        }
+    }
+
+    /// post_srq_recv's hook: messages that arrived for the SRQ's QPs before any WQE was there.
+    pub fn srq_refilled(&self, srq: &Arc<SrqInner>) {
+        let users: Vec<Arc<QpInner>> = self
+            .qps
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|q| q.srq.as_ref().is_some_and(|s| Arc::ptr_eq(s, srq)))
+            .cloned()
+            .collect();
+        for q in users {
+            let mut st = q.st.lock().unwrap();
+            self.match_unmatched(&q, &mut st);
         }
     }
 }

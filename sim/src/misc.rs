@@ -5,8 +5,8 @@
 //! As in api.rs: each function's safety contract is its rdma-core namesake's.
 #![allow(clippy::missing_safety_doc)]
 
+use crate::errno_ret;
 use crate::objects::registry;
-use crate::{errno_ret, set_errno};
 use mrshim_verbs as v;
 use std::os::raw::{c_char, c_int, c_void};
 use std::ptr::null_mut;
@@ -94,9 +94,19 @@ pub extern "C" fn mbps_to_ibv_rate(mbps: c_int) -> c_int {
     RATES.iter().find(|r| r.2 == mbps).map_or(0, |r| r.0)
 }
 
+/// `SYSFS_PATH` (trailing slashes dropped) or /sys, read once, as rdma-core does.
+pub fn sysfs_root() -> &'static std::ffi::CStr {
+    static ROOT: std::sync::OnceLock<std::ffi::CString> = std::sync::OnceLock::new();
+    ROOT.get_or_init(|| {
+        let env = std::env::var("SYSFS_PATH").ok().map(|s| s.trim_end_matches('/').to_string());
+        let root = env.filter(|s| !s.is_empty()).unwrap_or_else(|| "/sys".into());
+        std::ffi::CString::new(root).unwrap_or_else(|_| c"/sys".into())
+    })
+}
+
 #[no_mangle]
 pub extern "C" fn ibv_get_sysfs_path() -> *const c_char {
-    c"/sys".as_ptr()
+    sysfs_root().as_ptr()
 }
 
 /// Reads `dir/file`; for the simulated devices' /sys/class/infiniband/<name> directories the
@@ -117,7 +127,7 @@ pub unsafe extern "C" fn ibv_read_sysfs_file(
             (std::ffi::CStr::from_ptr(dir).to_string_lossy(), std::ffi::CStr::from_ptr(file).to_string_lossy())
         };
         let simulated = registry().ok().and_then(|r| {
-            let name = d.strip_prefix("/sys/class/infiniband/")?;
+            let name = d.strip_prefix(&format!("{}/class/infiniband/", sysfs_root().to_string_lossy()))?;
             let dev = r.devices.iter().find(|(dv, _)| dv.spec.name == name.trim_end_matches('/'))?;
             crate::device::sysfs_file(&dev.0, &f)
         });
@@ -157,66 +167,17 @@ pub extern "C" fn ibv_dofork_range(_base: *mut c_void, _size: usize) -> c_int {
     0
 }
 
-pub unsafe extern "C" fn ibv_get_async_event(c: *mut v::ibv_context, _ev: *mut v::ibv_async_event) -> c_int {
-    let mut b = [0u8; 1];
-    // SAFETY: blocks on the context's async pipe (nothing is ever posted, as on a quiet port).
-    unsafe { libc::read((*c).async_fd, b.as_mut_ptr().cast(), 1) };
-    -1
+pub unsafe extern "C" fn ibv_get_async_event(c: *mut v::ibv_context, ev: *mut v::ibv_async_event) -> c_int {
+    // SAFETY: the caller's context and event struct.
+    unsafe { crate::events::read_event((*c).async_fd, &mut *ev) }
 }
 pub unsafe extern "C" fn ibv_ack_async_event(_ev: *mut v::ibv_async_event) {}
 
-// Not offered by the simulated device: UD address handles, SRQs, multicast.
-pub unsafe extern "C" fn ibv_create_ah(_pd: *mut v::ibv_pd, _attr: *mut v::ibv_ah_attr) -> *mut v::ibv_ah {
-    errno_ret(libc::EOPNOTSUPP, null_mut())
-}
-pub unsafe extern "C" fn ibv_destroy_ah(_ah: *mut v::ibv_ah) -> c_int {
-    libc::EINVAL
-}
-#[no_mangle]
-pub unsafe extern "C" fn ibv_create_ah_from_wc(
-    _pd: *mut v::ibv_pd,
-    _wc: *mut c_void,
-    _grh: *mut c_void,
-    _port: u8,
-) -> *mut v::ibv_ah {
-    errno_ret(libc::EOPNOTSUPP, null_mut())
-}
-#[no_mangle]
-pub unsafe extern "C" fn ibv_init_ah_from_wc(
-    _c: *mut v::ibv_context,
-    _port: u8,
-    _wc: *mut c_void,
-    _grh: *mut c_void,
-    _ah: *mut v::ibv_ah_attr,
-) -> c_int {
-    set_errno(libc::EOPNOTSUPP);
-    -1
-}
-pub unsafe extern "C" fn ibv_create_srq(_pd: *mut v::ibv_pd, _attr: *mut c_void) -> *mut v::ibv_srq {
-    errno_ret(libc::EOPNOTSUPP, null_mut())
-}
-pub unsafe extern "C" fn ibv_modify_srq(_srq: *mut v::ibv_srq, _attr: *mut c_void, _mask: c_int) -> c_int {
-    libc::EOPNOTSUPP
-}
-pub unsafe extern "C" fn ibv_query_srq(_srq: *mut v::ibv_srq, _attr: *mut c_void) -> c_int {
-    libc::EOPNOTSUPP
-}
-pub unsafe extern "C" fn ibv_destroy_srq(_srq: *mut v::ibv_srq) -> c_int {
-    libc::EINVAL
-}
+// Multicast is not offered (max_mcast_grp 0).
 pub unsafe extern "C" fn ibv_attach_mcast(_qp: *mut v::ibv_qp, _gid: *const v::ibv_gid, _lid: u16) -> c_int {
     libc::EOPNOTSUPP
 }
 pub unsafe extern "C" fn ibv_detach_mcast(_qp: *mut v::ibv_qp, _gid: *const v::ibv_gid, _lid: u16) -> c_int {
-    libc::EOPNOTSUPP
-}
-#[no_mangle]
-pub unsafe extern "C" fn ibv_resolve_eth_l2_from_gid(
-    _c: *mut v::ibv_context,
-    _attr: *mut v::ibv_ah_attr,
-    _mac: *mut u8,
-    _vid: *mut u16,
-) -> c_int {
     libc::EOPNOTSUPP
 }
 #[no_mangle]

@@ -14,8 +14,8 @@ pub struct Ctx {
     pub vctx: v::verbs_context,
     pub dev: usize,
     pub engine: Arc<Engine>,
-    /// Async event pipe (never written: the simulated port never changes state).
-    pub async_wfd: i32,
+    /// Write end of the async event pipe (SRQ limit events; ports never change state).
+    pub events: crate::events::AsyncEvents,
 }
 
 #[repr(C)]
@@ -53,7 +53,7 @@ pub struct Qp {
     pub inner: Arc<QpInner>,
     pub cap: v::ibv_qp_cap,
     /// WRs built by ibv_wr_* since ibv_wr_start, and the first error among them.
-    pub batch: std::sync::Mutex<(Vec<crate::api::WrDesc>, i32)>,
+    pub batch: std::sync::Mutex<(Vec<crate::wr::WrDesc>, i32)>,
 }
 
 /// The process-wide device table, built on first use from the environment.
@@ -89,8 +89,9 @@ pub fn registry() -> Result<&'static Registry, &'static str> {
                     ib.transport_type = v::IBV_TRANSPORT_IB;
                     crate::device::copy_cstr(&mut ib.name, &spec.name);
                     crate::device::copy_cstr(&mut ib.dev_name, &format!("uverbs{i}"));
-                    crate::device::copy_cstr(&mut ib.dev_path, &format!("/sys/class/infiniband_verbs/uverbs{i}"));
-                    crate::device::copy_cstr(&mut ib.ibdev_path, &format!("/sys/class/infiniband/{}", spec.name));
+                    let sys = crate::misc::sysfs_root().to_string_lossy();
+                    crate::device::copy_cstr(&mut ib.dev_path, &format!("{sys}/class/infiniband_verbs/uverbs{i}"));
+                    crate::device::copy_cstr(&mut ib.ibdev_path, &format!("{sys}/class/infiniband/{}", spec.name));
                     (d, ib)
                 })
                 .collect();
@@ -104,6 +105,11 @@ impl Registry {
     pub fn device_index(&self, p: *const v::ibv_device) -> Option<usize> {
         self.devices.iter().position(|(_, ib)| std::ptr::eq(&**ib, p))
     }
+}
+
+/// The device model behind a context.
+pub fn device_of(c: &Ctx) -> &'static Device {
+    &registry().expect("a context exists only with a registry").devices[c.dev].0
 }
 
 pub const CTX_OFFSET: usize = std::mem::offset_of!(v::verbs_context, context);

@@ -2,9 +2,9 @@
 //! `ibv_wr_complete`): static-inline calls through `struct ibv_qp_ex`, which perftest uses by
 //! default. WRs are collected between start and complete and then posted like ibv_post_send's.
 
-use crate::api::{enqueue, WrDesc};
 use crate::engine::{SendOp, Sge};
 use crate::objects::{ctx, Qp};
+use crate::wr::{enqueue, WrDesc};
 use mrshim_verbs as v;
 use std::os::raw::c_int;
 
@@ -25,6 +25,7 @@ fn begin(q: *mut v::ibv_qp_ex, op: SendOp, rkey: u32, raddr: u64, imm: Option<u3
         inline_data: None,
         raddr,
         rkey,
+        ud: None,
     });
 }
 
@@ -49,7 +50,7 @@ unsafe extern "C" fn wr_complete(q: *mut v::ibv_qp_ex) -> c_int {
         let mut st = qp.inner.st.lock().unwrap();
         let mut rc = 0;
         for w in wrs {
-            if let Err(e) = enqueue(qp, &mut st, w) {
+            if let Err(e) = enqueue(&qp.inner, &qp.cap, &mut st, w) {
                 rc = e;
                 break;
             }
@@ -89,7 +90,7 @@ unsafe extern "C" fn wr_set_sge_list(q: *mut v::ibv_qp_ex, n: usize, list: *cons
 }
 unsafe extern "C" fn wr_set_inline_data(q: *mut v::ibv_qp_ex, addr: *mut std::os::raw::c_void, len: usize) {
     // SAFETY: inline data is copied from the caller's buffer now, as the verb specifies.
-    let d = unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), len) }.to_vec();
+    let d = unsafe { caller_bytes(addr.cast(), len) }.to_vec();
     if let Some(w) = qp(q).batch.lock().unwrap().0.last_mut() {
         w.inline_data = Some(d);
     }
@@ -100,7 +101,7 @@ unsafe extern "C" fn wr_set_inline_data_list(q: *mut v::ibv_qp_ex, n: usize, lis
     let mut d = Vec::new();
     for b in bufs {
         // SAFETY: each buffer is the caller's, copied now.
-        d.extend_from_slice(unsafe { std::slice::from_raw_parts(b.addr.cast::<u8>(), b.length) });
+        d.extend_from_slice(unsafe { caller_bytes(b.addr.cast(), b.length) });
     }
     if let Some(w) = qp(q).batch.lock().unwrap().0.last_mut() {
         w.inline_data = Some(d);
@@ -129,10 +130,33 @@ unsafe extern "C" fn wr_send_inv(q: *mut v::ibv_qp_ex, _rkey: u32) {
 unsafe extern "C" fn wr_send_tso(q: *mut v::ibv_qp_ex, _hdr: *mut std::os::raw::c_void, _sz: u16, _mss: u16) {
     unsupported(q)
 }
-unsafe extern "C" fn wr_set_ud_addr(q: *mut v::ibv_qp_ex, _ah: *mut v::ibv_ah, _qpn: u32, _qkey: u32) {
-    unsupported(q)
+unsafe extern "C" fn wr_set_ud_addr(q: *mut v::ibv_qp_ex, ah: *mut v::ibv_ah, qpn: u32, qkey: u32) {
+    // SAFETY: the caller's address handle.
+    let dest = unsafe { crate::ah::ud_dest(ah, qpn, qkey) };
+    if let Some(w) = qp(q).batch.lock().unwrap().0.last_mut() {
+        w.ud = dest;
+    }
 }
 unsafe extern "C" fn wr_set_xrc_srqn(q: *mut v::ibv_qp_ex, _srqn: u32) {
+    unsupported(q)
+}
+
+/// The caller's `len` bytes at `addr`; an empty buffer may have any address, NULL included.
+///
+/// # Safety
+/// `addr` points at `len` readable bytes when `len` > 0.
+unsafe fn caller_bytes<'a>(addr: *const u8, len: usize) -> &'a [u8] {
+    if len == 0 {
+        return &[];
+    }
+    // SAFETY: as the caller guarantees.
+    unsafe { std::slice::from_raw_parts(addr, len) }
+}
+
+unsafe extern "C" fn wr_atomic_write(q: *mut v::ibv_qp_ex, _rkey: u32, _raddr: u64, _wr: *const std::os::raw::c_void) {
+    unsupported(q)
+}
+unsafe extern "C" fn wr_flush(q: *mut v::ibv_qp_ex, _rkey: u32, _raddr: u64, _len: usize, _ty: u8, _level: u8) {
     unsupported(q)
 }
 
@@ -157,4 +181,6 @@ pub fn install(x: &mut v::ibv_qp_ex) {
     x.wr_send_tso = Some(wr_send_tso);
     x.wr_set_ud_addr = Some(wr_set_ud_addr);
     x.wr_set_xrc_srqn = Some(wr_set_xrc_srqn);
+    x.wr_atomic_write = Some(wr_atomic_write);
+    x.wr_flush = Some(wr_flush);
 }

@@ -15,6 +15,9 @@ pub enum Op {
     ReadResp = 5,
     Ack = 6,
     Nak = 7,
+    /// One UD datagram: `rkey` carries the Q_Key, `raddr` the sender's SL << 16 | LID, and the
+    /// payload starts with the 40-byte GRH area.
+    UdSend = 8,
 }
 
 impl Op {
@@ -27,6 +30,7 @@ impl Op {
             5 => Op::ReadResp,
             6 => Op::Ack,
             7 => Op::Nak,
+            8 => Op::UdSend,
             _ => return None,
         })
     }
@@ -35,6 +39,8 @@ impl Op {
 pub const FIRST: u8 = 1;
 pub const LAST: u8 = 2;
 pub const IMM: u8 = 4;
+/// UD: the GRH area of the payload holds a GRH (the receive completion gets IBV_WC_GRH).
+pub const GRH: u8 = 8;
 
 /// NAK reasons (carried in `status`): an ibv_wc_status for the requester, or NOT_READY.
 pub const NAK_NOT_READY: u32 = 0xffff;

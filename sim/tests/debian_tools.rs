@@ -132,3 +132,41 @@ fn perftest_ib_read_bw_all_sizes() {
 fn perftest_ib_send_bw_all_sizes() {
     assert_bw("ib_send_bw");
 }
+
+/// UD QPs and address handles with a GRH (RoCE v2 over IPv4: the GRH area holds an IPv4
+/// header), checked byte by byte (`-c`).
+#[test]
+fn ud_pingpong_over_roce_v2_with_data_validation() {
+    let sim = Sim::new();
+    let (s, c) = server_client(
+        &sim,
+        "ibv_ud_pingpong",
+        &["-d", "mlx5_0", "-g", "3", "-c", "-n", "100", "-s", "2048"],
+        &["-d", "mlx5_1", "-g", "3", "-c", "-n", "100", "-s", "2048"],
+        free_port(),
+    );
+    assert_pingpong(&s, &c);
+}
+
+/// UD on InfiniBand: address handles by LID, no GRH (the first 40 bytes are left alone).
+#[test]
+fn ud_pingpong_over_infiniband_lids() {
+    let sim = Sim::new().with("MRSHIM_SIM_DEVICES", "mlx5_0:ib,mlx5_1:ib");
+    let (s, c) = server_client(
+        &sim,
+        "ibv_ud_pingpong",
+        &["-d", "mlx5_0", "-c", "-n", "100"],
+        &["-d", "mlx5_1", "-c", "-n", "100"],
+        free_port(),
+    );
+    assert_pingpong(&s, &c);
+}
+
+/// Sixteen RC QPs receiving from one shared receive queue.
+#[test]
+fn srq_pingpong_sixteen_qps_on_one_srq() {
+    let sim = Sim::new();
+    let args = ["-d", "mlx5_0", "-g", "3", "-c", "-n", "100", "-q", "16"];
+    let (s, c) = server_client(&sim, "ibv_srq_pingpong", &args, &args, free_port());
+    assert_pingpong(&s, &c);
+}

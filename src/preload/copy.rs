@@ -88,8 +88,13 @@ fn sym<T: Copy>(h: *mut c_void, name: &std::ffi::CStr) -> Option<T> {
 static CUDA: mrshim_forklock::ForkOnce<Option<Cuda>> = mrshim_forklock::ForkOnce::new();
 
 /// In a forked child: a lookup a parent thread had in progress is started again.
-pub fn after_fork_child() {
-    CUDA.reset_in_child();
+///
+/// # Safety
+/// Only in a forked child, from its atfork child handler: the child has one thread, and no
+/// guard of that thread is alive.
+pub unsafe fn after_fork_child() {
+    // SAFETY: the caller's contract.
+    unsafe { CUDA.reset_in_child() };
 }
 
 impl Cuda {

@@ -247,6 +247,22 @@ pub fn real_dlvsym() -> Option<DlvsymFn> {
     (p != 0).then(|| unsafe { std::mem::transmute::<usize, DlvsymFn>(p) })
 }
 
+/// True for any code address inside libmrshim.so: our wrappers and the versioned stubs glibc
+/// hands out for them (a "real" function that is ours would recurse forever).
+pub fn is_ours(p: usize) -> bool {
+    p != 0 && object_base(p) == object_base(is_ours as *const () as usize)
+}
+
+fn object_base(addr: usize) -> usize {
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::uninit();
+    // SAFETY: dladdr only reads the address and fills info.
+    if unsafe { libc::dladdr(addr as *const c_void, info.as_mut_ptr()) } == 0 {
+        return 0;
+    }
+    // SAFETY: dladdr succeeded, so info is filled.
+    unsafe { info.assume_init() }.dli_fbase as usize
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

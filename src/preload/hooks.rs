@@ -22,21 +22,14 @@
 //! `mrshim_core::shim().call` invoke the real function exactly once and record, catch any panic
 //! (falling back to the real function if it had not run), restore errno.
 
-use super::real::{self, Fn_};
+use super::entry::for_each_entry;
+use super::real::{self, fn_type, Entry};
 use super::{bounce, elf, Guard};
 use mrshim_core::config::PanicAt;
 use mrshim_core::{Backend, Call, Outcome, RegArgs};
 use mrshim_retry::strategy::Strategy;
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
-
-type RegMrFn = unsafe extern "C" fn(*mut c_void, *mut c_void, usize, c_int) -> *mut c_void;
-type IovaFn = unsafe extern "C" fn(*mut c_void, *mut c_void, usize, u64, c_int) -> *mut c_void;
-type Iova2Fn = unsafe extern "C" fn(*mut c_void, *mut c_void, usize, u64, c_uint) -> *mut c_void;
-type DmabufFn = unsafe extern "C" fn(*mut c_void, u64, usize, u64, c_int, c_int) -> *mut c_void;
-type DeregFn = unsafe extern "C" fn(*mut c_void) -> c_int;
-type QpToQpExFn = unsafe extern "C" fn(*mut c_void) -> *mut c_void;
-type DestroyQpFn = unsafe extern "C" fn(*mut c_void) -> c_int;
 
 // ---------------------------------------------------------------------------------------------
 // dlsym / dlvsym
@@ -273,7 +266,7 @@ unsafe extern "C" fn dlvsym_default(
             p = unsafe { real(scope, name, version) };
         }
     }
-    if p.is_null() || is_ours(p as usize) {
+    if p.is_null() || elf::is_ours(p as usize) {
         return p;
     }
     real::remember(f, p as usize);
@@ -305,7 +298,7 @@ unsafe fn after_lookup(
     version: *const c_char,
     p: *mut c_void,
 ) -> *mut c_void {
-    if p.is_null() || name.is_null() || is_ours(p as usize) {
+    if p.is_null() || name.is_null() || elf::is_ours(p as usize) {
         return p;
     }
     // SAFETY: per the function contract. No allocation on this path.
@@ -317,36 +310,17 @@ unsafe fn after_lookup(
     wrapper(f) as *mut c_void
 }
 
-/// Our function for each real one.
-fn wrapper(f: Fn_) -> usize {
-    match f {
-        Fn_::RegMr => ibv_reg_mr as *const () as usize,
-        Fn_::RegMr10 => reg_mr_1_0 as *const () as usize,
-        Fn_::RegMrIova => ibv_reg_mr_iova as *const () as usize,
-        Fn_::RegMrIova2 => ibv_reg_mr_iova2 as *const () as usize,
-        Fn_::RegDmabufMr => ibv_reg_dmabuf_mr as *const () as usize,
-        Fn_::DeregMr => ibv_dereg_mr as *const () as usize,
-        Fn_::DeregMr10 => dereg_mr_1_0 as *const () as usize,
-        Fn_::QpToQpEx => ibv_qp_to_qp_ex as *const () as usize,
-        Fn_::DestroyQp => ibv_destroy_qp as *const () as usize,
-    }
+/// Our function for each real one: the wrapper column of the entry table (entry.rs).
+macro_rules! define_wrapper {
+    ($($v:ident, $name:literal, $ver:literal, $dflt:ident, $sig:ty, $wrapper:ident, $call:expr;)*) => {
+        fn wrapper(f: Entry) -> usize {
+            match f {
+                $(Entry::$v => $wrapper as *const () as usize,)*
+            }
+        }
+    };
 }
-
-/// True for any code address inside libmrshim.so: our wrappers and the versioned stubs glibc
-/// hands out for them (a "real" function that is ours would recurse forever).
-pub fn is_ours(p: usize) -> bool {
-    p != 0 && object_base(p) == object_base(is_ours as *const () as usize)
-}
-
-fn object_base(addr: usize) -> usize {
-    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::uninit();
-    // SAFETY: dladdr only reads the address and fills info.
-    if unsafe { libc::dladdr(addr as *const c_void, info.as_mut_ptr()) } == 0 {
-        return 0;
-    }
-    // SAFETY: dladdr succeeded, so info is filled.
-    unsafe { info.assume_init() }.dli_fbase as usize
-}
+for_each_entry!(define_wrapper);
 
 /// Two exported versions of one name: `name@old` and the default `name@@new`, both tail jumps
 /// (no frame: the dlsym trampolines rely on the caller's return address being untouched).
@@ -381,11 +355,11 @@ two_versions!("ibv_dereg_mr", "IBVERBS_1.0" => dereg_mr_1_0, "IBVERBS_1.1" => ib
 
 #[derive(Clone, Copy)]
 enum Real {
-    RegMr(RegMrFn),
-    Iova(IovaFn),
-    Iova2(Iova2Fn),
-    Dmabuf(DmabufFn),
-    Dereg(DeregFn),
+    RegMr(fn_type::RegMr),
+    Iova(fn_type::RegMrIova),
+    Iova2(fn_type::RegMrIova2),
+    Dmabuf(fn_type::RegDmabufMr),
+    Dereg(fn_type::DeregMr),
 }
 
 impl Real {
@@ -402,7 +376,7 @@ impl Real {
 }
 
 /// Calls the real function; remembers the first outcome for the panic fallback.
-struct Ffi {
+struct RealFunctions {
     real: Real,
     /// The IBVERBS_1.0 ABI: pd/mr are rdma-core's compat structs; don't read through them.
     compat10: bool,
@@ -425,7 +399,7 @@ fn set_errno(e: c_int) {
     unsafe { *libc::__errno_location() = e };
 }
 
-impl Ffi {
+impl RealFunctions {
     fn mr_outcome(mr: *mut c_void) -> Outcome {
         let e = errno();
         if mr.is_null() {
@@ -438,20 +412,14 @@ impl Ffi {
     }
 }
 
-impl Ffi {
+impl RealFunctions {
     /// The real function for `call`: the intercepted one, or (for retry attempts that switch
     /// entry points) another real function of the same libibverbs.
     fn real_for(&self, call: Call) -> Option<Real> {
         if self.real.call() == call {
             return Some(self.real);
         }
-        let f = match call {
-            Call::RegMr => Fn_::RegMr,
-            Call::RegMrIova => Fn_::RegMrIova,
-            Call::RegMrIova2 => Fn_::RegMrIova2,
-            Call::RegDmabufMr => Fn_::RegDmabufMr,
-            Call::DeregMr => Fn_::DeregMr,
-        };
+        let f = Entry::for_call(call);
         let p = real::get(f);
         if p == 0 {
             return None;
@@ -459,11 +427,11 @@ impl Ffi {
         // SAFETY: p is the real function of that name and version, with this signature.
         Some(unsafe {
             match call {
-                Call::RegMr => Real::RegMr(std::mem::transmute::<usize, RegMrFn>(p)),
-                Call::RegMrIova => Real::Iova(std::mem::transmute::<usize, IovaFn>(p)),
-                Call::RegMrIova2 => Real::Iova2(std::mem::transmute::<usize, Iova2Fn>(p)),
-                Call::RegDmabufMr => Real::Dmabuf(std::mem::transmute::<usize, DmabufFn>(p)),
-                Call::DeregMr => Real::Dereg(std::mem::transmute::<usize, DeregFn>(p)),
+                Call::RegMr => Real::RegMr(std::mem::transmute::<usize, fn_type::RegMr>(p)),
+                Call::RegMrIova => Real::Iova(std::mem::transmute::<usize, fn_type::RegMrIova>(p)),
+                Call::RegMrIova2 => Real::Iova2(std::mem::transmute::<usize, fn_type::RegMrIova2>(p)),
+                Call::RegDmabufMr => Real::Dmabuf(std::mem::transmute::<usize, fn_type::RegDmabufMr>(p)),
+                Call::DeregMr => Real::Dereg(std::mem::transmute::<usize, fn_type::DeregMr>(p)),
             }
         })
     }
@@ -482,7 +450,7 @@ fn take_shadow(addr: u64) -> Option<bounce::Shadow> {
     Some(v.swap_remove(i))
 }
 
-impl Backend for Ffi {
+impl Backend for RealFunctions {
     fn is_device_memory(&self, addr: u64) -> bool {
         super::gpu::is_device(addr)
     }
@@ -607,7 +575,7 @@ impl Backend for Ffi {
 /// already holds its outcome) and records; a panic falls back to the real function if it had
 /// not run yet.
 fn record(args: RegArgs, real: Real, compat10: bool, preset: Option<Outcome>) -> Outcome {
-    let backend = Ffi { real, compat10, orig: &args, done: Cell::new(None), preset: Cell::new(preset) };
+    let backend = RealFunctions { real, compat10, orig: &args, done: Cell::new(None), preset: Cell::new(preset) };
     mrshim_core::internal::guarded(args.call().name(), || mrshim_core::shim().call(&args, &backend))
         .unwrap_or_else(|| backend.done.get().unwrap_or_else(|| backend.invoke(&args)))
 }
@@ -635,7 +603,7 @@ fn shielded<R: Copy>(name: &'static str, direct: impl Fn() -> R, body: impl FnOn
 ///
 /// # Safety
 /// `F` must be the signature of `f`'s symbol (a `fn` pointer type).
-unsafe fn real_fn<F: Copy>(f: Fn_) -> Option<F> {
+unsafe fn real_fn<F: Copy>(f: Entry) -> Option<F> {
     let p = real::get(f);
     // SAFETY: per the contract, p (non-null) is a function of type F; F is pointer-sized.
     (p != 0).then(|| unsafe { std::mem::transmute_copy::<usize, F>(&p) })
@@ -662,7 +630,7 @@ fn reg_hook(
                 shim.succeeded(call, a.length, mr as usize);
                 return mr;
             }
-            return finish_mr(record(a, real, compat10, Some(Ffi::mr_outcome(mr))));
+            return finish_mr(record(a, real, compat10, Some(RealFunctions::mr_outcome(mr))));
         }
         finish_mr(record(a, real, compat10, None))
     })
@@ -694,7 +662,7 @@ fn reg_args(call: Call, pd: *mut c_void, addr: u64, length: usize, iova: u64, ac
 /// Called by the application with ibv_reg_mr's contract (exported as `ibv_reg_mr@@IBVERBS_1.1`).
 pub unsafe extern "C" fn ibv_reg_mr(pd: *mut c_void, addr: *mut c_void, length: usize, access: c_int) -> *mut c_void {
     // SAFETY: the IBVERBS_1.1 (default) ibv_reg_mr has this signature.
-    let Some(f) = (unsafe { real_fn::<RegMrFn>(Fn_::RegMr) }) else { return no_real() };
+    let Some(f) = (unsafe { real_fn::<fn_type::RegMr>(Entry::RegMr) }) else { return no_real() };
     // SAFETY: the real function with the caller's arguments.
     let direct = || unsafe { f(pd, addr, length, access) };
     reg_hook(direct, Real::RegMr(f), false, || {
@@ -706,7 +674,7 @@ pub unsafe extern "C" fn ibv_reg_mr(pd: *mut c_void, addr: *mut c_void, length: 
 /// Called with ibv_reg_mr@IBVERBS_1.0's contract (pd is a `struct ibv_pd_1_0 *`).
 pub unsafe extern "C" fn reg_mr_1_0(pd: *mut c_void, addr: *mut c_void, length: usize, access: c_int) -> *mut c_void {
     // SAFETY: ibv_reg_mr@IBVERBS_1.0 has the same C signature (its pd is the compat struct).
-    let Some(f) = (unsafe { real_fn::<RegMrFn>(Fn_::RegMr10) }) else { return no_real() };
+    let Some(f) = (unsafe { real_fn::<fn_type::RegMr>(Entry::RegMr10) }) else { return no_real() };
     // SAFETY: the real function with the caller's arguments.
     let direct = || unsafe { f(pd, addr, length, access) };
     reg_hook(direct, Real::RegMr(f), true, || RegArgs {
@@ -726,7 +694,7 @@ pub unsafe extern "C" fn ibv_reg_mr_iova(
     access: c_int,
 ) -> *mut c_void {
     // SAFETY: ibv_reg_mr_iova@IBVERBS_1.7 has this signature.
-    let Some(f) = (unsafe { real_fn::<IovaFn>(Fn_::RegMrIova) }) else { return no_real() };
+    let Some(f) = (unsafe { real_fn::<fn_type::RegMrIova>(Entry::RegMrIova) }) else { return no_real() };
     // SAFETY: the real function with the caller's arguments.
     let direct = || unsafe { f(pd, addr, length, iova, access) };
     reg_hook(direct, Real::Iova(f), false, || reg_args(Call::RegMrIova, pd, addr as u64, length, iova, access as u32))
@@ -743,7 +711,7 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
     access: c_uint,
 ) -> *mut c_void {
     // SAFETY: ibv_reg_mr_iova2@IBVERBS_1.8 has this signature.
-    let Some(f) = (unsafe { real_fn::<Iova2Fn>(Fn_::RegMrIova2) }) else { return no_real() };
+    let Some(f) = (unsafe { real_fn::<fn_type::RegMrIova2>(Entry::RegMrIova2) }) else { return no_real() };
     // SAFETY: the real function with the caller's arguments (nested: libibverbs' own ibv_reg_mr).
     let direct = || unsafe { f(pd, addr, length, iova, access) };
     reg_hook(direct, Real::Iova2(f), false, || reg_args(Call::RegMrIova2, pd, addr as u64, length, iova, access))
@@ -761,7 +729,7 @@ pub unsafe extern "C" fn ibv_reg_dmabuf_mr(
     access: c_int,
 ) -> *mut c_void {
     // SAFETY: ibv_reg_dmabuf_mr@IBVERBS_1.12 has this signature.
-    let Some(f) = (unsafe { real_fn::<DmabufFn>(Fn_::RegDmabufMr) }) else { return no_real() };
+    let Some(f) = (unsafe { real_fn::<fn_type::RegDmabufMr>(Entry::RegDmabufMr) }) else { return no_real() };
     // SAFETY: the real function with the caller's arguments.
     let direct = || unsafe { f(pd, offset, length, iova, fd, access) };
     // The VA of a dmabuf MR is its iova; `offset` is into the dmabuf.
@@ -790,7 +758,7 @@ fn dereg_args(mr: *mut c_void, compat10: bool) -> RegArgs {
 
 /// Both ibv_dereg_mr wrappers; the fast path as in [`reg_hook`] (an MR a strategy made always
 /// takes the slow one: it needs its fix-up).
-fn dereg_hook(f: Option<DeregFn>, mr: *mut c_void, compat10: bool) -> c_int {
+fn dereg_hook(f: Option<fn_type::DeregMr>, mr: *mut c_void, compat10: bool) -> c_int {
     let Some(f) = f else {
         set_errno(libc::ENOSYS);
         return libc::ENOSYS;
@@ -822,14 +790,14 @@ fn dereg_hook(f: Option<DeregFn>, mr: *mut c_void, compat10: bool) -> c_int {
 /// Called by the application with ibv_dereg_mr's contract (exported as `ibv_dereg_mr@@IBVERBS_1.1`).
 pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut c_void) -> c_int {
     // SAFETY: ibv_dereg_mr@IBVERBS_1.1 has this signature.
-    dereg_hook(unsafe { real_fn::<DeregFn>(Fn_::DeregMr) }, mr, false)
+    dereg_hook(unsafe { real_fn::<fn_type::DeregMr>(Entry::DeregMr) }, mr, false)
 }
 
 /// # Safety
 /// Called with ibv_dereg_mr@IBVERBS_1.0's contract.
 pub unsafe extern "C" fn dereg_mr_1_0(mr: *mut c_void) -> c_int {
     // SAFETY: ibv_dereg_mr@IBVERBS_1.0 has the same C signature (its mr is the compat struct).
-    dereg_hook(unsafe { real_fn::<DeregFn>(Fn_::DeregMr10) }, mr, true)
+    dereg_hook(unsafe { real_fn::<fn_type::DeregMr>(Entry::DeregMr10) }, mr, true)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -841,7 +809,7 @@ pub unsafe extern "C" fn dereg_mr_1_0(mr: *mut c_void) -> c_int {
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut c_void) -> *mut c_void {
     // SAFETY: ibv_qp_to_qp_ex@IBVERBS_1.6 has this signature.
-    let Some(f) = (unsafe { real_fn::<QpToQpExFn>(Fn_::QpToQpEx) }) else {
+    let Some(f) = (unsafe { real_fn::<fn_type::QpToQpEx>(Entry::QpToQpEx) }) else {
         set_errno(libc::EOPNOTSUPP);
         return std::ptr::null_mut();
     };
@@ -860,7 +828,7 @@ pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut c_void) -> *mut c_void {
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut c_void) -> c_int {
     // SAFETY: ibv_destroy_qp@IBVERBS_1.1 has this signature.
-    let Some(f) = (unsafe { real_fn::<DestroyQpFn>(Fn_::DestroyQp) }) else {
+    let Some(f) = (unsafe { real_fn::<fn_type::DestroyQp>(Entry::DestroyQp) }) else {
         set_errno(libc::ENOSYS);
         return libc::ENOSYS;
     };

@@ -42,6 +42,7 @@ macro_rules! glibc_base {
 pub mod bounce;
 pub mod copy;
 pub mod elf;
+mod entry;
 pub mod gpu;
 pub mod hooks;
 pub mod real;
@@ -96,9 +97,13 @@ mod process {
 
     extern "C" fn child() {
         mrshim_core::internal::guarded("the fork handler", || {
-            mrshim_core::after_fork_child();
-            super::copy::after_fork_child();
-            super::gpu::after_fork_child();
+            // SAFETY: this is the atfork child handler: the child's only thread, which is not
+            // inside the shim (fork is not called from a hook).
+            unsafe {
+                mrshim_core::after_fork_child();
+                super::copy::after_fork_child();
+                super::gpu::after_fork_child();
+            }
         });
     }
 

@@ -7,70 +7,33 @@
 //! internal PLT call lands in our wrapper before any handle lookup was seen).
 
 use super::elf;
-use std::ffi::{c_char, c_void, CStr};
+use super::entry::{define_entries, for_each_entry};
+use mrshim_core::Call;
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering::*};
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Fn_ {
-    RegMr = 0,
-    RegMr10,
-    RegMrIova,
-    RegMrIova2,
-    RegDmabufMr,
-    DeregMr,
-    DeregMr10,
-    /// Not registrations: the bounce layer follows ibv_qp_ex objects (docs/bounce.md).
-    QpToQpEx,
-    DestroyQp,
-}
+for_each_entry!(define_entries);
 
-pub const COUNT: usize = 9;
-
-/// (name, version) per [`Fn_`], in order.
-pub const SYMS: [(&CStr, &CStr); COUNT] = [
-    (c"ibv_reg_mr", c"IBVERBS_1.1"),
-    (c"ibv_reg_mr", c"IBVERBS_1.0"),
-    (c"ibv_reg_mr_iova", c"IBVERBS_1.7"),
-    (c"ibv_reg_mr_iova2", c"IBVERBS_1.8"),
-    (c"ibv_reg_dmabuf_mr", c"IBVERBS_1.12"),
-    (c"ibv_dereg_mr", c"IBVERBS_1.1"),
-    (c"ibv_dereg_mr", c"IBVERBS_1.0"),
-    (c"ibv_qp_to_qp_ex", c"IBVERBS_1.6"),
-    (c"ibv_destroy_qp", c"IBVERBS_1.1"),
-];
-
-pub const ALL: [Fn_; COUNT] = [
-    Fn_::RegMr,
-    Fn_::RegMr10,
-    Fn_::RegMrIova,
-    Fn_::RegMrIova2,
-    Fn_::RegDmabufMr,
-    Fn_::DeregMr,
-    Fn_::DeregMr10,
-    Fn_::QpToQpEx,
-    Fn_::DestroyQp,
-];
-
-static PTRS: [AtomicUsize; COUNT] = [const { AtomicUsize::new(0) }; COUNT];
+static PTRS: [AtomicUsize; Entry::ALL.len()] = [const { AtomicUsize::new(0) }; Entry::ALL.len()];
 
 /// Which of our functions a lookup is for: `version` None means plain `dlsym` (default version).
-pub fn classify(name: &[u8], version: Option<&[u8]>) -> Option<Fn_> {
-    ALL.into_iter().find(|&f| {
-        let (n, v) = SYMS[f as usize];
+pub fn classify(name: &[u8], version: Option<&[u8]>) -> Option<Entry> {
+    Entry::ALL.iter().copied().find(|&f| {
+        let (n, v) = Entry::SYMS[f as usize];
         if n.to_bytes() != name {
             return false;
         }
         match version {
             Some(want) => v.to_bytes() == want,
             // dlsym gives the default version: 1.1 for reg/dereg
-            None => !matches!(f, Fn_::RegMr10 | Fn_::DeregMr10),
+            None => f.is_default(),
         }
     })
 }
 
 /// Remember what a real handle lookup returned (never one of our own wrappers).
-pub fn remember(f: Fn_, p: usize) {
-    if p != 0 && !super::hooks::is_ours(p) {
+pub fn remember(f: Entry, p: usize) {
+    if p != 0 && !elf::is_ours(p) {
         PTRS[f as usize].store(p, Release);
     }
 }
@@ -79,11 +42,11 @@ pub fn remember(f: Fn_, p: usize) {
 /// that the library's internal calls (ibv_reg_mr → ibv_reg_mr_iova2) find their real target.
 pub fn remember_siblings(handle: *mut c_void) {
     let Some(dlvsym) = elf::real_dlvsym() else { return };
-    for f in ALL {
+    for &f in Entry::ALL {
         if PTRS[f as usize].load(Acquire) != 0 {
             continue;
         }
-        let (n, v) = SYMS[f as usize];
+        let (n, v) = Entry::SYMS[f as usize];
         // SAFETY: handle came from the application's successful lookup; names are NUL-terminated.
         let p = unsafe { dlvsym(handle, n.as_ptr(), v.as_ptr()) };
         remember(f, p as usize);
@@ -92,7 +55,7 @@ pub fn remember_siblings(handle: *mut c_void) {
 
 /// The real function's address, or 0 if there is none.
 #[inline]
-pub fn get(f: Fn_) -> usize {
+pub fn get(f: Entry) -> usize {
     let p = PTRS[f as usize].load(Acquire);
     if p != 0 {
         return p;
@@ -102,7 +65,7 @@ pub fn get(f: Fn_) -> usize {
 
 #[cold]
 #[inline(never)]
-fn get_slow(f: Fn_) -> usize {
+fn get_slow(f: Entry) -> usize {
     let p = resolve(f);
     if p != 0 {
         PTRS[f as usize].store(p, Release);
@@ -110,15 +73,15 @@ fn get_slow(f: Fn_) -> usize {
     p
 }
 
-fn resolve(f: Fn_) -> usize {
-    let (n, v) = SYMS[f as usize];
+fn resolve(f: Entry) -> usize {
+    let (n, v) = Entry::SYMS[f as usize];
     // Default versions through dlsym: it also matches an unversioned definition (another preload
     // interposing the same function after us), which dlvsym never does.
-    if !matches!(f, Fn_::RegMr10 | Fn_::DeregMr10) {
+    if f.is_default() {
         if let Some(dlsym) = elf::real_dlsym() {
             // SAFETY: RTLD_NEXT from this library: the next definition after libmrshim.so.
             let p = unsafe { dlsym(libc::RTLD_NEXT, n.as_ptr()) } as usize;
-            if p != 0 && !super::hooks::is_ours(p) {
+            if p != 0 && !elf::is_ours(p) {
                 return p;
             }
         }
@@ -126,7 +89,7 @@ fn resolve(f: Fn_) -> usize {
     let Some(dlvsym) = elf::real_dlvsym() else { return 0 };
     // SAFETY: as above, asking for the exact version.
     let p = unsafe { dlvsym(libc::RTLD_NEXT, n.as_ptr(), v.as_ptr()) } as usize;
-    if p != 0 && !super::hooks::is_ours(p) {
+    if p != 0 && !elf::is_ours(p) {
         return p;
     }
     scan_loaded(n, v)
@@ -171,7 +134,7 @@ fn scan_loaded(n: &CStr, v: &CStr) -> usize {
             }
             let p = dlvsym(h, n.as_ptr(), v.as_ptr()) as usize;
             libc::dlclose(h);
-            if p != 0 && !super::hooks::is_ours(p) {
+            if p != 0 && !elf::is_ours(p) {
                 return p;
             }
         }

@@ -209,3 +209,103 @@ pub fn server_client(
 pub fn sim_log(p: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(p).unwrap_or_default().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
+
+/// Every registration the device saw has exactly one shim record with the same arguments and keys.
+pub fn assert_records_match_device(recs: &[mrshim_record::Reg], dev: &[serde_json::Value], who: &str) {
+    let mut regs: Vec<&mrshim_record::Reg> = recs.iter().filter(|r| r.kind == Some(mrshim_record::Kind::Reg)).collect();
+    assert!(!dev.is_empty(), "{who}: the device saw no registration");
+    assert_eq!(regs.len(), dev.len(), "{who}: one record per registration");
+    // Threads registering at once (UCX's) may log in a different order on each side: compare
+    // the two as sets, each sorted by what identifies a call.
+    regs.sort_by_key(|r| (r.addr.clone(), r.length, r.access, r.lkey, r.errno));
+    let mut dev: Vec<&serde_json::Value> = dev.iter().collect();
+    dev.sort_by_key(|d| {
+        let n = |k: &str| d[k].as_u64();
+        (
+            d["addr"].as_str().map(String::from),
+            n("length"),
+            n("access").map(|a| a as u32),
+            n("lkey").map(|k| k as u32),
+            d["errno"].as_i64().map(|e| e as i32),
+        )
+    });
+    for (r, d) in regs.iter().zip(dev) {
+        assert_eq!(r.addr.as_deref(), d["addr"].as_str(), "{who}: {d}");
+        assert_eq!(r.length, d["length"].as_u64(), "{who}: {d}");
+        assert_eq!(r.iova.as_deref(), d["iova"].as_str(), "{who}: {d}");
+        assert_eq!(r.access.map(u64::from), d["access"].as_u64(), "{who}: {d}");
+        assert_eq!(r.result, d["result"].as_str().unwrap(), "{who}: {d}");
+        if r.result == "ok" {
+            assert_eq!(r.lkey.map(u64::from), d["lkey"].as_u64(), "{who}: {d}");
+        } else {
+            assert_eq!(r.errno.map(i64::from), d["errno"].as_i64(), "{who}: {d}");
+        }
+        assert!(r.device.as_deref().is_some_and(|n| n.starts_with("mlx5_")), "{who}: {:?}", r.device);
+        assert_eq!(r.addr_page_offset, Some(u64::from_str_radix(&r.addr.as_ref().unwrap()[2..], 16).unwrap() % 4096));
+        assert!(r.duration_ns > 0);
+    }
+    let deregs = recs.iter().filter(|r| r.kind == Some(mrshim_record::Kind::Dereg)).count();
+    let ok = regs.iter().filter(|r| r.result == "ok").count();
+    assert_eq!(deregs, ok, "{who}: every MR deregistered");
+    assert!(recs
+        .iter()
+        .filter(|r| r.kind == Some(mrshim_record::Kind::Dereg))
+        .all(|r| r.reg_seq.is_some() && r.result == "ok"));
+    let s = recs.last().unwrap().summary.as_ref().expect("summary last");
+    assert_eq!(s.registered_bytes, 0);
+    assert_eq!(s.records_lost, 0);
+}
+
+/// How a third-party program runs in the stack tests: on the simulator alone, with the shim
+/// recording every registration, or with the shim and MRSHIM_RETRY=auto. Results must not
+/// differ between the three.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Plain,
+    Shim,
+    Retry,
+}
+
+pub const MODES: [Mode; 3] = [Mode::Plain, Mode::Shim, Mode::Retry];
+
+/// `mrshim sim -- env [shim settings] PROG ARGS` under timeout: the program sees the simulated
+/// devices in /sys/class and /dev; with the shim, its records go to `<dir>/logs/` (rank
+/// `rank`) and the device's own log to `<dir>/sim-r<rank>.jsonl`.
+pub fn stack_cmd(w: &SimWorld, mode: Mode, rank: u32, prog: &str, args: &[&str]) -> Command {
+    let mut c = cmd("timeout");
+    c.args(["-k", "5", "150"]).arg(mrshim_bin()).args(["sim", "--", "env"]);
+    c.env("MRSHIM_SIM_RUNDIR", w.dir.join("run"));
+    for (k, v) in &w.env {
+        c.env(k, v);
+    }
+    if mode != Mode::Plain {
+        c.arg(format!("LD_PRELOAD={}", shim_lib().display()));
+        c.arg(format!("MRSHIM_LOG={}/", w.dir.join("logs").display()));
+        c.arg(format!("MRSHIM_SIM_LOG={}", w.dir.join(format!("sim-r{rank}.jsonl")).display()));
+        c.arg(format!("RANK={rank}"));
+    }
+    if mode == Mode::Retry {
+        c.arg("MRSHIM_RETRY=auto");
+    }
+    c.arg(prog).args(args);
+    c
+}
+
+/// With the shim: one log per process, and each one's registrations are exactly what the
+/// simulated device saw in that process.
+pub fn assert_stack_records(w: &SimWorld, mode: Mode, ranks: u32, who: &str) {
+    if mode == Mode::Plain {
+        return;
+    }
+    let h = host();
+    let fs = files(&w.dir.join("logs"));
+    assert_eq!(fs.len(), ranks as usize, "{who} {mode:?}: {fs:?}");
+    for rank in 0..ranks {
+        let f = fs
+            .iter()
+            .find(|f| f.file_name().unwrap().to_str().unwrap().starts_with(&format!("mrshim-{h}-r{rank}-p")))
+            .unwrap_or_else(|| panic!("{who} {mode:?}: no log of rank {rank}: {fs:?}"));
+        let dev = sim_log(&w.dir.join(format!("sim-r{rank}.jsonl")));
+        assert_records_match_device(&records(f), &dev, &format!("{who} {mode:?} rank {rank}"));
+    }
+}

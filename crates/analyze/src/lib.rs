@@ -3,7 +3,7 @@
 //! Streaming: memory is bounded by the number of distinct groups, not by input size.
 
 pub mod collect;
-pub mod doctor;
+pub mod doctor_report;
 pub mod errno;
 pub mod event;
 pub mod findings;
@@ -98,8 +98,8 @@ fn read_source(src: &Source, parser: &mut parse::Parser, col: &mut Collector) ->
 fn read_stream(name: &str, mut r: Box<dyn std::io::BufRead>, parser: &mut parse::Parser, col: &mut Collector) {
     let idx = col.files.len();
     col.files.push(FileStat { path: name.to_string(), ..Default::default() });
-    if doctor::looks_like_report(&mut r) {
-        doctor::ingest(r, idx, col);
+    if doctor_report::looks_like_report(&mut r) {
+        doctor_report::ingest(r, idx, col);
         return;
     }
     let mut lines = Lines::new(r);

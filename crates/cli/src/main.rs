@@ -6,6 +6,7 @@ mod analyze;
 mod doctor;
 mod exec;
 mod sim;
+mod sim_view;
 
 #[derive(Parser)]
 #[command(

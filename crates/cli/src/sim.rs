@@ -1,7 +1,8 @@
 //! `mrshim sim [--devices SPEC] [--faults RULES] -- CMD ARGS...`: run CMD on the simulated verbs
 //! device (and simulated GPU runtimes): a directory of `libibverbs.so.1` / `libcuda.so.1` /
-//! `libamdhip64.so.{6,5}` / `libmcruntime.so` links to
-//! the simulator's libraries goes first in LD_LIBRARY_PATH, then CMD is exec(2)ed.
+//! `libamdhip64.so.{6,5}` / `libmcruntime.so` links to the simulator's libraries goes first in
+//! LD_LIBRARY_PATH, then CMD is exec(2)ed in a private mount namespace that shows the simulated
+//! devices in /sys/class and /dev (sim_view.rs).
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -36,12 +37,19 @@ pub struct Args {
     /// Print the library directory to put in LD_LIBRARY_PATH and exit
     #[arg(long, conflicts_with = "cmd")]
     pub print_lib_dir: bool,
+    /// Write the devices' /sys/class entries under DIR (class/infiniband/...) and exit
+    #[arg(long, value_name = "DIR", conflicts_with = "cmd")]
+    pub write_sysfs: Option<PathBuf>,
+    /// Run CMD without the private /sys/class and /dev view (libibverbs users do not need it;
+    /// UCX and Open MPI do)
+    #[arg(long)]
+    pub no_view: bool,
     /// The command and its arguments (after `--`)
     #[arg(
         trailing_var_arg = true,
         allow_hyphen_values = true,
         value_name = "CMD",
-        required_unless_present = "print_lib_dir"
+        required_unless_present_any = ["print_lib_dir", "write_sysfs"]
     )]
     pub cmd: Vec<OsString>,
 }
@@ -120,6 +128,27 @@ pub fn run(a: Args) -> ExitCode {
         println!("{}", dir.display());
         return ExitCode::SUCCESS;
     }
+    if let Some(d) = &a.devices {
+        // Before the view is written: it shows these devices. (Single-threaded here.)
+        std::env::set_var("MRSHIM_SIM_DEVICES", d);
+    }
+    if let Some(out) = &a.write_sysfs {
+        return match crate::sim_view::write_to(&dir, out) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("mrshim sim: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
+    if !a.no_view {
+        if let Err(e) = crate::sim_view::enter(&dir) {
+            eprintln!(
+                "mrshim sim: no /sys/class/infiniband and /dev/infiniband view ({e}); libibverbs programs run, \
+                 UCX and Open MPI will not see the devices"
+            );
+        }
+    }
     let mut path = OsString::from(&dir);
     if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|o| !o.is_empty()) {
         path.push(":");
@@ -127,9 +156,6 @@ pub fn run(a: Args) -> ExitCode {
     }
     let mut cmd = std::process::Command::new(&a.cmd[0]);
     cmd.args(&a.cmd[1..]).env("LD_LIBRARY_PATH", path);
-    if let Some(d) = a.devices {
-        cmd.env("MRSHIM_SIM_DEVICES", d);
-    }
     if let Some(f) = a.faults {
         cmd.env("MRSHIM_SIM_FAULTS", f);
     }

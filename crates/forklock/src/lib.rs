@@ -56,9 +56,13 @@ impl<T> ForkLock<T> {
 
     /// In a forked child only (it has one thread): forget whoever held the lock in the parent
     /// and start from `v`. The previous value is leaked: it may be in the middle of an update.
-    pub fn reset_in_child(&self, v: T) {
-        // SAFETY: the child has a single thread, which is here; no guard of this thread is alive
-        // (callers run this from the atfork child handler), so nothing else touches the value.
+    ///
+    /// # Safety
+    /// Only in a forked child, from its atfork child handler: the child has one thread, and no
+    /// guard of that thread is alive.
+    pub unsafe fn reset_in_child(&self, v: T) {
+        // SAFETY: per the contract: the child's single thread is here and holds no guard, so
+        // nothing else touches the value.
         let old = unsafe { std::ptr::replace(self.value.get(), v) };
         std::mem::forget(old);
         self.locked.store(false, Release);
@@ -132,9 +136,14 @@ impl<T> ForkOnce<T> {
     }
 
     /// In a forked child only: if a parent thread was still building the value, build afresh.
-    pub fn reset_in_child(&self) {
+    ///
+    /// # Safety
+    /// Only in a forked child, from its atfork child handler: the child has one thread, and no
+    /// guard of that thread is alive.
+    pub unsafe fn reset_in_child(&self) {
         if self.get().is_none() {
-            self.building.reset_in_child(());
+            // SAFETY: the caller's contract.
+            unsafe { self.building.reset_in_child(()) };
         }
     }
 }
@@ -196,7 +205,8 @@ mod tests {
         let pid = unsafe { libc::fork() };
         if pid == 0 {
             let ok = l.try_lock().is_none();
-            l.reset_in_child(vec![2]);
+            // SAFETY: the forked child, one thread, holding no guard.
+            unsafe { l.reset_in_child(vec![2]) };
             let ok = ok && *l.lock() == [2];
             // SAFETY: leaving the child without running the parent's destructors.
             unsafe { libc::_exit(if ok { 0 } else { 1 }) };

@@ -5,7 +5,7 @@
 
 use crate::policy::Policy;
 use crate::strategy::{Facts, Plan, Strategy};
-use crate::{Entry, MemKind, Req};
+use crate::{Call, MemKind, Req};
 use mrshim_forklock::ForkLock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -44,7 +44,7 @@ pub enum Event {
     /// A change of learned policy (logged once per change).
     Learned {
         kind: MemKind,
-        entry: Entry,
+        entry: Call,
         strategy: Strategy,
     },
 }
@@ -52,7 +52,7 @@ pub enum Event {
 #[derive(Default)]
 pub struct Engine {
     pub policy: Policy,
-    learned: ForkLock<HashMap<(MemKind, Entry), (Strategy, i32)>>,
+    learned: ForkLock<HashMap<(MemKind, Call), (Strategy, i32)>>,
     /// Set with the first learned entry: until then a registration needs no facts up front.
     any_learned: AtomicBool,
     rescued: ForkLock<HashMap<Strategy, u64>>,
@@ -65,10 +65,17 @@ impl Engine {
 
     /// In a forked child: the locks may have been held by a parent thread; start over (what was
     /// learned is for the parent's memory, the counts are the parent's).
-    pub fn reset_in_child(&self) {
-        self.learned.reset_in_child(HashMap::new());
+    ///
+    /// # Safety
+    /// Only in a forked child, from its atfork child handler: the child has one thread, and no
+    /// guard of that thread is alive.
+    pub unsafe fn reset_in_child(&self) {
+        // SAFETY: the caller's contract, for both locks.
+        unsafe {
+            self.learned.reset_in_child(HashMap::new());
+            self.rescued.reset_in_child(HashMap::new());
+        }
         self.any_learned.store(false, Relaxed);
-        self.rescued.reset_in_child(HashMap::new());
     }
 
     /// How many registrations each strategy rescued (learned applications included).
@@ -209,7 +216,7 @@ mod tests {
             Ok(format!("RLIMIT_MEMLOCK soft {s} -> {h}"))
         }
         fn export_dmabuf(&self, r: &Req) -> Result<(Req, String), String> {
-            Ok((Req { entry: Entry::RegDmabufMr, dmabuf_fd: 9, dmabuf_offset: 0, ..*r }, "exported fd 9".into()))
+            Ok((Req { entry: Call::RegDmabufMr, dmabuf_fd: 9, dmabuf_offset: 0, ..*r }, "exported fd 9".into()))
         }
         fn bounce(&self, _r: &Req) -> Result<(Req, String), String> {
             Err("host bounce buffers are not available".into())
@@ -218,7 +225,7 @@ mod tests {
 
     fn req(access: u32) -> Req {
         Req {
-            entry: Entry::RegMrIova2,
+            entry: Call::RegMrIova2,
             addr: 0x10000,
             length: 1 << 20,
             iova: 0x10000,
@@ -297,10 +304,10 @@ mod tests {
     fn device_memory_goes_to_dmabuf_and_probes_are_never_retried() {
         let e = Engine::new(Policy::parse("auto").unwrap());
         let env = FakeEnv { kind: MemKind::Device, memlock: Cell::new((u64::MAX, u64::MAX)) };
-        let mut try_ = |a: &Attempt| if a.req.entry == Entry::RegDmabufMr { Ok(()) } else { Err(libc::EINVAL) };
+        let mut try_ = |a: &Attempt| if a.req.entry == Call::RegDmabufMr { Ok(()) } else { Err(libc::EINVAL) };
         let (_, a) = e.rescue(&req(0xf | RO), libc::EINVAL, &env, None, &mut try_, &mut |_| {}).unwrap();
         assert_eq!((a.strategy, a.n), (Strategy::VaToDmabuf, 2), "drop-relaxed-ordering tried first and failed");
-        let probe = Req { entry: Entry::RegDmabufMr, dmabuf_fd: -1, ..req(0) };
+        let probe = Req { entry: Call::RegDmabufMr, dmabuf_fd: -1, ..req(0) };
         let mut calls = 0;
         let got: Option<((), Attempt)> = e.rescue(
             &probe,

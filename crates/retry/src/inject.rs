@@ -11,12 +11,12 @@
 //! Every attempt is a call: a rule that matches relaxed ordering stops matching once
 //! `drop-relaxed-ordering` clears it, which is how rehearsals exercise the retry engine.
 
-use crate::{Entry, MemKind, Req};
+use crate::{Call, MemKind, Req};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 #[derive(Debug)]
 pub struct Rule {
-    pub entry: Option<Entry>,
+    pub entry: Option<Call>,
     pub errno: i32,
     nth: Option<u64>,
     from: Option<u64>,
@@ -53,7 +53,8 @@ pub fn parse(s: &str) -> Result<Vec<Rule>, String> {
     for item in s.split(';').map(str::trim).filter(|i| !i.is_empty()) {
         let mut parts = item.splitn(3, ':');
         let call = parts.next().unwrap_or_default();
-        let entry = if call == "reg" { None } else { Some(Entry::parse(call).ok_or_else(|| HELP.to_string())?) };
+        let entry =
+            if call == "reg" { None } else { Some(Call::parse_registration(call).ok_or_else(|| HELP.to_string())?) };
         let errno = parts.next().and_then(mrshim_verbs::errno::parse).ok_or_else(|| HELP.to_string())?;
         let mut r = Rule {
             entry,
@@ -141,27 +142,27 @@ mod tests {
     use super::*;
     const RO: u32 = mrshim_verbs::access::RELAXED_ORDERING;
 
-    fn req(entry: Entry, access: u32, length: u64) -> Req {
+    fn req(entry: Call, access: u32, length: u64) -> Req {
         Req { entry, addr: 0x1000, length, iova: 0x1000, access, dmabuf_fd: -1, dmabuf_offset: 0 }
     }
 
     #[test]
     fn seed_rehearsal() {
         let r = parse("ibv_reg_mr_iova2:EINVAL:relaxed").unwrap();
-        assert_eq!(check(&r, &req(Entry::RegMrIova2, 0xf | RO, 4096), MemKind::HostAnon), Some(libc::EINVAL));
-        assert_eq!(check(&r, &req(Entry::RegMrIova2, 0xf, 4096), MemKind::HostAnon), None);
-        assert_eq!(check(&r, &req(Entry::RegMr, 0xf | RO, 4096), MemKind::HostAnon), None);
+        assert_eq!(check(&r, &req(Call::RegMrIova2, 0xf | RO, 4096), MemKind::HostAnon), Some(libc::EINVAL));
+        assert_eq!(check(&r, &req(Call::RegMrIova2, 0xf, 4096), MemKind::HostAnon), None);
+        assert_eq!(check(&r, &req(Call::RegMr, 0xf | RO, 4096), MemKind::HostAnon), None);
     }
 
     #[test]
     fn nth_kind_length_and_probes() {
         let r = parse("reg:ENOMEM:nth=2;reg:EFAULT:kind=device,min_len=1M").unwrap();
-        let h = req(Entry::RegMr, 0xf, 4096);
+        let h = req(Call::RegMr, 0xf, 4096);
         assert_eq!(check(&r, &h, MemKind::HostAnon), None);
         assert_eq!(check(&r, &h, MemKind::HostAnon), Some(libc::ENOMEM));
         assert_eq!(check(&r, &h, MemKind::HostAnon), None);
-        assert_eq!(check(&r, &req(Entry::RegMr, 0xf, 2 << 20), MemKind::Device), Some(libc::EFAULT));
-        let probe = Req { entry: Entry::RegDmabufMr, dmabuf_fd: -1, ..h };
+        assert_eq!(check(&r, &req(Call::RegMr, 0xf, 2 << 20), MemKind::Device), Some(libc::EFAULT));
+        let probe = Req { entry: Call::RegDmabufMr, dmabuf_fd: -1, ..h };
         assert_eq!(check(&parse("reg:EINVAL").unwrap(), &probe, MemKind::Unknown), None, "probes pass through");
     }
 
@@ -169,7 +170,7 @@ mod tests {
     fn probability_is_seeded_and_reproducible() {
         let run = || {
             let r = parse("reg:EIO:p=0.3,seed=42").unwrap();
-            (0..1000).filter(|_| check(&r, &req(Entry::RegMr, 0xf, 64), MemKind::HostAnon).is_some()).count()
+            (0..1000).filter(|_| check(&r, &req(Call::RegMr, 0xf, 64), MemKind::HostAnon).is_some()).count()
         };
         let a = run();
         assert_eq!(a, run());

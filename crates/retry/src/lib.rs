@@ -15,41 +15,13 @@ pub mod strategy;
 
 pub use mrshim_record::MemKind;
 
-/// The registration entry points a strategy can use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Entry {
-    RegMr,
-    RegMrIova,
-    RegMrIova2,
-    RegDmabufMr,
-}
-
-impl Entry {
-    pub const ALL: [Entry; 4] = [Entry::RegMr, Entry::RegMrIova, Entry::RegMrIova2, Entry::RegDmabufMr];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Entry::RegMr => "ibv_reg_mr",
-            Entry::RegMrIova => "ibv_reg_mr_iova",
-            Entry::RegMrIova2 => "ibv_reg_mr_iova2",
-            Entry::RegDmabufMr => "ibv_reg_dmabuf_mr",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Entry> {
-        let s = s.strip_prefix("ibv_").unwrap_or(s);
-        Entry::ALL.into_iter().find(|e| &e.name()[4..] == s)
-    }
-
-    pub fn is_dmabuf(self) -> bool {
-        self == Entry::RegDmabufMr
-    }
-}
+/// The entry points, shared with the shim (mrshim_verbs::Call).
+pub use mrshim_verbs::Call;
 
 /// One registration request: what the application asked for, or what a strategy makes of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Req {
-    pub entry: Entry,
+    pub entry: Call,
     /// The virtual address (for dmabuf: the iova argument, the VA the MR will have).
     pub addr: u64,
     pub length: u64,

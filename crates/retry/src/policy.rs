@@ -13,7 +13,7 @@
 //! `auto` is every strategy in the order of [`crate::strategy::Strategy::AUTO`].
 
 use crate::strategy::Strategy;
-use crate::Entry;
+use crate::Call;
 use std::fmt;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,11 +22,11 @@ pub struct Policy {
     pub max_attempts: u32,
     pub sticky: bool,
     /// Empty: every registration entry point.
-    pub calls: Vec<Entry>,
+    pub calls: Vec<Call>,
     /// Empty: every errno.
     pub errnos: Vec<i32>,
     pub per_errno: Vec<(i32, Vec<Strategy>)>,
-    pub per_call: Vec<(Entry, Vec<Strategy>)>,
+    pub per_call: Vec<(Call, Vec<Strategy>)>,
 }
 
 impl Default for Policy {
@@ -110,7 +110,11 @@ impl Policy {
                     }
                 }
                 "calls" => {
-                    p.calls = v.split(',').map(|c| Entry::parse(c.trim())).collect::<Option<_>>().ok_or_else(err)?
+                    p.calls = v
+                        .split(',')
+                        .map(|c| Call::parse_registration(c.trim()))
+                        .collect::<Option<_>>()
+                        .ok_or_else(err)?
                 }
                 "errnos" => {
                     p.errnos = v.split(',').map(mrshim_verbs::errno::parse).collect::<Option<_>>().ok_or_else(err)?
@@ -121,7 +125,7 @@ impl Policy {
                     let twice = || PolicyError { value: value.into(), detail: Some(format!("{k} is given twice")) };
                     let fresh = if let Some(e) = mrshim_verbs::errno::parse(target) {
                         push_once(&mut p.per_errno, e, l)
-                    } else if let Some(c) = Entry::parse(target) {
+                    } else if let Some(c) = Call::parse_registration(target) {
                         push_once(&mut p.per_call, c, l)
                     } else {
                         return Err(err());
@@ -142,7 +146,7 @@ impl Policy {
     }
 
     /// The strategies to walk for this failure, in order; empty when the policy does not retry it.
-    pub fn for_failure(&self, entry: Entry, errno: i32) -> &[Strategy] {
+    pub fn for_failure(&self, entry: Call, errno: i32) -> &[Strategy] {
         if (!self.calls.is_empty() && !self.calls.contains(&entry))
             || (!self.errnos.is_empty() && !self.errnos.contains(&errno))
         {
@@ -192,13 +196,13 @@ mod tests {
         let p =
             Policy::parse("auto;on.ENOMEM=raise-memlock;on.ibv_reg_dmabuf_mr=dmabuf-to-va;errnos=EINVAL,ENOMEM,EFAULT")
                 .unwrap();
-        assert_eq!(p.for_failure(Entry::RegMr, libc::ENOMEM), &[Strategy::RaiseMemlock]);
-        assert_eq!(p.for_failure(Entry::RegDmabufMr, libc::EINVAL), &[Strategy::DmabufToVa]);
-        assert_eq!(p.for_failure(Entry::RegMrIova2, libc::EINVAL), Strategy::AUTO);
-        assert!(p.for_failure(Entry::RegMr, libc::EPERM).is_empty(), "EPERM not listed");
+        assert_eq!(p.for_failure(Call::RegMr, libc::ENOMEM), &[Strategy::RaiseMemlock]);
+        assert_eq!(p.for_failure(Call::RegDmabufMr, libc::EINVAL), &[Strategy::DmabufToVa]);
+        assert_eq!(p.for_failure(Call::RegMrIova2, libc::EINVAL), Strategy::AUTO);
+        assert!(p.for_failure(Call::RegMr, libc::EPERM).is_empty(), "EPERM not listed");
         let only = Policy::parse("auto;calls=reg_mr_iova2").unwrap();
-        assert!(only.for_failure(Entry::RegMr, libc::EINVAL).is_empty());
-        assert!(!only.for_failure(Entry::RegMrIova2, libc::EINVAL).is_empty());
+        assert!(only.for_failure(Call::RegMr, libc::EINVAL).is_empty());
+        assert!(!only.for_failure(Call::RegMrIova2, libc::EINVAL).is_empty());
     }
 
     #[test]
@@ -227,7 +231,7 @@ mod tests {
 
     #[test]
     fn help_names_every_strategy_and_entry_point_and_a_rule_given_twice_is_refused() {
-        for n in Strategy::ALL.iter().map(|s| s.name()).chain(Entry::ALL.iter().map(|e| e.name())) {
+        for n in Strategy::ALL.iter().map(|s| s.name()).chain(Call::REGISTRATIONS.iter().map(|e| e.name())) {
             assert!(HELP.contains(n), "{n}");
         }
         for bad in [
@@ -290,7 +294,7 @@ mod tests {
             let names = |v: &[Strategy]| if v.is_empty() { "off".to_string() } else { v.iter().map(|s| s.name()).collect::<Vec<_>>().join(",") };
             let mut text = names(&main);
             if !calls.is_empty() {
-                text += &format!(";calls={}", calls.iter().map(|&c| Entry::ALL[c].name()).collect::<Vec<_>>().join(","));
+                text += &format!(";calls={}", calls.iter().map(|&c| Call::REGISTRATIONS[c].name()).collect::<Vec<_>>().join(","));
             }
             if !errnos.is_empty() {
                 text += &format!(";errnos={}", errnos.iter().map(|&e| ERRNOS[e].0).collect::<Vec<_>>().join(","));
@@ -299,16 +303,16 @@ mod tests {
                 text += &format!("; on.{}={}", ERRNOS[*e].0, names(l));
             }
             if let Some((c, l)) = &on_call {
-                text += &format!(";on.{}={}", Entry::ALL[*c].name(), names(l));
+                text += &format!(";on.{}={}", Call::REGISTRATIONS[*c].name(), names(l));
             }
             let p = Policy::parse(&text).unwrap();
-            let (en, er) = (Entry::ALL[entry], ERRNOS[errno].1);
-            let filtered = (!calls.is_empty() && !calls.iter().any(|&c| Entry::ALL[c] == en)) || (!errnos.is_empty() && !errnos.iter().any(|&e| ERRNOS[e].1 == er));
+            let (en, er) = (Call::REGISTRATIONS[entry], ERRNOS[errno].1);
+            let filtered = (!calls.is_empty() && !calls.iter().any(|&c| Call::REGISTRATIONS[c] == en)) || (!errnos.is_empty() && !errnos.iter().any(|&e| ERRNOS[e].1 == er));
             let want = if filtered {
                 Vec::new()
             } else if let Some((_, l)) = on_errno.as_ref().filter(|(e, _)| ERRNOS[*e].1 == er) {
                 dedup(l)
-            } else if let Some((_, l)) = on_call.as_ref().filter(|(c, _)| Entry::ALL[*c] == en) {
+            } else if let Some((_, l)) = on_call.as_ref().filter(|(c, _)| Call::REGISTRATIONS[*c] == en) {
                 dedup(l)
             } else {
                 dedup(&main)

@@ -1,7 +1,7 @@
 //! The strategies: what each changes about a failed request, and when it applies (decided from
 //! the call, its arguments, the memory kind and the errno).
 
-use crate::{Entry, MemKind, Req, PAGE};
+use crate::{Call, MemKind, Req, PAGE};
 use mrshim_verbs::access;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -120,7 +120,7 @@ impl Strategy {
                 }
             }
             Strategy::RealignIova => {
-                if r.entry == Entry::RegMr || r.iova % PAGE == r.addr % PAGE {
+                if r.entry == Call::RegMr || r.iova % PAGE == r.addr % PAGE {
                     return Plan::Skip;
                 }
                 let want = r.iova - r.iova % PAGE + r.addr % PAGE;
@@ -143,7 +143,7 @@ impl Strategy {
                     )),
                     _ => {
                         let n = Req {
-                            entry: Entry::RegMrIova2,
+                            entry: Call::RegMrIova2,
                             addr: r.addr,
                             length: r.length,
                             iova: r.iova,
@@ -193,7 +193,7 @@ pub fn fmt_limit(v: u64) -> String {
 mod tests {
     use super::*;
 
-    fn req(entry: Entry, access: u32) -> Req {
+    fn req(entry: Call, access: u32) -> Req {
         Req {
             entry,
             addr: 0x7f00_0000_1000,
@@ -210,7 +210,7 @@ mod tests {
 
     #[test]
     fn drop_relaxed_ordering_only_with_optional_bits() {
-        let r = req(Entry::RegMrIova2, 0xf | access::RELAXED_ORDERING);
+        let r = req(Call::RegMrIova2, 0xf | access::RELAXED_ORDERING);
         match Strategy::DropRelaxedOrdering.plan(&r, libc::EINVAL, &facts(MemKind::HostAnon)) {
             Plan::Try { req, change } => {
                 assert_eq!(req.access, 0xf);
@@ -219,14 +219,14 @@ mod tests {
             p => panic!("{p:?}"),
         }
         assert_eq!(
-            Strategy::DropRelaxedOrdering.plan(&req(Entry::RegMr, 0xf), libc::EINVAL, &facts(MemKind::HostAnon)),
+            Strategy::DropRelaxedOrdering.plan(&req(Call::RegMr, 0xf), libc::EINVAL, &facts(MemKind::HostAnon)),
             Plan::Skip
         );
     }
 
     #[test]
     fn raise_memlock_on_enomem_while_soft_below_hard() {
-        let r = req(Entry::RegMr, 0xf);
+        let r = req(Call::RegMr, 0xf);
         assert_eq!(Strategy::RaiseMemlock.plan(&r, libc::ENOMEM, &facts(MemKind::HostAnon)), Plan::Prepare);
         assert_eq!(Strategy::RaiseMemlock.plan(&r, libc::EINVAL, &facts(MemKind::HostAnon)), Plan::Skip);
         let mut f = facts(MemKind::HostAnon);
@@ -239,7 +239,7 @@ mod tests {
 
     #[test]
     fn realign_iova_is_refused_with_the_reason() {
-        let mut r = req(Entry::RegMrIova2, 0xf);
+        let mut r = req(Call::RegMrIova2, 0xf);
         r.iova = 0x10_0010;
         match Strategy::RealignIova.plan(&r, libc::EINVAL, &facts(MemKind::HostAnon)) {
             Plan::Refused(why) => assert!(why.contains("remote peers") && why.contains("0x100010"), "{why}"),
@@ -255,10 +255,10 @@ mod tests {
 
     #[test]
     fn path_switches() {
-        let mut d = req(Entry::RegDmabufMr, 0xf);
+        let mut d = req(Call::RegDmabufMr, 0xf);
         d.dmabuf_fd = 7;
         match Strategy::DmabufToVa.plan(&d, libc::EOPNOTSUPP, &facts(MemKind::HostAnon)) {
-            Plan::Try { req, .. } => assert_eq!((req.entry, req.addr, req.iova), (Entry::RegMrIova2, d.addr, d.iova)),
+            Plan::Try { req, .. } => assert_eq!((req.entry, req.addr, req.iova), (Call::RegMrIova2, d.addr, d.iova)),
             p => panic!("{p:?}"),
         }
         d.dmabuf_fd = -1;
@@ -267,7 +267,7 @@ mod tests {
             Plan::Skip,
             "probes are never rescued"
         );
-        let v = req(Entry::RegMr, 0xf);
+        let v = req(Call::RegMr, 0xf);
         assert_eq!(Strategy::VaToDmabuf.plan(&v, libc::EINVAL, &facts(MemKind::HostAnon)), Plan::Skip);
         assert!(matches!(Strategy::VaToDmabuf.plan(&v, libc::EINVAL, &facts(MemKind::Device)), Plan::Refused(_)));
         let mut f = facts(MemKind::Device);

@@ -2,31 +2,8 @@
 //! arguments as the application passed them, what the real function answered, and the
 //! [`Backend`] through which the logic reaches the real functions.
 
-/// The intercepted entry points.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Call {
-    RegMr,
-    RegMrIova,
-    RegMrIova2,
-    RegDmabufMr,
-    DeregMr,
-}
-
-impl Call {
-    pub const ALL: [Call; 5] = [Call::RegMr, Call::RegMrIova, Call::RegMrIova2, Call::RegDmabufMr, Call::DeregMr];
-    pub fn name(self) -> &'static str {
-        match self {
-            Call::RegMr => "ibv_reg_mr",
-            Call::RegMrIova => "ibv_reg_mr_iova",
-            Call::RegMrIova2 => "ibv_reg_mr_iova2",
-            Call::RegDmabufMr => "ibv_reg_dmabuf_mr",
-            Call::DeregMr => "ibv_dereg_mr",
-        }
-    }
-    pub(crate) fn idx(self) -> usize {
-        self as usize
-    }
-}
+/// The intercepted entry points (shared with the retry engine and the analyzer).
+pub use mrshim_verbs::Call;
 
 /// The arguments of one call, as the application passed them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -95,10 +95,16 @@ pub fn shim_if_initialized() -> Option<&'static Shim> {
 }
 
 /// The atfork child handler's part: the child's own pid, counters, file and locks.
-pub fn after_fork_child() {
-    SHIM.reset_in_child();
+///
+/// # Safety
+/// Only in a forked child, from its atfork child handler: the child has one thread, and no
+/// guard of that thread is alive.
+pub unsafe fn after_fork_child() {
+    // SAFETY: the caller's contract.
+    unsafe { SHIM.reset_in_child() };
     if let Some(s) = SHIM.get() {
-        s.after_fork_child();
+        // SAFETY: the caller's contract.
+        unsafe { s.after_fork_child() };
     }
 }
 
@@ -201,7 +207,7 @@ impl Shim {
         if !self.cfg.as_ref().is_some_and(|c| c.summary) {
             return;
         }
-        self.stats.calls[call.idx()].fetch_add(1, Relaxed);
+        self.stats.calls[call.index()].fetch_add(1, Relaxed);
         self.count_ok(call, length, mr, 0, false);
     }
 
@@ -214,23 +220,31 @@ impl Shim {
     }
 
     /// In the child after fork(2): new pid, own counters, own file if the name has the pid in it.
-    pub fn after_fork_child(&self) {
+    ///
+    /// # Safety
+    /// Only in a forked child, from its atfork child handler: the child has one thread, and no
+    /// guard of that thread is alive.
+    pub unsafe fn after_fork_child(&self) {
         ident::forget_tids();
         // SAFETY: getpid has no preconditions.
         let pid = unsafe { libc::getpid() } as u32;
         self.pid.store(pid, Relaxed);
-        self.log.after_fork(pid);
+        // SAFETY: the caller's contract (also for the resets below).
+        unsafe { self.log.after_fork(pid) };
         self.maps.forget();
         for c in Call::ALL {
-            self.stats.calls[c.idx()].store(0, Relaxed);
-            self.stats.failures[c.idx()].store(0, Relaxed);
+            self.stats.calls[c.index()].store(0, Relaxed);
+            self.stats.failures[c.index()].store(0, Relaxed);
         }
         self.stats.probes.store(0, Relaxed);
         self.stats.bytes_total.store(0, Relaxed);
         // Locks another thread of the parent may have held at the fork: the child's own again.
-        self.stats.errnos.reset_in_child(BTreeMap::new());
-        self.mrs.reset_in_child();
-        self.retry.reset_in_child();
+        // SAFETY: as above.
+        unsafe {
+            self.stats.errnos.reset_in_child(BTreeMap::new());
+            self.mrs.reset_in_child();
+            self.retry.reset_in_child();
+        }
         internal::reset_in_child();
         self.summarized.store(false, Relaxed);
     }

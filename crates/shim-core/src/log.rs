@@ -135,8 +135,13 @@ impl Log {
     }
 
     /// In a forked child: a per-pid destination gets a new file at the next record.
-    pub fn after_fork(&self, child_pid: u32) {
-        self.opening.reset_in_child(());
+    ///
+    /// # Safety
+    /// Only in a forked child, from its atfork child handler: the child has one thread, and no
+    /// guard of that thread is alive.
+    pub unsafe fn after_fork(&self, child_pid: u32) {
+        // SAFETY: the caller's contract.
+        unsafe { self.opening.reset_in_child(()) };
         let fd = self.fd.load(Relaxed);
         if fd >= 0 && fd != 2 && self.pid_dependent.load(Relaxed) && self.opened_by.load(Relaxed) != child_pid {
             // SAFETY: fd is the child's own copy of the log descriptor; nothing else uses it.

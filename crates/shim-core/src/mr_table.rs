@@ -83,9 +83,14 @@ impl MrTable {
         clamp(self.bytes.load(Relaxed))
     }
     /// The parent's MRs are not the child's to account for (and a shard may have been locked).
-    pub(crate) fn reset_in_child(&self) {
+    ///
+    /// # Safety
+    /// Only in a forked child, from its atfork child handler: the child has one thread, and no
+    /// guard of that thread is alive.
+    pub(crate) unsafe fn reset_in_child(&self) {
         for s in &self.shards {
-            s.reset_in_child(MrMap::default());
+            // SAFETY: the caller's contract.
+            unsafe { s.reset_in_child(MrMap::default()) };
         }
         self.bytes.store(0, Relaxed);
         self.peak.store(0, Relaxed);

@@ -182,13 +182,13 @@ impl Shim {
         // application calls.
         let app_call = meta.parent_seq.is_none();
         if app_call {
-            self.stats.calls[call.idx()].fetch_add(1, Relaxed);
+            self.stats.calls[call.index()].fetch_add(1, Relaxed);
         }
         if meta.refused {
         } else if probe {
             self.stats.probes.fetch_add(1, Relaxed);
         } else if !out.ok() && app_call {
-            self.stats.failures[call.idx()].fetch_add(1, Relaxed);
+            self.stats.failures[call.index()].fetch_add(1, Relaxed);
             *self.stats.errnos.lock().entry((call, out.err)).or_default() += 1;
         }
         let recording = self.log.enabled();

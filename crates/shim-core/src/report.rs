@@ -57,11 +57,11 @@ impl Shim {
         let mut calls = 0;
         let mut failures = 0;
         for c in Call::ALL {
-            let n = self.stats.calls[c.idx()].load(Relaxed);
+            let n = self.stats.calls[c.index()].load(Relaxed);
             if n == 0 {
                 continue;
             }
-            let f = self.stats.failures[c.idx()].load(Relaxed);
+            let f = self.stats.failures[c.index()].load(Relaxed);
             calls += n;
             failures += f;
             let mut e = BTreeMap::new();

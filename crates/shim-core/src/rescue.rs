@@ -6,17 +6,14 @@ use crate::{Backend, Call, RegArgs};
 use mrshim_record::MemKind;
 use mrshim_retry::engine::Env;
 use mrshim_retry::strategy::Facts;
-use mrshim_retry::{Entry, Req};
+use mrshim_retry::Req;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub fn to_req(a: &RegArgs) -> Option<Req> {
-    let entry = match a.call() {
-        Call::RegMr => Entry::RegMr,
-        Call::RegMrIova => Entry::RegMrIova,
-        Call::RegMrIova2 => Entry::RegMrIova2,
-        Call::RegDmabufMr => Entry::RegDmabufMr,
-        Call::DeregMr => return None,
-    };
+    let entry = a.call();
+    if entry == Call::DeregMr {
+        return None;
+    }
     Some(Req {
         entry,
         addr: a.addr,
@@ -30,12 +27,7 @@ pub fn to_req(a: &RegArgs) -> Option<Req> {
 
 /// The arguments for an attempt: the application's call with the engine's changes.
 pub fn to_args(orig: &RegArgs, r: &Req) -> RegArgs {
-    let call = match r.entry {
-        Entry::RegMr => Call::RegMr,
-        Entry::RegMrIova => Call::RegMrIova,
-        Entry::RegMrIova2 => Call::RegMrIova2,
-        Entry::RegDmabufMr => Call::RegDmabufMr,
-    };
+    let call = r.entry;
     let dmabuf = r.entry.is_dmabuf();
     RegArgs {
         call: Some(call),
@@ -108,7 +100,7 @@ impl Env for ShimEnv<'_> {
 
     fn export_dmabuf(&self, r: &Req) -> Result<(Req, String), String> {
         let (fd, offset) = self.backend.export_dmabuf(r.addr, r.length)?;
-        let n = Req { entry: Entry::RegDmabufMr, dmabuf_fd: fd, dmabuf_offset: offset, ..*r };
+        let n = Req { entry: Call::RegDmabufMr, dmabuf_fd: fd, dmabuf_offset: offset, ..*r };
         Ok((
             n,
             format!(
@@ -123,7 +115,7 @@ impl Env for ShimEnv<'_> {
         let shadow = self.backend.bounce_shadow(&to_args(self.orig, r))?;
         let access = r.access & !mrshim_verbs::access::OPTIONAL_RANGE;
         let n =
-            Req { entry: Entry::RegMrIova2, addr: shadow, iova: r.iova, access, dmabuf_fd: -1, dmabuf_offset: 0, ..*r };
+            Req { entry: Call::RegMrIova2, addr: shadow, iova: r.iova, access, dmabuf_fd: -1, dmabuf_offset: 0, ..*r };
         Ok((
             n,
             format!(

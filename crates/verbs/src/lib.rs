@@ -20,6 +20,8 @@ mod extra {
 }
 pub use extra::{ibv_wc, verbs_context};
 pub mod access;
+pub mod call;
+pub use call::Call;
 pub mod errno;
 pub mod units;
 

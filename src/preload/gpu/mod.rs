@@ -15,9 +15,16 @@ static HIP: mrshim_forklock::ForkOnce<Option<RtApi>> = mrshim_forklock::ForkOnce
 static MACA: mrshim_forklock::ForkOnce<Option<RtApi>> = mrshim_forklock::ForkOnce::new();
 
 /// In a forked child: the runtimes are looked up again (streams do not survive fork).
-pub fn after_fork_child() {
-    HIP.reset_in_child();
-    MACA.reset_in_child();
+///
+/// # Safety
+/// Only in a forked child, from its atfork child handler: the child has one thread, and no
+/// guard of that thread is alive.
+pub unsafe fn after_fork_child() {
+    // SAFETY: the caller's contract is ForkOnce::reset_in_child's.
+    unsafe {
+        HIP.reset_in_child();
+        MACA.reset_in_child();
+    }
 }
 
 /// A runtime that is loaded but that the engine cannot speak: one line, then as if absent.

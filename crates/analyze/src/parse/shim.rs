@@ -20,7 +20,11 @@ pub fn parse(line: &str, st: &mut ShimState, lineno: u64, emit: &mut dyn FnMut(E
                 if kind == "reg" {
                     // learned/attempt records of older shims described the shadow in addr/access/mem_kind;
                     // newer ones keep the caller's request there and put the shadow in used_*
-                    let caller_fields = !r.learned || line.contains("\"used_");
+                    let caller_fields = !r.learned
+                        || r.used_addr.is_some()
+                        || r.used_length.is_some()
+                        || r.used_access.is_some()
+                        || r.used_mem_kind.is_some();
                     reg(r, caller_fields, lineno, emit);
                 }
                 true
