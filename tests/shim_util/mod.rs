@@ -33,7 +33,7 @@ pub fn tmp(name: &str) -> PathBuf {
     d
 }
 
-fn cc(args: &[&str]) {
+pub fn cc(args: &[&str]) {
     let out = Command::new("cc").args(args).output().expect("cc");
     assert!(out.status.success(), "cc {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
@@ -84,6 +84,7 @@ pub fn fake() -> &'static Fake {
             &rpath,
             "-lpthread",
         ]);
+        cc(&["-O1", "-o", &format!("{d}/hostile"), src_c("hostile.c").to_str().unwrap(), &ldir, "-libverbs", &rpath]);
         cc(&["-O1", "-o", &format!("{d}/nccl_style"), src_c("nccl_style.c").to_str().unwrap(), "-ldl"]);
         cc(&[
             "-shared",

@@ -17,6 +17,7 @@ pub mod internal;
 pub mod limits;
 pub mod line;
 pub mod log;
+pub mod logfile;
 pub mod maps;
 pub mod rescue;
 
@@ -168,7 +169,7 @@ pub fn stderr_line(s: &str) {
     let mut b = Vec::with_capacity(s.len() + 1);
     b.extend_from_slice(s.as_bytes());
     b.push(b'\n');
-    log::write_all_once(2, &b);
+    let _ = log::write_all_once(2, &b);
 }
 
 #[derive(Default)]
@@ -336,10 +337,8 @@ static SHIM: mrshim_forklock::ForkOnce<Shim> = mrshim_forklock::ForkOnce::new();
 /// that passes every call through).
 pub fn shim() -> &'static Shim {
     SHIM.get_or_init(|| {
-        internal::guarded("the shim's start-up", || {
-            Shim::from_env(|k| std::env::var_os(k).map(|v| v.to_string_lossy().into_owned()))
-        })
-        .unwrap_or_else(|| Shim::new(None, &|_| None))
+        internal::guarded("the shim's start-up", || Shim::from_env(config::env_var))
+            .unwrap_or_else(|| Shim::new(None, &|_| None))
     })
 }
 
@@ -378,7 +377,7 @@ impl Shim {
         let mut env_echo = BTreeMap::new();
         for v in config::VARS.iter().chain(ident::RANK_VARS).chain(ident::LOCAL_RANK_VARS) {
             if let Some(x) = get(v) {
-                env_echo.insert(v.to_string(), x);
+                env_echo.insert(v.to_string(), config::shorten(x.trim_start_matches('\0')).into_owned());
             }
         }
         // SAFETY: sysconf has no preconditions.
