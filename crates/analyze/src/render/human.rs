@@ -5,7 +5,31 @@ use std::fmt::Write;
 
 const W: usize = 80;
 
+/// Text from the logs as the terminal may see it: control characters (an escape sequence can
+/// clear the screen, move the cursor, retitle the window or hide lines) and bidirectional
+/// overrides (they reorder what is shown) become visible escapes such as `\x1b`.
+pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    if !s.chars().any(unsafe_char) {
+        return s.into();
+    }
+    let mut t = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            c if (c as u32) < 0x100 && unsafe_char(c) => {
+                let _ = write!(t, "\\x{:02x}", c as u32);
+            }
+            c if unsafe_char(c) => {
+                let _ = write!(t, "\\u{{{:04x}}}", c as u32);
+            }
+            c => t.push(c),
+        }
+    }
+    t.into()
+}
+
 fn wrap(out: &mut String, text: &str, indent: usize, first: &str) {
+    let text = printable(text);
     let mut line = String::from(first);
     let mut col = width(first);
     for word in text.split_whitespace() {
@@ -82,7 +106,7 @@ pub fn render(a: &Analysis, color: bool) -> String {
     }
     for (i, f) in a.findings.iter().enumerate() {
         o.push('\n');
-        let head = format!("{}. {}", i + 1, f.category);
+        let head = format!("{}. {}", i + 1, printable(f.category));
         let _ =
             writeln!(o, "{}  (confidence {:.2})", paint(&head, if i == 0 { "1;31" } else { "1" }, color), f.confidence);
         let mut what = String::new();
@@ -105,13 +129,14 @@ pub fn render(a: &Analysis, color: bool) -> String {
         if !f.evidence.is_empty() {
             let _ = writeln!(o, "   evidence:");
             for e in &f.evidence {
-                let loc = format!("{}:{}", short_path(&e.file), e.line);
-                let one = format!("{loc}  {}", e.text);
+                let loc = format!("{}:{}", printable(&short_path(&e.file)), e.line);
+                let text = printable(&e.text);
+                let one = format!("{loc}  {text}");
                 if width(&one) <= W - 5 {
                     let _ = writeln!(o, "     {one}");
                 } else {
                     let _ = writeln!(o, "     {}", clip(&loc, W - 5));
-                    let _ = writeln!(o, "       {}", clip(&e.text, W - 7));
+                    let _ = writeln!(o, "       {}", clip(&text, W - 7));
                 }
             }
         }
