@@ -13,7 +13,7 @@ fn seed(name: &str) -> PathBuf {
 }
 
 pub fn analyze_json(args: &[&Path]) -> (i32, serde_json::Value) {
-    let out = Command::new(env!("CARGO_BIN_EXE_mrshim"))
+    let out = Command::new(mrshim_test_support::mrshim_bin())
         .arg("analyze")
         .arg("--json")
         .args(args)
@@ -190,7 +190,7 @@ fn seed_001_article_is_memlock_first() {
 
 #[test]
 fn human_output_fits_80_columns_without_colour() {
-    let out = Command::new(env!("CARGO_BIN_EXE_mrshim"))
+    let out = Command::new(mrshim_test_support::mrshim_bin())
         .args(["analyze"])
         .arg(fixture("memlock-limit"))
         .arg(seed("000_b86d6e1b93bb2c05.txt"))

@@ -12,7 +12,7 @@ fn tmpdir(tag: &str) -> PathBuf {
 
 fn analyze(args: &[&str], dir: &Path) -> (i32, String, String) {
     let mut c = Command::new("timeout");
-    c.args(["-k", "2", "60"]).arg(env!("CARGO_BIN_EXE_mrshim")).arg("analyze").args(args).arg(dir);
+    c.args(["-k", "2", "60"]).arg(mrshim_test_support::mrshim_bin()).arg("analyze").args(args).arg(dir);
     let o = c.output().unwrap();
     (
         o.status.code().unwrap_or(-1),

@@ -17,7 +17,7 @@ fn tmpdir(tag: &str) -> PathBuf {
 }
 
 fn run(args: &[&std::ffi::OsStr], stdin: Option<&[u8]>) -> (i32, String, String) {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_mrshim"));
+    let mut c = Command::new(mrshim_test_support::mrshim_bin());
     c.arg("analyze").args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = c.spawn().unwrap();
     let mut sin = child.stdin.take().unwrap();

@@ -16,7 +16,7 @@ fn copy_of(tag: &str) -> PathBuf {
 /// `mrshim doctor --json --root ROOT` with a minute to finish: (exit code, stdout).
 fn doctor_on(root: &Path) -> (Option<i32>, String) {
     let mut cmd = Command::new("timeout");
-    cmd.args(["-k", "2", "60"]).arg(env!("CARGO_BIN_EXE_mrshim")).args(["doctor", "--json", "--root"]).arg(root);
+    cmd.args(["-k", "2", "60"]).arg(mrshim_test_support::mrshim_bin()).args(["doctor", "--json", "--root"]).arg(root);
     let o = cmd.output().unwrap();
     (o.status.code(), String::from_utf8_lossy(&o.stdout).into_owned())
 }

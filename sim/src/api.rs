@@ -434,6 +434,7 @@ fn limits() -> Limits {
     let reg = registry().expect("registry");
     // SAFETY: getrlimit fills a local struct.
     let mut rl: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: as above: rl is ours and writable.
     unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut rl) };
     let enforced = match reg.config.memlock {
         crate::config::Memlock::Enforce => true,

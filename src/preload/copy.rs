@@ -185,8 +185,8 @@ impl CudaCopy {
 
     fn run(&self, what: &str, f: impl FnOnce(*mut c_void) -> c_int) -> Result<(), String> {
         let s = self.stream as *mut c_void;
-        // SAFETY: the async copy and the sync run on our own stream in our context.
         let rc = self.in_ctx(|| match f(s) {
+            // SAFETY: the async copy and the sync run on our own stream in our context.
             0 => unsafe { (self.cu.stream_sync)(s) },
             e => e,
         })?;
