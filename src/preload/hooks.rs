@@ -373,10 +373,15 @@ impl Ffi {
 static ADOPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Bounce shadows built for attempts, until the attempt's MR adopts them (or they are dropped).
-static SHADOWS: std::sync::Mutex<Vec<bounce::Shadow>> = std::sync::Mutex::new(Vec::new());
+static SHADOWS: mrshim_forklock::ForkLock<Vec<bounce::Shadow>> = mrshim_forklock::ForkLock::new(Vec::new());
+
+/// In a forked child: the shadow list is free again (see [`bounce::after_fork_child`]).
+pub fn after_fork_child() {
+    SHADOWS.recover_in_child(Vec::new);
+}
 
 fn take_shadow(addr: u64) -> Option<bounce::Shadow> {
-    let mut v = SHADOWS.lock().ok()?;
+    let mut v = SHADOWS.lock();
     let i = v.iter().position(|s| s.addr() == addr)?;
     Some(v.swap_remove(i))
 }
@@ -393,7 +398,7 @@ impl Backend for Ffi {
     fn bounce_shadow(&self, a: &RegArgs) -> Result<u64, String> {
         let s = bounce::prepare(a.addr, a.length, a.iova.unwrap_or(a.addr), a.access)?;
         let addr = s.addr();
-        SHADOWS.lock().map_err(|_| "poisoned")?.push(s);
+        SHADOWS.lock().push(s);
         Ok(addr)
     }
 

@@ -60,6 +60,8 @@ mod process {
         mrshim_core::internal::guarded("the fork handler", || {
             mrshim_core::after_fork_child();
             super::copy::after_fork_child();
+            super::bounce::after_fork_child();
+            super::hooks::after_fork_child();
         });
     }
 
