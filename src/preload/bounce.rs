@@ -23,7 +23,7 @@ use mrshim_forklock::ForkLock;
 use mrshim_verbs as v;
 use std::collections::HashMap;
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 const PAGE: u64 = 4096;
@@ -199,13 +199,23 @@ impl Region {
     }
 }
 
+/// The one loud line for copies that did not happen (later ones are not repeated): the
+/// application may now see stale bytes in a bounce region, and must be told so.
 fn warn_once(e: &str) {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    if !WARNED.swap(true, Ordering::AcqRel) {
         mrshim_core::stderr_line(&format!(
             "mrshim WARN bounce buffer copy failed: {e}; data in bounce regions may be stale"
-        ))
-    });
+        ));
+    }
+}
+
+/// The bounce layer's part of a post or poll: a panic in it is caught (and counted), and, since
+/// that call's copies did not happen, says loudly that data may be stale.
+fn guarded_copies(what: &str, f: impl FnOnce()) {
+    if guarded(what, f).is_none() {
+        warn_once(&format!("an internal error in {what} skipped its copies"));
+    }
 }
 
 /// A shadow built for an attempt, not yet backed by an MR.
@@ -648,7 +658,7 @@ unsafe extern "C" fn post_send(qp: *mut v::ibv_qp, wr: *mut v::ibv_send_wr, bad:
     // SAFETY: qp is the application's live QP; its context is one we patched.
     let (ctx, qpn) = unsafe { ((*qp).context as usize, (*qp).qp_num) };
     let Some(o) = orig(ctx) else { return libc::EINVAL };
-    guarded("ibv_post_send", || {
+    guarded_copies("ibv_post_send", || {
         debug_panic();
         bump_epoch();
         each_wr(ctx, wr, |r, rs| outgoing(qpn, r.opcode == v::ibv_wr_opcode::IBV_WR_RDMA_READ, rs));
@@ -662,7 +672,7 @@ unsafe extern "C" fn post_recv(qp: *mut v::ibv_qp, wr: *mut v::ibv_recv_wr, bad:
     let (ctx, qpn) = unsafe { ((*qp).context as usize, (*qp).qp_num) };
     let Some(o) = orig(ctx) else { return libc::EINVAL };
     // What peers write after this receive must be told apart from what the application wrote.
-    guarded("ibv_post_recv", || {
+    guarded_copies("ibv_post_recv", || {
         debug_panic();
         each_writable(ctx, Region::fold_app_writes);
         each_wr(ctx, wr, |r, rs| PENDING_RECV.add((qpn, r.wr_id), rs));
@@ -682,7 +692,7 @@ unsafe extern "C" fn poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut mrshim_verbs
     }
     // SAFETY: the provider filled `got` entries; both ibv_wc types share rdma-core's layout.
     let wcs = unsafe { std::slice::from_raw_parts(wc.cast::<v::ibv_wc>(), got as usize) };
-    guarded("ibv_poll_cq", || completed(ctx, wcs));
+    guarded_copies("ibv_poll_cq", || completed(ctx, wcs));
     got
 }
 
@@ -876,7 +886,7 @@ unsafe extern "C" fn qx_rdma_read(q: *mut v::ibv_qp_ex, rkey: u32, raddr: u64) {
 unsafe extern "C" fn qx_set_sge(q: *mut v::ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
     let Some(n) = qnode(q) else { return };
     let mut s = v::ibv_sge { addr, length, lkey };
-    guarded("ibv_wr_set_sge", || n.sges(q, &mut s, 1));
+    guarded_copies("ibv_wr_set_sge", || n.sges(q, &mut s, 1));
     n.reading.store(false, Ordering::Release);
     // SAFETY: the provider's wr_set_sge with the application's arguments.
     unsafe { provider::<QxSge>(&n.sge)(q, lkey, addr, length) }
@@ -884,7 +894,7 @@ unsafe extern "C" fn qx_set_sge(q: *mut v::ibv_qp_ex, lkey: u32, addr: u64, leng
 
 unsafe extern "C" fn qx_set_sge_list(q: *mut v::ibv_qp_ex, num: usize, list: *const v::ibv_sge) {
     let Some(n) = qnode(q) else { return };
-    guarded("ibv_wr_set_sge_list", || n.sges(q, list.cast_mut(), num.min(c_int::MAX as usize) as c_int));
+    guarded_copies("ibv_wr_set_sge_list", || n.sges(q, list.cast_mut(), num.min(c_int::MAX as usize) as c_int));
     n.reading.store(false, Ordering::Release);
     // SAFETY: the provider's wr_set_sge_list with the application's arguments.
     unsafe { provider::<QxSgeList>(&n.sge_list)(q, num, list) }
