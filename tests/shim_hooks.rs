@@ -27,6 +27,8 @@ fn exports_only_the_hooks_and_needs_no_libibverbs() {
     assert_eq!(
         defined,
         [
+            "dlclose@@GLIBC_2.34",
+            "dlclose@GLIBC_2.2.5",
             "dlsym@@GLIBC_2.34",
             "dlsym@GLIBC_2.2.5",
             "dlvsym@@GLIBC_2.34",

@@ -306,3 +306,26 @@ fn odd_values_are_refused_in_one_short_line() {
         assert!(!d.join("e.jsonl").exists());
     }
 }
+
+/// Item 1 (the reload half): a program that dlopens a libibverbs, looks the registration functions
+/// up with dlvsym, registers, dlcloses it and repeats once the old range is taken by something
+/// else. The copy's ibv_reg_mr calls ibv_reg_mr_iova2 through its PLT (as rdma-core does), which
+/// reaches the shim; the shim must call the new copy's, not the unloaded one's (SIGSEGV).
+#[test]
+fn a_libibverbs_unloaded_and_loaded_again_is_called_where_it_is_now() {
+    let d = tmp("reload");
+    let prog = d.join("reload");
+    cc(&["-O1", "-o", prog.to_str().unwrap(), src_c("reload.c").to_str().unwrap(), "-ldl"]);
+    let logs = d.join("logs");
+    let mut c = cmd(&prog);
+    c.arg(fake().lib_dir().join("libibverbs.so.1")).arg("3");
+    c.env("LD_PRELOAD", shim_lib()).env("MRSHIM_LOG", format!("{}/", logs.display()));
+    let o = run(&mut c);
+    assert_eq!(o.status.signal(), None, "{}", stderr(&o));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "cycle 1 ok\ncycle 2 ok\ncycle 3 ok\n");
+    let recs = records(&only_file(&logs));
+    let calls: Vec<&str> = recs.iter().filter(|r| r.kind != Some(Kind::Config)).map(|r| r.call.as_str()).collect();
+    assert_eq!(calls.iter().filter(|c| **c == "ibv_reg_mr").count(), 3, "{calls:?}");
+    assert_eq!(calls.iter().filter(|c| **c == "ibv_dereg_mr").count(), 3, "{calls:?}");
+}

@@ -271,6 +271,7 @@ macro_rules! two_versions {
 
 two_versions!("dlsym", "GLIBC_2.2.5" => dlsym, "GLIBC_2.34" => dlsym);
 two_versions!("dlvsym", "GLIBC_2.2.5" => dlvsym, "GLIBC_2.34" => dlvsym);
+two_versions!("dlclose", "GLIBC_2.2.5" => super::unload::dlclose, "GLIBC_2.34" => super::unload::dlclose);
 two_versions!("ibv_reg_mr", "IBVERBS_1.0" => reg_mr_1_0, "IBVERBS_1.1" => ibv_reg_mr);
 two_versions!("ibv_dereg_mr", "IBVERBS_1.0" => dereg_mr_1_0, "IBVERBS_1.1" => ibv_dereg_mr);
 

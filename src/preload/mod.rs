@@ -7,6 +7,7 @@ pub mod copy;
 pub mod elf;
 pub mod hooks;
 pub mod real;
+pub mod unload;
 
 use std::cell::Cell;
 
