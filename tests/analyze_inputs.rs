@@ -57,7 +57,8 @@ fn gzip_and_plain_give_the_same_answer() {
     let bytes = std::fs::read(&gz).unwrap();
     std::fs::write(d.join("cut.gz"), &bytes[..bytes.len() / 2]).unwrap();
     let (code, v) = json(&[d.join("cut.gz").as_os_str()], None);
-    assert!(code == 0 || code == 1);
+    // 2 when the part that could be read holds nothing recognisable
+    assert!(matches!(code, 0..=2), "{code}");
     assert!(v["notes"].to_string().contains("read error"), "{}", v["notes"]);
     let _ = std::fs::remove_dir_all(&d);
 }

@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-pub use mrshim_test_support::{cc, free_port, mrshim_bin, shim_lib, sim_gpu_lib_dir, sim_lib_dir, target_dir, tmp};
+pub use mrshim_test_support::{
+    cc, free_port, mrshim_bin, shim_lib, sim_gpu_lib_dir, sim_lib_dir, sim_runtime_lib_dir, target_dir, tmp,
+};
 
 pub fn src_c(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c").join(name)

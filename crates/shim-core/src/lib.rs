@@ -14,6 +14,7 @@ pub mod call;
 pub mod call_path;
 pub mod clock;
 pub mod config;
+pub mod device_files;
 pub mod diff;
 pub mod ident;
 pub mod internal;

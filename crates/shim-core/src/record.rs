@@ -79,6 +79,21 @@ impl Shim {
         self.emit(&r);
     }
 
+    /// A `policy` record of a strategy refused for good, e.g. `copy_selftest`: a GPU copy engine
+    /// that failed its self-test, so `strategy` (bounce) refuses that runtime's memory.
+    pub fn record_policy_note(&self, call: &str, strategy: &str, change: &str) {
+        if !self.log.enabled() {
+            return;
+        }
+        let mut r = self.base(Kind::Policy, clock::wall_now_ns());
+        r.seq = self.next_seq();
+        r.call = call.into();
+        r.strategy = Some(strategy.into());
+        r.result = "refused".into();
+        r.change = Some(change.into());
+        self.emit(&r);
+    }
+
     /// `record`, with a panic in it caught and reported (the call's outcome stands).
     pub(crate) fn record_guarded(&self, cfg: &Config, backend: &dyn Backend, d: &Done) {
         crate::internal::guarded(d.called().call().name(), || self.record(cfg, backend, d));

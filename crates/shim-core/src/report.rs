@@ -17,6 +17,11 @@ pub fn stderr_line(s: &str) {
 }
 
 impl Shim {
+    /// `host:pid:tid [rank] MRSHIM <level> <msg>` on stderr (one write).
+    pub fn say(&self, level: &str, msg: &str) {
+        stderr_line(&format!("{} {level} {msg}", self.prefix()));
+    }
+
     pub(crate) fn prefix(&self) -> String {
         let rank = self.rank.map_or("-".to_string(), |r| r.0.to_string());
         format!("{}:{}:{} [{}] MRSHIM", self.host, self.pid.load(Relaxed), tid(), rank)

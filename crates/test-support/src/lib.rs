@@ -84,6 +84,24 @@ pub fn sim_gpu_lib_dir() -> &'static Path {
     })
 }
 
+/// `sim_lib_dir` plus one simulated GPU runtime under its SONAME, e.g. `("libamdhip64.so.5",
+/// "libamdhip64_5.so", "mrshim-sim-hip5")` or `("libmcruntime.so", "libmcruntime.so",
+/// "mrshim-sim-maca")`; one directory per SONAME and process.
+pub fn sim_runtime_lib_dir(soname: &str, file: &str, package: &str) -> &'static Path {
+    static DIRS: Mutex<Vec<(String, &'static Path)>> = Mutex::new(Vec::new());
+    let mut dirs = DIRS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, d)) = dirs.iter().find(|(s, _)| s == soname) {
+        return d;
+    }
+    let verbs = built("libibverbs.so", "mrshim-sim");
+    let rt = built(file, package);
+    let d =
+        link_dir(&format!("simlib-{soname}"), &[("libibverbs.so.1", &verbs), ("libibverbs.so", &verbs), (soname, &rt)]);
+    let d: &'static Path = Box::leak(d.into_boxed_path());
+    dirs.push((soname.to_string(), d));
+    d
+}
+
 /// A fresh directory for one test.
 pub fn tmp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("mrshim-it-{}-{name}", std::process::id()));
