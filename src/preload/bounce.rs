@@ -46,12 +46,14 @@ pub struct Region {
     /// Host pointer for `iova`.
     shadow: usize,
     /// What the shadow held after the last copy either way: bytes that differ from it now were
-    /// written by a peer (so only those go to the application's buffer). Kept only for regions
-    /// peers can write.
+    /// written by a peer (so only those go to the application's buffer), bytes of the
+    /// application's buffer that differ from it were written by the application (so only those
+    /// go to the shadow). Kept only for regions peers can write or read.
     baseline: usize,
-    map: (usize, usize),
-    base_map: (usize, usize),
+    /// The shadow's and baseline's mappings, shared by every region of the same memory.
+    maps: Arc<Maps>,
     remote_write: bool,
+    remote_read: bool,
     engine: Box<dyn CopyEngine>,
     /// Serialises the whole-region syncs; holds what they reuse (device copy, changed runs).
     sync: Mutex<Scratch>,
@@ -59,9 +61,9 @@ pub struct Region {
     folded: AtomicU64,
 }
 
-/// Bumped by every post_send and every poll that returns completions in a patched context: the
-/// application reacts to those, so its buffer may have changed since; between two post_recv
-/// calls with neither in between, the first one's fold stands.
+/// Bumped by every poll that returns completions in a patched context (the application reacts
+/// to those, so its buffer may have changed since) and by every post_send after its own fold;
+/// between two post_recv calls with neither in between, the first one's fold stands.
 static EPOCH: AtomicU64 = AtomicU64::new(0);
 
 /// MRSHIM_DEBUG_PANIC=bounce: panic here (the wrappers' guards must catch it).
@@ -114,14 +116,30 @@ impl Region {
     /// GPU runtime (each of its copies is a call and a stream sync). No baseline: one step.
     fn through_baseline(&self, off: u64, n: usize, mut step: impl FnMut(Option<usize>, usize, u64, usize)) {
         const STEP: usize = 16 << 10;
-        let unit = if self.remote_write && self.engine.app_is_host() { STEP } else { n.max(1) };
+        let unit = if self.has_baseline() && self.engine.app_is_host() { STEP } else { n.max(1) };
         let mut done = 0;
         while done < n {
             let k = unit.min(n - done);
             let o = off as usize + done;
-            step(self.remote_write.then_some(self.baseline + o), self.shadow + o, o as u64, k);
+            step(self.has_baseline().then_some(self.baseline + o), self.shadow + o, o as u64, k);
             done += k;
         }
+    }
+    fn has_baseline(&self) -> bool {
+        self.maps.baseline.1 != 0
+    }
+    /// Whether the application's host buffer is still mapped. A registration may outlive it:
+    /// UCX's registration cache keeps an MR after the buffer was freed until it processes the
+    /// unmap event, and the NIC keeps the pinned pages meanwhile; the shim must not touch the
+    /// hole (one msync(MS_ASYNC), which only checks the mappings). Device memory: the engine's
+    /// copies report errors themselves.
+    fn app_mapped(&self) -> bool {
+        if !self.engine.app_is_host() {
+            return true;
+        }
+        let start = self.app & !(PAGE - 1);
+        // SAFETY: MS_ASYNC only validates that [start, app+len) is mapped; nothing is written.
+        unsafe { libc::msync(start as *mut libc::c_void, (self.app + self.len - start) as usize, libc::MS_ASYNC) == 0 }
     }
     /// The runs where the shadow (or, with `now`, the given view of the application's buffer)
     /// differs from the baseline, into `runs`.
@@ -137,13 +155,15 @@ impl Region {
         runs.clear();
         mrshim_core::diff::for_each_run(now.unwrap_or(sh), ba, |a, b| runs.push((a, b)));
     }
-    /// Before a receive is posted: bytes the application changed in its buffer since the last
-    /// sync go to the shadow (and the baseline), so that what a peer writes next is told apart
-    /// from them even where it writes the value the shadow held before. Host memory is compared
+    /// Before a receive is posted (regions peers write) and before a send is posted (regions peers
+    /// read): bytes the application changed in its buffer since the last sync go to the shadow
+    /// (and the baseline), so that what a peer writes next is told apart from them even where it
+    /// writes the value the shadow held before, and what a peer reads after hearing from us is
+    /// what the application wrote before it spoke. Host memory is compared
     /// in place; device memory through one copy into a scratch buffer kept for the next time.
     fn fold_app_writes(&self) {
         let epoch = EPOCH.load(Ordering::Acquire);
-        if self.folded.load(Ordering::Acquire) == epoch {
+        if self.folded.load(Ordering::Acquire) == epoch || !self.app_mapped() {
             return;
         }
         let len = self.len as usize;
@@ -177,6 +197,9 @@ impl Region {
         let mut one_at_a_time = self.sync.lock().unwrap_or_else(|p| p.into_inner());
         let runs = &mut one_at_a_time.runs;
         self.changed(None, runs);
+        if runs.is_empty() || !self.app_mapped() {
+            return;
+        }
         for &(a, b) in runs.iter() {
             self.to_app(a as u64, b - a);
         }
@@ -190,6 +213,30 @@ fn warn_once(e: &str) {
             "mrshim WARN bounce buffer copy failed: {e}; data in bounce regions may be stale"
         ))
     });
+}
+
+/// The mappings behind a shadow (and its baseline, length 0 when there is none). Registrations
+/// of memory inside an existing bounce region share them, as MRs of the same memory share its
+/// pages on a NIC: Open MPI's one-sided component and UCX register a window once per device,
+/// a peer puts through one MR and gets through another, and with a shadow each the get would
+/// read bytes the put never reached. Unmapped (back to the pool) with the last region.
+struct Maps {
+    shadow: (usize, usize),
+    baseline: (usize, usize),
+}
+
+impl Drop for Maps {
+    fn drop(&mut self) {
+        unmap(self.shadow);
+        unmap(self.baseline);
+    }
+}
+
+/// A live region with a baseline whose buffer contains [app, app+len): the new region shares
+/// its shadow.
+fn containing(app: u64, len: u64) -> Option<Arc<Region>> {
+    let regions = REGIONS.read().unwrap_or_else(|p| p.into_inner());
+    regions.iter().find(|r| r.has_baseline() && r.app <= app && app + len <= r.app + r.len).cloned()
 }
 
 /// A shadow built for an attempt, not yet backed by an MR.
@@ -218,26 +265,38 @@ pub fn prepare(app: u64, len: u64, iova: u64, access: u32) -> Result<Shadow, Str
         ))
         }
     };
-    let off = app % PAGE;
-    let maplen = ((off + len).div_ceil(PAGE) * PAGE) as usize;
     let remote_write = access & mrshim_verbs::access::REMOTE_WRITE != 0;
-    let p = map_anon(maplen, "shadow")?;
-    let b = if remote_write { map_anon(maplen, "baseline").inspect_err(|_| unmap((p, maplen)))? } else { 0 };
-    let region = Region {
+    let remote_read = access & mrshim_verbs::access::REMOTE_READ != 0;
+    let region = |shadow, baseline, maps| Region {
         ctx: 0,
         lkey: 0,
         iova,
         len,
         app,
-        shadow: p + off as usize,
-        baseline: b + off as usize,
-        map: (p, maplen),
-        base_map: (b, if remote_write { maplen } else { 0 }),
+        shadow,
+        baseline,
+        maps,
         remote_write,
+        remote_read,
         engine,
         sync: Mutex::new(Scratch::default()),
         folded: AtomicU64::new(u64::MAX),
     };
+    if let Some(r) = containing(app, len) {
+        // Peers may have written the shared shadow since its last sync: only the bytes the
+        // application changed go over (a fold), not the whole buffer.
+        let d = (app - r.app) as usize;
+        let region = region(r.shadow + d, r.baseline + d, r.maps.clone());
+        region.fold_app_writes();
+        return Ok(Shadow { region });
+    }
+    let off = app % PAGE;
+    let maplen = ((off + len).div_ceil(PAGE) * PAGE) as usize;
+    let with_baseline = remote_write || remote_read;
+    let p = map_anon(maplen, "shadow")?;
+    let b = if with_baseline { map_anon(maplen, "baseline").inspect_err(|_| unmap((p, maplen)))? } else { 0 };
+    let maps = Arc::new(Maps { shadow: (p, maplen), baseline: (b, if with_baseline { maplen } else { 0 }) });
+    let region = region(p + off as usize, b + off as usize, maps);
     region.to_shadow(0, len as usize);
     Ok(Shadow { region })
 }
@@ -261,9 +320,9 @@ fn host_readable(addr: u64, len: u64) -> bool {
     false
 }
 
+/// The attempt failed: its shadow goes (its mappings with it, unless shared).
 pub fn abandon(s: Shadow) {
-    unmap(s.region.map);
-    unmap(s.region.base_map);
+    drop(s);
 }
 
 /// Mappings of deregistered shadows and baselines, kept for the next region of the same size
@@ -391,8 +450,7 @@ pub fn before_dereg(mr: usize) -> Option<Box<dyn FnOnce(bool)>> {
                 lkey_slot(r.lkey).fetch_sub(1, Ordering::AcqRel);
                 LIVE.fetch_sub(1, Ordering::AcqRel);
                 unpatch_if_unused(r.ctx);
-                unmap(r.map);
-                unmap(r.base_map);
+                // The mappings go with the last reference (a pending range may hold one).
             })
         }
     })
@@ -582,11 +640,29 @@ fn outgoing(qpn: u32, read: bool, rs: Ranges) {
     }
 }
 
-/// Every bounce region of `ctx` that peers can write.
-fn each_writable(ctx: usize, f: impl Fn(&Region)) {
-    for r in REGIONS.read().unwrap().iter().filter(|r| r.ctx == ctx && r.remote_write) {
+/// Every bounce region peers can write, in any context: a process may learn of a peer's write
+/// through another context than the region's (Open MPI's one-sided component has its own UCX
+/// context; the fence or barrier that announces a put comes through the point-to-point one).
+fn each_writable(f: impl Fn(&Region)) {
+    for r in REGIONS.read().unwrap().iter().filter(|r| r.remote_write) {
         f(r);
     }
+}
+
+/// Every bounce region peers can read, in any context (as above: the message after which a
+/// peer reads a window may leave through another context).
+fn each_readable(f: impl Fn(&Region)) {
+    for r in REGIONS.read().unwrap().iter().filter(|r| r.remote_read) {
+        f(r);
+    }
+}
+
+/// Before a post that may tell a peer to read (anything but RDMA READs alone): what the
+/// application wrote to regions peers read reaches their shadows. Once per epoch, then the
+/// epoch moves on (the application may write again after this post returns).
+fn before_telling_peers() {
+    each_readable(Region::fold_app_writes);
+    bump_epoch();
 }
 
 /// The fields of a send or receive WR that the bounce layer reads.
@@ -632,11 +708,28 @@ unsafe extern "C" fn post_send(qp: *mut v::ibv_qp, wr: *mut v::ibv_send_wr, bad:
     let Some(o) = orig(ctx) else { return libc::EINVAL };
     guarded("ibv_post_send", || {
         debug_panic();
-        bump_epoch();
+        if !only_reads(wr) {
+            before_telling_peers();
+        }
         each_wr(ctx, wr, |r, rs| outgoing(qpn, r.opcode == v::ibv_wr_opcode::IBV_WR_RDMA_READ, rs));
     });
     // SAFETY: the provider's own post_send with the application's arguments.
     unsafe { provider::<PostSend>(&o.send)(qp, wr, bad) }
+}
+
+/// Whether every WR of the list is an RDMA READ: those tell the peer nothing (no completion on
+/// its side), so the regions it may read need no sync for them.
+fn only_reads(first: *mut v::ibv_send_wr) -> bool {
+    let mut w = first;
+    while !w.is_null() {
+        // SAFETY: walking the application's WR list, as the provider is about to.
+        let r = unsafe { &*w };
+        if r.opcode != v::ibv_wr_opcode::IBV_WR_RDMA_READ {
+            return false;
+        }
+        w = r.next;
+    }
+    true
 }
 
 unsafe extern "C" fn post_recv(qp: *mut v::ibv_qp, wr: *mut v::ibv_recv_wr, bad: *mut *mut v::ibv_recv_wr) -> c_int {
@@ -646,7 +739,7 @@ unsafe extern "C" fn post_recv(qp: *mut v::ibv_qp, wr: *mut v::ibv_recv_wr, bad:
     // What peers write after this receive must be told apart from what the application wrote.
     guarded("ibv_post_recv", || {
         debug_panic();
-        each_writable(ctx, Region::fold_app_writes);
+        each_writable(Region::fold_app_writes);
         each_wr(ctx, wr, |r, rs| PENDING_RECV.add((qpn, r.wr_id), rs));
     });
     // SAFETY: the provider's own post_recv.
@@ -664,12 +757,12 @@ unsafe extern "C" fn poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut mrshim_verbs
     }
     // SAFETY: the provider filled `got` entries; both ibv_wc types share rdma-core's layout.
     let wcs = unsafe { std::slice::from_raw_parts(wc.cast::<v::ibv_wc>(), got as usize) };
-    guarded("ibv_poll_cq", || completed(ctx, wcs));
+    guarded("ibv_poll_cq", || completed(wcs));
     got
 }
 
 /// Completions just polled: what peers wrote reaches the application.
-fn completed(ctx: usize, wcs: &[v::ibv_wc]) {
+fn completed(wcs: &[v::ibv_wc]) {
     debug_panic();
     bump_epoch();
     let mut peer_wrote = false;
@@ -699,7 +792,7 @@ fn completed(ctx: usize, wcs: &[v::ibv_wc]) {
         }
     }
     if peer_wrote {
-        each_writable(ctx, Region::sync_peer_writes);
+        each_writable(Region::sync_peer_writes);
     }
 }
 
@@ -842,7 +935,8 @@ pub fn destroying_qp(qp: usize, destroy: impl FnOnce() -> c_int) -> c_int {
 
 unsafe extern "C" fn qx_start(q: *mut v::ibv_qp_ex) {
     let Some(n) = qnode(q) else { return };
-    bump_epoch();
+    // The batch's opcodes are not known yet: sync as for a post that may tell peers to read.
+    guarded("ibv_wr_start", before_telling_peers);
     n.reading.store(false, Ordering::Release);
     // SAFETY: the provider's wr_start with the application's QP.
     unsafe { provider::<QxStart>(&n.start)(q) }
