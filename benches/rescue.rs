@@ -15,25 +15,9 @@
 //!
 //! Each configuration runs in its own process, alternating, ROUNDS times; medians are printed.
 
-use std::path::{Path, PathBuf};
+use mrshim_test_support::{shim_lib, sim_lib_dir, target_dir};
+use std::path::Path;
 use std::process::Command;
-
-fn target_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_mrshim")).parent().unwrap().to_path_buf()
-}
-
-fn lib_dir(t: &Path, dir: &Path) -> PathBuf {
-    let sim = [t.join("libibverbs.so"), t.join("deps/libibverbs.so")]
-        .into_iter()
-        .find(|p| p.exists())
-        .expect("simulator not built");
-    let d = dir.join("lib");
-    std::fs::create_dir_all(&d).unwrap();
-    for n in ["libibverbs.so.1", "libibverbs.so"] {
-        let _ = std::os::unix::fs::symlink(&sim, d.join(n));
-    }
-    d
-}
 
 fn run(prog: &Path, args: &[&str], env: &[(&str, &str)], lib: &Path, rundir: &Path, shim: Option<&Path>) -> String {
     let mut c = Command::new(prog);
@@ -83,11 +67,10 @@ fn field(out: &str, key: &str) -> f64 {
 }
 
 fn main() {
-    let t = target_dir();
     let dir = std::env::temp_dir().join(format!("mrshim-bench-rescue-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("run")).unwrap();
-    let lib = lib_dir(&t, &dir);
+    let lib = sim_lib_dir();
     let cc = |name: &str, src: &str| {
         let prog = dir.join(name);
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(src);
@@ -104,22 +87,22 @@ fn main() {
     };
     let prog = cc("bench_reg", "tests/c/bench_reg.c");
     let simcheck = cc("simcheck", "sim/tests/c/simcheck.c");
-    let shim = t.join("libmrshim.so");
+    let shim = shim_lib();
     let rd = dir.join("run");
     let seed = ("MRSHIM_SIM_FAULTS", "reg_mr_iova2:EINVAL:relaxed");
 
     println!("registration, 64 KiB, median of 2000 (ns)");
-    let direct = field(&run(&prog, &["rescue", "2000", "0"], &[], &lib, &rd, None), "median_ns");
+    let direct = field(&run(&prog, &["rescue", "2000", "0"], &[], lib, &rd, None), "median_ns");
     let off =
-        field(&run(&prog, &["rescue", "2000", "1"], &[("MRSHIM_RETRY", "off")], &lib, &rd, Some(&shim)), "median_ns");
+        field(&run(&prog, &["rescue", "2000", "1"], &[("MRSHIM_RETRY", "off")], lib, &rd, Some(&shim)), "median_ns");
     let auto_ok =
-        field(&run(&prog, &["rescue", "2000", "1"], &[("MRSHIM_RETRY", "auto")], &lib, &rd, Some(&shim)), "median_ns");
+        field(&run(&prog, &["rescue", "2000", "1"], &[("MRSHIM_RETRY", "auto")], lib, &rd, Some(&shim)), "median_ns");
     let rescued = field(
-        &run(&prog, &["rescue", "2000", "1"], &[seed, ("MRSHIM_RETRY", "auto;sticky=off")], &lib, &rd, Some(&shim)),
+        &run(&prog, &["rescue", "2000", "1"], &[seed, ("MRSHIM_RETRY", "auto;sticky=off")], lib, &rd, Some(&shim)),
         "median_ns",
     );
     let sticky = field(
-        &run(&prog, &["rescue", "2000", "1"], &[seed, ("MRSHIM_RETRY", "auto")], &lib, &rd, Some(&shim)),
+        &run(&prog, &["rescue", "2000", "1"], &[seed, ("MRSHIM_RETRY", "auto")], lib, &rd, Some(&shim)),
         "median_ns",
     );
     println!("  direct success (no shim)             {direct:>10.0}");
@@ -152,7 +135,7 @@ fn main() {
         let (mut d, mut b) = (Vec::new(), Vec::new());
         for _ in 0..rounds {
             for (v, env, shim) in [(&mut d, &[][..], None), (&mut b, bounce, Some(shim.as_path()))] {
-                let out = run(&simcheck, &["bench-bw", &size.to_string(), &iters], env, &lib, &rd, shim);
+                let out = run(&simcheck, &["bench-bw", &size.to_string(), &iters], env, lib, &rd, shim);
                 assert!(out.contains("data equal"), "bench-bw {size}: {out}");
                 v.push(field(&out, "MB/s"));
             }
@@ -184,7 +167,7 @@ fn main() {
     let mut rows: Vec<[Vec<f64>; 4]> = vec![Default::default(), Default::default(), Default::default()];
     for _ in 0..2 * ROUNDS {
         for (i, (_, env, s)) in configs.iter().enumerate() {
-            let out = run(&simcheck, &["bench-post", "2000"], env, &lib, &rd, *s);
+            let out = run(&simcheck, &["bench-post", "2000"], env, lib, &rd, *s);
             for (j, k) in KEYS.iter().enumerate() {
                 rows[i][j].push(field(&out, k));
             }
@@ -212,17 +195,17 @@ fn main() {
     println!("  goals: no bounce region = no shim; one bounce region <= +20 ns");
 
     println!("all-reduce, 2 ranks, host memory: direct vs bounce buffers (ms per iteration, median of 3; ratio = bandwidth of bounce / direct)");
-    let ar = t.join("examples/allreduce");
+    let ar = target_dir().join("examples/allreduce");
     for (size, iters) in [("4K", "200"), ("64K", "100"), ("1M", "20"), ("16M", "4"), ("64M", "2")] {
         let args = ["--ranks", "2", "--size", size, "--iters", iters, "--host-mem"];
         let (mut d, mut b) = (Vec::new(), Vec::new());
         for _ in 0..3 {
-            d.push(ms_per_iter(&run(&ar, &args, &[], &lib, &rd, Some(&shim))));
+            d.push(ms_per_iter(&run(&ar, &args, &[], lib, &rd, Some(&shim))));
             b.push(ms_per_iter(&run(
                 &ar,
                 &args,
                 &[("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed"), ("MRSHIM_RETRY", "bounce")],
-                &lib,
+                lib,
                 &rd,
                 Some(&shim),
             )));

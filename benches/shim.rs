@@ -16,17 +16,9 @@
 //! Throughput: 8 threads registering/deregistering with full logging; records on disk are
 //! counted: 0 lost.
 
+use mrshim_test_support::{cc, shim_lib, sim_lib_dir};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn target_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_mrshim")).parent().unwrap().to_path_buf()
-}
-
-fn cc(args: &[&str]) {
-    let o = Command::new("cc").args(args).output().expect("cc");
-    assert!(o.status.success(), "cc {args:?}: {}", String::from_utf8_lossy(&o.stderr));
-}
 
 struct Env {
     dir: PathBuf,
@@ -37,23 +29,13 @@ struct Env {
 }
 
 fn setup() -> Env {
-    let t = target_dir();
-    let shim = t.join("libmrshim.so");
-    let sim = [t.join("libibverbs.so"), t.join("deps/libibverbs.so")].into_iter().find(|p| p.exists());
-    let (Some(sim), true) = (sim, shim.exists()) else {
-        panic!(
-            "{} or the simulator's libibverbs.so is missing: run scripts/bench (it builds the release libraries first)",
-            shim.display()
-        );
-    };
+    let shim = shim_lib();
+    let sim_lib = sim_lib_dir().to_path_buf();
     let dir = std::env::temp_dir().join(format!("mrshim-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let sim_lib = dir.join("sim");
     let fake_lib = dir.join("fake");
-    std::fs::create_dir_all(&sim_lib).unwrap();
     std::fs::create_dir_all(&fake_lib).unwrap();
     std::fs::create_dir_all(dir.join("run")).unwrap();
-    std::os::unix::fs::symlink(&sim, sim_lib.join("libibverbs.so.1")).unwrap();
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
     let map = format!("-Wl,--version-script={}", src.join("fakeverbs.map").display());
     let f = fake_lib.join("libibverbs.so.1");

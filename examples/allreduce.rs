@@ -5,7 +5,9 @@
 //! (`ibv_reg_mr_iova2` with IBVERBS_1.8), and `dlopen`s `libcuda.so.1` for device buffers. Buffers
 //! are registered the way NCCL does: page-aligned, LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ|
 //! REMOTE_ATOMIC, plus RELAXED_ORDERING through ibv_reg_mr_iova2 unless
-//! NCCL_IB_PCI_RELAXED_ORDERING=0. Data moves with RDMA WRITE_WITH_IMM around a ring
+//! NCCL_IB_PCI_RELAXED_ORDERING=0. `--runtime hip` (libamdhip64.so[.6|.5], RCCL-style) and
+//! `--runtime maca` (libmcruntime.so; MCCL WARN lines and MCCL_* knobs, as MCCL) put the buffers
+//! in HIP or MACA device memory instead of CUDA's. Data moves with RDMA WRITE_WITH_IMM around a ring
 //! (reduce-scatter, then all-gather); the result is checked element by element.
 //!
 //! Ranks: `--ranks N` forks N copies of itself; under `mpirun` each process is one rank
@@ -31,6 +33,8 @@ struct Opts {
     size: usize,
     iters: usize,
     host_mem: bool,
+    runtime: Runtime,
+    device: c_int,
     rundir: Option<PathBuf>,
 }
 
@@ -45,7 +49,8 @@ fn parse_size(s: &str) -> Option<usize> {
 }
 
 fn opts() -> Result<Opts, String> {
-    let mut o = Opts { ranks: 2, size: 1 << 20, iters: 3, host_mem: false, rundir: None };
+    let mut o =
+        Opts { ranks: 2, size: 1 << 20, iters: 3, host_mem: false, runtime: Runtime::Cuda, device: 0, rundir: None };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut val = |what: &str| args.next().ok_or(format!("{a} needs {what}"));
@@ -54,12 +59,15 @@ fn opts() -> Result<Opts, String> {
             "--size" => o.size = parse_size(&val("a size")?).ok_or("--size: e.g. 4, 64K, 16M")?,
             "--iters" => o.iters = val("a number")?.parse().map_err(|_| "--iters: not a number")?,
             "--host-mem" => o.host_mem = true,
+            "--device" => o.device = val("a device ordinal")?.parse().map_err(|_| "--device: not a number")?,
+            "--runtime" => o.runtime = Runtime::parse(&val("cuda, hip or maca")?).ok_or("--runtime: cuda, hip or maca")?,
             "--rundir" => o.rundir = Some(val("a directory")?.into()),
-            _ => return Err(format!("unknown argument {a}; usage: allreduce [--ranks N] [--size BYTES[K|M|G]] [--iters N] [--host-mem] [--rundir DIR]")),
+            _ => return Err(format!("unknown argument {a}; usage: allreduce [--ranks N] [--size BYTES[K|M|G]] [--iters N] [--host-mem] [--runtime cuda|hip|maca] [--device N] [--rundir DIR]")),
         }
     }
-    if o.ranks < 1 || o.size < 4 || o.iters < 1 {
-        return Err("need --ranks >= 1, --size >= 4, --iters >= 1".into());
+    let _ = PREFIX.set(o.runtime.prefix());
+    if o.ranks < 1 || o.size < 1 || o.iters < 1 {
+        return Err("need --ranks >= 1, --size >= 1, --iters >= 1".into());
     }
     Ok(o)
 }
@@ -136,42 +144,197 @@ impl Verbs {
 
 type CuDevPtr = u64;
 
-/// The CUDA driver API calls the demo needs (device buffers, copies for the reduction).
-struct Cuda {
-    mem_alloc: unsafe extern "C" fn(*mut CuDevPtr, usize) -> c_int,
-    htod: unsafe extern "C" fn(CuDevPtr, *const c_void, usize) -> c_int,
-    dtoh: unsafe extern "C" fn(*mut c_void, CuDevPtr, usize) -> c_int,
+/// Which GPU runtime holds the buffers (`--runtime`): the collective library each one goes with
+/// names the warnings and the knobs (NCCL_* for CUDA, RCCL reads NCCL_* too, MCCL_* for MACA).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Runtime {
+    Cuda,
+    Hip,
+    Maca,
 }
 
-impl Cuda {
-    fn load() -> Option<Result<Cuda, String>> {
-        let h = dl_open(&["libcuda.so.1"])?;
-        Some((|| {
-            let init: unsafe extern "C" fn(c_uint) -> c_int = dl_sym(h, "cuInit", None)?;
-            let device_get: unsafe extern "C" fn(*mut c_int, c_int) -> c_int = dl_sym(h, "cuDeviceGet", None)?;
-            let ctx_create: unsafe extern "C" fn(*mut *mut c_void, c_uint, c_int) -> c_int =
-                dl_sym(h, "cuCtxCreate_v2", None)?;
-            let mut dev = 0;
-            let mut ctx = null_mut();
-            // SAFETY: CUDA driver API calls in the documented order with valid out pointers.
-            let rc = unsafe {
-                match init(0) {
-                    0 => match device_get(&mut dev, 0) {
-                        0 => ctx_create(&mut ctx, 0, dev),
-                        e => e,
-                    },
-                    e => e,
-                }
-            };
-            if rc != 0 {
-                return Err(format!("CUDA initialisation failed: CUresult {rc}"));
+impl Runtime {
+    fn parse(s: &str) -> Option<Runtime> {
+        Some(match s {
+            "cuda" => Runtime::Cuda,
+            "hip" => Runtime::Hip,
+            "maca" => Runtime::Maca,
+            _ => return None,
+        })
+    }
+
+    /// What the collective library prints and reads its knobs under.
+    fn prefix(self) -> &'static str {
+        if self == Runtime::Maca {
+            "MCCL"
+        } else {
+            "NCCL"
+        }
+    }
+}
+
+static PREFIX: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+
+fn prefix() -> &'static str {
+    PREFIX.get().copied().unwrap_or("NCCL")
+}
+
+/// `NCCL_<name>` or `MCCL_<name>`.
+fn knob(name: &str) -> Option<String> {
+    std::env::var(format!("{}_{name}", prefix())).ok()
+}
+
+/// The GPU calls the demo needs: allocate, and copy for the reduction.
+enum Gpu {
+    /// CUDA driver API (cuMemAlloc_v2, cuMemcpyHtoD_v2/DtoH_v2).
+    Cuda {
+        mem_alloc: unsafe extern "C" fn(*mut CuDevPtr, usize) -> c_int,
+        htod: unsafe extern "C" fn(CuDevPtr, *const c_void, usize) -> c_int,
+        dtoh: unsafe extern "C" fn(*mut c_void, CuDevPtr, usize) -> c_int,
+    },
+    /// HIP or MACA runtime API: hipMalloc/mcMalloc, hipMemcpy/mcMemcpy with a direction (1 =
+    /// host to device, 2 = device to host, as cudaMemcpyKind).
+    Runtime {
+        name: &'static str,
+        malloc: unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int,
+        memcpy: unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_uint) -> c_int,
+        set_device: unsafe extern "C" fn(c_int) -> c_int,
+        get_device: unsafe extern "C" fn(*mut c_int) -> c_int,
+        /// Where the buffers live (`--device`); the thread's current device stays 0, so that
+        /// whatever copies them (the shim's bounce engine) must not change it.
+        device: c_int,
+    },
+}
+
+const HOST_TO_DEVICE: c_uint = 1;
+const DEVICE_TO_HOST: c_uint = 2;
+
+impl Gpu {
+    /// The runtime's library, dlopen'ed like the collective libraries do; None if not installed.
+    fn load(rt: Runtime, device: c_int) -> Option<Result<Gpu, String>> {
+        match rt {
+            Runtime::Cuda if device != 0 => Some(Err("--device: for hip and maca".into())),
+            Runtime::Cuda => Some(Gpu::load_cuda(dl_open(&["libcuda.so.1"])?)),
+            Runtime::Hip => {
+                let h = dl_open(&["libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"])?;
+                Some(Gpu::load_runtime(h, "hip", device))
             }
-            Ok(Cuda {
-                mem_alloc: dl_sym(h, "cuMemAlloc_v2", None)?,
-                htod: dl_sym(h, "cuMemcpyHtoD_v2", None)?,
-                dtoh: dl_sym(h, "cuMemcpyDtoH_v2", None)?,
-            })
-        })())
+            Runtime::Maca => Some(Gpu::load_runtime(dl_open(&["libmcruntime.so"])?, "mc", device)),
+        }
+    }
+
+    fn load_cuda(h: *mut c_void) -> Result<Gpu, String> {
+        let init: unsafe extern "C" fn(c_uint) -> c_int = dl_sym(h, "cuInit", None)?;
+        let device_get: unsafe extern "C" fn(*mut c_int, c_int) -> c_int = dl_sym(h, "cuDeviceGet", None)?;
+        let ctx_create: unsafe extern "C" fn(*mut *mut c_void, c_uint, c_int) -> c_int =
+            dl_sym(h, "cuCtxCreate_v2", None)?;
+        let mut dev = 0;
+        let mut ctx = null_mut();
+        // SAFETY: CUDA driver API calls in the documented order with valid out pointers.
+        let rc = unsafe {
+            match init(0) {
+                0 => match device_get(&mut dev, 0) {
+                    0 => ctx_create(&mut ctx, 0, dev),
+                    e => e,
+                },
+                e => e,
+            }
+        };
+        if rc != 0 {
+            return Err(format!("CUDA initialisation failed: CUresult {rc}"));
+        }
+        Ok(Gpu::Cuda {
+            mem_alloc: dl_sym(h, "cuMemAlloc_v2", None)?,
+            htod: dl_sym(h, "cuMemcpyHtoD_v2", None)?,
+            dtoh: dl_sym(h, "cuMemcpyDtoH_v2", None)?,
+        })
+    }
+
+    /// hipSetDevice(0)/mcSetDevice(0), then the allocation and copy calls.
+    fn load_runtime(h: *mut c_void, p: &'static str, device: c_int) -> Result<Gpu, String> {
+        let set_device: unsafe extern "C" fn(c_int) -> c_int = dl_sym(h, &format!("{p}SetDevice"), None)?;
+        // SAFETY: plain call with a device ordinal.
+        let rc = unsafe { set_device(0) };
+        if rc != 0 {
+            return Err(format!("{p}SetDevice(0) failed: error {rc}"));
+        }
+        Ok(Gpu::Runtime {
+            name: p,
+            malloc: dl_sym(h, &format!("{p}Malloc"), None)?,
+            memcpy: dl_sym(h, &format!("{p}Memcpy"), None)?,
+            set_device,
+            get_device: dl_sym(h, &format!("{p}GetDevice"), None)?,
+            device,
+        })
+    }
+
+    /// The application's current device is still the one it set (0).
+    fn check_current_device(&self) -> Result<(), String> {
+        if let Gpu::Runtime { get_device, name, .. } = self {
+            let mut d = -1;
+            // SAFETY: valid out pointer.
+            unsafe { get_device(&mut d) };
+            if d != 0 {
+                return Err(format!("{name}GetDevice says {d}: the current device was changed behind the application"));
+            }
+        }
+        Ok(())
+    }
+
+    fn alloc(&self, len: usize) -> Result<u64, String> {
+        let (rc, d) = match self {
+            Gpu::Cuda { mem_alloc, .. } => {
+                let mut d = 0;
+                // SAFETY: valid out pointer.
+                (unsafe { mem_alloc(&mut d, len) }, d)
+            }
+            Gpu::Runtime { malloc, set_device, device, .. } => {
+                let mut d = null_mut();
+                // SAFETY: valid out pointer; the allocation goes to `device`, then the current
+                // device is 0 again.
+                let rc = unsafe {
+                    set_device(*device);
+                    let rc = malloc(&mut d, len);
+                    set_device(0);
+                    rc
+                };
+                (rc, d as u64)
+            }
+        };
+        if rc != 0 {
+            return Err(format!("{}Malloc({len}) failed: error {rc}", self.name()));
+        }
+        Ok(d)
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Gpu::Cuda { .. } => "cuMem",
+            Gpu::Runtime { name, .. } => name,
+        }
+    }
+
+    /// `n` bytes from device address `src` to host `dst`.
+    fn to_host(&self, dst: *mut u8, src: u64, n: usize) {
+        // SAFETY: device range within an allocation, host buffer of n bytes.
+        let rc = unsafe {
+            match self {
+                Gpu::Cuda { dtoh, .. } => dtoh(dst.cast(), src, n),
+                Gpu::Runtime { memcpy, .. } => memcpy(dst.cast(), src as *const c_void, n, DEVICE_TO_HOST),
+            }
+        };
+        assert_eq!(rc, 0, "{} copy to host", self.name());
+    }
+
+    fn to_device(&self, dst: u64, src: *const u8, n: usize) {
+        // SAFETY: as in to_host, the other way.
+        let rc = unsafe {
+            match self {
+                Gpu::Cuda { htod, .. } => htod(dst, src.cast(), n),
+                Gpu::Runtime { memcpy, .. } => memcpy(dst as *mut c_void, src.cast(), n, HOST_TO_DEVICE),
+            }
+        };
+        assert_eq!(rc, 0, "{} copy to device", self.name());
     }
 }
 
@@ -183,7 +346,7 @@ struct Buf {
 
 enum Mem {
     Host,
-    Device(Cuda),
+    Device(Gpu),
 }
 
 impl Mem {
@@ -195,15 +358,7 @@ impl Mem {
                 let p = unsafe { std::alloc::alloc_zeroed(layout) };
                 Ok(Buf { addr: p as u64, len })
             }
-            Mem::Device(cu) => {
-                let mut d = 0;
-                // SAFETY: valid out pointer.
-                let rc = unsafe { (cu.mem_alloc)(&mut d, len) };
-                if rc != 0 {
-                    return Err(format!("cuMemAlloc({len}) failed: CUresult {rc}"));
-                }
-                Ok(Buf { addr: d, len })
-            }
+            Mem::Device(gpu) => Ok(Buf { addr: gpu.alloc(len)?, len }),
         }
     }
 
@@ -214,11 +369,7 @@ impl Mem {
             Mem::Host => unsafe {
                 std::ptr::copy_nonoverlapping((b.addr as usize + off) as *const u8, out.as_mut_ptr(), out.len())
             },
-            Mem::Device(cu) => {
-                // SAFETY: device range within the allocation, host buffer of the same size.
-                let rc = unsafe { (cu.dtoh)(out.as_mut_ptr().cast(), b.addr + off as u64, out.len()) };
-                assert_eq!(rc, 0, "cuMemcpyDtoH");
-            }
+            Mem::Device(gpu) => gpu.to_host(out.as_mut_ptr(), b.addr + off as u64, out.len()),
         }
     }
 
@@ -228,11 +379,7 @@ impl Mem {
             Mem::Host => unsafe {
                 std::ptr::copy_nonoverlapping(data.as_ptr(), (b.addr as usize + off) as *mut u8, data.len())
             },
-            Mem::Device(cu) => {
-                // SAFETY: as in read().
-                let rc = unsafe { (cu.htod)(b.addr + off as u64, data.as_ptr().cast(), data.len()) };
-                assert_eq!(rc, 0, "cuMemcpyHtoD");
-            }
+            Mem::Device(gpu) => gpu.to_device(b.addr + off as u64, data.as_ptr(), data.len()),
         }
     }
 }
@@ -305,11 +452,11 @@ fn hostname() -> String {
         .unwrap_or_else(|_| "localhost".into())
 }
 
-/// NCCL's warning format: `host:pid:tid [rank] NCCL WARN ...`.
+/// NCCL's warning format: `host:pid:tid [rank] NCCL WARN ...` (MCCL WARN for MACA, as MCCL prints).
 fn warn(rank: usize, msg: &str) {
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() };
-    eprintln!("{}:{}:{} [{rank}] NCCL WARN {msg}", hostname(), std::process::id(), tid);
+    eprintln!("{}:{}:{} [{rank}] {} WARN {msg}", hostname(), std::process::id(), tid, prefix());
 }
 
 /// Element j of rank r's input; the expected result is the sum over ranks.
@@ -481,7 +628,7 @@ fn connect(
 
 /// Registers a buffer like NCCL's ncclIbRegMr: relaxed ordering via iova2 when enabled.
 fn register(vb: &Verbs, pd: *mut v::ibv_pd, b: &Buf, rank: usize) -> Result<*mut v::ibv_mr, String> {
-    let relaxed = std::env::var("NCCL_IB_PCI_RELAXED_ORDERING").map_or(true, |v| v != "0") && vb.reg_mr_iova2.is_some();
+    let relaxed = knob("IB_PCI_RELAXED_ORDERING").is_none_or(|v| v != "0") && vb.reg_mr_iova2.is_some();
     // SAFETY: pd is live; the buffer spans len bytes at addr.
     let (mr, call) = unsafe {
         if relaxed {
@@ -508,8 +655,8 @@ fn run_rank(o: &Opts, rank: usize, n: usize, dir: &Path) -> Result<(), String> {
     let mem = if o.host_mem {
         Mem::Host
     } else {
-        match Cuda::load() {
-            Some(Ok(cu)) => Mem::Device(cu),
+        match Gpu::load(o.runtime, o.device) {
+            Some(Ok(gpu)) => Mem::Device(gpu),
             Some(Err(e)) => return Err(e),
             None => Mem::Host,
         }
@@ -545,7 +692,7 @@ fn run_rank(o: &Opts, rank: usize, n: usize, dir: &Path) -> Result<(), String> {
         let mut port: v::ibv_port_attr = std::mem::zeroed();
         (vb.query_port)(ctx, 1, &mut port);
         let mut gid: v::ibv_gid = std::mem::zeroed();
-        let gid_index = std::env::var("NCCL_IB_GID_INDEX").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
+        let gid_index = knob("IB_GID_INDEX").and_then(|s| s.parse().ok()).unwrap_or(3);
         (vb.query_gid)(ctx, 1, gid_index, &mut gid);
         (ctx, pd, port, (gid_index, gid.raw))
     };
@@ -679,6 +826,9 @@ fn run_rank(o: &Opts, rank: usize, n: usize, dir: &Path) -> Result<(), String> {
         (vb.dereg_mr)(buf_mr);
         (vb.dereg_mr)(tmp_mr);
         (vb.dereg_mr)(out_mr);
+    }
+    if let Mem::Device(gpu) = &mem {
+        gpu.check_current_device()?;
     }
     let kind = if matches!(mem, Mem::Device(_)) { "device" } else { "host" };
     println!(

@@ -13,7 +13,7 @@ fn seed(name: &str) -> PathBuf {
 }
 
 pub fn analyze_json(args: &[&Path]) -> (i32, serde_json::Value) {
-    let out = Command::new(env!("CARGO_BIN_EXE_mrshim"))
+    let out = Command::new(mrshim_test_support::mrshim_bin())
         .arg("analyze")
         .arg("--json")
         .args(args)
@@ -120,10 +120,22 @@ fn eperm_in_container() {
     assert_eq!(f["category"], "permissions");
 }
 
+/// An errno that says nothing on its own (EIO from NCCL, no other context) still gets a differential:
+/// categories by prior, each marked as such and with the check that would decide it; never `unknown` alone.
 #[test]
-fn unexplained_errno_is_unknown() {
-    let f = top(&["unknown"]);
-    assert_eq!(f["category"], "unknown");
+fn unexplained_errno_gets_a_prior_only_differential() {
+    let paths = [fixture("unknown")];
+    let (code, v) = analyze_json(&[paths[0].as_path()]);
+    assert_eq!(code, 1);
+    let fs = v["findings"].as_array().unwrap();
+    assert!(fs.len() >= 2 && fs.len() <= 4, "{fs:?}");
+    assert_eq!(fs[0]["category"], "gpu-peer-memory", "NCCL registers GPU buffers");
+    for f in fs {
+        assert_eq!(f["basis"], "prior", "{f}");
+        assert_ne!(f["category"], "unknown");
+        assert!(!f["check"].as_str().unwrap().is_empty());
+        assert!(f["explanation"].as_str().unwrap().starts_with("Best guess"), "{f}");
+    }
 }
 
 #[test]
@@ -173,8 +185,17 @@ fn seed_000_mccl_metax_is_peer_memory_not_relaxed_ordering() {
     assert!(calls.contains(&"ibv_reg_mr".into()) && calls.contains(&"ibv_reg_mr_iova2".into()), "{calls:?}");
     let ex = f["explanation"].as_str().unwrap();
     assert!(ex.contains("Relaxed ordering is not the cause"), "{ex}");
-    assert!(f["fixes"].to_string().contains("MCCL_NET_GDR_LEVEL"));
+    let fixes = f["fixes"].to_string();
+    assert!(fixes.contains("MCCL_NET_GDR_LEVEL"));
+    // MetaX's own module and knobs, not NVIDIA's
+    assert!(fixes.contains("MetaX's peer-memory module") && fixes.contains("mcMemGetHandleForAddressRange"), "{fixes}");
+    assert!(!fixes.contains("nvidia_peermem") && !fixes.contains("NCCL_"), "{fixes}");
     assert!(v["findings"].as_array().unwrap().iter().all(|f| f["category"] != "relaxed-ordering"));
+    assert!(
+        v["ruled_out"].as_array().unwrap().iter().any(|r| r["category"] == "relaxed-ordering"),
+        "relaxed ordering is ruled out, with why: {}",
+        v["ruled_out"]
+    );
 }
 
 #[test]
@@ -190,7 +211,7 @@ fn seed_001_article_is_memlock_first() {
 
 #[test]
 fn human_output_fits_80_columns_without_colour() {
-    let out = Command::new(env!("CARGO_BIN_EXE_mrshim"))
+    let out = Command::new(mrshim_test_support::mrshim_bin())
         .args(["analyze"])
         .arg(fixture("memlock-limit"))
         .arg(seed("000_b86d6e1b93bb2c05.txt"))

@@ -17,7 +17,7 @@ fn tmpdir(tag: &str) -> PathBuf {
 }
 
 fn run(args: &[&std::ffi::OsStr], stdin: Option<&[u8]>) -> (i32, String, String) {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_mrshim"));
+    let mut c = Command::new(mrshim_test_support::mrshim_bin());
     c.arg("analyze").args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = c.spawn().unwrap();
     let mut sin = child.stdin.take().unwrap();
@@ -57,7 +57,8 @@ fn gzip_and_plain_give_the_same_answer() {
     let bytes = std::fs::read(&gz).unwrap();
     std::fs::write(d.join("cut.gz"), &bytes[..bytes.len() / 2]).unwrap();
     let (code, v) = json(&[d.join("cut.gz").as_os_str()], None);
-    assert!(code == 0 || code == 1);
+    // 2 when the part that could be read holds nothing recognisable
+    assert!(matches!(code, 0..=2), "{code}");
     assert!(v["notes"].to_string().contains("read error"), "{}", v["notes"]);
     let _ = std::fs::remove_dir_all(&d);
 }

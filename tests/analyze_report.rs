@@ -41,7 +41,7 @@ fn html_report_renders_in_headless_chromium() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let page = dir.join("report.html");
-    let out = Command::new(env!("CARGO_BIN_EXE_mrshim"))
+    let out = Command::new(mrshim_test_support::mrshim_bin())
         .args(["analyze", "--report"])
         .arg(&page)
         .arg(fixture("shim/multirank-memlock.jsonl"))

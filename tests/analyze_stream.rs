@@ -12,7 +12,7 @@ fn rss_kib(pid: u32) -> Option<u64> {
 #[test]
 fn one_gib_on_stdin_streams_with_bounded_memory() {
     let total: u64 = std::env::var("MRSHIM_STREAM_BYTES").ok().and_then(|v| v.parse().ok()).unwrap_or(1 << 30);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mrshim"))
+    let mut child = Command::new(mrshim_test_support::mrshim_bin())
         .args(["analyze", "--json", "-"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -13,17 +13,7 @@ fn allreduce() -> PathBuf {
 
 /// The simulator's libibverbs and libcuda, as SONAME links.
 fn gpu_world(name: &str) -> SimWorld {
-    let t = target_dir();
-    let cuda = [t.join("deps/libcuda.so"), t.join("libcuda.so")]
-        .into_iter()
-        .find(|p| p.exists())
-        .expect("libcuda.so (sim/cuda) not built");
-    let d = sim_lib_dir();
-    let link = d.join("libcuda.so.1");
-    if !link.exists() {
-        let _ = std::os::unix::fs::symlink(&cuda, &link);
-    }
-    SimWorld::new(name)
+    SimWorld::gpu(name)
 }
 
 fn ok(o: &std::process::Output) -> bool {

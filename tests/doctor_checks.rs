@@ -9,7 +9,7 @@ fn tree(name: &str) -> PathBuf {
 }
 
 fn doctor(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_mrshim")).arg("doctor").args(args).output().unwrap();
+    let out = Command::new(mrshim_test_support::mrshim_bin()).arg("doctor").args(args).output().unwrap();
     (out.status.code().unwrap_or(-1), String::from_utf8(out.stdout).unwrap())
 }
 
@@ -134,7 +134,7 @@ fn analyze_uses_doctor_reports_next_to_logs() {
         "memlock64k:10:10 [0] NCCL INFO NCCL version 2.18.5+cuda12.2\nmemlock64k:10:11 [0] misc/ibvwrap.cc:188 NCCL WARN Call to ibv_reg_mr failed with error Cannot allocate memory\n",
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_mrshim")).args(["analyze", "--json"]).arg(&dir).output().unwrap();
+    let out = Command::new(mrshim_test_support::mrshim_bin()).args(["analyze", "--json"]).arg(&dir).output().unwrap();
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["findings"][0]["category"], "memlock-limit", "{v}");
     assert!(v["findings"][0]["explanation"].as_str().unwrap().contains("64 KiB"));

@@ -55,7 +55,9 @@ fn seed_incident_rescued_by_dropping_relaxed_ordering() {
             .find(|r| r.parent_seq == Some(f.seq) && r.pid == f.pid && r.attempt == 1)
             .expect("attempt record");
         assert_eq!(rescue.strategy.as_deref(), Some("drop-relaxed-ordering"));
-        assert_eq!((rescue.result.as_str(), rescue.access, rescue.relaxed_ordering), ("ok", Some(0xf), false));
+        // the record keeps the request; what was registered instead is in used_* (issue 13)
+        assert_eq!((rescue.result.as_str(), rescue.access, rescue.relaxed_ordering), ("ok", f.access, true));
+        assert_eq!((rescue.used_access, rescue.used_addr.as_ref()), (Some(0xf), None));
         assert!(rescue.change.as_deref().unwrap().contains("0x10000f -> 0xf"));
     }
     assert!(

@@ -53,8 +53,9 @@ fn perftest(name: &str, env: &[(&str, &str)], args: &[&str], iters: u32) {
         }
         let server = s.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
         let mut client = None;
-        for _ in 0..100 {
-            std::thread::sleep(std::time::Duration::from_millis(100));
+        // Up to a minute: a loaded CI machine starts UCX slowly.
+        for _ in 0..300 {
+            std::thread::sleep(std::time::Duration::from_millis(200));
             let mut cargs = vec!["127.0.0.1", "-p", &port, "-n", &n, "-w", "5"];
             cargs.extend_from_slice(args);
             let o = run(&mut stack_cmd(&w, mode, 1, "ucx_perftest", &cargs));

@@ -17,61 +17,72 @@ struct End {
     buf: Vec<u8>,
 }
 
+/// # Safety
+/// `ctx` and `pd` are an open device context and a protection domain of it.
 unsafe fn end(ctx: *mut v::ibv_context, pd: *mut v::ibv_pd, size: usize) -> End {
     let mut buf = vec![1u8; size];
-    let cq = ibv_create_cq(ctx, 256, null_mut(), null_mut(), 0);
-    let qp = ibv_create_qp(pd, &mut rc_init_attr(cq, 64));
-    let mr = ibv_reg_mr_iova2(pd, buf.as_mut_ptr().cast(), size, buf.as_ptr() as u64, FULL as u32);
-    assert!(!qp.is_null() && !mr.is_null());
-    End { cq, qp, mr, buf }
+    // SAFETY: per the contract; buf outlives its MR (both in the returned End).
+    unsafe {
+        let cq = ibv_create_cq(ctx, 256, null_mut(), null_mut(), 0);
+        let qp = ibv_create_qp(pd, &mut rc_init_attr(cq, 64));
+        let mr = ibv_reg_mr_iova2(pd, buf.as_mut_ptr().cast(), size, buf.as_ptr() as u64, FULL as u32);
+        assert!(!qp.is_null() && !mr.is_null());
+        End { cq, qp, mr, buf }
+    }
 }
 
+/// # Safety
+/// `ctx` is an open device context and `a` a QP of it.
 unsafe fn connect(ctx: *mut v::ibv_context, a: *mut v::ibv_qp, dest: u32) {
-    use v::ibv_qp_attr_mask as m;
-    let mut at: v::ibv_qp_attr = std::mem::zeroed();
-    at.qp_state = v::ibv_qp_state::IBV_QPS_INIT;
-    at.port_num = 1;
-    at.qp_access_flags = FULL as u32;
-    assert_eq!(
-        ibv_modify_qp(
-            a,
-            &mut at,
-            (m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT | m::IBV_QP_ACCESS_FLAGS).0 as i32
-        ),
-        0
-    );
-    let mut gid: v::ibv_gid = std::mem::zeroed();
-    ibv_query_gid(ctx, 1, 3, &mut gid);
-    let mut at: v::ibv_qp_attr = std::mem::zeroed();
-    at.qp_state = v::ibv_qp_state::IBV_QPS_RTR;
-    at.path_mtu = 5;
-    at.dest_qp_num = dest;
-    at.max_dest_rd_atomic = 1;
-    at.ah_attr.is_global = 1;
-    at.ah_attr.port_num = 1;
-    at.ah_attr.grh.dgid = gid;
-    at.ah_attr.grh.sgid_index = 3;
-    let mask = m::IBV_QP_STATE
-        | m::IBV_QP_AV
-        | m::IBV_QP_PATH_MTU
-        | m::IBV_QP_DEST_QPN
-        | m::IBV_QP_RQ_PSN
-        | m::IBV_QP_MAX_DEST_RD_ATOMIC
-        | m::IBV_QP_MIN_RNR_TIMER;
-    assert_eq!(ibv_modify_qp(a, &mut at, mask.0 as i32), 0);
-    let mut at: v::ibv_qp_attr = std::mem::zeroed();
-    at.qp_state = v::ibv_qp_state::IBV_QPS_RTS;
-    at.timeout = 14;
-    at.retry_cnt = 7;
-    at.rnr_retry = 7;
-    at.max_rd_atomic = 1;
-    let mask = m::IBV_QP_STATE
-        | m::IBV_QP_SQ_PSN
-        | m::IBV_QP_TIMEOUT
-        | m::IBV_QP_RETRY_CNT
-        | m::IBV_QP_RNR_RETRY
-        | m::IBV_QP_MAX_QP_RD_ATOMIC;
-    assert_eq!(ibv_modify_qp(a, &mut at, mask.0 as i32), 0);
+    // SAFETY: per the contract; every attribute struct is ours, zeroed (valid for these C
+    // structs) before use.
+    unsafe {
+        use v::ibv_qp_attr_mask as m;
+        let mut at: v::ibv_qp_attr = std::mem::zeroed();
+        at.qp_state = v::ibv_qp_state::IBV_QPS_INIT;
+        at.port_num = 1;
+        at.qp_access_flags = FULL as u32;
+        assert_eq!(
+            ibv_modify_qp(
+                a,
+                &mut at,
+                (m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT | m::IBV_QP_ACCESS_FLAGS).0 as i32
+            ),
+            0
+        );
+        let mut gid: v::ibv_gid = std::mem::zeroed();
+        ibv_query_gid(ctx, 1, 3, &mut gid);
+        let mut at: v::ibv_qp_attr = std::mem::zeroed();
+        at.qp_state = v::ibv_qp_state::IBV_QPS_RTR;
+        at.path_mtu = 5;
+        at.dest_qp_num = dest;
+        at.max_dest_rd_atomic = 1;
+        at.ah_attr.is_global = 1;
+        at.ah_attr.port_num = 1;
+        at.ah_attr.grh.dgid = gid;
+        at.ah_attr.grh.sgid_index = 3;
+        let mask = m::IBV_QP_STATE
+            | m::IBV_QP_AV
+            | m::IBV_QP_PATH_MTU
+            | m::IBV_QP_DEST_QPN
+            | m::IBV_QP_RQ_PSN
+            | m::IBV_QP_MAX_DEST_RD_ATOMIC
+            | m::IBV_QP_MIN_RNR_TIMER;
+        assert_eq!(ibv_modify_qp(a, &mut at, mask.0 as i32), 0);
+        let mut at: v::ibv_qp_attr = std::mem::zeroed();
+        at.qp_state = v::ibv_qp_state::IBV_QPS_RTS;
+        at.timeout = 14;
+        at.retry_cnt = 7;
+        at.rnr_retry = 7;
+        at.max_rd_atomic = 1;
+        let mask = m::IBV_QP_STATE
+            | m::IBV_QP_SQ_PSN
+            | m::IBV_QP_TIMEOUT
+            | m::IBV_QP_RETRY_CNT
+            | m::IBV_QP_RNR_RETRY
+            | m::IBV_QP_MAX_QP_RD_ATOMIC;
+        assert_eq!(ibv_modify_qp(a, &mut at, mask.0 as i32), 0);
+    }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

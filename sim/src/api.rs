@@ -439,6 +439,7 @@ fn limits() -> Limits {
     let reg = registry().expect("registry");
     // SAFETY: getrlimit fills a local struct.
     let mut rl: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: as above: rl is ours and writable.
     unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut rl) };
     let enforced = match reg.config.memlock {
         crate::config::Memlock::Enforce => true,
@@ -694,8 +695,7 @@ pub unsafe extern "C" fn ibv_create_cq(
         cq.context = c;
         cq.channel = channel;
         cq.cq_context = cq_context;
-        cq.cqe = (cqe as u32).next_power_of_two() as c_int - 1;
-        cq.cqe = cq.cqe.max(cqe);
+        cq.cqe = cq_size(cqe);
         let p = Box::into_raw(Box::new(Cq { cq, inner }));
         // SAFETY: p is live.
         unsafe { (*p).inner.set_ptr(p as usize) };
@@ -719,12 +719,23 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut v::ibv_cq) -> c_int {
     })
 }
 
-pub unsafe extern "C" fn ibv_resize_cq(_cq: *mut v::ibv_cq, cqe: c_int) -> c_int {
-    if !(1..=crate::device::MAX_CQE).contains(&cqe) {
-        libc::EINVAL
-    } else {
-        0
+/// Like mlx5: the new size is rounded up to 2^n - 1 and reported in `cq->cqe`; smaller than
+/// the completions not polled yet is EINVAL. (The simulated CQ's queue grows on demand, so only
+/// the reported size changes.)
+pub unsafe extern "C" fn ibv_resize_cq(cq: *mut v::ibv_cq, cqe: c_int) -> c_int {
+    // SAFETY: cq is the caller's CQ.
+    let pending = unsafe { outer::<Cq, _>(cq) }.inner.pending();
+    if !(1..=crate::device::MAX_CQE).contains(&cqe) || (cqe as usize) < pending {
+        return libc::EINVAL;
     }
+    // SAFETY: cq is the caller's CQ.
+    unsafe { (*cq).cqe = cq_size(cqe) };
+    0
+}
+
+/// The size mlx5 gives a CQ asked for `cqe` entries.
+fn cq_size(cqe: c_int) -> c_int {
+    (((cqe as u32) + 1).next_power_of_two() as c_int - 1).max(cqe)
 }
 
 unsafe extern "C" fn op_poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut mrshim_verbs::sys::ibv_wc) -> c_int {

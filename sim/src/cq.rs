@@ -75,6 +75,11 @@ impl CqInner {
         }
     }
 
+    /// Completions not polled yet.
+    pub fn pending(&self) -> usize {
+        self.queued.load(Ordering::Acquire)
+    }
+
     pub fn poll(&self, out: &mut [ibv_wc]) -> usize {
         if self.queued.load(Ordering::Acquire) == 0 || out.is_empty() {
             return 0;

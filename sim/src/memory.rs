@@ -215,6 +215,7 @@ pub fn dmabuf_size(fd: i32) -> Option<u64> {
     }
     // SAFETY: fstat writes into the zeroed stat buffer we own; fd validity is checked by the call.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above: st is ours and writable; a bad fd is an error return.
     (unsafe { libc::fstat(fd, &mut st) } == 0).then_some(st.st_size as u64)
 }
 

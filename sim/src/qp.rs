@@ -37,15 +37,27 @@ pub unsafe extern "C" fn op_create_qp_ex(_c: *mut v::ibv_context, attr: *mut v::
     ffi(null_mut(), || {
         // SAFETY: the caller's attribute struct.
         let a = unsafe { &mut *attr };
-        const PD: u32 = 1 << 0; // IBV_QP_INIT_ATTR_PD
-        const CREATE_FLAGS: u32 = 1 << 3; // IBV_QP_INIT_ATTR_CREATE_FLAGS
-        const SEND_OPS: u32 = 1 << 6; // IBV_QP_INIT_ATTR_SEND_OPS_FLAGS
+        const PD: u32 = v::IBV_QP_INIT_ATTR_PD;
+        const CREATE_FLAGS: u32 = v::IBV_QP_INIT_ATTR_CREATE_FLAGS;
+        const SEND_OPS: u32 = v::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
         if a.comp_mask & PD == 0 || a.pd.is_null() {
             return errno_ret(libc::EINVAL, null_mut());
         }
-        // No create flag (scatter FCS, CVLAN stripping, ...) is offered; zero flags are no request.
-        let flags = if a.comp_mask & CREATE_FLAGS != 0 { a.create_flags } else { 0 };
+        // The one create flag offered is IBV_QP_CREATE_BLOCK_SELF_MCAST_LB, trivially kept as
+        // there is no multicast; scatter FCS, CVLAN stripping, source QPN, ... are not.
+        const BLOCK_SELF_MCAST_LB: u32 = v::IBV_QP_CREATE_BLOCK_SELF_MCAST_LB;
+        let flags = if a.comp_mask & CREATE_FLAGS != 0 { a.create_flags & !BLOCK_SELF_MCAST_LB } else { 0 };
         if a.comp_mask & !(PD | SEND_OPS | CREATE_FLAGS) != 0 || flags != 0 {
+            return errno_ret(libc::EOPNOTSUPP, null_mut());
+        }
+        // ibv_wr_* operations offered: RDMA WRITE (with immediate), SEND (with immediate), RDMA
+        // READ. Atomics, memory windows, invalidation, TSO, atomic write and flush are not.
+        const SUPPORTED_OPS: u64 = (v::IBV_QP_EX_WITH_RDMA_WRITE
+            | v::IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
+            | v::IBV_QP_EX_WITH_SEND
+            | v::IBV_QP_EX_WITH_SEND_WITH_IMM
+            | v::IBV_QP_EX_WITH_RDMA_READ) as u64;
+        if a.comp_mask & SEND_OPS != 0 && a.send_ops_flags & !SUPPORTED_OPS != 0 {
             return errno_ret(libc::EOPNOTSUPP, null_mut());
         }
         // SAFETY: ibv_qp_init_attr_ex starts with the fields of ibv_qp_init_attr.

@@ -153,6 +153,13 @@ unsafe fn caller_bytes<'a>(addr: *const u8, len: usize) -> &'a [u8] {
     unsafe { std::slice::from_raw_parts(addr, len) }
 }
 
+unsafe extern "C" fn wr_atomic_write(q: *mut v::ibv_qp_ex, _rkey: u32, _raddr: u64, _wr: *const std::os::raw::c_void) {
+    unsupported(q)
+}
+unsafe extern "C" fn wr_flush(q: *mut v::ibv_qp_ex, _rkey: u32, _raddr: u64, _len: usize, _ty: u8, _level: u8) {
+    unsupported(q)
+}
+
 pub fn install(x: &mut v::ibv_qp_ex) {
     x.wr_start = Some(wr_start);
     x.wr_complete = Some(wr_complete);
@@ -174,4 +181,6 @@ pub fn install(x: &mut v::ibv_qp_ex) {
     x.wr_send_tso = Some(wr_send_tso);
     x.wr_set_ud_addr = Some(wr_set_ud_addr);
     x.wr_set_xrc_srqn = Some(wr_set_xrc_srqn);
+    x.wr_atomic_write = Some(wr_atomic_write);
+    x.wr_flush = Some(wr_flush);
 }

@@ -15,7 +15,8 @@ pub const PCI_DEVICE: &str = "0x1021";
 pub const UVERBS_MAJOR: u32 = 231;
 pub const UVERBS_MINOR_BASE: u32 = 192;
 
-/// The network interface of a RoCE port (there is none in the kernel: it names the port).
+/// The network interface a RoCE GID names in `gid_attrs/ndevs` (UCX reads it to name the port;
+/// there is no such interface in the kernel).
 pub fn netdev_name(dev: &Device) -> String {
     format!("mrsim{}", dev.index)
 }
@@ -80,9 +81,8 @@ pub fn write(root: &Path, devices: &[&Device]) -> io::Result<()> {
                 put(root, &format!("{ib}/ports/1/gid_attrs/ndevs/{i}"), &netdev_name(d))?;
             }
         }
-        if d.is_roce() {
-            put(root, &format!("{ib}/device/net/{}/ifindex", netdev_name(d)), "1")?;
-        }
+        // No device/net/<ifname>: there is no such interface in the kernel, and tools that see
+        // the directory ask `ip addr show <ifname>` for its address (rdma-core's tests do).
         // The driver: a link whose name tools read (there is no mlx5_core in the kernel).
         let _ = std::fs::remove_file(root.join(format!("{ib}/device/driver")));
         std::os::unix::fs::symlink("/sys/bus/pci/drivers/mlx5_core", root.join(format!("{ib}/device/driver")))?;
@@ -152,7 +152,7 @@ mod tests {
         assert_eq!(read("class/infiniband_verbs/uverbs1/dev"), "231:193\n");
         let drv = std::fs::read_link(dir.path().join("class/infiniband/mlx5_0/device/driver")).unwrap();
         assert_eq!(drv.file_name().unwrap(), "mlx5_core");
-        assert!(dir.path().join("class/infiniband/mlx5_0/device/net/mrsim0").is_dir());
+        assert!(!dir.path().join("class/infiniband/mlx5_0/device/net").exists());
         assert_eq!(read("class/infiniband_verbs/uverbs0/device/vendor"), "0x15b3\n");
         // Writing again (a second `mrshim sim` on the same directory) is fine.
         write(dir.path(), &[&a, &b]).unwrap();

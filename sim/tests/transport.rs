@@ -66,6 +66,15 @@ fn multiple_sges_unaligned_ranges_concurrent_qps() {
     assert_eq!(out, "multi_sge equal\nconcurrent_qps equal\nafter_other_dereg equal\nread_unaligned equal\n");
 }
 
+/// The ACK of a WRITE posted after a 16 MiB READ overtakes the READ's data on the simulator's
+/// wire; the READ must still complete first and only once all of its data is in place (Open
+/// MPI's rendezvous once received unwritten bytes when it did not).
+#[test]
+fn read_completes_after_its_data_even_when_a_later_ack_arrives_first() {
+    let out = simcheck(&Sim::new(), "read-order");
+    assert_eq!(out, "first opcode=2 status=success data equal\nsecond opcode=1 status=success\n");
+}
+
 fn nccl_style(sim: &Sim, args: &[&str]) -> std::process::Output {
     let prog = c_program("nccl_style", &["-ldl"]);
     sim.run(&prog, args)

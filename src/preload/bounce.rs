@@ -17,7 +17,7 @@
 //! - the `ibv_wr_*` builder API: the same rules, applied by wrapping `wr_start`, `wr_rdma_read`,
 //!   `wr_set_sge(_list)` of every `ibv_qp_ex` of that context (section at the end).
 
-use super::copy::{CopyEngine, Cuda, HostCopy};
+use super::copy::{CopyEngine, HostCopy};
 use mrshim_core::internal::guarded;
 use mrshim_verbs as v;
 use std::collections::HashMap;
@@ -256,13 +256,16 @@ pub fn prepare(app: u64, len: u64, iova: u64, access: u32) -> Result<Shadow, Str
     if len == 0 || iova % PAGE != app % PAGE {
         return Err("length 0, or iova and address with different page offsets".into());
     }
-    let engine: Box<dyn CopyEngine> = match Cuda::get() {
-        Some(cu) if cu.is_device(app) => Box::new(cu.engine(app)?),
-        _ if host_readable(app, len) => Box::new(HostCopy),
-        _ => {
-            return Err(format!(
-            "{app:#x} is neither host memory nor memory of a loaded GPU runtime (CUDA); HIP/MACA engines are not wired"
-        ))
+    let engine: Box<dyn CopyEngine> = match super::gpu::device_engine(app) {
+        Some(e) => e?,
+        None if host_readable(app, len) => Box::new(HostCopy),
+        None => {
+            let disabled = super::gpu::disabled();
+            return Err(if disabled.is_empty() {
+                format!("{app:#x} is neither host memory nor device memory of a loaded GPU runtime (CUDA, HIP, MACA)")
+            } else {
+                format!("{app:#x} is not host memory and no trusted GPU runtime owns it: {}", disabled.join("; "))
+            });
         }
     };
     let remote_write = access & mrshim_verbs::access::REMOTE_WRITE != 0;

@@ -1,15 +1,16 @@
 //! Copy engines for host bounce buffers: move bytes between the application's buffer and its host
-//! shadow. One small trait; the GPU runtimes are loaded with dlopen at first use, never linked.
+//! shadow. One small trait; the GPU runtimes are the application's own, found with RTLD_NOLOAD,
+//! never linked or loaded by the shim.
 //!
 //! | engine | library | calls |
 //! |--------|---------|-------|
 //! | host   | —       | memcpy (host memory the NIC refused) |
-//! | CUDA   | libcuda.so.1 (already loaded by the application: RTLD_NOLOAD) | cuMemcpyDtoHAsync_v2 / cuMemcpyHtoDAsync_v2 on the shim's own CU_STREAM_NON_BLOCKING stream + cuStreamSynchronize, in the pointer's context |
-//! | HIP (slot)  | libamdhip64.so | hipMemcpyDtoHAsync / hipMemcpyHtoDAsync on a hipStreamNonBlocking stream, hipStreamSynchronize — same shape as CUDA, not wired yet |
-//! | MACA (slot) | libmcruntime.so | mcMemcpyAsync on a non-blocking stream — same shape, not wired yet |
+//! | CUDA   | libcuda.so.1 (RTLD_NOLOAD) | cuMemcpyDtoHAsync_v2 / cuMemcpyHtoDAsync_v2 on the shim's own CU_STREAM_NON_BLOCKING stream + cuStreamSynchronize, in the pointer's context (this file) |
+//! | HIP    | libamdhip64.so[.N] | hipMemcpyDtoHAsync / hipMemcpyHtoDAsync on a hipStreamNonBlocking stream per device (gpu/rtapi.rs) |
+//! | MACA   | libmcruntime.so | mcMemcpyAsync on an mcStreamNonBlocking stream per device, after its self-test (gpu/rtapi.rs) |
 //!
 //! The shim's own non-blocking stream never waits behind the application's work on the legacy
-//! stream, so a copy cannot deadlock against a long-running kernel.
+//! stream, so a copy cannot deadlock against a long-running kernel. docs/bounce.md.
 
 use std::ffi::{c_int, c_uint, c_void};
 
@@ -61,10 +62,15 @@ pub struct Cuda {
     dtoh: CuCopy,
     htod: CuCopyH,
     get_handle: unsafe extern "C" fn(*mut c_void, u64, usize, c_int, u64) -> c_int,
+    mem_alloc: unsafe extern "C" fn(*mut u64, usize) -> c_int,
+    mem_free: unsafe extern "C" fn(u64) -> c_int,
+    /// The self-test's verdict (MRSHIM_COPY_SELFTEST=on), run once.
+    trusted: std::sync::OnceLock<Result<(), String>>,
 }
 
 const CU_POINTER_ATTRIBUTE_CONTEXT: c_int = 1;
 const CU_POINTER_ATTRIBUTE_MEMORY_TYPE: c_int = 2;
+const CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: c_int = 9;
 const CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: c_int = 11;
 const CU_MEMORYTYPE_DEVICE: c_uint = 2;
 const CU_STREAM_NON_BLOCKING: c_uint = 1;
@@ -104,6 +110,9 @@ impl Cuda {
                 dtoh: sym(h, c"cuMemcpyDtoHAsync_v2")?,
                 htod: sym(h, c"cuMemcpyHtoDAsync_v2")?,
                 get_handle: sym(h, c"cuMemGetHandleForAddressRange")?,
+                mem_alloc: sym(h, c"cuMemAlloc_v2")?,
+                mem_free: sym(h, c"cuMemFree_v2")?,
+                trusted: std::sync::OnceLock::new(),
             })
         })
         .as_ref()
@@ -141,8 +150,69 @@ impl Cuda {
         Ok((fd, addr - start))
     }
 
-    /// A copy engine for memory of the context that owns `addr`.
+    fn attr<T: Default>(&self, attr: c_int, addr: u64) -> Option<T> {
+        let mut v = T::default();
+        // SAFETY: out pointer to a local of the attribute's type (the callers pick it).
+        let rc = unsafe { (self.pointer_get_attribute)((&mut v as *mut T).cast(), attr, addr) };
+        (rc == 0).then_some(v)
+    }
+
+    /// With MRSHIM_COPY_SELFTEST=on, the engine proves itself once before first use: a scratch
+    /// allocation in `addr`'s context, its pointer attributes, a host pointer's, a round trip.
+    fn trusted(&'static self, addr: u64) -> Result<(), String> {
+        use super::gpu::abi::{self, Family};
+        self.trusted
+            .get_or_init(|| {
+                if !abi::selftest_wanted(Family::Cuda, std::env::var("MRSHIM_COPY_SELFTEST").ok().as_deref()) {
+                    return Ok(());
+                }
+                let r = self.self_test(addr);
+                super::gpu::report_selftest(Family::Cuda, &r);
+                r
+            })
+            .clone()
+    }
+
+    fn self_test(&'static self, addr: u64) -> Result<(), String> {
+        use super::gpu::abi::{self, Attrs, Family, Observed};
+        const N: usize = 4096;
+        let e = self.engine_unchecked(addr)?;
+        let mut scratch = 0u64;
+        // SAFETY: out pointer to a local, in the context of `addr`.
+        let rc = e.in_ctx(|| unsafe { (self.mem_alloc)(&mut scratch, N) })?;
+        if rc != 0 {
+            return Err(format!("cuMemAlloc of its scratch failed: CUresult {rc}"));
+        }
+        let device = self.attr::<c_int>(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, addr).unwrap_or(-1);
+        let on_scratch = self.attr::<c_uint>(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, scratch).map(|t| Attrs {
+            memory_type: t,
+            device: self.attr::<c_int>(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, scratch).unwrap_or(-1),
+            device_pointer: scratch,
+        });
+        let host = abi::pattern(N);
+        let on_host = self.attr::<c_uint>(CU_POINTER_ATTRIBUTE_MEMORY_TYPE, host.as_ptr() as u64).map(|t| Attrs {
+            memory_type: t,
+            device: -1,
+            device_pointer: 0,
+        });
+        let mut back = vec![0u8; N];
+        let round_trip = e
+            .to_app(scratch, host.as_ptr(), N)
+            .and_then(|_| e.to_host(back.as_mut_ptr(), scratch, N))
+            .map(|_| back.iter().zip(&host).position(|(a, b)| a != b));
+        // SAFETY: freeing the allocation made above, in its context.
+        let _ = e.in_ctx(|| unsafe { (self.mem_free)(scratch) });
+        abi::verdict(Family::Cuda, CU_MEMORYTYPE_DEVICE, &Observed { scratch, device, on_scratch, on_host, round_trip })
+    }
+
+    /// A copy engine for memory of the context that owns `addr` (self-tested first when
+    /// MRSHIM_COPY_SELFTEST=on).
     pub fn engine(&'static self, addr: u64) -> Result<CudaCopy, String> {
+        self.trusted(addr)?;
+        self.engine_unchecked(addr)
+    }
+
+    fn engine_unchecked(&'static self, addr: u64) -> Result<CudaCopy, String> {
         let mut ctx: *mut c_void = std::ptr::null_mut();
         // SAFETY: out pointer to a local CUcontext.
         let rc = unsafe {
@@ -185,8 +255,8 @@ impl CudaCopy {
 
     fn run(&self, what: &str, f: impl FnOnce(*mut c_void) -> c_int) -> Result<(), String> {
         let s = self.stream as *mut c_void;
-        // SAFETY: the async copy and the sync run on our own stream in our context.
         let rc = self.in_ctx(|| match f(s) {
+            // SAFETY: the async copy and the sync run on our own stream in our context.
             0 => unsafe { (self.cu.stream_sync)(s) },
             e => e,
         })?;

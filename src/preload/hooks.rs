@@ -23,7 +23,7 @@
 //! (falling back to the real function if it had not run), restore errno.
 
 use super::real::{self, Fn_};
-use super::{bounce, copy, elf, Guard};
+use super::{bounce, elf, Guard};
 use mrshim_core::config::PanicAt;
 use mrshim_core::{Backend, Call, Outcome, RegArgs};
 use mrshim_retry::strategy::Strategy;
@@ -383,11 +383,11 @@ fn take_shadow(addr: u64) -> Option<bounce::Shadow> {
 
 impl Backend for Ffi {
     fn is_device_memory(&self, addr: u64) -> bool {
-        copy::Cuda::get().is_some_and(|c| c.is_device(addr))
+        super::gpu::is_device(addr)
     }
 
     fn export_dmabuf(&self, addr: u64, len: u64) -> Result<(i32, u64), String> {
-        copy::Cuda::get().ok_or("no GPU runtime (libcuda.so.1) is loaded")?.export_dmabuf(addr, len)
+        super::gpu::export_dmabuf(addr, len)
     }
 
     fn bounce_shadow(&self, a: &RegArgs) -> Result<u64, String> {

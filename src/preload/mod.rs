@@ -5,6 +5,7 @@
 pub mod bounce;
 pub mod copy;
 pub mod elf;
+pub mod gpu;
 pub mod hooks;
 pub mod real;
 
@@ -60,6 +61,7 @@ mod process {
         mrshim_core::internal::guarded("the fork handler", || {
             mrshim_core::after_fork_child();
             super::copy::after_fork_child();
+            super::gpu::after_fork_child();
         });
     }
 

@@ -1,41 +1,17 @@
 //! Helpers shared by the tests/shim_*.rs integration tests: artifact paths, C programs compiled
 //! at test time, running processes, reading records.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-/// target/<profile>, found from the mrshim binary cargo built for this test.
-pub fn target_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_mrshim")).parent().unwrap().to_path_buf()
-}
-
-pub fn mrshim_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_mrshim"))
-}
-
-pub fn shim_lib() -> PathBuf {
-    let p = target_dir().join("libmrshim.so");
-    assert!(p.exists(), "{} not built", p.display());
-    p
-}
+pub use mrshim_test_support::{
+    cc, free_port, mrshim_bin, shim_lib, sim_gpu_lib_dir, sim_lib_dir, sim_runtime_lib_dir, target_dir, tmp,
+};
 
 pub fn src_c(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c").join(name)
-}
-
-/// A fresh directory for one test.
-pub fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("mrshim-it-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn cc(args: &[&str]) {
-    let out = Command::new("cc").args(args).output().expect("cc");
-    assert!(out.status.success(), "cc {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
 /// The fake versioned libibverbs and the C programs, built once per test binary.
@@ -176,36 +152,23 @@ pub fn host() -> String {
     String::from_utf8_lossy(&b[..end]).into_owned()
 }
 
-/// A directory with libibverbs.so.1 / libibverbs.so pointing at the simulator cdylib.
-pub fn sim_lib_dir() -> &'static Path {
-    static D: OnceLock<PathBuf> = OnceLock::new();
-    D.get_or_init(|| {
-        let t = target_dir();
-        let so = [t.join("deps/libibverbs.so"), t.join("libibverbs.so")]
-            .into_iter()
-            .find(|p| p.exists())
-            .expect("the simulator's libibverbs.so is not built (it is a dev-dependency; `cargo test` builds it)");
-        let d = std::env::temp_dir().join(format!("mrshim-it-{}-simlib", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        for name in ["libibverbs.so.1", "libibverbs.so"] {
-            std::os::unix::fs::symlink(&so, d.join(name)).unwrap();
-        }
-        d
-    })
-}
-
 /// A simulated fabric private to one test (its own MRSHIM_SIM_RUNDIR).
 pub struct SimWorld {
     pub dir: PathBuf,
     pub env: Vec<(String, String)>,
+    /// LD_LIBRARY_PATH: the simulated NIC, and with `gpu` the simulated GPU too.
+    pub lib_dir: &'static Path,
 }
 
 impl SimWorld {
     pub fn new(name: &str) -> SimWorld {
         let dir = tmp(name);
         std::fs::create_dir_all(dir.join("run")).unwrap();
-        SimWorld { dir, env: vec![] }
+        SimWorld { dir, env: vec![], lib_dir: sim_lib_dir() }
+    }
+    /// A world with the simulated GPU runtime (libcuda.so.1) next to the simulated NIC.
+    pub fn gpu(name: &str) -> SimWorld {
+        SimWorld { lib_dir: sim_gpu_lib_dir(), ..SimWorld::new(name) }
     }
     pub fn with(mut self, k: &str, v: impl Into<String>) -> SimWorld {
         self.env.push((k.into(), v.into()));
@@ -215,7 +178,7 @@ impl SimWorld {
     pub fn cmd(&self, prog: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut c = cmd("timeout");
         c.args(["-k", "5", "120"]).arg(prog);
-        c.env("LD_LIBRARY_PATH", sim_lib_dir())
+        c.env("LD_LIBRARY_PATH", self.lib_dir)
             .env("MRSHIM_SIM_RUNDIR", self.dir.join("run"))
             .env("LD_PRELOAD", shim_lib());
         for (k, v) in &self.env {
@@ -223,10 +186,6 @@ impl SimWorld {
         }
         c
     }
-}
-
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// Server + client of a perftest-style tool (`-p PORT`, client gets the server address last).
@@ -238,33 +197,12 @@ pub fn server_client(
     server_env: &[(&str, String)],
     client_env: &[(&str, String)],
 ) -> (Output, Output) {
-    let port = free_port().to_string();
-    let mut s = w.cmd(prog);
-    s.args(args).args(["-p", &port]).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
-    for (k, v) in server_env {
-        s.env(k, v);
-    }
-    let server = s.spawn().unwrap();
-    let mut client = None;
-    for _ in 0..50 {
-        std::thread::sleep(std::time::Duration::from_millis(100));
+    let side = |env: &[(&str, String)]| {
         let mut c = w.cmd(prog);
-        c.args(args).args(["-p", &port, "127.0.0.1"]);
-        for (k, v) in client_env {
-            c.env(k, v);
-        }
-        let o = c.output().unwrap();
-        let err = stderr(&o);
-        if o.status.success()
-            || !(err.contains("Couldn't connect")
-                || err.contains("Unable to open file descriptor for socket connection"))
-        {
-            client = Some(o);
-            break;
-        }
-    }
-    let client = client.expect("client never connected");
-    (server.wait_with_output().unwrap(), client)
+        c.args(args).envs(env.iter().map(|(k, v)| (k, v)));
+        c
+    };
+    mrshim_test_support::server_client(side(server_env), || side(client_env), free_port())
 }
 
 /// The simulator's own log (MRSHIM_SIM_LOG): what the device really received.

@@ -142,6 +142,13 @@ pub struct Collector {
     pub notes: Vec<String>,
     pub order: u64,
     pub doctor_reports: u64,
+    /// Known-issue patterns seen (index into the matcher's patterns) and where first.
+    pub known_seen: BTreeMap<usize, Evid>,
+    /// Per process, call and errno: failures counted from each kind of output (record, MRSHIM WARN line,
+    /// MRSHIM summary, the library's own line). One failure shows up in several; the largest count wins.
+    seen_by_source: HashMap<(String, u32, String, Option<i32>), [u64; 4]>,
+    /// Failures not counted because another kind of output of the same process already had them.
+    pub duplicates: u64,
 }
 
 fn rank_set_insert(s: &mut BTreeSet<i64>, r: Option<i64>) {
@@ -185,6 +192,29 @@ impl Collector {
                 }
             }
         }
+        // kernel lines stand for failures only when the user-space side of them is not in the input
+        if self.groups.iter().any(|(k, _)| !k.ok && k.lib != Lib::Kernel) {
+            self.groups.retain(|k, _| k.ok || k.lib != Lib::Kernel);
+        }
+    }
+
+    /// False if this failure was already counted from another kind of output of the same process.
+    fn first_sighting(&mut self, r: &RegEv, host: &str) -> bool {
+        let Some(pid) = r.pid else { return true };
+        if r.ok || r.attempt > 0 {
+            return true;
+        }
+        let call = r.call.trim_start_matches("ibv_").to_string();
+        let c = self.seen_by_source.entry((host.to_string(), pid, call, r.errno)).or_insert([0; 4]);
+        let i = r.source as usize;
+        c[i] += 1;
+        let others = c.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, n)| *n).max().unwrap_or(0);
+        if c[i] > others {
+            true
+        } else {
+            self.duplicates += 1;
+            false
+        }
     }
 
     pub fn add(&mut self, ev: Event, file: usize, line: u64, text: &str) {
@@ -192,6 +222,9 @@ impl Collector {
         let evid = |l: u64, t: &str| Evid { file: String::new(), line: l, text: clip(t) };
         match ev {
             Event::Note(n) => self.note(n),
+            Event::Known(k) => {
+                self.known_seen.entry(k).or_insert_with(|| Evid { file: file.to_string(), ..evid(line, text) });
+            }
             Event::Reg(r) => self.add_reg(r, file, line, text),
             Event::Fact { lib, host, pid, fact } => {
                 let h = host.unwrap_or_default();
@@ -277,11 +310,15 @@ impl Collector {
         };
         let mk = || Evid { file: file.to_string(), line: eline, text: clip(&etext) };
         let host = r.host.take().unwrap_or_default();
+        if !self.first_sighting(&r, &host) {
+            return;
+        }
         let rank = r
             .rank
             .or_else(|| r.pid.and_then(|p| self.ranks.get(host.as_str()).and_then(|m| m.get(&p)).copied()))
             .or(r.rank_hint);
-        if r.attempt > 0 {
+        // a learned strategy applied up front worked: a rescue, not a registration of the caller's memory
+        if r.attempt > 0 || (r.learned && r.ok) {
             *self.retries.entry((r.strategy.clone().unwrap_or_else(|| "?".into()), r.ok)).or_default() += 1;
             return;
         }

@@ -12,9 +12,33 @@ const TABLE: &[(i32, &str, &str)] = &[
     (19, "ENODEV", "No such device"),
     (22, "EINVAL", "Invalid argument"),
     (28, "ENOSPC", "No space left on device"),
+    (34, "ERANGE", "Numerical result out of range"),
     (38, "ENOSYS", "Function not implemented"),
     (93, "EPROTONOSUPPORT", "Protocol not supported"),
     (95, "EOPNOTSUPP", "Operation not supported"),
+    (121, "EREMOTEIO", "Remote I/O error"),
+];
+
+/// Names libraries print for an errno that glibc spells differently.
+const ALIASES: &[(&str, i32)] = &[("ENOTSUP", 95), ("FI_EOPNOTSUPP", 95), ("FI_ENOMEM", 12), ("FI_EINVAL", 22)];
+
+/// Forms that put the number after a key: `errno 12`, `errno=12`, `errno: 12`, `errno = 12`, `error code: 14`,
+/// `error_code=14`, `error=93`, `RC: -22`, `ret=-12`, `ret is:-12`, `status -95`, `code -14`, `err -12`,
+/// `Os { code: 12`, `with code=22`. Longest keys first so `error code` wins over `error`.
+const KEYED: &[&str] = &[
+    "os { code",
+    "error code",
+    "error_code",
+    "errno",
+    "ret is",
+    "retcode",
+    "return code",
+    "status",
+    "error",
+    "code",
+    "ret",
+    "rc",
+    "err",
 ];
 
 pub const EPERM: i32 = 1;
@@ -34,25 +58,91 @@ pub fn text(e: i32) -> &'static str {
     TABLE.iter().find(|t| t.0 == e).map(|t| t.2).unwrap_or("")
 }
 
-/// The first strerror text, errno name, or "errno N"/"-N"/"error=N" that `s` contains.
+/// The errno `s` reports, in any of the forms people's tools print: strerror text, errno names, the keyed
+/// forms in [`KEYED`], `[14]`/`(22)` after a failure, negative returns (`failed -12`, `return -22`,
+/// `: -22`) and libfabric's negative FI_ errno. Numbers that are no errno this table knows are ignored.
 pub fn find(s: &str) -> Option<i32> {
     for (n, nm, txt) in TABLE {
-        if s.contains(txt) || contains_word(s, nm) {
+        if contains_ci(s, txt) || contains_word(s, nm) {
             return Some(*n);
         }
     }
-    for pat in ["errno ", "errno=", "error=", "error ", "return -", "returned -", "failed -", "status -", "err -", "[-"]
-    {
-        if let Some(i) = s.find(pat) {
-            let digits: String = s[i + pat.len()..].chars().take_while(|c| c.is_ascii_digit()).collect();
-            if let Ok(n) = digits.parse::<i32>() {
-                if TABLE.iter().any(|t| t.0 == n) {
+    for (nm, n) in ALIASES {
+        if contains_word(s, nm) {
+            return Some(*n);
+        }
+    }
+    let lower = s.to_ascii_lowercase();
+    for key in KEYED {
+        let mut from = 0;
+        while let Some(i) = lower[from..].find(key) {
+            let at = from + i;
+            from = at + key.len();
+            // a key is a word of its own ("rc" not in "source", "ret" not in "secret")
+            if at > 0 && (lower.as_bytes()[at - 1].is_ascii_alphanumeric() || lower.as_bytes()[at - 1] == b'_') {
+                continue;
+            }
+            if let Some(n) = number_after(&lower[from..]) {
+                return Some(n);
+            }
+        }
+    }
+    bracketed(s).or_else(|| negative_return(s))
+}
+
+/// A known errno right after a key: separators ` `, `:`, `=`, `(` and an optional minus, then digits.
+fn number_after(rest: &str) -> Option<i32> {
+    let t = rest.trim_start_matches([' ', ':', '=', '\t']);
+    if t.len() == rest.len() && !rest.starts_with('-') {
+        return None;
+    }
+    let t = t.strip_prefix('-').unwrap_or(t);
+    known(t)
+}
+
+fn known(t: &str) -> Option<i32> {
+    let digits: String = t.chars().take_while(|c| c.is_ascii_digit()).collect();
+    let n: i32 = digits.parse().ok()?;
+    // a longer number (an address, a size) is not an errno
+    if t[digits.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '.') {
+        return None;
+    }
+    TABLE.iter().any(|t| t.0 == n).then_some(n)
+}
+
+/// `[14]`, `[-22]`, `(22)` holding only a known errno.
+fn bracketed(s: &str) -> Option<i32> {
+    for (open, close) in [('[', ']'), ('(', ')')] {
+        for part in s.split(open).skip(1) {
+            let Some(inner) = part.split(close).next() else { continue };
+            let inner = inner.trim();
+            let inner = inner.strip_prefix('-').unwrap_or(inner);
+            if !inner.is_empty() && inner.len() <= 3 && inner.bytes().all(|b| b.is_ascii_digit()) {
+                if let Some(n) = known(inner) {
                     return Some(n);
                 }
             }
         }
     }
     None
+}
+
+/// `failed -12`, `return -22`, `returned -14`, `: -22` (libfabric's `-FI_E*` are the errno negated).
+fn negative_return(s: &str) -> Option<i32> {
+    let b = s.as_bytes();
+    for (i, _) in s.match_indices('-') {
+        let before_ok = i == 0 || matches!(b[i - 1], b' ' | b':' | b'=' | b'(' | b'[');
+        if before_ok {
+            if let Some(n) = known(&s[i + 1..]) {
+                return Some(n);
+            }
+        }
+    }
+    None
+}
+
+fn contains_ci(s: &str, needle: &str) -> bool {
+    s.contains(needle) || s.to_ascii_lowercase().contains(&needle.to_ascii_lowercase())
 }
 
 fn contains_word(s: &str, w: &str) -> bool {
@@ -81,5 +171,40 @@ mod tests {
         assert_eq!(find("Couldn't allocate MR with error=93"), Some(93));
         assert_eq!(find("EFAULTS"), None);
         assert_eq!(find("got EFAULT here"), Some(14));
+    }
+
+    /// Every form the issue lists, as people's tools print them.
+    #[test]
+    fn forms() {
+        for (s, e) in [
+            ("ibv_reg_mr failed: bad address", 14),
+            ("RegisterRdmaMemoryRegion failed! errno:22 (Invalid argument)", 22),
+            ("reg_mr failed errno = 12", 12),
+            ("reg_mr failed errno: 12", 12),
+            ("ibv_reg_mr failed [error code: 14]", 14),
+            ("ibv_reg_mr() failed error_code=14", 14),
+            ("Failed to register memory 0x2e1cbac200: [14]", 14),
+            ("register mr failed (12)", 12),
+            ("RC: -14, Error:", 14),
+            ("Unable to register memory (type = 1) for device 0. RC: 12, Error:", 12),
+            ("fi_mr_reg failed, ret is:-12", 12),
+            ("ret=-12", 12),
+            ("reg mr status -95", 95),
+            ("Failed to map MR buffer: -22", 22),
+            ("Failed to set up initiator: ... code -14", 14),
+            ("register_memory: Os { code: 12, kind: OutOfMemory, message: \"Cannot allocate memory\" }", 12),
+            ("register_memory: Os { code: 14, kind: Uncategorized }", 14),
+            ("error in gdr_pin_buffer with code=22", 22),
+            ("nvidia_p2p_get_pages(va=7ff512200000 len=65536) failed [ret = -22]", 22),
+            ("infiniband efa_0: Failed to register mr [-12]", 12),
+            ("fi_mr_regattr failed: Operation not supported", 95),
+            ("returned ENOTSUP", 95),
+            ("Failed to process command REG_MR (opcode 7) comp_status 1 err -12", 12),
+        ] {
+            assert_eq!(find(s), Some(e), "{s}");
+        }
+        for s in ["addr 0x7f0000001000 len=4096", "size:943718400", "device 4", "GPU 0: [123456]", "source 12"] {
+            assert_eq!(find(s), None, "{s}");
+        }
     }
 }

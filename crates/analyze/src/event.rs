@@ -17,6 +17,14 @@ pub enum Lib {
     Kernel,
     Doctor,
     Text,
+    Libfabric,
+    Mscclpp,
+    Nvshmem,
+    Deepep,
+    Mooncake,
+    Nixl,
+    Gdrcopy,
+    Mori,
 }
 
 impl Lib {
@@ -33,7 +41,31 @@ impl Lib {
             Lib::Kernel => "kernel",
             Lib::Doctor => "mrshim doctor",
             Lib::Text => "text",
+            Lib::Libfabric => "libfabric",
+            Lib::Mscclpp => "MSCCL++",
+            Lib::Nvshmem => "NVSHMEM",
+            Lib::Deepep => "DeepEP",
+            Lib::Mooncake => "Mooncake",
+            Lib::Nixl => "NIXL",
+            Lib::Gdrcopy => "gdrcopy",
+            Lib::Mori => "MORI",
         }
+    }
+    /// Libraries whose registrations are GPU buffers (a prior, not proof: they register host memory too).
+    pub fn registers_gpu(self) -> bool {
+        matches!(
+            self,
+            Lib::Nccl
+                | Lib::Mccl
+                | Lib::Rccl
+                | Lib::Mscclpp
+                | Lib::Nvshmem
+                | Lib::Deepep
+                | Lib::Mooncake
+                | Lib::Nixl
+                | Lib::Gdrcopy
+                | Lib::Mori
+        )
     }
     /// NCCL and its ports, whose knobs share names up to the prefix.
     pub fn is_ccl(self) -> bool {
@@ -67,6 +99,20 @@ pub struct RegEv {
     pub attempt: u32,
     /// Evidence line (number, text) when the event is emitted after its own line (held-back UCX/perftest).
     pub evid: Option<(u64, String)>,
+    /// Which kind of output reported it: the same failure is often seen as a shim record, as a MRSHIM WARN
+    /// line and as the library's own line; per process each kind is counted and only the largest kept.
+    pub source: Source,
+    /// A learned strategy applied up front (the record's own fields may describe the shadow, see `used_*`).
+    pub learned: bool,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Source {
+    Record,
+    ShimWarn,
+    ShimSummary,
+    #[default]
+    Text,
 }
 
 /// Facts that are true or false of a host (or of the whole input when the host is unknown).
@@ -101,6 +147,14 @@ pub enum Flag {
     DmabufUnsupported,
     MaxMapLow,
     CudaVmm,
+    /// The GPU cannot export dmabuf (`dmaBufSupported: 0`, `DMA_BUF_SUPPORTED 0`).
+    GpuDmabufUnavailable,
+    /// A GeForce GPU: no GPUDirect RDMA.
+    GeforceGpu,
+    /// Pinning GPU pages for a peer failed in the kernel (nvidia_p2p_get_pages, gdrdrv, nvidia-fs).
+    P2pPinFail,
+    /// The process had CAP_IPC_LOCK (memlock does not apply).
+    IpcLock,
 }
 
 #[derive(Debug, Clone)]
@@ -127,6 +181,8 @@ pub enum Event {
     },
     /// Something the reader should know about the input (newer schema, unparsable record...).
     Note(String),
+    /// A line matched pattern `n` of the known-issue table.
+    Known(usize),
 }
 
 impl Event {

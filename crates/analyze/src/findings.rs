@@ -9,7 +9,7 @@ use mrshim_record::MemKind;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
-pub const CATEGORIES: [&str; 10] = [
+pub const CATEGORIES: [&str; 11] = [
     "memlock-limit",
     "gpu-peer-memory",
     "relaxed-ordering",
@@ -19,6 +19,7 @@ pub const CATEGORIES: [&str; 10] = [
     "address-invalid",
     "resource-exhaustion",
     "permissions",
+    "dmabuf-unsupported",
     "unknown",
 ];
 
@@ -37,8 +38,30 @@ pub struct Finding {
     pub explanation: String,
     pub fixes: Vec<String>,
     pub retry: Option<String>,
+    /// "evidence" when something in the input points at this cause, "prior" when only the call, errno,
+    /// memory kind and library make it likely (a best guess).
+    pub basis: &'static str,
+    /// The command to run or the line to look for that confirms or rules this out.
+    pub check: &'static str,
+    /// A known issue (data/known-issues.json) the input matches.
+    pub known_issue: Option<KnownRef>,
     #[serde(skip)]
     pub score: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct KnownRef {
+    pub id: String,
+    pub title: String,
+    pub source: String,
+    pub fix: String,
+}
+
+/// A category the evidence removed, and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct RuledOut {
+    pub category: &'static str,
+    pub reason: String,
 }
 
 type G<'a> = (&'a GroupKey, &'a Group);
@@ -108,7 +131,15 @@ impl<'a> View<'a> {
         self.flag(Flag::GdrOn).is_some()
             || self.flag(Flag::GpuContext).is_some()
             || self.runs.iter().any(|r| r.gdr == Some(true))
-            || self.fails.iter().any(|g| matches!(g.0.lib, Lib::Mccl | Lib::Rccl))
+            || self
+                .fails
+                .iter()
+                .any(|g| matches!(g.0.lib, Lib::Mccl | Lib::Rccl) || g.0.lib.registers_gpu() && g.0.lib != Lib::Nccl)
+    }
+    /// Strategies the shim tried that never worked (evidence against their category).
+    fn failed_strategy(&self, s: &str) -> bool {
+        self.c.retries.get(&(s.to_string(), false)).is_some_and(|n| *n > 0)
+            && !self.c.retries.contains_key(&(s.to_string(), true))
     }
     fn completed(r: &Run) -> bool {
         r.failed == 0 && (r.done || r.ok_regs > 0)
@@ -118,7 +149,12 @@ impl<'a> View<'a> {
 struct Cand<'a> {
     cat: &'static str,
     score: f64,
+    /// The part of `score` from evidence in the input (not from priors).
+    evidence: f64,
     groups: Vec<G<'a>>,
+    /// Failures this category is a plausible cause of by prior only.
+    prior_groups: Vec<G<'a>>,
+    known: Option<KnownRef>,
     facts: Vec<Evid>,
     why: Vec<String>,
     fixes: Vec<String>,
@@ -127,7 +163,18 @@ struct Cand<'a> {
 
 impl<'a> Cand<'a> {
     fn new(cat: &'static str) -> Self {
-        Cand { cat, score: 0.0, groups: vec![], facts: vec![], why: vec![], fixes: vec![], retry: None }
+        Cand {
+            cat,
+            score: 0.0,
+            evidence: 0.0,
+            groups: vec![],
+            prior_groups: vec![],
+            known: None,
+            facts: vec![],
+            why: vec![],
+            fixes: vec![],
+            retry: None,
+        }
     }
     fn add(&mut self, w: f64, why: impl Into<String>, e: Option<&Evid>) {
         self.score += w;
@@ -203,8 +250,11 @@ pub fn human_size(n: u64) -> String {
 fn gpu_peer_memory<'a>(v: &View<'a>) -> Cand<'a> {
     let mut c = Cand::new("gpu-peer-memory");
     let p = v.prefix;
-    let device = v.fail_where(|k, _| k.mem == Some(MemKind::Device));
-    let unknown = v.fail_where(|k, _| unknown_mem(k.mem));
+    // a dmabuf registration the stack refuses as unsupported is dmabuf-unsupported, not a peer-memory problem
+    let unsupported_dmabuf =
+        |k: &GroupKey| k.call.contains("dmabuf") && matches!(k.errno, Some(EOPNOTSUPP) | Some(errno::EPROTONOSUPPORT));
+    let device = v.fail_where(|k, _| k.mem == Some(MemKind::Device) && !unsupported_dmabuf(k));
+    let unknown = v.fail_where(|k, _| unknown_mem(k.mem) && !unsupported_dmabuf(k));
     let ok_host = v.ok_where(|k| is_host_mem(k.mem));
     let ok_dev = v.ok_where(|k| k.mem == Some(MemKind::Device));
     let gdr = v.gdr_context();
@@ -231,8 +281,32 @@ fn gpu_peer_memory<'a>(v: &View<'a>) -> Cand<'a> {
         let enomem = errnos_of(&unknown).first().map(|x| x.0) == Some(ENOMEM);
         c.add(if enomem { 0.5 } else { 1.5 }, format!("{} registration(s) failed with {} while GPUDirect RDMA was in use (GPU buffers registered with the NIC).", sum(&unknown), describe_errnos(&unknown)), v.flag(Flag::GdrOn).or(v.flag(Flag::GpuContext)));
         c.groups.extend(unknown.iter().copied());
+    } else if let Some(e) = v.flag(Flag::GeforceGpu).or(v.flag(Flag::P2pPinFail)) {
+        c.add(0.5, "", Some(e));
+        c.groups.extend(v.fails.iter().copied());
     } else {
         return c;
+    }
+    if let Some(e) = v.flag(Flag::GeforceGpu) {
+        c.add(
+            2.0,
+            "The GPU is a GeForce: GeForce GPUs do not support GPUDirect RDMA, so the NIC cannot pin their memory.",
+            Some(e),
+        );
+    }
+    if let Some(e) = v.flag(Flag::P2pPinFail) {
+        c.add(
+            1.5,
+            "The kernel could not pin the GPU pages for the peer (nvidia_p2p_get_pages / gdrdrv failed).",
+            Some(e),
+        );
+    }
+    if let Some(e) = v.flag(Flag::GpuDmabufUnavailable) {
+        c.add(
+            0.5,
+            "The GPU cannot export dmabuf here, so GPU memory can only be registered through a peer-memory module.",
+            Some(e),
+        );
     }
     if gdr_off_ok > 0 {
         c.add(
@@ -308,7 +382,15 @@ fn gpu_peer_memory<'a>(v: &View<'a>) -> Cand<'a> {
             c.add(0.5, why, Some(e));
         }
     }
-    c.fixes = fixes::gpu_peer_memory(p, efault);
+    let libs = |l: Lib| v.c.hosts.values().any(|h| h.libs.contains(&l));
+    let vendor = if libs(Lib::Mccl) {
+        fixes::GpuVendor::Metax
+    } else if libs(Lib::Rccl) {
+        fixes::GpuVendor::Amd
+    } else {
+        fixes::GpuVendor::Nvidia
+    };
+    c.fixes = fixes::gpu_peer_memory(p, vendor, efault);
     c.retry = Some("va-to-dmabuf,bounce");
     c
 }
@@ -649,12 +731,124 @@ fn permissions<'a>(v: &View<'a>) -> Cand<'a> {
     c
 }
 
+/// The categories an errno, call, memory kind and library make likely, in the order a maintainer would
+/// try them, with weights (added per failed registration, scaled by its share of the failures).
+fn prior_of(k: &GroupKey, gpuish: bool) -> &'static [(&'static str, f64)] {
+    let device = k.mem == Some(MemKind::Device) || (unknown_mem(k.mem) && (gpuish || k.lib.registers_gpu()));
+    let host = is_host_mem(k.mem) || k.mem == Some(MemKind::FileReadonly);
+    let iova = k.call.contains("iova");
+    let dmabuf = k.call.contains("dmabuf");
+    match k.errno {
+        Some(ENOMEM) => &[("memlock-limit", 1.2), ("resource-exhaustion", 1.0), ("access-flags", 0.4)],
+        Some(EAGAIN) => &[("resource-exhaustion", 1.4), ("memlock-limit", 0.6)],
+        Some(EPERM) | Some(EACCES) => &[("permissions", 1.4), ("memlock-limit", 0.8)],
+        Some(EOPNOTSUPP) | Some(errno::EPROTONOSUPPORT) if dmabuf => {
+            &[("dmabuf-unsupported", 1.5), ("version-mismatch", 0.8), ("gpu-peer-memory", 0.5)]
+        }
+        Some(EOPNOTSUPP) | Some(errno::EPROTONOSUPPORT) if device => {
+            &[("gpu-peer-memory", 1.3), ("dmabuf-unsupported", 0.7), ("version-mismatch", 0.5)]
+        }
+        Some(EOPNOTSUPP) | Some(errno::EPROTONOSUPPORT) => &[("version-mismatch", 1.0), ("access-flags", 0.5)],
+        Some(EFAULT) if device => &[("gpu-peer-memory", 1.4), ("address-invalid", 0.6), ("access-flags", 0.3)],
+        Some(EFAULT) if host => &[("address-invalid", 1.4), ("access-flags", 0.8)],
+        Some(EFAULT) => &[("address-invalid", 1.2), ("gpu-peer-memory", 1.0), ("access-flags", 0.6)],
+        Some(EINVAL) if device && iova => {
+            &[("gpu-peer-memory", 1.4), ("relaxed-ordering", 0.6), ("version-mismatch", 0.5)]
+        }
+        Some(EINVAL) if device => &[("gpu-peer-memory", 1.4), ("version-mismatch", 0.6), ("access-flags", 0.3)],
+        Some(EINVAL) if host && iova => &[("iova-alignment", 1.0), ("access-flags", 0.9), ("address-invalid", 0.6)],
+        Some(EINVAL) if host => &[("access-flags", 1.0), ("address-invalid", 0.7), ("version-mismatch", 0.4)],
+        Some(EINVAL) => &[("gpu-peer-memory", 1.0), ("access-flags", 0.9), ("address-invalid", 0.7)],
+        Some(_) if device => &[("gpu-peer-memory", 1.0), ("resource-exhaustion", 0.6), ("version-mismatch", 0.5)],
+        Some(_) => &[("resource-exhaustion", 0.8), ("version-mismatch", 0.6), ("memlock-limit", 0.4)],
+        None if device => &[("gpu-peer-memory", 1.2), ("memlock-limit", 0.7), ("resource-exhaustion", 0.5)],
+        None => &[("memlock-limit", 1.0), ("resource-exhaustion", 0.7), ("address-invalid", 0.5)],
+    }
+}
+
+fn dmabuf_unsupported<'a>(v: &View<'a>) -> Cand<'a> {
+    let mut c = Cand::new("dmabuf-unsupported");
+    let gs = v.fail_where(|k, _| {
+        k.call.contains("dmabuf") && matches!(k.errno, Some(EOPNOTSUPP) | Some(errno::EPROTONOSUPPORT))
+    });
+    if !gs.is_empty() {
+        c.add(2.0, format!("{} ibv_reg_dmabuf_mr call(s) were refused as not supported: the RDMA stack (rdma-core, kernel, NIC driver) or the GPU driver cannot do dmabuf.", sum(&gs)), None);
+        c.groups = gs;
+        if let Some(e) = v.flag(Flag::DmabufUnsupported) {
+            c.add(0.5, "", Some(e));
+        }
+    }
+    c.fixes = fixes::dmabuf(v.prefix);
+    c.retry = Some("dmabuf-to-va,bounce");
+    c
+}
+
+/// Categories the input rules out, with the reason; they are not reported.
+fn ruled_out(v: &View) -> Vec<RuledOut> {
+    let mut out = Vec::new();
+    let p = v.prefix;
+    let hosts = v.fail_hosts();
+    let unlimited = !hosts.is_empty()
+        && hosts.iter().all(|h| v.memlock(h) == Some(None) || (v.memlock(h).is_none() && v.memlock("") == Some(None)));
+    if unlimited {
+        out.push(RuledOut {
+            category: "memlock-limit",
+            reason: "memlock is unlimited where the registrations failed".into(),
+        });
+    } else if v.flag(Flag::IpcLock).is_some() {
+        out.push(RuledOut {
+            category: "memlock-limit",
+            reason: "the process had CAP_IPC_LOCK, which lifts the memlock limit".into(),
+        });
+    } else if v.failed_strategy("raise-memlock") {
+        out.push(RuledOut {
+            category: "memlock-limit",
+            reason: "mrshim raised the memlock limit (raise-memlock) and the registrations still failed".into(),
+        });
+    }
+    if v.failed_strategy("drop-relaxed-ordering") {
+        out.push(RuledOut {
+            category: "relaxed-ordering",
+            reason: "mrshim retried without relaxed ordering (drop-relaxed-ordering) and every attempt failed".into(),
+        });
+    } else if v.flag(Flag::RoOffStillFails).is_some() || v.runs.iter().any(|r| r.ro == Some(false) && r.failed > 0) {
+        out.push(RuledOut {
+            category: "relaxed-ordering",
+            reason: format!("with {p}_IB_PCI_RELAXED_ORDERING=0 the registrations still failed"),
+        });
+    } else {
+        let calls: BTreeSet<&str> = v.fails.iter().map(|g| g.0.call.as_str()).collect();
+        if calls.iter().any(|c| c.contains("iova"))
+            && calls.contains("ibv_reg_mr")
+            && v.fails.iter().any(|g| g.0.lib.is_ccl())
+        {
+            out.push(RuledOut {
+                category: "relaxed-ordering",
+                reason: "plain ibv_reg_mr (used without relaxed ordering) fails the same way as ibv_reg_mr_iova2"
+                    .into(),
+            });
+        }
+    }
+    if v.failed_strategy("realign-iova") {
+        out.push(RuledOut {
+            category: "iova-alignment",
+            reason: "mrshim realigned the iova (realign-iova) and the registrations still failed".into(),
+        });
+    }
+    out
+}
+
 /// All findings, most likely first. Only categories with enough support are reported; failures nothing
 /// explains end up in `unknown`.
 pub fn findings(col: &Collector) -> Vec<Finding> {
+    diagnose(col).0
+}
+
+/// The differential diagnosis: up to four hypotheses ranked by evidence and priors, and what was ruled out.
+pub fn diagnose(col: &Collector) -> (Vec<Finding>, Vec<RuledOut>) {
     let v = View::new(col);
     if v.fails.is_empty() && v.flag(Flag::AbiMismatch).is_none() && v.flag(Flag::NoProvider).is_none() {
-        return vec![];
+        return (vec![], vec![]);
     }
     let mut cands = vec![
         gpu_peer_memory(&v),
@@ -666,17 +860,70 @@ pub fn findings(col: &Collector) -> Vec<Finding> {
         version_mismatch(&v),
         address_invalid(&v),
         permissions(&v),
+        dmabuf_unsupported(&v),
     ];
-    if std::env::var_os("MRSHIM_ANALYZE_DEBUG").is_some() {
-        for c in &cands {
-            eprintln!("[debug] {} score {:.2}: {}", c.cat, c.score, c.why.join(" | "));
+    // what the input says counts as evidence; the priors rank what it does not decide
+    for c in cands.iter_mut() {
+        c.evidence = c.score;
+    }
+    let total = sum(&v.fails).max(1) as f64;
+    let gpuish = v.gdr_context();
+    for g in &v.fails {
+        for (cat, w) in prior_of(g.0, gpuish) {
+            if let Some(c) = cands.iter_mut().find(|c| c.cat == *cat) {
+                c.score += w * g.1.count as f64 / total;
+                if !c.groups.iter().any(|x| x.0 == g.0) {
+                    c.prior_groups.push(*g);
+                }
+            }
         }
     }
-    cands.retain(|c| c.score >= 1.5);
+    // known issues the input matches
+    let matcher = crate::known::Matcher::new(crate::known::table());
+    let seen: BTreeSet<usize> = col.known_seen.keys().copied().collect();
+    for i in matcher.matched(&seen) {
+        let k = &matcher.issues[i];
+        let Some(c) = cands.iter_mut().find(|c| c.cat == k.category) else { continue };
+        let ev = matcher
+            .owners
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| o.0 == i)
+            .find_map(|(p, _)| col.known_seen.get(&p))
+            .cloned();
+        c.add(3.0, format!("Matches known issue {}: {} ({}).", k.id, k.title, k.source), ev.as_ref());
+        c.evidence += 3.0;
+        c.fixes.insert(0, k.fix.clone());
+        c.known =
+            Some(KnownRef { id: k.id.clone(), title: k.title.clone(), source: k.source.clone(), fix: k.fix.clone() });
+        if c.groups.is_empty() && c.prior_groups.is_empty() {
+            c.prior_groups = v.fails.clone();
+        }
+    }
+    let out = ruled_out(&v);
+    cands.retain(|c| !out.iter().any(|o| o.category == c.cat));
+    if std::env::var_os("MRSHIM_ANALYZE_DEBUG").is_some() {
+        for c in &cands {
+            eprintln!("[debug] {} score {:.2} (evidence {:.2}): {}", c.cat, c.score, c.evidence, c.why.join(" | "));
+        }
+        for o in &out {
+            eprintln!("[debug] ruled out {}: {}", o.category, o.reason);
+        }
+    }
+    cands.retain(|c| c.score >= 0.3 && (!c.groups.is_empty() || !c.prior_groups.is_empty() || c.evidence >= 1.5));
     cands.sort_by(|a, b| b.score.partial_cmp(&a.score).unwrap_or(std::cmp::Ordering::Equal));
+    // a hypothesis held up by priors alone is listed only while it is within reach of the best one
+    let best = cands.first().map_or(0.0, |c| c.score);
+    cands.retain(|c| c.evidence >= 1.0 || c.score >= 0.15 * best);
+    cands.truncate(4);
+    for c in cands.iter_mut() {
+        if c.groups.is_empty() {
+            c.groups = std::mem::take(&mut c.prior_groups);
+        }
+    }
     let explained: BTreeSet<&GroupKey> = cands.iter().flat_map(|c| c.groups.iter().map(|g| g.0)).collect();
     let rest: Vec<G> = v.fails.iter().copied().filter(|g| !explained.contains(g.0)).collect();
-    if !rest.is_empty() {
+    if !rest.is_empty() && cands.is_empty() {
         let mut u = Cand::new("unknown");
         u.score = 0.5;
         u.why.push(format!(
@@ -688,7 +935,13 @@ pub fn findings(col: &Collector) -> Vec<Finding> {
         u.fixes = fixes::unknown(v.prefix);
         cands.push(u);
     }
-    cands.into_iter().map(|c| finish(&v, c)).collect()
+    let mut found: Vec<Finding> = cands.into_iter().map(|c| finish(&v, c)).collect();
+    if let Some(first) = found.first_mut() {
+        for o in &out {
+            first.explanation.push_str(&format!(" Ruled out: {} ({}).", o.category, o.reason));
+        }
+    }
+    (found, out)
 }
 
 fn finish(v: &View, c: Cand) -> Finding {
@@ -717,7 +970,17 @@ fn finish(v: &View, c: Cand) -> Finding {
             evidence.push(e);
         }
     }
+    let basis = if c.evidence >= 1.0 { "evidence" } else { "prior" };
     let mut why = c.why.clone();
+    if basis == "prior" {
+        why.insert(
+            0,
+            format!(
+            "Best guess from the call, errno ({}), memory kind and library alone; nothing in the input confirms it.",
+            describe_errnos(&c.groups)
+        ),
+        );
+    }
     // which hosts fail and which do not
     let good = v.good_hosts();
     if !hosts.is_empty() && !good.is_empty() {
@@ -764,6 +1027,9 @@ fn finish(v: &View, c: Cand) -> Finding {
         explanation: why.join(" "),
         fixes,
         retry: c.retry.map(|r| format!("MRSHIM_RETRY={r}")),
+        basis,
+        check: fixes::check(c.cat),
+        known_issue: c.known,
         score: c.score,
     }
 }

@@ -15,16 +15,38 @@ pub fn memlock() -> Vec<String> {
     ])
 }
 
-pub fn gpu_peer_memory(p: &str, efault: bool) -> Vec<String> {
-    let mut f = v(&[
-        "load the GPU peer-memory client on every node: NVIDIA `modprobe nvidia_peermem` (check `lsmod | grep -e nvidia_peermem -e nv_peer_mem`); AMD: amdgpu DKMS with peer memory (/sys/kernel/mm/memory_peers/amdkfd/version); MetaX and other vendors: their peer-memory / dmabuf kernel module from the same driver release",
-        "or register GPU memory through dmabuf instead of by address: kernel >= 5.12, an rdma-core with ibv_reg_dmabuf_mr, NCCL_DMABUF_ENABLE=1",
-        "check the PCIe path NIC <-> GPU: `mrshim doctor` (pcie check), `lspci -vvv | grep -i acsctl`; ACS redirect must be off and the IOMMU in passthrough (iommu=pt) for GPUDirect",
-    ]);
-    if efault {
+/// The GPU vendor a job's collective library implies: MCCL → MetaX, RCCL → AMD, NCCL → NVIDIA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuVendor {
+    Nvidia,
+    Amd,
+    Metax,
+}
+
+pub fn gpu_peer_memory(p: &str, vendor: GpuVendor, efault: bool) -> Vec<String> {
+    let (peer, dmabuf) = match vendor {
+        GpuVendor::Nvidia => (
+            "load NVIDIA's GPU peer-memory client on every node: `modprobe nvidia_peermem` (check `lsmod | grep -e nvidia_peermem -e nv_peer_mem`, /sys/module/nvidia_peermem)".to_string(),
+            "or register GPU memory through dmabuf instead of by address: kernel >= 5.12, an rdma-core with ibv_reg_dmabuf_mr, the open GPU kernel driver, NCCL_DMABUF_ENABLE=1".to_string(),
+        ),
+        GpuVendor::Amd => (
+            "load AMD's peer memory on every node: the amdgpu DKMS driver with peer-memory support (amdkfd in /sys/kernel/mm/memory_peers; `mrshim doctor` lists every peer-memory client)".to_string(),
+            "or register GPU memory through dmabuf: ROCm >= 6 (hipMemGetHandleForAddressRange), kernel >= 5.12, an rdma-core with ibv_reg_dmabuf_mr, NCCL_DMABUF_ENABLE=1 (RCCL reads NCCL_*)".to_string(),
+        ),
+        GpuVendor::Metax => (
+            "load MetaX's peer-memory module from the same MACA driver release as the `metax` module on every node (`lsmod | grep metax`; `mrshim doctor` lists every peer-memory client)".to_string(),
+            format!("or register GPU memory through dmabuf: kernel >= 5.12, an rdma-core with ibv_reg_dmabuf_mr, MACA's mcMemGetHandleForAddressRange ({p}_DMABUF_ENABLE=1 where your MCCL release has it)"),
+        ),
+    };
+    let mut f = vec![
+        peer,
+        dmabuf,
+        "check the PCIe path NIC <-> GPU: `mrshim doctor` (pcie check), `lspci -vvv | grep -i acsctl`; ACS redirect must be off and the IOMMU in passthrough (iommu=pt) for GPUDirect".into(),
+    ];
+    if efault && vendor == GpuVendor::Nvidia {
         f.insert(0, "CUDA VMM (cuMem*) buffers fail with EFAULT even with nvidia_peermem: use the dmabuf path (NCCL_DMABUF_ENABLE=1) or allocate with cudaMalloc (NCCL_CUMEM_ENABLE=0)".into());
     }
-    f.push(format!("to run now without GPUDirect: {p}_NET_GDR_LEVEL=LOC (stage through host memory; slower); {p}_IB_DISABLE=1 falls back to TCP (much slower)"));
+    f.push(format!("to run now without GPUDirect: {p}_NET_GDR_LEVEL=LOC (stage through host memory; slower); {p}_IB_DISABLE=1 falls back to TCP (much slower); or keep RDMA with mrshim's host bounce buffers: MRSHIM_RETRY=va-to-dmabuf,bounce"));
     f.push(format!("{p}_IB_PCI_RELAXED_ORDERING does not help here: it only picks ibv_reg_mr_iova2 vs ibv_reg_mr for the same memory"));
     f
 }
@@ -88,4 +110,28 @@ pub fn unknown(p: &str) -> Vec<String> {
         format!("more context from the library: {p}_DEBUG=INFO {p}_DEBUG_SUBSYS=INIT,NET; the kernel log (`dmesg -T`) from the same minute"),
         "run `mrshim doctor --json` on each node and pass the reports to `mrshim analyze` with the logs".into(),
     ]
+}
+
+pub fn dmabuf(p: &str) -> Vec<String> {
+    v(&[
+        &format!("{p}_DMABUF_ENABLE=0 to register GPU memory through nvidia-peermem / amdgpu peer memory instead"),
+        "or bring the stack up to dmabuf: rdma-core >= 34 (ibv_reg_dmabuf_mr), a kernel >= 5.12 with the NIC driver's dmabuf support, NVIDIA open kernel modules (`nvidia-smi -q | grep -i dmabuf`)",
+    ])
+}
+
+/// The one command or line that confirms or rules out each category.
+pub fn check(cat: &str) -> &'static str {
+    match cat {
+        "memlock-limit" => "inside a rank (not your login shell): `cat /proc/$$/limits | grep 'Max locked memory'` or `mpirun ... bash -c 'ulimit -l'`; unlimited (or CAP_IPC_LOCK) rules it out",
+        "gpu-peer-memory" => "`lsmod | grep -E 'nvidia_peermem|nv_peer_mem|amdgpu'` and `mrshim doctor` on the failing node; host memory registering while GPU memory fails confirms it",
+        "relaxed-ordering" => "rerun with NCCL_IB_PCI_RELAXED_ORDERING=0 (or under `mrshim exec` with MRSHIM_RETRY=drop-relaxed-ordering): still failing rules it out",
+        "iova-alignment" => "rerun under `mrshim exec`: the records show iova_page_offset != addr_page_offset",
+        "access-flags" => "rerun under `mrshim exec`: the records show the mapping (mem_kind file-readonly) and the access bits asked for",
+        "version-mismatch" => "`ibv_devinfo -v`, `ofed_info -s`, `modinfo mlx5_core | grep version` and the library versions on every node; `mrshim doctor --compare`",
+        "address-invalid" => "rerun under `mrshim exec`: mem_fully_mapped=false or mem_kind unmapped in the failing record; `cat /proc/<pid>/maps` around the address",
+        "resource-exhaustion" => "`dmesg | grep -iE 'mkey|reg mr|limits exceeded'`, `sysctl vm.max_map_count`, `rdma resource show mr | wc -l` on the failing node",
+        "permissions" => "`ls -l /dev/infiniband/` inside the container and `capsh --print | grep ipc_lock`",
+        "dmabuf-unsupported" => "`grep ibv_reg_dmabuf_mr $(ldconfig -p | awk '/libibverbs.so.1 /{print $NF}')` and `uname -r` (>= 5.12); NCCL_DMABUF_ENABLE=0 working confirms it",
+        _ => "rerun the failing rank under `mrshim exec` (records with the memory kind, access and limits of every call) and `mrshim doctor` on its node",
+    }
 }

@@ -10,6 +10,7 @@ pub mod findings;
 pub mod fixes;
 pub mod gen;
 pub mod input;
+pub mod known;
 pub mod parse;
 pub mod render;
 
@@ -21,6 +22,8 @@ use std::borrow::Cow;
 pub struct Analysis {
     pub col: Collector,
     pub findings: Vec<Finding>,
+    /// Categories the evidence ruled out, with why.
+    pub ruled_out: Vec<findings::RuledOut>,
     /// Sources that could not be opened or read at all.
     pub unreadable: usize,
 }
@@ -28,6 +31,13 @@ pub struct Analysis {
 impl Analysis {
     pub fn failed(&self) -> u64 {
         self.col.groups.iter().filter(|g| !g.0.ok).map(|g| g.1.count).sum()
+    }
+    /// True when no input line was recognised as any evidence at all.
+    pub fn nothing_recognised(&self) -> bool {
+        self.col.groups.is_empty()
+            && self.col.doctor_reports == 0
+            && self.col.hosts.values().all(|h| h.flags.is_empty() && h.memlock.is_empty())
+            && self.col.files.iter().all(|f| f.recognised == 0)
     }
     pub fn ok(&self) -> u64 {
         self.col.groups.iter().filter(|g| g.0.ok).map(|g| g.1.count).sum()
@@ -54,8 +64,8 @@ pub fn analyze(paths: &[String]) -> Analysis {
     if parser.shim.malformed > 0 {
         col.note(format!("skipped {} malformed shim record(s)", parser.shim.malformed));
     }
-    let findings = findings::findings(&col);
-    Analysis { col, findings, unreadable }
+    let (findings, ruled_out) = findings::diagnose(&col);
+    Analysis { col, findings, ruled_out, unreadable }
 }
 
 /// Analyzes already-open streams (benchmarks, embedding); names are used in evidence.
@@ -66,8 +76,8 @@ pub fn analyze_readers(inputs: Vec<(String, Box<dyn std::io::BufRead>)>) -> Anal
         read_stream(&name, r, &mut parser, &mut col);
     }
     col.finish();
-    let findings = findings::findings(&col);
-    Analysis { col, findings, unreadable: 0 }
+    let (findings, ruled_out) = findings::diagnose(&col);
+    Analysis { col, findings, ruled_out, unreadable: 0 }
 }
 
 /// Reads one source into the collector; false if it could not be opened.

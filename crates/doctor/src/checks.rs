@@ -22,7 +22,7 @@ fn check(id: &str, title: &str, status: Status, value: impl Into<String>) -> Che
     }
 }
 
-pub fn run_all(fs: &Fs) -> Report {
+pub fn run_all(fs: &Fs, probe: Option<&crate::probe::DmabufProbe>) -> Report {
     let host = fs
         .read_trim("/proc/sys/kernel/hostname")
         .or_else(|| fs.read_trim("/etc/hostname"))
@@ -40,7 +40,8 @@ pub fn run_all(fs: &Fs) -> Report {
         hugepages(fs),
         thp(fs),
         rdma,
-        peer_memory(fs, has_rdma),
+        crate::gpu::peer_memory(fs, has_rdma, probe),
+        crate::gpu::dmabuf(fs, probe),
         versions(fs),
         iommu(fs),
         pcie(fs),
@@ -242,67 +243,7 @@ fn rdma_devices(fs: &Fs) -> Check {
     c
 }
 
-fn modules(fs: &Fs) -> Vec<String> {
-    fs.read("/proc/modules")
-        .map(|m| m.lines().filter_map(|l| l.split_whitespace().next().map(String::from)).collect())
-        .unwrap_or_default()
-}
-
-fn peer_memory(fs: &Fs, has_rdma: bool) -> Check {
-    let mods = modules(fs);
-    let has = |m: &str| mods.iter().any(|x| x == m);
-    let peers: Vec<String> = fs.list("/sys/kernel/mm/memory_peers");
-    let nvidia = has("nvidia") || fs.exists("/proc/driver/nvidia");
-    let amd = has("amdgpu");
-    let peermem = has("nvidia_peermem") || has("nv_peer_mem");
-    let amd_peer = peers.iter().any(|p| p == "amdkfd");
-    let gpu = if nvidia {
-        "nvidia"
-    } else if amd {
-        "amdgpu"
-    } else {
-        ""
-    };
-    let kernel = fs.read_trim("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let dmabuf_kernel = kernel_at_least(&kernel, 5, 12);
-    let loaded: Vec<&str> = ["nvidia_peermem", "nv_peer_mem", "amdgpu", "ib_uverbs", "mlx5_ib", "ib_core"]
-        .into_iter()
-        .filter(|m| has(m))
-        .collect();
-    let (status, value, fix) = if gpu.is_empty() {
-        (Status::Ok, "no GPU driver loaded: GPUDirect RDMA not in play".to_string(), None)
-    } else if (nvidia && peermem) || (amd && amd_peer) {
-        (
-            Status::Ok,
-            format!("{gpu} with peer-memory client ({})", if nvidia { "nvidia_peermem" } else { "amdkfd" }),
-            None,
-        )
-    } else {
-        let st = if has_rdma { Status::Fail } else { Status::Warn };
-        let fix = if nvidia {
-            "modprobe nvidia_peermem (or use the dmabuf path: kernel >= 5.12, open GPU driver, NCCL_DMABUF_ENABLE=1); \
-             meanwhile NCCL_NET_GDR_LEVEL=LOC keeps GPU buffers off the NIC; mrshim can switch paths: MRSHIM_RETRY=va-to-dmabuf,bounce"
-        } else {
-            "install the amdgpu DKMS driver with peer-memory support (/sys/kernel/mm/memory_peers/amdkfd) or use dmabuf; \
-             meanwhile NCCL_NET_GDR_LEVEL=LOC (RCCL) / MCCL_NET_GDR_LEVEL=LOC; MRSHIM_RETRY=va-to-dmabuf,bounce"
-        };
-        (
-            st,
-            format!("{gpu} loaded but no peer-memory client: GPU memory cannot be registered by address"),
-            Some(fix.to_string()),
-        )
-    };
-    let mut c = check("peer_memory", "GPU peer memory / dmabuf", status, value);
-    c.details
-        .push(format!("modules: {}", if loaded.is_empty() { "none of interest".into() } else { loaded.join(", ") }));
-    c.details.push(format!("memory_peers: {}", if peers.is_empty() { "none".into() } else { peers.join(", ") }));
-    c.details.push(format!("dmabuf registration (kernel >= 5.12): {}", if dmabuf_kernel { "possible" } else { "no" }));
-    c.fix = fix;
-    c.raw = json!({"gpu_driver": gpu, "peermem": peermem || amd_peer, "modules": loaded, "memory_peers": peers, "dmabuf_kernel": dmabuf_kernel});
-    c
-}
-
-fn kernel_at_least(rel: &str, maj: u32, min: u32) -> bool {
+pub fn kernel_at_least(rel: &str, maj: u32, min: u32) -> bool {
     let mut it =
         rel.split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty()).map(|s| s.parse::<u32>().unwrap_or(0));
     let (a, b) = (it.next().unwrap_or(0), it.next().unwrap_or(0));

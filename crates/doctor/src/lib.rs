@@ -4,17 +4,21 @@
 
 pub mod checks;
 pub mod compare;
+pub mod gpu;
 pub mod pci;
+pub mod probe;
 pub mod render;
 pub mod report;
 pub mod sys;
 
 pub use report::{Check, Report, Status};
 
-/// Runs every check below `root` and returns the report.
+/// Runs every check below `root` and returns the report. On the live system (`/`) the dmabuf
+/// probe runs too; a captured tree has no NIC to ask.
 pub fn collect(root: &std::path::Path) -> Report {
     let fs = sys::Fs::new(root);
-    checks::run_all(&fs)
+    let probe = fs.is_real_root().then(probe::run);
+    checks::run_all(&fs, probe.as_ref())
 }
 
 /// Pretty JSON of a report, newline-terminated.

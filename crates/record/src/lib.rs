@@ -6,6 +6,68 @@ use std::collections::BTreeMap;
 
 pub const SCHEMA_VERSION: u32 = 1;
 
+/// Every field a line may carry, in the order of [`Reg`]: the one list the writer (the shim's
+/// hand writer, crates/shim-core/src/line.rs), the reader (serde, [`Reg`]) and the documentation
+/// table (docs/record-schema.md) are checked against (tests/schema.rs and the shim's line tests).
+pub const FIELDS: &[&str] = &[
+    "v",
+    "kind",
+    "seq",
+    "time_ns",
+    "host",
+    "pid",
+    "tid",
+    "rank",
+    "local_rank",
+    "call",
+    "device",
+    "pd",
+    "addr",
+    "length",
+    "addr_page_offset",
+    "addr_align",
+    "iova",
+    "iova_page_offset",
+    "access",
+    "access_names",
+    "relaxed_ordering",
+    "dmabuf_fd",
+    "dmabuf_offset",
+    "mem_kind",
+    "memlock_soft",
+    "memlock_hard",
+    "registered_bytes",
+    "result",
+    "mr",
+    "lkey",
+    "rkey",
+    "errno",
+    "errno_name",
+    "duration_ns",
+    "probe",
+    "injected",
+    "attempt",
+    "parent_seq",
+    "strategy",
+    "learned",
+    "change",
+    "symbol_version",
+    "reg_seq",
+    "mem_region",
+    "mem_fully_mapped",
+    "registered_bytes_after",
+    "shim_version",
+    "exe",
+    "env",
+    "settings",
+    "summary",
+    "error",
+    "used_addr",
+    "used_length",
+    "used_access",
+    "used_mem_kind",
+];
+
 /// What a line describes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -73,7 +135,7 @@ pub struct Reg {
     pub iova: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub iova_page_offset: Option<u64>,
-    /// Access flags exactly as the caller requested them.
+    /// Access flags exactly as the caller requested them (retry attempts too: see `used_access`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub access: Option<u32>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -161,6 +223,18 @@ pub struct Reg {
     /// Error records: what went wrong inside the shim (a panic message and where).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Retry attempts and learned applications: what the shim registered instead of what the
+    /// application asked (`addr`, `length`, `access`, `mem_kind` stay as asked), each present
+    /// only where it differs: a bounce shadow's address and kind, access without
+    /// RELAXED_ORDERING, ...
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub used_addr: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub used_length: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub used_access: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub used_mem_kind: Option<MemKind>,
 }
 
 /// Per-process totals, written as the `summary` of a [`Kind::Summary`] line.

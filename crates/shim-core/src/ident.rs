@@ -1,5 +1,7 @@
 //! Who is calling: host, pid, tid, rank and local rank.
 
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+
 /// Rank variables in the order they are consulted.
 pub const RANK_VARS: &[&str] = &["OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "RANK"];
 pub const LOCAL_RANK_VARS: &[&str] = &["OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"];
@@ -67,4 +69,31 @@ mod tests {
     fn host_is_nonempty() {
         assert!(!hostname().is_empty());
     }
+}
+
+/// Bumped in a forked child: every thread's cached tid is stale there.
+static FORK_GEN: AtomicU32 = AtomicU32::new(0);
+
+thread_local! {
+    static TID: std::cell::Cell<(u32, u32)> = const { std::cell::Cell::new((0, u32::MAX)) };
+}
+
+/// This thread's id, cached per thread (gettid is a syscall) and per fork generation.
+pub fn tid() -> u32 {
+    let gen = FORK_GEN.load(Relaxed);
+    TID.with(|c| {
+        let (t, g) = c.get();
+        if g == gen && t != 0 {
+            return t;
+        }
+        // SAFETY: gettid has no preconditions.
+        let t = unsafe { libc::gettid() } as u32;
+        c.set((t, gen));
+        t
+    })
+}
+
+/// In a forked child: every thread's cached tid is the parent's.
+pub fn forget_tids() {
+    FORK_GEN.fetch_add(1, Relaxed);
 }

@@ -45,6 +45,11 @@ pub struct RegLine<'a> {
     pub duration_ns: u64,
     pub probe: bool,
     pub reg_seq: Option<u64>,
+    /// What a retry attempt registered instead of what was asked, where it differs.
+    pub used_addr: Option<u64>,
+    pub used_length: Option<u64>,
+    pub used_access: Option<u32>,
+    pub used_mem_kind: Option<MemKind>,
     /// How the record relates to the application's call (retry attempts, refusals, injection).
     pub meta: crate::Meta<'a>,
 }
@@ -59,6 +64,17 @@ pub fn mem_kind_str(k: MemKind) -> &'static str {
         MemKind::Device => "device",
         MemKind::Unmapped => "unmapped",
         MemKind::Unknown => "unknown",
+    }
+}
+
+/// The `result` field: a strategy the retry engine refused to try, or the call's outcome.
+fn result(refused: bool, ok: bool) -> &'static str {
+    if refused {
+        "refused"
+    } else if ok {
+        "ok"
+    } else {
+        "error"
     }
 }
 
@@ -331,16 +347,7 @@ impl RegLine<'_> {
         w.ou(k!("memlock_hard"), self.memlock_hard);
         w.u(k!("registered_bytes"), self.registered_bytes);
         w.ou(k!("registered_bytes_after"), self.registered_bytes_after);
-        w.lit(
-            k!("result"),
-            if self.meta.refused {
-                "refused"
-            } else if self.ok {
-                "ok"
-            } else {
-                "error"
-            },
-        );
+        w.lit(k!("result"), result(self.meta.refused, self.ok));
         w.hex(k!("mr"), self.mr);
         w.ou(k!("lkey"), self.lkey.map(u64::from));
         w.ou(k!("rkey"), self.rkey.map(u64::from));
@@ -364,6 +371,12 @@ impl RegLine<'_> {
             w.b(k!("learned"), true);
         }
         w.ou(k!("reg_seq"), self.reg_seq);
+        w.hex(k!("used_addr"), self.used_addr);
+        w.ou(k!("used_length"), self.used_length);
+        w.ou(k!("used_access"), self.used_access.map(u64::from));
+        if let Some(kd) = self.used_mem_kind {
+            w.lit(k!("used_mem_kind"), mem_kind_str(kd));
+        }
         w.put(b"}\n");
         w.n
     }
@@ -399,7 +412,7 @@ impl RegLine<'_> {
             memlock_soft: self.memlock_soft,
             memlock_hard: self.memlock_hard,
             registered_bytes: self.registered_bytes,
-            result: if self.ok { "ok" } else { "error" }.into(),
+            result: result(self.meta.refused, self.ok).into(),
             mr: hex(self.mr),
             lkey: self.lkey,
             rkey: self.rkey,
@@ -407,11 +420,21 @@ impl RegLine<'_> {
             errno_name: self.errno_name.map(Into::into),
             duration_ns: self.duration_ns,
             probe: self.probe,
+            injected: self.meta.injected,
+            attempt: self.meta.attempt,
+            parent_seq: self.meta.parent_seq,
+            strategy: self.meta.strategy.map(Into::into),
+            learned: self.meta.learned,
+            change: self.meta.change.map(Into::into),
             symbol_version: self.symbol_version.map(Into::into),
             reg_seq: self.reg_seq,
             mem_region: self.mem_region.as_deref().map(Into::into),
             mem_fully_mapped: self.mem_fully_mapped,
             registered_bytes_after: self.registered_bytes_after,
+            used_addr: hex(self.used_addr),
+            used_length: self.used_length,
+            used_access: self.used_access,
+            used_mem_kind: self.used_mem_kind,
             ..Reg::default()
         }
     }
@@ -478,6 +501,10 @@ mod tests {
             duration_ns: u64::MAX,
             probe: true,
             reg_seq: Some(u64::MAX),
+            used_addr: Some(u64::MAX),
+            used_length: Some(u64::MAX),
+            used_access: Some(u32::MAX),
+            used_mem_kind: Some(MemKind::FileWritable),
             meta,
             ..Default::default()
         };
@@ -567,6 +594,119 @@ mod tests {
         }
         for v in [1u64, 0xf, 0x10, 0xabc, 1 << 63] {
             check(&RegLine { addr: Some(v), pd: Some(v), ..full.clone() });
+        }
+    }
+}
+
+/// Every field, retry fields and `refused` included: the hand writer's line parses back to
+/// exactly the record serde reads, for any values.
+#[cfg(test)]
+mod property_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const KINDS: [MemKind; 8] = [
+        MemKind::HostAnon,
+        MemKind::HostStack,
+        MemKind::Hugepage,
+        MemKind::FileReadonly,
+        MemKind::FileWritable,
+        MemKind::Device,
+        MemKind::Unmapped,
+        MemKind::Unknown,
+    ];
+
+    fn kind() -> impl Strategy<Value = Option<MemKind>> {
+        proptest::option::of(proptest::sample::select(&KINDS[..]))
+    }
+
+    fn text() -> impl Strategy<Value = String> {
+        // any Unicode, control characters and quotes included
+        "\\PC{0,12}|[\\x00-\\x1f\"\\\\ü]{0,6}"
+    }
+
+    #[derive(Debug, Clone)]
+    struct Strings {
+        host: String,
+        call: String,
+        symbol_version: Option<String>,
+        device: Option<String>,
+        mem_region: Option<String>,
+        errno_name: Option<String>,
+        strategy: Option<String>,
+        change: Option<String>,
+    }
+
+    /// Names the shim itself chooses (entry points, versions, errno and strategy names): written
+    /// without escaping.
+    fn name() -> impl Strategy<Value = String> {
+        "[a-zA-Z0-9_.-]{0,16}"
+    }
+
+    fn strings() -> impl Strategy<Value = Strings> {
+        use proptest::option::of;
+        (text(), name(), of(name()), of(text()), of(text()), of(name()), of(name()), of(text())).prop_map(
+            |(host, call, symbol_version, device, mem_region, errno_name, strategy, change)| Strings {
+                host,
+                call,
+                symbol_version,
+                device,
+                mem_region,
+                errno_name,
+                strategy,
+                change,
+            },
+        )
+    }
+
+    type Nums = (
+        (bool, u64, u64, u32, u32, Option<i64>, Option<i64>, Option<u64>),
+        (Option<u64>, Option<u64>, Option<u64>, Option<u64>, Option<u64>, Option<u64>, Option<u32>, Option<i32>),
+        (Option<u64>, Option<bool>, Option<u64>, Option<u64>, u64, Option<u64>, bool, Option<u64>),
+        (Option<u32>, Option<u32>, Option<i32>, u64, bool, Option<u64>, Option<u64>, Option<u64>),
+        (Option<u32>, u32, Option<u64>, bool, bool, bool),
+    );
+
+    fn nums() -> impl Strategy<Value = Nums> {
+        use proptest::option::of;
+        let u = any::<u64>;
+        (
+            (any::<bool>(), u(), u(), any::<u32>(), any::<u32>(), of(any::<i64>()), of(any::<i64>()), of(u())),
+            (of(u()), of(u()), of(u()), of(u()), of(u()), of(u()), of(any::<u32>()), of(any::<i32>())),
+            (of(u()), of(any::<bool>()), of(u()), of(u()), u(), of(u()), any::<bool>(), of(u())),
+            (of(any::<u32>()), of(any::<u32>()), of(any::<i32>()), u(), any::<bool>(), of(u()), of(u()), of(u())),
+            (of(any::<u32>()), any::<u32>(), of(u()), any::<bool>(), any::<bool>(), any::<bool>()),
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn every_field_parses_back_exactly(s in strings(), n in nums(), k in kind(), uk in kind()) {
+            let ((dereg, seq, time_ns, pid, tid, rank, local_rank, pd), a, b, c, d) = n;
+            let (addr, length, addr_page_offset, addr_align, iova, iova_page_offset, access, dmabuf_fd) = a;
+            let (dmabuf_offset, mem_fully_mapped, memlock_soft, memlock_hard, registered_bytes, registered_bytes_after, ok, mr) = b;
+            let (lkey, rkey, errno, duration_ns, probe, reg_seq, used_addr, used_length) = c;
+            let (used_access, attempt, parent_seq, injected, learned, refused) = d;
+            let l = RegLine {
+                dereg, seq, time_ns, host: &s.host, pid, tid, rank, local_rank, call: &s.call,
+                symbol_version: s.symbol_version.as_deref(), device: s.device.as_deref(), pd, addr, length,
+                addr_page_offset, addr_align, iova, iova_page_offset, access, dmabuf_fd, dmabuf_offset,
+                mem_kind: k, mem_region: s.mem_region.as_deref().map(Arc::from), mem_fully_mapped,
+                memlock_soft, memlock_hard, registered_bytes, registered_bytes_after, ok, mr, lkey, rkey,
+                errno, errno_name: s.errno_name.as_deref(), duration_ns, probe, reg_seq, used_addr,
+                used_length, used_access, used_mem_kind: uk,
+                meta: crate::Meta {
+                    attempt, parent_seq, strategy: s.strategy.as_deref(), change: s.change.as_deref(),
+                    injected, learned, refused,
+                },
+            };
+            let mut buf = Vec::new();
+            l.write(&mut buf);
+            prop_assert!(buf.len() <= l.bound());
+            let parsed: Reg = serde_json::from_slice(&buf).map_err(|e| TestCaseError::fail(format!("{e}")))?;
+            prop_assert_eq!(&parsed, &l.to_reg());
+            let via_serde: Reg = serde_json::from_str(&l.to_reg().to_line()).unwrap();
+            prop_assert_eq!(parsed, via_serde);
         }
     }
 }

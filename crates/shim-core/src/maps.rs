@@ -33,11 +33,15 @@ impl Region {
         } else if p.starts_with('[') {
             // [vdso], [vvar], [vsyscall]
             MemKind::Unknown
+        } else if let Some((_, m)) = crate::device_files::classify(p, self.readable || self.writable) {
+            m.mem_kind()
         } else if p.starts_with("/dev/")
             && !p.starts_with("/dev/shm/")
             && p != "/dev/zero"
             && !p.starts_with("/dev/zero ")
         {
+            // A device file no vendor rule knows (a frame buffer, a vendor's own node): the NIC
+            // cannot pin it like RAM either.
             MemKind::Device
         } else if self.writable {
             MemKind::FileWritable
@@ -188,6 +192,9 @@ mod tests {
 7f1000000000-7f1000200000 rw-s 00000000 00:0f 4242                       /anon_hugepage (deleted)
 7f2000000000-7f2000100000 rw-s 00000000 00:05 77                         /dev/nvidia0
 7f3000000000-7f3000001000 rw-s 00000000 00:1a 9                          /dev/shm/nccl-abc
+7f4000000000-7f4000001000 rw-s 00000000 00:05 12                         /dev/infiniband/uverbs0
+7f5000000000-7f5000200000 rw-s 00000000 00:05 13                         /dev/nvidiactl
+7f6000000000-7f6000200000 ---s 00000000 00:05 14                         /dev/dri/renderD128
 7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0                          [stack]
 ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsyscall]
 garbage line
@@ -196,7 +203,7 @@ garbage line
     #[test]
     fn kinds() {
         let r = parse(MAPS);
-        assert_eq!(r.len(), 10);
+        assert_eq!(r.len(), 13);
         let k = |a: u64| lookup(&r, a, 8).map(|l| l.kind);
         assert_eq!(k(0x55d0c0000010), Some(MemKind::FileReadonly));
         assert_eq!(k(0x55d0c0002010), Some(MemKind::FileWritable));
@@ -205,6 +212,10 @@ garbage line
         assert_eq!(k(0x7f1000000000), Some(MemKind::Hugepage));
         assert_eq!(k(0x7f2000000000), Some(MemKind::Device));
         assert_eq!(k(0x7f3000000000), Some(MemKind::FileWritable));
+        // vendor rules (device_files): NIC doorbell, GPU-pinned host memory, a render node's VRAM
+        assert_eq!(k(0x7f4000000000), Some(MemKind::Unknown));
+        assert_eq!(k(0x7f5000000000), Some(MemKind::HostAnon));
+        assert_eq!(k(0x7f6000000000), Some(MemKind::Device));
         assert_eq!(k(0x7ffd00000100), Some(MemKind::HostStack));
         assert_eq!(k(0xffffffffff600000), Some(MemKind::Unknown));
         assert_eq!(k(0x1000), None);

@@ -1,4 +1,5 @@
 use super::*;
+use mrshim_record::{Kind, MemKind, Reg, SCHEMA_VERSION};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -330,4 +331,79 @@ fn a_retry_policy_costs_a_success_nothing_until_something_is_learned() {
     assert!(s.call(&a(0xf | mrshim_verbs::access::RELAXED_ORDERING), &b).ok());
     assert_eq!(f.invoked.borrow().len(), n + 1, "learned: no failing first attempt");
     assert_eq!(f.invoked.borrow().last().unwrap().access, 0xf);
+}
+
+/// Device memory that only a host shadow can register (like the seed incident with
+/// MRSHIM_RETRY=bounce): the fake fails every registration of `device`, and hands out `shadow`.
+struct DeviceOnly<'a> {
+    fake: &'a Fake,
+    device: u64,
+    shadow: u64,
+}
+
+impl Backend for DeviceOnly<'_> {
+    fn invoke(&self, a: &RegArgs) -> Outcome {
+        if a.addr == self.device {
+            self.fake.invoked.borrow_mut().push(a.clone());
+            return Outcome { err: libc::EINVAL, errno_after: libc::EINVAL, ..Default::default() };
+        }
+        self.fake.invoke(a)
+    }
+    fn device_name(&self, pd: usize) -> Option<DevName> {
+        self.fake.device_name(pd)
+    }
+    fn is_device_memory(&self, addr: u64) -> bool {
+        addr == self.device
+    }
+    fn bounce_shadow(&self, _a: &RegArgs) -> Result<u64, String> {
+        Ok(self.shadow)
+    }
+}
+
+/// Issue 13: attempt and learned records describe the application's request; what the shim
+/// registered instead is in used_* (present only where it differs).
+#[test]
+fn retry_records_keep_the_request_and_name_what_was_used() {
+    let d = tmpdir("used");
+    let s = shim_with(&[("MRSHIM_LOG", d.to_str().unwrap()), ("MRSHIM_RETRY", "drop-relaxed-ordering,bounce")]);
+    let shadow = vec![0u8; 8192];
+    let f = Fake::new();
+    let b = DeviceOnly { fake: &f, device: 0x7f00_0000_0000, shadow: shadow.as_ptr() as u64 };
+    let access = 0xf | mrshim_verbs::access::RELAXED_ORDERING;
+    let a = RegArgs {
+        call: Some(Call::RegMrIova2),
+        pd: 0xabc0,
+        addr: b.device,
+        length: 4096,
+        iova: Some(b.device),
+        access,
+        ..Default::default()
+    };
+    assert!(s.call(&a, &b).ok(), "rescued by the bounce shadow");
+    assert!(s.call(&a, &b).ok(), "then straight to the learned strategy");
+    let recs: Vec<Reg> = lines(&only_file(&d)).into_iter().filter(|r| r.kind == Some(Kind::Reg)).collect();
+    let by = |strategy: &str, learned: bool| {
+        recs.iter()
+            .find(|r| r.strategy.as_deref() == Some(strategy) && r.learned == learned)
+            .unwrap_or_else(|| panic!("no {strategy} record: {recs:#?}"))
+    };
+    let asked = format!("{:#x}", b.device);
+    for r in &recs {
+        assert_eq!(r.addr.as_deref(), Some(asked.as_str()), "{r:?}");
+        assert_eq!((r.length, r.access, r.relaxed_ordering), (Some(4096), Some(access), true), "{r:?}");
+        assert_eq!(r.mem_kind, Some(MemKind::Device), "{r:?}");
+        assert_eq!(r.used_length, None, "same length: {r:?}");
+    }
+    let own = recs.iter().find(|r| r.attempt == 0 && r.strategy.is_none()).unwrap();
+    assert_eq!((own.used_addr.as_ref(), own.used_access, own.used_mem_kind), (None, None, None));
+    let dropped = by("drop-relaxed-ordering", false);
+    assert_eq!((dropped.result.as_str(), dropped.used_access), ("error", Some(0xf)));
+    assert_eq!((dropped.used_addr.as_ref(), dropped.used_mem_kind), (None, None), "same memory");
+    let shadow_addr = format!("{:#x}", b.shadow);
+    for r in [by("bounce", false), by("bounce", true)] {
+        assert_eq!(r.result, "ok");
+        assert_eq!(r.used_addr.as_deref(), Some(shadow_addr.as_str()));
+        assert_eq!(r.used_access, Some(0xf), "the shadow goes without relaxed ordering");
+        assert_eq!(r.used_mem_kind, Some(MemKind::HostAnon));
+    }
 }

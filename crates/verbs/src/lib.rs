@@ -5,7 +5,16 @@
 pub use ibverbs_sys as sys;
 pub use ibverbs_sys::*;
 
-#[allow(non_camel_case_types, non_snake_case, non_upper_case_globals, dead_code, clippy::all)]
+// bindgen output: its bitfield accessors carry no SAFETY comments of ours.
+#[allow(
+    non_camel_case_types,
+    non_snake_case,
+    non_upper_case_globals,
+    dead_code,
+    clippy::all,
+    clippy::undocumented_unsafe_blocks,
+    unsafe_op_in_unsafe_fn
+)]
 mod extra {
     include!(concat!(env!("OUT_DIR"), "/extra.rs"));
 }

@@ -2,8 +2,9 @@
 //! reviewable at a glance. Each one catches panics and returns a CUresult.
 
 use crate::abi::*;
+use crate::runtime::cu;
 use crate::runtime::{self, rt};
-use crate::{abi, attrs, context, copy, memory};
+use crate::{abi, attrs, context};
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -266,10 +267,10 @@ pub extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresu
     ffi(|| {
         let r = rt()?;
         let (_, c) = r.current()?;
-        let d = r.device(c.device)?;
-        let used = *runtime::lock(&d.used);
-        out(free, (d.total - used) as usize)?;
-        out(total, d.total as usize)
+        r.device(c.device)?;
+        let (free_bytes, total_bytes) = r.heap.info(c.device);
+        out(free, free_bytes as usize)?;
+        out(total, total_bytes as usize)
     })
 }
 
@@ -291,7 +292,7 @@ pub extern "C" fn cuMemGetAddressRange_v2(base: *mut CUdeviceptr, size: *mut usi
 pub extern "C" fn cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, n: usize) -> CUresult {
     ffi(|| {
         let r = rt()?;
-        r.run(runtime::Target::Legacy, copy::htod(r, dst, src as usize, n as u64)?)
+        r.run(runtime::Target::Legacy, r.heap.htod(dst, src as usize, n as u64).map_err(cu)?)
     })
 }
 
@@ -299,7 +300,7 @@ pub extern "C" fn cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, n: usize
 pub extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, n: usize) -> CUresult {
     ffi(|| {
         let r = rt()?;
-        r.run(runtime::Target::Legacy, copy::dtoh(r, dst as usize, src, n as u64)?)
+        r.run(runtime::Target::Legacy, r.heap.dtoh(dst as usize, src, n as u64).map_err(cu)?)
     })
 }
 
@@ -307,7 +308,7 @@ pub extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, n: usize) 
 pub extern "C" fn cuMemcpyDtoD_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize) -> CUresult {
     ffi(|| {
         let r = rt()?;
-        r.run(runtime::Target::Legacy, copy::dtod(r, dst, src, n as u64)?)
+        r.run(runtime::Target::Legacy, r.heap.dtod(dst, src, n as u64).map_err(cu)?)
     })
 }
 
@@ -315,7 +316,7 @@ pub extern "C" fn cuMemcpyDtoD_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize) 
 pub extern "C" fn cuMemsetD8_v2(dst: CUdeviceptr, v: u8, n: usize) -> CUresult {
     ffi(|| {
         let r = rt()?;
-        r.run(runtime::Target::Legacy, copy::memset8(r, dst, v, n as u64)?)
+        r.run(runtime::Target::Legacy, r.heap.memset8(dst, v, n as u64).map_err(cu)?)
     })
 }
 
@@ -324,7 +325,7 @@ pub extern "C" fn cuMemcpyHtoDAsync_v2(dst: CUdeviceptr, src: *const c_void, n: 
     ffi(|| {
         let r = rt()?;
         let t = r.target(s as usize)?;
-        r.run(t, copy::htod(r, dst, src as usize, n as u64)?)
+        r.run(t, r.heap.htod(dst, src as usize, n as u64).map_err(cu)?)
     })
 }
 
@@ -333,7 +334,7 @@ pub extern "C" fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: CUdeviceptr, n: us
     ffi(|| {
         let r = rt()?;
         let t = r.target(s as usize)?;
-        r.run(t, copy::dtoh(r, dst as usize, src, n as u64)?)
+        r.run(t, r.heap.dtoh(dst as usize, src, n as u64).map_err(cu)?)
     })
 }
 
@@ -342,7 +343,7 @@ pub extern "C" fn cuMemcpyDtoDAsync_v2(dst: CUdeviceptr, src: CUdeviceptr, n: us
     ffi(|| {
         let r = rt()?;
         let t = r.target(s as usize)?;
-        r.run(t, copy::dtod(r, dst, src, n as u64)?)
+        r.run(t, r.heap.dtod(dst, src, n as u64).map_err(cu)?)
     })
 }
 
@@ -351,7 +352,7 @@ pub extern "C" fn cuMemsetD8Async(dst: CUdeviceptr, v: u8, n: usize, s: CUstream
     ffi(|| {
         let r = rt()?;
         let t = r.target(s as usize)?;
-        r.run(t, copy::memset8(r, dst, v, n as u64)?)
+        r.run(t, r.heap.memset8(dst, v, n as u64).map_err(cu)?)
     })
 }
 
@@ -372,17 +373,7 @@ pub extern "C" fn cuMemGetHandleForAddressRange(
         if handle.is_null() || kind != CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD || flags > 1 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        let a = r.exact(dptr).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        let size = size as u64;
-        if size == 0 || !size.is_multiple_of(memory::PAGE) || size > a.size {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        use std::os::fd::AsRawFd;
-        // SAFETY: F_DUPFD_CLOEXEC on the allocation's live memfd.
-        let fd = unsafe { libc::fcntl(a.fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
-        if fd < 0 {
-            return Err(CUDA_ERROR_OPERATING_SYSTEM);
-        }
+        let fd = r.heap.export_dmabuf(dptr, size as u64).map_err(cu)?;
         out(handle.cast::<c_int>(), fd)
     })
 }
@@ -486,7 +477,7 @@ pub extern "C" fn cuStreamGetFlags(s: CUstream, flags: *mut c_uint) -> CUresult 
 pub extern "C" fn mrshim_sim_cuda_stream_busy(s: CUstream, ms: c_uint) -> CUresult {
     ffi(|| match rt()?.target(s as usize)? {
         runtime::Target::Queue(q) => {
-            q.submit(Box::new(move || std::thread::sleep(std::time::Duration::from_millis(ms.into()))))
+            q.submit(Box::new(move || std::thread::sleep(std::time::Duration::from_millis(ms.into())))).map_err(cu)
         }
         _ => Err(CUDA_ERROR_INVALID_VALUE),
     })

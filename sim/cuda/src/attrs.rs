@@ -46,7 +46,7 @@ impl Val {
 /// HOST_POINTER of device memory has no value (`Err` in the single-attribute query).
 fn value(attr: u32, a: &Alloc, ptr: u64) -> Option<Result<Val, Val>> {
     Some(Ok(match attr {
-        CU_POINTER_ATTRIBUTE_CONTEXT => Val::Ptr(a.ctx),
+        CU_POINTER_ATTRIBUTE_CONTEXT => Val::Ptr(a.owner),
         CU_POINTER_ATTRIBUTE_MEMORY_TYPE => Val::U32(CU_MEMORYTYPE_DEVICE),
         CU_POINTER_ATTRIBUTE_DEVICE_POINTER => Val::U64(ptr),
         CU_POINTER_ATTRIBUTE_HOST_POINTER => return Some(Err(Val::Ptr(0))),

@@ -4,16 +4,16 @@
 use crate::abi::*;
 use crate::config::Config;
 use crate::context::{self, Ctx};
-use crate::memory::{self, Alloc};
+use crate::memory::Alloc;
 use crate::stream::{Op, Stream};
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+pub use simgpu::lock;
+use simgpu::{heap::Heap, Fault};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
 pub struct Device {
     pub name: String,
     pub total: u64,
-    pub used: Mutex<u64>,
     pub primary: Arc<Ctx>,
 }
 
@@ -21,14 +21,20 @@ pub struct Runtime {
     pub devices: Vec<Device>,
     ctxs: Mutex<HashMap<usize, Arc<Ctx>>>,
     streams: Mutex<HashMap<usize, Arc<Stream>>>,
-    allocs: Mutex<BTreeMap<u64, Arc<Alloc>>>,
-    next_buffer_id: AtomicU64,
+    pub heap: Heap,
 }
 
 static RT: OnceLock<Result<Runtime, CUresult>> = OnceLock::new();
 
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+/// The CUresult of a memory-model fault.
+pub fn cu(f: Fault) -> CUresult {
+    match f {
+        Fault::Invalid => CUDA_ERROR_INVALID_VALUE,
+        Fault::OutOfMemory => CUDA_ERROR_OUT_OF_MEMORY,
+        Fault::System => CUDA_ERROR_OPERATING_SYSTEM,
+        Fault::BadHandle => CUDA_ERROR_INVALID_HANDLE,
+        Fault::InvalidDevice => CUDA_ERROR_INVALID_DEVICE,
+    }
 }
 
 pub fn device_name(ordinal: usize) -> String {
@@ -43,7 +49,7 @@ pub fn pci_bus(i: i32) -> i32 {
 /// cuInit: reads the environment once; a bad value is one stderr line and a sticky error.
 pub fn init() -> CUresult {
     let r = RT.get_or_init(|| {
-        let cfg = Config::from_env().map_err(|e| {
+        let cfg = Config::from_env("mrshim-sim-cuda").map_err(|e| {
             eprintln!("{e}");
             CUDA_ERROR_INVALID_VALUE
         })?;
@@ -78,20 +84,14 @@ pub enum Target {
 impl Runtime {
     fn new(cfg: &Config) -> Runtime {
         let devices: Vec<Device> = (0..cfg.gpus as usize)
-            .map(|i| Device {
-                name: device_name(i),
-                total: cfg.mem,
-                used: Mutex::new(0),
-                primary: Arc::new(Ctx::new(i as i32, true)),
-            })
+            .map(|i| Device { name: device_name(i), total: cfg.mem, primary: Arc::new(Ctx::new(i as i32, true)) })
             .collect();
         let ctxs = devices.iter().map(|d| (Arc::as_ptr(&d.primary) as usize, d.primary.clone())).collect();
         Runtime {
             devices,
             ctxs: Mutex::new(ctxs),
             streams: Mutex::new(HashMap::new()),
-            allocs: Mutex::new(BTreeMap::new()),
-            next_buffer_id: AtomicU64::new(1),
+            heap: Heap::new(cfg.gpus as usize, cfg.mem),
         }
     }
 
@@ -127,8 +127,7 @@ impl Runtime {
             lock(&self.streams).remove(&(Arc::as_ptr(&s) as usize));
             s.close();
         }
-        let dead: Vec<u64> = lock(&self.allocs).values().filter(|a| a.ctx == h).map(|a| a.dptr).collect();
-        for d in dead {
+        for d in self.heap.owned_by(h) {
             let _ = self.free(d);
         }
         context::forget(h);
@@ -137,66 +136,17 @@ impl Runtime {
 
     pub fn alloc(&self, bytes: u64) -> Result<u64, CUresult> {
         let (h, c) = self.current()?;
-        let size = memory::round_up(bytes).filter(|s| *s > 0).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        let dev = &self.devices[c.device as usize];
-        let mut used = lock(&dev.used);
-        if size > dev.total - *used {
-            return Err(CUDA_ERROR_OUT_OF_MEMORY);
-        }
-        let id = self.next_buffer_id.fetch_add(1, Ordering::Relaxed);
-        let a = Alloc::new(size, h, c.device, id).map_err(|e| {
-            if e == libc::ENOMEM {
-                CUDA_ERROR_OUT_OF_MEMORY
-            } else {
-                CUDA_ERROR_OPERATING_SYSTEM
-            }
-        })?;
-        *used += size;
-        let d = a.dptr;
-        lock(&self.allocs).insert(d, Arc::new(a));
-        Ok(d)
+        self.heap.alloc(h, c.device, bytes).map_err(cu)
     }
 
     /// cuMemFree: `dptr` must be the start of an allocation.
     pub fn free(&self, dptr: u64) -> Result<(), CUresult> {
-        let a = lock(&self.allocs).remove(&dptr).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        a.release_address();
-        *lock(&self.devices[a.device as usize].used) -= a.size;
-        Ok(())
+        self.heap.free(dptr).map_err(cu)
     }
 
     /// The allocation holding `p`.
     pub fn find(&self, p: u64) -> Option<Arc<Alloc>> {
-        lock(&self.allocs).range(..=p).next_back().map(|(_, a)| a.clone()).filter(|a| a.contains(p))
-    }
-
-    /// The allocation starting exactly at `p`.
-    pub fn exact(&self, p: u64) -> Option<Arc<Alloc>> {
-        lock(&self.allocs).get(&p).cloned()
-    }
-
-    /// [p, p+len) inside one allocation: (allocation, offset).
-    pub fn span(&self, p: u64, len: u64) -> Result<(Arc<Alloc>, u64), CUresult> {
-        let a = self.find(p).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        let off = p - a.dptr;
-        if len > a.size - off {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        Ok((a, off))
-    }
-
-    /// Host memory given to a copy must not be device memory (the CPU would fault on it).
-    pub fn host_range(&self, p: usize, len: u64) -> Result<(), CUresult> {
-        let (p, len) = (p as u64, len);
-        if p == 0 && len > 0 {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        let end = p.checked_add(len).ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        let hit = lock(&self.allocs).range(..end).next_back().is_some_and(|(_, a)| a.dptr + a.size > p);
-        if hit && len > 0 {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        Ok(())
+        self.heap.find(p)
     }
 
     pub fn create_stream(&self, flags: u32) -> Result<usize, CUresult> {
@@ -204,7 +154,7 @@ impl Runtime {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let (h, c) = self.current()?;
-        let s = Arc::new(Stream::new(h, flags)?);
+        let s = Arc::new(Stream::new(h, flags).map_err(cu)?);
         let sh = Arc::as_ptr(&s) as usize;
         lock(&c.streams).push(s.clone());
         lock(&self.streams).insert(sh, s);
@@ -213,7 +163,7 @@ impl Runtime {
 
     pub fn destroy_stream(&self, h: usize) -> Result<(), CUresult> {
         let s = lock(&self.streams).remove(&h).ok_or(CUDA_ERROR_INVALID_HANDLE)?;
-        if let Ok(c) = self.ctx(s.ctx) {
+        if let Ok(c) = self.ctx(s.owner) {
             lock(&c.streams).retain(|x| !Arc::ptr_eq(x, &s));
         }
         s.close();
@@ -246,7 +196,7 @@ impl Runtime {
                 op();
                 Ok(())
             }
-            Target::Queue(s) => s.submit(op),
+            Target::Queue(s) => s.submit(op).map_err(cu),
         }
     }
 }

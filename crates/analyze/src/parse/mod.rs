@@ -1,12 +1,16 @@
 //! Line dispatch: a cheap multi-pattern prefilter, then the format parsers in order. Per-file state
 //! carries what a format spreads over several lines (current host, perftest GPU buffer, UCX follow-ups).
 pub mod env;
+pub mod facts;
+pub mod frame;
+pub mod generic;
 pub mod kernel;
 pub mod nccl;
 pub mod ompi;
 pub mod perftest;
 pub mod prose;
 pub mod shim;
+pub mod shimline;
 pub mod ucx;
 pub mod verbs;
 
@@ -24,6 +28,14 @@ pub struct FileCtx {
     pub perf_pending: Option<RegEv>,
     /// Inside Open MPI's "failed ... to allocate some locked memory" help text.
     pub ompi_lockwarn: bool,
+    /// What the last line saying so called the memory being registered (true = GPU).
+    pub device_hint: Option<bool>,
+    /// The library the file has shown itself to be (Mooncake banner, NVSHMEM paths, ...).
+    pub lib_hint: Option<Lib>,
+    /// A failure whose errno may be on the next line.
+    pub gen_pending: Option<RegEv>,
+    /// `ulimit -l` / `cat /proc/sys/vm/max_map_count` printed without its answer: the next line has it.
+    pub expect: Option<facts::Expect>,
 }
 
 /// The registration entry points mrshim knows.
@@ -45,6 +57,7 @@ pub fn reg_call_in(s: &str) -> Option<&str> {
 pub struct Parser {
     pre: AhoCorasick,
     pub shim: shim::ShimState,
+    pub known: crate::known::Matcher,
 }
 
 const NEEDLES: &[&str] = &[
@@ -88,6 +101,48 @@ const NEEDLES: &[&str] = &[
     "TCP",
     "kernel:",
     "Max locked memory",
+    "egist",
+    "EGIST",
+    "reg_",
+    "REG_",
+    "_reg",
+    "reg mr",
+    "MR ",
+    "memory",
+    "Memory",
+    "pin_buffer",
+    "get_pages",
+    "cxil",
+    "GPU",
+    "cuda",
+    "CUDA",
+    "VRAM",
+    "dmabuf",
+    "DMA_BUF",
+    "dma-buf",
+    "mooncake",
+    "Mooncake",
+    "transfer_engine",
+    "nixl",
+    "mscclpp",
+    "nvshmem",
+    "libfabric",
+    "max_map_count",
+    "max_mr_size",
+    "Cma",
+    "peermem",
+    "GeForce",
+    "RTX",
+    "MRSHIM",
+    "Version",
+    "version",
+    "ulimit",
+    "locked memory",
+    "IPC_LOCK",
+    "gdr",
+    "OFED",
+    "errno",
+    "Errno",
 ];
 
 impl Default for Parser {
@@ -96,7 +151,7 @@ impl Default for Parser {
             .kind(Some(aho_corasick::AhoCorasickKind::DFA))
             .build(NEEDLES)
             .expect("static patterns");
-        Parser { pre, shim: Default::default() }
+        Parser { pre, shim: Default::default(), known: crate::known::Matcher::new(crate::known::table()) }
     }
 }
 
@@ -110,13 +165,32 @@ impl Parser {
         if t.starts_with('{') && shim::parse(t, &mut self.shim, lineno, emit) {
             return true;
         }
-        // NCCL-family lines are the bulk of most job logs: recognised by their tag, no prefilter needed
-        if let Some(p) = nccl::split(line) {
-            ucx::flush(ctx, emit);
-            return nccl::parse_split(line, p, ctx, emit);
+        for k in self.known.scan(line) {
+            emit(Event::Known(k));
         }
-        if !self.pre.is_match(line) {
+        let f = frame::split(line);
+        if let Some(h) = f.host {
+            if ctx.host.as_deref() != Some(h) {
+                ctx.host = Some(h.to_string());
+            }
+        }
+        let body = f.body;
+        // NCCL-family lines are the bulk of most job logs: recognised by their tag, no prefilter needed
+        if let Some(p) = nccl::split(body) {
+            ucx::flush(ctx, emit);
+            generic::flush(ctx, emit);
+            return nccl::parse_split(body, p, ctx, emit);
+        }
+        if ctx.expect.is_some() && facts::parse(body, ctx, emit) {
+            return true;
+        }
+        if !self.pre.is_match(body) {
+            generic::parse(&f, ctx, lineno, line, emit);
             return false;
+        }
+        generic::note_context(body, ctx);
+        if shimline::parse(body, ctx, lineno, emit) {
+            return true;
         }
         static UCX: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
             std::sync::LazyLock::new(|| memchr::memmem::Finder::new(" UCX "));
@@ -127,16 +201,19 @@ impl Parser {
         } else {
             ucx::flush(ctx, emit);
         }
-        verbs::parse(line, ctx, emit)
+        verbs::parse(body, ctx, emit)
             || kernel::parse(line, ctx, emit)
-            || ompi::parse(line, ctx, emit)
-            || perftest::parse(line, ctx, lineno, emit)
-            || env::parse(line, ctx, emit)
-            || prose::parse(line, ctx, emit)
+            || ompi::parse(body, ctx, emit)
+            || perftest::parse(body, ctx, lineno, emit)
+            || env::parse(body, ctx, emit)
+            || generic::parse(&f, ctx, lineno, line, emit)
+            || facts::parse(body, ctx, emit)
+            || prose::parse(body, ctx, emit)
     }
 
     pub fn end_file(&mut self, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) {
         ucx::flush(ctx, emit);
+        generic::flush(ctx, emit);
         perftest::flush(ctx, emit);
     }
 }

@@ -50,6 +50,7 @@ static INTERESTING: std::sync::LazyLock<aho_corasick::AhoCorasick> = std::sync::
             "version ",
             "ibv_",
             "register memory",
+            "register MR",
             "cuMem",
         ])
         .expect("static patterns")
@@ -144,7 +145,7 @@ pub fn parse_split(line: &str, p: Prefix<'_>, ctx: &mut FileCtx, emit: &mut dyn 
             if call == "ibv_reg_dmabuf_mr" && matches!(err, Some(errno::EOPNOTSUPP) | Some(errno::EPROTONOSUPPORT)) {
                 emit(fact(Fact::Flag(Flag::DmabufUnsupported)));
             }
-            emit(Event::Reg(RegEv {
+            let ev = RegEv {
                 lib: Some(lib),
                 host: host.clone(),
                 pid: p.pid,
@@ -152,8 +153,15 @@ pub fn parse_split(line: &str, p: Prefix<'_>, ctx: &mut FileCtx, emit: &mut dyn 
                 call: call.to_string(),
                 ok: false,
                 errno: err,
+                mem: (call == "ibv_reg_dmabuf_mr").then_some(mrshim_record::MemKind::Device),
                 ..Default::default()
-            }));
+            };
+            if err.is_none() {
+                // a hard-wrapped line: the error text may be on the next line
+                ctx.gen_pending = Some(ev);
+            } else {
+                emit(Event::Reg(ev));
+            }
         }
         return true;
     }
@@ -190,31 +198,17 @@ pub fn parse_split(line: &str, p: Prefix<'_>, ctx: &mut FileCtx, emit: &mut dyn 
     if m.contains("cuMem") && m.contains("enable") {
         emit(fact(Fact::Flag(Flag::CudaVmm)));
     }
-    // older/other wordings: "ibv: ibv_reg_mr_iova2 failed -12", "NET/IB : Unable to register memory"
-    if let Some(call) = super::reg_call_in(m) {
-        if m.contains("fail") {
-            emit(Event::Reg(RegEv {
-                lib: Some(lib),
-                host,
-                pid: p.pid,
-                rank_hint: p.dev,
-                call: call.to_string(),
-                ok: false,
-                errno: errno::find(m),
-                ..Default::default()
-            }));
+    // other wordings: "ibv: ibv_reg_mr_iova2 failed -12", "NET/IB : Unable to register memory",
+    // aws-ofi-nccl's "NET/OFI Unable to register memory (type = 2) ... RC: -22"
+    if let Some(mut ev) = super::generic::recognise(m) {
+        ev.lib = Some(lib);
+        ev.host = host;
+        ev.pid = p.pid;
+        ev.rank_hint = p.dev;
+        if ev.call == "register memory" {
+            ev.call = "ibv_reg_mr".into();
         }
-    } else if m.contains("Unable to register memory") || m.contains("Failed to register memory") {
-        emit(Event::Reg(RegEv {
-            lib: Some(lib),
-            host,
-            pid: p.pid,
-            rank_hint: p.dev,
-            call: "ibv_reg_mr".into(),
-            ok: false,
-            errno: errno::find(m),
-            ..Default::default()
-        }));
+        emit(Event::Reg(ev));
     }
     true
 }

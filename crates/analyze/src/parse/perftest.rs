@@ -34,7 +34,10 @@ pub fn parse(line: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Ev
             host,
             call: if ctx.dmabuf { "ibv_reg_dmabuf_mr".into() } else { "ibv_reg_mr".into() },
             errno: errno::find(t),
-            mem: ctx.gpu_buffer.map(|_| MemKind::Device),
+            mem: ctx
+                .gpu_buffer
+                .map(|_| MemKind::Device)
+                .or_else(|| ctx.device_hint.and_then(|d| d.then_some(MemKind::Device))),
             length: ctx.gpu_buffer,
             relaxed: ctx.perf_ro,
             evid: Some((lineno, line.to_string())),

@@ -1,6 +1,6 @@
 //! The shim's JSON-lines records (crate mrshim-record). Unknown fields are ignored; records of a newer
 //! schema version are read leniently, with a note.
-use crate::event::{Event, Fact, Lib, RegEv};
+use crate::event::{Event, Fact, Lib, RegEv, Source};
 use mrshim_record::{MemKind, Reg, SCHEMA_VERSION};
 use serde_json::Value;
 
@@ -18,7 +18,10 @@ pub fn parse(line: &str, st: &mut ShimState, lineno: u64, emit: &mut dyn FnMut(E
             Ok(r) => {
                 st.version(r.v, emit);
                 if kind == "reg" {
-                    reg(r, lineno, emit);
+                    // learned/attempt records of older shims described the shadow in addr/access/mem_kind;
+                    // newer ones keep the caller's request there and put the shadow in used_*
+                    let caller_fields = !r.learned || line.contains("\"used_");
+                    reg(r, caller_fields, lineno, emit);
                 }
                 true
             }
@@ -101,7 +104,7 @@ fn describe(r: &Reg) -> String {
     s
 }
 
-fn reg(r: Reg, lineno: u64, emit: &mut dyn FnMut(Event)) {
+fn reg(r: Reg, caller_fields: bool, lineno: u64, emit: &mut dyn FnMut(Event)) {
     // A refusal records a strategy that was not tried: no call reached the device.
     if r.probe || r.result == "refused" {
         return;
@@ -130,6 +133,7 @@ fn reg(r: Reg, lineno: u64, emit: &mut dyn FnMut(Event)) {
         _ => None,
     };
     let over = matches!((r.memlock_soft, r.length), (Some(m), Some(l)) if r.registered_bytes.saturating_add(l) > m);
+    let learned = r.learned;
     emit(Event::Reg(RegEv {
         lib: Some(Lib::Shim),
         host: Some(r.host),
@@ -138,11 +142,13 @@ fn reg(r: Reg, lineno: u64, emit: &mut dyn FnMut(Event)) {
         call: r.call,
         ok: r.result == "ok",
         errno: r.errno,
-        mem,
-        access: r.access,
+        mem: mem.filter(|_| caller_fields),
+        access: r.access.filter(|_| caller_fields),
         length: r.length,
-        addr,
-        relaxed: Some(relaxed),
+        addr: addr.filter(|_| caller_fields),
+        relaxed: caller_fields.then_some(relaxed),
+        source: Source::Record,
+        learned,
         iova_misaligned,
         over_memlock: over,
         memlock,
@@ -215,6 +221,7 @@ fn lenient(line: &str, kind: &str, st: &mut ShimState, emit: &mut dyn FnMut(Even
                 injected: v.get("injected").and_then(Value::as_bool).unwrap_or(false),
                 strategy: s("strategy").map(String::from),
                 attempt: u("attempt").unwrap_or(0) as u32,
+                source: Source::Record,
                 ..Default::default()
             }));
         }

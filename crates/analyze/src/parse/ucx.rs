@@ -24,7 +24,8 @@ fn header(line: &str) -> Option<(Option<f64>, &str, u32, &str)> {
         }
         let mut it = inner.rsplitn(3, ':');
         let (_tid, pid, host) = (it.next(), it.next(), it.next());
-        if let (Some(h), Some(p)) = (host, pid.and_then(|p| p.parse::<u32>().ok())) {
+        // UCX pads the pid: "[std1707:2850 :0]"
+        if let (Some(h), Some(p)) = (host, pid.and_then(|p| p.trim().parse::<u32>().ok())) {
             hp = Some((h, p));
             break;
         }
@@ -56,8 +57,11 @@ pub fn parse(line: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Ev
     if ctx.host.as_deref() != Some(host) {
         ctx.host = Some(host.to_string());
     }
-    if m.starts_with("failed to register address") {
-        if let Some(ev) = ctx.ucx_pending.as_mut() {
+    if let Some(rest) = m.strip_prefix("failed to register address") {
+        // matched to its failure by address, not by adjacency (DEBUG lines may come in between)
+        let addr = rest.split_whitespace().next().and_then(parse_hex);
+        let same = ctx.ucx_pending.as_ref().is_some_and(|p| p.addr.is_none() || addr.is_none() || p.addr == addr);
+        if let Some(ev) = ctx.ucx_pending.as_mut().filter(|_| same) {
             let cuda = m.contains("mem_type bit 0x2")
                 || m.contains("mem_type bit 0x4")
                 || m.contains("(cuda")
@@ -73,7 +77,6 @@ pub fn parse(line: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Ev
         flush(ctx, emit);
         return true;
     }
-    flush(ctx, emit);
     let time_ns = ts.map(|t| (t * 1e9) as u64);
     if let Some(open) = m.find("reg_mr(").or_else(|| m.find("reg_dmabuf_mr(")) {
         let call_start = m[..open].rfind(|c: char| c.is_whitespace()).map(|i| i + 1).unwrap_or(0);
@@ -94,6 +97,7 @@ pub fn parse(line: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Ev
             ..Default::default()
         };
         if failed {
+            flush(ctx, emit);
             ctx.ucx_pending = Some(ev);
         }
         return true;

@@ -21,6 +21,7 @@ pub fn render(a: &Analysis) -> Value {
             "top": a.findings.first().map(|f| f.category),
         },
         "findings": a.findings,
+        "ruled_out": a.ruled_out,
         "retries": retries,
         "inputs": a.col.files,
         "notes": a.col.notes,

@@ -1,7 +1,8 @@
 //! `mrshim sim [--devices SPEC] [--faults RULES] -- CMD ARGS...`: run CMD on the simulated verbs
-//! device (and simulated GPU runtime): a directory of `libibverbs.so.1` / `libcuda.so.1` links to
-//! the simulator's libraries goes first in LD_LIBRARY_PATH, then CMD is exec(2)ed in a private
-//! mount namespace that shows the simulated devices in /sys/class and /dev (sim_view.rs).
+//! device (and simulated GPU runtimes): a directory of `libibverbs.so.1` / `libcuda.so.1` /
+//! `libamdhip64.so.{6,5}` / `libmcruntime.so` links to the simulator's libraries goes first in
+//! LD_LIBRARY_PATH, then CMD is exec(2)ed in a private mount namespace that shows the simulated
+//! devices in /sys/class and /dev (sim_view.rs).
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -19,7 +20,10 @@ Environment read by the simulated device (see docs/sim.md):
                         nvidia_peermem)
   MRSHIM_SIM_DEVICE_MEM_ERRNO  errno for that failure (default EINVAL, as in the seed)
   MRSHIM_SIM_RUNDIR     where processes meet (default $XDG_RUNTIME_DIR or /tmp, mrshim-sim-UID)
-  MRSHIM_SIM_LOG        file: one JSON line per registration the device saw";
+  MRSHIM_SIM_LOG        file: one JSON line per registration the device saw
+Simulated GPUs (docs/sim-gpu.md): MRSHIM_SIM_GPUS, MRSHIM_SIM_GPU_MEM; MRSHIM_SIM_MACA_ABI
+  assumed | enum | layout  (libmcruntime.so's mcMemoryType values / mcPointerAttribute_t
+                        layout differ from what mrshim's MACA engine assumes)";
 
 #[derive(clap::Args)]
 #[command(after_long_help = ENV_HELP)]
@@ -69,6 +73,17 @@ fn libraries() -> Result<Vec<(&'static str, PathBuf)>, String> {
     if let Some(cuda) = find("libcuda.so") {
         libs.push(("libcuda.so.1", cuda.clone()));
         libs.push(("libcuda.so", cuda));
+    }
+    // The simulated HIP runtimes (ROCm 6 is also the unversioned name) and MACA's.
+    for (link, file) in [
+        ("libamdhip64.so.6", "libamdhip64_6.so"),
+        ("libamdhip64.so", "libamdhip64_6.so"),
+        ("libamdhip64.so.5", "libamdhip64_5.so"),
+        ("libmcruntime.so", "libmcruntime.so"),
+    ] {
+        if let Some(p) = find(file) {
+            libs.push((link, p));
+        }
     }
     Ok(libs)
 }

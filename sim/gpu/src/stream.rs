@@ -1,10 +1,14 @@
 //! A stream: an in-order queue of operations run by one worker thread, like a GPU queue.
 
-use crate::abi::{CUresult, CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_OUT_OF_MEMORY, CU_STREAM_NON_BLOCKING};
+use crate::Fault;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 
 pub type Op = Box<dyn FnOnce() + Send>;
+
+/// The non-blocking stream flag: the same bit in CUDA (`CU_STREAM_NON_BLOCKING`), HIP
+/// (`hipStreamNonBlocking`) and MACA (`mcStreamNonBlocking`).
+pub const NON_BLOCKING: u32 = 0x1;
 
 /// Submitted and finished operation counts, shared with the worker.
 #[derive(Default)]
@@ -14,7 +18,8 @@ struct Progress {
 }
 
 pub struct Stream {
-    pub ctx: usize,
+    /// The CUDA context or HIP/MACA device the stream belongs to.
+    pub owner: usize,
     pub flags: u32,
     tx: Mutex<Option<mpsc::Sender<Op>>>,
     progress: Arc<Progress>,
@@ -25,7 +30,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Stream {
-    pub fn new(ctx: usize, flags: u32) -> Result<Stream, CUresult> {
+    pub fn new(owner: usize, flags: u32) -> Result<Stream, Fault> {
         let (tx, rx) = mpsc::channel::<Op>();
         let progress = Arc::new(Progress::default());
         let p = progress.clone();
@@ -39,20 +44,20 @@ impl Stream {
                     p.cv.notify_all();
                 }
             })
-            .map_err(|_| CUDA_ERROR_OUT_OF_MEMORY)?;
-        Ok(Stream { ctx, flags, tx: Mutex::new(Some(tx)), progress })
+            .map_err(|_| Fault::OutOfMemory)?;
+        Ok(Stream { owner, flags, tx: Mutex::new(Some(tx)), progress })
     }
 
     /// Blocking streams synchronise with the legacy default stream.
     pub fn blocking(&self) -> bool {
-        self.flags & CU_STREAM_NON_BLOCKING == 0
+        self.flags & NON_BLOCKING == 0
     }
 
-    pub fn submit(&self, op: Op) -> Result<(), CUresult> {
+    pub fn submit(&self, op: Op) -> Result<(), Fault> {
         let tx = lock(&self.tx);
-        let tx = tx.as_ref().ok_or(CUDA_ERROR_INVALID_HANDLE)?;
+        let tx = tx.as_ref().ok_or(Fault::BadHandle)?;
         lock(&self.progress.counts).0 += 1;
-        tx.send(op).map_err(|_| CUDA_ERROR_INVALID_HANDLE)
+        tx.send(op).map_err(|_| Fault::BadHandle)
     }
 
     /// Waits for everything submitted so far.
@@ -69,7 +74,7 @@ impl Stream {
         c.1 >= c.0
     }
 
-    /// cuStreamDestroy: queued work still completes, then the worker exits.
+    /// cuStreamDestroy/hipStreamDestroy: queued work still completes, then the worker exits.
     pub fn close(&self) {
         lock(&self.tx).take();
     }
@@ -95,7 +100,7 @@ mod tests {
 
     #[test]
     fn panicking_op_does_not_stop_the_queue() {
-        let s = Stream::new(0, CU_STREAM_NON_BLOCKING).unwrap();
+        let s = Stream::new(0, NON_BLOCKING).unwrap();
         assert!(!s.blocking());
         let n = Arc::new(AtomicU32::new(0));
         s.submit(Box::new(|| panic!("op failed"))).unwrap();
@@ -107,6 +112,6 @@ mod tests {
         s.synchronize();
         assert_eq!(n.load(Ordering::SeqCst), 1);
         s.close();
-        assert_eq!(s.submit(Box::new(|| {})), Err(CUDA_ERROR_INVALID_HANDLE));
+        assert_eq!(s.submit(Box::new(|| {})), Err(Fault::BadHandle));
     }
 }

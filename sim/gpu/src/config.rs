@@ -1,4 +1,4 @@
-//! MRSHIM_SIM_GPUS and MRSHIM_SIM_GPU_MEM, parsed once at cuInit.
+//! MRSHIM_SIM_GPUS and MRSHIM_SIM_GPU_MEM, parsed once by each simulated runtime at its init.
 
 use std::fmt;
 
@@ -14,6 +14,8 @@ pub struct Config {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
+    /// The library reporting it: mrshim-sim-cuda, mrshim-sim-hip, mrshim-sim-maca.
+    pub who: &'static str,
     pub var: &'static str,
     pub value: String,
     pub accepted: &'static str,
@@ -21,7 +23,7 @@ pub struct ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "mrshim-sim-cuda: {}={:?} is not valid: {}", self.var, self.value, self.accepted)
+        write!(f, "{}: {}={:?} is not valid: {}", self.who, self.var, self.value, self.accepted)
     }
 }
 
@@ -41,10 +43,11 @@ pub fn parse_size(v: &str) -> Option<u64> {
 }
 
 impl Config {
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+    pub fn from_lookup(who: &'static str, get: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
         let gpus = match get("MRSHIM_SIM_GPUS") {
             None => 1,
             Some(v) => v.trim().parse::<u32>().ok().filter(|n| *n <= MAX_GPUS).ok_or(ConfigError {
+                who,
                 var: "MRSHIM_SIM_GPUS",
                 value: v.clone(),
                 accepted: "a number of devices from 0 to 16",
@@ -54,6 +57,7 @@ impl Config {
             None => DEFAULT_MEM,
             Some(v) => {
                 parse_size(&v).map(|b| b & !(crate::memory::PAGE - 1)).filter(|b| *b > 0).ok_or(ConfigError {
+                    who,
                     var: "MRSHIM_SIM_GPU_MEM",
                     value: v.clone(),
                     accepted:
@@ -64,8 +68,8 @@ impl Config {
         Ok(Config { gpus, mem })
     }
 
-    pub fn from_env() -> Result<Config, ConfigError> {
-        Config::from_lookup(|k| std::env::var(k).ok())
+    pub fn from_env(who: &'static str) -> Result<Config, ConfigError> {
+        Config::from_lookup(who, |k| std::env::var(k).ok())
     }
 }
 
@@ -74,7 +78,7 @@ mod tests {
     use super::*;
 
     fn cfg(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
-        Config::from_lookup(|k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()))
+        Config::from_lookup("mrshim-sim-cuda", |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()))
     }
 
     #[test]

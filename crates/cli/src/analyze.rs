@@ -1,5 +1,5 @@
-//! `mrshim analyze PATH...`: exit 0 = no failed registrations found, 1 = findings reported,
-//! 2 = nothing could be read (or bad usage). Documented in docs/analyze.md.
+//! `mrshim analyze PATH...`: exit 0 = registrations seen and none failed, 1 = findings reported,
+//! 2 = nothing could be read or nothing in it was recognised (or bad usage). Documented in docs/analyze.md.
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -46,9 +46,15 @@ pub fn run(args: Args) -> ExitCode {
         mrshim_analyze::render::human::render(&a, color)
     };
     let _ = std::io::stdout().lock().write_all(out.as_bytes());
-    if a.findings.is_empty() {
-        ExitCode::SUCCESS
-    } else {
+    if !a.findings.is_empty() {
         ExitCode::from(1)
+    } else if a.nothing_recognised() {
+        eprintln!(
+            "mrshim analyze: nothing recognised: no registration, failure or fact in {} input(s); is this the job's stderr, a shim record file or a kernel log?",
+            a.col.files.len()
+        );
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
     }
 }

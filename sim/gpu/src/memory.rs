@@ -2,7 +2,6 @@
 //! holds (so the CPU faults on it, as on real device memory) and read-write at a second,
 //! private address that only the runtime's copy engine uses.
 
-use crate::abi::CUdeviceptr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 pub const PAGE: u64 = 4096;
@@ -17,13 +16,14 @@ pub fn round_up(n: u64) -> Option<u64> {
 
 #[derive(Debug)]
 pub struct Alloc {
-    pub dptr: CUdeviceptr,
+    pub dptr: u64,
     /// Page-rounded size: what RANGE_SIZE reports and what the memfd holds.
     pub size: u64,
     pub fd: OwnedFd,
     /// The runtime's read-write view of the same pages.
     view: usize,
-    pub ctx: usize,
+    /// Who allocated it: a CUDA context handle, or the device for HIP/MACA.
+    pub owner: usize,
     pub device: i32,
     pub buffer_id: u64,
 }
@@ -36,7 +36,7 @@ unsafe impl Sync for Alloc {}
 
 impl Alloc {
     /// Creates the memfd and both mappings. Errors are errno values.
-    pub fn new(size: u64, ctx: usize, device: i32, buffer_id: u64) -> Result<Alloc, i32> {
+    pub fn new(size: u64, owner: usize, device: i32, buffer_id: u64) -> Result<Alloc, i32> {
         // SAFETY: memfd_create with a NUL-terminated name; the fd is owned right away.
         let raw = unsafe { libc::memfd_create(MEMFD_NAME.as_ptr().cast(), libc::MFD_CLOEXEC) };
         if raw < 0 {
@@ -56,7 +56,7 @@ impl Alloc {
                 return Err(e);
             }
         };
-        Ok(Alloc { dptr: dptr as u64, size, fd, view, ctx, device, buffer_id })
+        Ok(Alloc { dptr: dptr as u64, size, fd, view, owner, device, buffer_id })
     }
 
     /// The runtime's address for `dptr + off`; callers check `off + len <= size`.
@@ -68,7 +68,7 @@ impl Alloc {
         p >= self.dptr && p - self.dptr < self.size
     }
 
-    /// Releases the application's address (cuMemFree); the view lives on while queued
+    /// Releases the application's address (cuMemFree/hipFree/mcFree); the view lives on while queued
     /// copies still hold this allocation.
     pub fn release_address(&self) {
         unmap(self.dptr as usize, self.size);

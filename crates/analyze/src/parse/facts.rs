@@ -1,0 +1,227 @@
+//! Facts wherever they appear in text: `ulimit -l` answers (same line or the next, `-S`/`-H`, `ulimit -a`),
+//! `vm.max_map_count` in any sysctl form, `max_mr_size`, `/proc/meminfo` CMA lines, `lsmod` rows and "peer
+//! memory loaded" statements, dmabuf-supported flags, GeForce GPUs, driver/OFED/rdma-core/UCX/libfabric
+//! versions, CAP_IPC_LOCK.
+use super::FileCtx;
+use crate::event::{Event, Fact, Flag, Lib};
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Expect {
+    /// The soft memlock limit in KiB (`ulimit -l`, `ulimit -Sl`).
+    UlimitSoft,
+    MaxMapCount,
+}
+
+/// `unlimited` or a number of KiB, as `ulimit -l` prints it.
+fn ulimit_value(s: &str) -> Option<Option<u64>> {
+    let v = s.split_whitespace().next()?;
+    if v == "unlimited" || v == "infinity" || v == "-1" {
+        return Some(None);
+    }
+    v.parse::<u64>().ok().map(|k| Some(k * 1024))
+}
+
+fn number(s: &str) -> Option<u64> {
+    let t = s.trim_start_matches([' ', '=', ':', '\t']);
+    let d: String = t.chars().take_while(|c| c.is_ascii_digit()).collect();
+    if d.is_empty() || t[d.len()..].starts_with(|c: char| c.is_ascii_alphanumeric()) {
+        return None;
+    }
+    d.parse().ok()
+}
+
+const VERSIONS: &[(&str, &str)] = &[
+    ("MLNX_OFED_LINUX-", "OFED"),
+    ("OFED-", "OFED"),
+    ("Driver Version: ", "NVIDIA driver"),
+    ("rdma-core ", "rdma-core"),
+    ("rdma-core-", "rdma-core"),
+    ("# Version ", "UCX"),
+    ("UCT version=", "UCX"),
+    ("EFA installer version: ", "EFA installer"),
+    ("libfabric ", "libfabric"),
+    ("fi_info: ", "libfabric"),
+    ("Kernel: ", "kernel"),
+    ("uname -r: ", "kernel"),
+];
+
+pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool {
+    // prose in CJK scripts is read sentence by sentence by the prose parser
+    if line.len() > 2048 || line.chars().any(|c| c >= '\u{2e80}') {
+        return false;
+    }
+    let t = line.trim();
+    let host = ctx.host.clone();
+    let mut fact = |f: Fact| emit(Event::Fact { lib: Lib::Text, host: host.clone(), pid: None, fact: f });
+    // the answer to a command printed on the line before
+    if let Some(e) = ctx.expect.take() {
+        match e {
+            Expect::UlimitSoft => {
+                if let Some(m) = ulimit_value(t) {
+                    fact(Fact::Memlock(m));
+                    return true;
+                }
+            }
+            Expect::MaxMapCount => {
+                if let Some(n) = number(t) {
+                    fact(Fact::MaxMapCount(n));
+                    return true;
+                }
+            }
+        }
+    }
+    if let Some(i) = t.find("ulimit -") {
+        let opts_and_rest = &t[i + 7..];
+        let (opts, rest) = opts_and_rest.split_once(char::is_whitespace).unwrap_or((opts_and_rest, ""));
+        let mut opts = opts.to_string();
+        let mut rest = rest.trim_start();
+        // `ulimit -l -S` / `ulimit -S -l`
+        while let Some(r) = rest.strip_prefix('-') {
+            let (o, r2) = r.split_once(char::is_whitespace).unwrap_or((r, ""));
+            opts.push_str(o);
+            rest = r2.trim_start();
+        }
+        if opts.contains('l') && !opts.contains('a') {
+            if opts.contains('H') {
+                return true; // the hard limit: not what pins against
+            }
+            match ulimit_value(rest.trim_start_matches(':')) {
+                Some(m) => fact(Fact::Memlock(m)),
+                None if rest.is_empty() => ctx.expect = Some(Expect::UlimitSoft),
+                None => {}
+            }
+            return true;
+        }
+    }
+    // `ulimit -a`: "max locked memory       (kbytes, -l) 64"
+    if let Some(i) = t.find("(kbytes, -l)") {
+        if t[..i].to_ascii_lowercase().contains("locked memory") {
+            if let Some(m) = ulimit_value(&t[i + 12..]) {
+                fact(Fact::Memlock(m));
+            }
+            return true;
+        }
+    }
+    if let Some(i) = t.find("max_map_count") {
+        match number(&t[i + 13..]) {
+            Some(n) => fact(Fact::MaxMapCount(n)),
+            None if t.ends_with("max_map_count") => ctx.expect = Some(Expect::MaxMapCount),
+            None => {}
+        }
+        return true;
+    }
+    if let Some(i) = t.find("max_mr_size") {
+        let v = t[i + 11..].trim_start_matches([' ', ':', '=', '\t']);
+        fact(Fact::Version("max_mr_size".into(), v.split_whitespace().next().unwrap_or("").to_string()));
+        return true;
+    }
+    for key in ["CmaTotal:", "CmaFree:"] {
+        if let Some(v) = t.strip_prefix(key) {
+            fact(Fact::Version(key.trim_end_matches(':').into(), v.trim().to_string()));
+            return true;
+        }
+    }
+    let lower = t.to_ascii_lowercase();
+    // lsmod rows ("nvidia_peermem  16384  0") and statements ("nv_peer_mem loaded: yes")
+    let first = t.split_whitespace().next().unwrap_or("");
+    let peer_module = matches!(first, "nvidia_peermem" | "nv_peer_mem" | "amdgpu_peermem" | "ib_peer_mem");
+    if peer_module && t.split_whitespace().nth(1).is_some_and(|s| s.bytes().all(|b| b.is_ascii_digit())) {
+        fact(Fact::Flag(Flag::PeermemLoaded));
+        return true;
+    }
+    if lower.contains("peer_mem loaded: yes") || lower.contains("peermem loaded: yes") {
+        fact(Fact::Flag(Flag::PeermemLoaded));
+    } else if lower.contains("peer_mem loaded: no")
+        || lower.contains("peermem loaded: no")
+        || lower.contains("neither nv_peer_mem, or nvidia_peermem detected")
+        || lower.contains("without nvidia-peermem")
+        || (lower.contains("peermem") && lower.contains("not loaded"))
+    {
+        fact(Fact::Flag(Flag::PeermemMissing));
+    }
+    if lower.contains("dmabufsupported: 0")
+        || lower.contains("dma_buf_supported 0")
+        || lower.contains("dma_buf_supported: 0")
+        || lower.contains("dmabuf support status: 0")
+    {
+        fact(Fact::Flag(Flag::GpuDmabufUnavailable));
+    }
+    if t.contains("GeForce") || t.contains("RTX 3090") || t.contains("RTX 4090") {
+        fact(Fact::Flag(Flag::GeforceGpu));
+    }
+    if lower.contains("cap_ipc_lock") && !lower.contains("without") && !lower.contains("no cap_ipc_lock") {
+        fact(Fact::Flag(Flag::IpcLock));
+    }
+    for (key, name) in VERSIONS {
+        if let Some(i) = t.find(key) {
+            let v: String = t[i + key.len()..].chars().take_while(|c| !c.is_whitespace() && *c != ',').collect();
+            if v.starts_with(|c: char| c.is_ascii_digit()) {
+                fact(Fact::Version((*name).into(), v));
+                return true;
+            }
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Fact;
+
+    fn facts(lines: &[&str]) -> Vec<String> {
+        let mut ctx = FileCtx::default();
+        let mut out = Vec::new();
+        for l in lines {
+            parse(l, &mut ctx, &mut |e| {
+                if let Event::Fact { fact, .. } = e {
+                    out.push(match fact {
+                        Fact::Memlock(m) => format!("memlock {m:?}"),
+                        Fact::MaxMapCount(n) => format!("max_map_count {n}"),
+                        Fact::Flag(f) => format!("{f:?}"),
+                        Fact::Version(k, v) => format!("{k} {v}"),
+                        other => format!("{other:?}"),
+                    })
+                }
+            });
+        }
+        out
+    }
+
+    #[test]
+    fn each_fact_form() {
+        assert_eq!(facts(&["root@B4130:~/tmp# ulimit -l", "unlimited"]), ["memlock None"]);
+        assert_eq!(facts(&["$ ulimit -l", "64"]), ["memlock Some(65536)"]);
+        assert_eq!(facts(&["ulimit -l 8192"]), ["memlock Some(8388608)"]);
+        assert_eq!(facts(&["$ ulimit -Sl", "65536"]), ["memlock Some(67108864)"]);
+        assert_eq!(facts(&["$ ulimit -l -S", "unlimited"]), ["memlock None"]);
+        assert!(facts(&["$ ulimit -Hl", "unlimited"]).is_empty(), "the hard limit is not the soft one");
+        assert_eq!(facts(&["max locked memory       (kbytes, -l) 64"]), ["memlock Some(65536)"]);
+        for s in ["vm.max_map_count = 65530", "vm.max_map_count=65530", "sysctl vm.max_map_count: 65530"] {
+            assert_eq!(facts(&[s]), ["max_map_count 65530"], "{s}");
+        }
+        assert_eq!(facts(&["$ cat /proc/sys/vm/max_map_count", "65530"]), ["max_map_count 65530"]);
+        assert_eq!(
+            facts(&["        max_mr_size:                    0xffffffffffffffff"]),
+            ["max_mr_size 0xffffffffffffffff"]
+        );
+        assert_eq!(facts(&["CmaTotal:              0 kB", "CmaFree:         0 kB"]), ["CmaTotal 0 kB", "CmaFree 0 kB"]);
+        assert_eq!(facts(&["nvidia_peermem         16384  0"]), ["PeermemLoaded"]);
+        assert_eq!(
+            facts(&["ibv_reg_mr2 called. cuMemAlloc: 1, dmaBufSupported: 0, nv_peer_mem loaded: yes"]),
+            ["PeermemLoaded", "GpuDmabufUnavailable"]
+        );
+        assert_eq!(
+            facts(&[
+                "ibrc.cpp:nvshmemt_init:1851: neither nv_peer_mem, or nvidia_peermem detected. Skipping transport."
+            ]),
+            ["PeermemMissing"]
+        );
+        assert_eq!(facts(&["GPU id:0; name: GeForce RTX 2070; Bus id: 0000:01:00"]), ["GeforceGpu"]);
+        assert_eq!(facts(&["5. cx7 fireware 28.37.1014", "3. MLNX_OFED_LINUX-23.04-1.1.3.0"]), ["OFED 23.04-1.1.3.0"]);
+        assert_eq!(
+            facts(&["| NVIDIA-SMI 570.124.06             Driver Version: 570.124.06     CUDA Version: 12.8     |"]),
+            ["NVIDIA driver 570.124.06"]
+        );
+    }
+}

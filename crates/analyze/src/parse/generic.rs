@@ -1,0 +1,372 @@
+//! The one recogniser for registration failures whatever wrote the line: a line that names a memory
+//! registration (verbs, libfabric and its providers, gdrcopy / peer-memory pinning, "register memory / MR /
+//! memory region" in any casing, camelCase method names) together with a failure word, and an errno in any
+//! form [`crate::errno::find`] knows (or on the next line). Memory kind and library come from the text
+//! and from what the file said before (a `memoryType=2` line, a Mooncake banner).
+use super::frame::Frame;
+use super::FileCtx;
+use crate::errno;
+use crate::event::{Event, Lib, RegEv};
+use crate::parse::shim::parse_hex;
+use mrshim_record::MemKind;
+
+/// Registration mentions, matched on the line lower-cased with everything but letters and digits removed,
+/// so `register_memory`, `registerMemory`, `RegisterRdmaMemoryRegion` and "register memory" are one.
+const MENTIONS: &[&str] = &[
+    "regmr",
+    "mrreg",
+    "registermr",
+    "registermem",
+    "registeringmem",
+    "registerthememory",
+    "memoryregistration",
+    "registergpumr",
+    "registerhostmr",
+    "allocatemr",
+    "createmr",
+    "mapmrbuffer",
+    "gdrpinbuffer",
+    "p2pgetpages",
+    "cxilmap",
+    "umemget",
+    "registerdmabuf",
+    "regdmabuf",
+    "memreg",
+    "registerrdma",
+    "memoryregion",
+];
+
+const FAIL_WORDS: &[&str] = &[
+    "fail",
+    "error",
+    "unable",
+    "couldn't",
+    "could not",
+    "cannot",
+    "can't",
+    "refused",
+    "abort",
+    "returned null",
+    "return -",
+    "returns -",
+    "ret=-",
+    "ret = -",
+];
+
+/// Call names people's tools print, longest first so `ibv_reg_mr_iova2` wins over `ibv_reg_mr`.
+const CALLS: &[&str] = &[
+    "ibv_reg_mr_iova2",
+    "ibv_reg_mr_iova",
+    "ibv_reg_dmabuf_mr",
+    "ibv_exp_reg_mr",
+    "ibv_rereg_mr",
+    "ibv_reg_mr",
+    "fi_mr_regattr",
+    "fi_mr_regv",
+    "fi_mr_reg",
+    "efa_mr_reg",
+    "cxil_map",
+    "gdr_pin_buffer",
+    "nvidia_p2p_get_pages",
+    "nv_p2p_get_pages",
+    "ib_umem_get",
+];
+
+fn squash(s: &str) -> String {
+    s.chars().filter(|c| c.is_ascii_alphanumeric()).map(|c| c.to_ascii_lowercase()).collect()
+}
+
+/// True if `s` names a memory registration (not a deregistration, not a success line).
+pub fn mentions_registration(s: &str) -> bool {
+    let l = s.to_ascii_lowercase();
+    if l.match_indices("regist").any(|(i, _)| !l[..i].ends_with("de") && !l[..i].ends_with("un"))
+        && ["memory", "buffer", " mr", "region"].iter().any(|w| l.contains(w))
+        && !l.contains("registered ")
+    {
+        return true;
+    }
+    let q = squash(s);
+    MENTIONS.iter().any(|m| {
+        q.match_indices(m).any(|(i, _)| !(q[..i].ends_with("de") || m.starts_with("reg") && q[..i].ends_with("un")))
+    })
+}
+
+pub fn has_failure_word(lower: &str) -> bool {
+    FAIL_WORDS.iter().any(|w| lower.contains(w))
+}
+
+/// The call a line names, or a neutral name for "register memory" wording.
+pub fn call_in(s: &str) -> String {
+    let lower = s.to_ascii_lowercase();
+    for c in CALLS {
+        if lower.contains(c) {
+            return (*c).to_string();
+        }
+    }
+    if lower.contains("reg_dmabuf") || lower.contains("dmabuf_mr") {
+        return "ibv_reg_dmabuf_mr".into();
+    }
+    "register memory".into()
+}
+
+/// Memory kind from the words on the line: device for dmabuf, FI_HMEM/iface=cuda|rocr|ze, `(cuda)`,
+/// "GPU MR/buffer/memory", `memoryType=2`, `CUDA_MEM_DEVICE`, cuMem/VMM/expandable_segments, VRAM,
+/// aws-ofi-nccl's `type = 2` (NCCL_PTR_CUDA); host for `(host)`, `type = 1`, FI_HMEM_SYSTEM, `memoryType=0`.
+pub fn mem_hint(s: &str) -> Option<MemKind> {
+    // "cuMemAlloc: 0, dmaBufSupported: 0" (MSCCL++ debug) describes a host buffer
+    let l = s.to_ascii_lowercase().replace("cumemalloc: 0", "").replace("dmabufsupported: 0", "");
+    const DEVICE: &[&str] = &[
+        "dmabuf",
+        "dma-buf",
+        "dma_buf",
+        "fi_hmem_cuda",
+        "fi_hmem_rocr",
+        "fi_hmem_ze",
+        "iface=cuda",
+        "iface=rocr",
+        "iface=ze",
+        "(cuda)",
+        "(rocm)",
+        "(gpu)",
+        "gpu mr",
+        "gpu buffer",
+        "gpu memory",
+        "gpu address",
+        "memorytype=2",
+        "cuda_mem_device",
+        "cumemalloc",
+        "cumemcreate",
+        "cumem",
+        "vmm",
+        "expandable_segments",
+        "vram",
+        "(type = 2)",
+        "mem_type bit 0x2",
+        "device memory",
+        "hipmalloc",
+        "p2p_get_pages",
+        "gdr_pin",
+        "gdrdrv",
+    ];
+    const HOST: &[&str] =
+        &["(host)", "(type = 1)", "fi_hmem_system", "memorytype=0", "mem_type bit 0x1", "host memory", "dram"];
+    if HOST.iter().any(|w| l.contains(w)) {
+        return Some(MemKind::HostAnon);
+    }
+    if DEVICE.iter().any(|w| l.contains(w)) {
+        return Some(MemKind::Device);
+    }
+    None
+}
+
+/// The library a line comes from, by its names and source files.
+pub fn lib_hint(s: &str) -> Option<Lib> {
+    let l = s.to_ascii_lowercase();
+    let pairs: &[(&str, Lib)] = &[
+        ("mscclpp", Lib::Mscclpp),
+        ("nvshmem", Lib::Nvshmem),
+        ("deep_ep", Lib::Deepep),
+        ("deepep", Lib::Deepep),
+        ("mooncake", Lib::Mooncake),
+        ("transfer_engine", Lib::Mooncake),
+        ("rdma_context.cpp", Lib::Mooncake),
+        ("rdma_transport.cpp", Lib::Mooncake),
+        ("efa_context.cpp", Lib::Mooncake),
+        ("nixl", Lib::Nixl),
+        ("net/ofi", Lib::Nccl),
+        ("ncclsystemerror", Lib::Nccl),
+        ("rccl", Lib::Rccl),
+        ("mccl", Lib::Mccl),
+        ("nccl", Lib::Nccl),
+        ("libfabric", Lib::Libfabric),
+        ("fi_mr_", Lib::Libfabric),
+        ("cxil_map", Lib::Libfabric),
+        ("cxip_", Lib::Libfabric),
+        ("ofi error", Lib::Libfabric),
+        ("gdrdrv", Lib::Gdrcopy),
+        ("gdr_pin", Lib::Gdrcopy),
+        ("gdrcopy", Lib::Gdrcopy),
+        ("nvidia-fs", Lib::Kernel),
+        ("mori", Lib::Mori),
+        ("ucx", Lib::Ucx),
+        ("ompi", Lib::Ompi),
+        ("open mpi", Lib::Ompi),
+    ];
+    pairs.iter().find(|(w, _)| l.contains(w)).map(|p| p.1)
+}
+
+fn arg_num(l: &str, keys: &[&str]) -> Option<u64> {
+    for k in keys {
+        if let Some(i) = l.find(k) {
+            let v: String = l[i + k.len()..]
+                .trim_start_matches([' ', '=', ':'])
+                .chars()
+                .take_while(|c| c.is_ascii_hexdigit() || *c == 'x')
+                .collect();
+            if let Some(n) = parse_hex(&v).or_else(|| v.parse().ok()) {
+                return Some(n);
+            }
+        }
+    }
+    None
+}
+
+/// A registration failure on `body`, or None.
+pub fn recognise(body: &str) -> Option<RegEv> {
+    // prose in CJK scripts is read sentence by sentence by the prose parser
+    if body.len() > 4096 || body.chars().any(|c| c >= '\u{2e80}') || !mentions_registration(body) {
+        return None;
+    }
+    let lower = body.to_ascii_lowercase();
+    if !has_failure_word(&lower) {
+        return None;
+    }
+    // a count of failures ("0 failures") is a summary, not a failure
+    if lower.contains(" failures") && !lower.contains("failed") {
+        return None;
+    }
+    let call = call_in(body);
+    let mut mem = mem_hint(body);
+    if mem.is_none() && matches!(call.as_str(), "gdr_pin_buffer" | "nvidia_p2p_get_pages" | "nv_p2p_get_pages") {
+        mem = Some(MemKind::Device);
+    }
+    Some(RegEv {
+        lib: lib_hint(body),
+        call,
+        ok: false,
+        errno: errno::find(body),
+        mem,
+        addr: arg_num(&lower, &["addr=", "addr:", "address=", "address ", "buf ", "memory "]).filter(|a| *a > 4096),
+        length: arg_num(&lower, &["length=", "length:", "length ", "len=", "size=", "size:", "size = "]),
+        access: arg_num(&lower, &["access=", "access:", "access_flags = ", "accessflag:"]).map(|a| a as u32),
+        ..Default::default()
+    })
+}
+
+/// Lines that set the file's memory-kind or library context without being failures themselves.
+pub fn note_context(body: &str, ctx: &mut FileCtx) {
+    if let Some(m) = mem_hint(body) {
+        ctx.device_hint = Some(m == MemKind::Device);
+    }
+    if let Some(l) = lib_hint(body) {
+        if ctx.lib_hint.is_none() || !matches!(l, Lib::Ucx | Lib::Ompi | Lib::Libfabric) {
+            ctx.lib_hint = Some(l);
+        }
+    }
+}
+
+/// Emits a held failure (no errno on its own line, none on the next).
+pub fn flush(ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) {
+    if let Some(ev) = ctx.gen_pending.take() {
+        emit(Event::Reg(ev));
+    }
+}
+
+/// Tries `body` as a registration failure. Layers of one failure printed on consecutive lines (a wrapper's
+/// "registration failed" above the library's line with the errno) count once.
+pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut dyn FnMut(Event)) -> bool {
+    let Some(mut ev) = recognise(f.body) else {
+        // the errno on the line after the failure
+        if let Some(p) = ctx.gen_pending.as_mut() {
+            if p.errno.is_none() {
+                p.errno = errno::find(f.body);
+            }
+        }
+        flush(ctx, emit);
+        return false;
+    };
+    ev.host = f.host.map(String::from).or_else(|| ctx.host.clone());
+    ev.pid = f.pid;
+    ev.rank = f.rank;
+    ev.lib = ev.lib.or(ctx.lib_hint);
+    if ev.mem.is_none() {
+        ev.mem = ctx.device_hint.map(|d| if d { MemKind::Device } else { MemKind::HostAnon });
+    }
+    ev.evid = Some((lineno, line.to_string()));
+    if let Some(p) = ctx.gen_pending.take() {
+        let same = lineno <= p.evid.as_ref().map_or(0, |e| e.0) + 2
+            && (p.errno.is_none() || ev.errno.is_none() || p.errno == ev.errno)
+            && !matches!((p.addr, ev.addr), (Some(a), Some(b)) if a != b);
+        if same {
+            // one failure seen through two layers: keep the most specific of each field
+            ev.errno = ev.errno.or(p.errno);
+            ev.mem = ev.mem.or(p.mem);
+            ev.lib = p.lib.or(ev.lib);
+            if ev.call == "register memory" {
+                ev.call = p.call;
+            }
+        } else {
+            emit(Event::Reg(p));
+        }
+    }
+    ctx.gen_pending = Some(ev);
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each way of naming a registration the issue lists, with a failure word.
+    #[test]
+    fn names() {
+        for s in [
+            "Call to ibv_reg_mr_iova2 failed with error Cannot allocate memory",
+            "ibv_exp_reg_mr(address=0xf154610, length=6544, access=0xf) failed: Resource temporarily unavailable",
+            "ibv_reg_dmabuf_mr failed with error Operation not supported",
+            "fi_mr_reg failed, ret is:-12, Cannot allocate memory",
+            "fi_mr_regattr failed for GPU memory 0x726d08000000 (device 3): Operation not supported",
+            "libfabric:1:efa:mr:efa_mr_reg_impl():850<warn> Unable to register MR: Cannot allocate memory",
+            "cxil_map() failed: -22",
+            "infiniband efa_0: Failed to process command REG_MR (opcode 7) comp_status 1 err -12",
+            "Failed to register memory 0x7f105035d000: Input/output error [5]",
+            "RegisterRdmaMemoryRegion failed! addr:0x..., size:943718400, accessFlag:15, errno:22 (Invalid argument)",
+            "self.agent.registerMem(reg_descs, handle_list) failed",
+            "Couldn't register GPU MR",
+            "error in gdr_pin_buffer with code=22",
+            "nvidia_p2p_get_pages(va=7ff512200000 len=65536) failed [ret = -22]",
+            "Error ret -22 invoking nvidia_p2p_get_pages",
+            "Memory Region registration failed",
+            "registering memory region failed: Bad address",
+        ] {
+            let ev = recognise(s).unwrap_or_else(|| panic!("not recognised: {s}"));
+            assert!(!ev.ok, "{s}");
+        }
+        for s in [
+            "ibv_dereg_mr failed: Invalid argument",
+            "registered memory 0x7f56f0f20ba0..0x7f56f12750e0 on mlx5_0",
+            "Registered memory of size 75497472 for ibv pd",
+            "MRSHIM INFO summary: 3 calls (ibv_reg_mr 3), 0 failures, 0 probes",
+            "ibv_reg_mr returned an MR",
+        ] {
+            assert!(recognise(s).is_none(), "{s}");
+        }
+    }
+
+    #[test]
+    fn memory_kind_and_library() {
+        let ev = recognise("register_mr_buffers:544 NCCL WARN NET/OFI Unable to register memory (type = 2) for device 0. RC: -22, Error: Invalid argument").unwrap();
+        assert_eq!((ev.mem, ev.lib, ev.errno), (Some(MemKind::Device), Some(Lib::Nccl), Some(22)));
+        let ev = recognise(
+            "NET/OFI Unable to register memory (type = 1) for device 0. RC: 12, Error: Cannot allocate memory",
+        )
+        .unwrap();
+        assert_eq!((ev.mem, ev.errno), (Some(MemKind::HostAnon), Some(12)));
+        for s in [
+            "fi_mr_regattr iface=cuda failed: Bad address",
+            "fi_mr_regattr FI_HMEM_ZE failed: -22",
+            "register memory (rocm) failed: -22",
+            "Couldn't register GPU MR",
+            "register memory failed memoryType=2 errno 14",
+            "register memory of type CUDA_MEM_DEVICE failed: Bad address",
+            "cuMemCreate buffer: register memory failed: Bad address",
+            "ibv_reg_dmabuf_mr failed: Operation not supported",
+        ] {
+            assert_eq!(recognise(s).and_then(|e| e.mem), Some(MemKind::Device), "{s}");
+        }
+        assert_eq!(
+            recognise("rdma_context.cpp:198] Failed to register memory 0x2e1cbac200: Bad address [14]").unwrap().lib,
+            Some(Lib::Mooncake)
+        );
+    }
+}

@@ -1,0 +1,140 @@
+//! What one intercepted call is, shared by the FFI layer and the logic: its entry point, the
+//! arguments as the application passed them, what the real function answered, and the
+//! [`Backend`] through which the logic reaches the real functions.
+
+/// The intercepted entry points.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Call {
+    RegMr,
+    RegMrIova,
+    RegMrIova2,
+    RegDmabufMr,
+    DeregMr,
+}
+
+impl Call {
+    pub const ALL: [Call; 5] = [Call::RegMr, Call::RegMrIova, Call::RegMrIova2, Call::RegDmabufMr, Call::DeregMr];
+    pub fn name(self) -> &'static str {
+        match self {
+            Call::RegMr => "ibv_reg_mr",
+            Call::RegMrIova => "ibv_reg_mr_iova",
+            Call::RegMrIova2 => "ibv_reg_mr_iova2",
+            Call::RegDmabufMr => "ibv_reg_dmabuf_mr",
+            Call::DeregMr => "ibv_dereg_mr",
+        }
+    }
+    pub(crate) fn idx(self) -> usize {
+        self as usize
+    }
+}
+
+/// The arguments of one call, as the application passed them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RegArgs {
+    pub call: Option<Call>,
+    /// Set when the caller asked for a non-default symbol version (`IBVERBS_1.0`).
+    pub symbol_version: Option<&'static str>,
+    pub pd: usize,
+    /// The virtual address. For `ibv_reg_dmabuf_mr` this is the `iova` argument (the VA the MR
+    /// will have); the dmabuf offset is in `dmabuf_offset`. For `ibv_dereg_mr`: `mr->addr`.
+    pub addr: u64,
+    pub length: u64,
+    /// The IOVA: the argument for iova/iova2/dmabuf; `addr` for plain `ibv_reg_mr`.
+    pub iova: Option<u64>,
+    pub access: u32,
+    pub dmabuf_fd: Option<i32>,
+    pub dmabuf_offset: Option<u64>,
+    /// `ibv_dereg_mr`: the MR being deregistered.
+    pub mr: usize,
+}
+
+impl RegArgs {
+    pub fn call(&self) -> Call {
+        self.call.unwrap_or(Call::RegMr)
+    }
+    /// NCCL/UCX probe dmabuf support with fd -1 and look at errno: pass through, never retry.
+    pub fn is_probe(&self) -> bool {
+        self.call() == Call::RegDmabufMr && self.dmabuf_fd.is_some_and(|fd| fd < 0)
+    }
+}
+
+/// What the real function answered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// The returned `struct ibv_mr *` (0 on failure; unused for dereg).
+    pub mr: usize,
+    pub lkey: u32,
+    pub rkey: u32,
+    /// 0 on success, else the errno (registrations) / the return value (dereg).
+    pub err: i32,
+    /// errno as the real function left it (restored for the caller before returning).
+    pub errno_after: i32,
+}
+
+impl Outcome {
+    pub fn ok(&self) -> bool {
+        self.err == 0
+    }
+}
+
+/// The real functions, as the FFI layer reaches them.
+pub trait Backend {
+    /// Calls the real function once.
+    fn invoke(&self, args: &RegArgs) -> Outcome;
+    /// `pd->context->device->name`.
+    fn device_name(&self, pd: usize) -> Option<DevName>;
+    /// Memory of a loaded GPU runtime (cuPointerGetAttribute), for memory kinds and strategies.
+    fn is_device_memory(&self, _addr: u64) -> bool {
+        false
+    }
+    /// A dmabuf fd for device memory, from its runtime: (fd, offset of addr in it).
+    fn export_dmabuf(&self, _addr: u64, _len: u64) -> Result<(i32, u64), String> {
+        Err("no GPU runtime is loaded".into())
+    }
+    /// A host shadow for the region (bounce strategy); its address.
+    fn bounce_shadow(&self, _args: &RegArgs) -> Result<u64, String> {
+        Err("host bounce buffers are not available here".into())
+    }
+    /// The attempt's MR goes to the caller: make it look like the caller's own call.
+    fn adopt(&self, _strategy: mrshim_retry::strategy::Strategy, _orig: &RegArgs, _attempt: &RegArgs, _mr: usize) {}
+    /// A failed attempt: release what export_dmabuf / bounce_shadow made for it.
+    fn discard(&self, _strategy: mrshim_retry::strategy::Strategy, _attempt: &RegArgs) {}
+    /// Retries may call other entry points (false for the IBVERBS_1.0 ABI).
+    fn can_retry(&self) -> bool {
+        true
+    }
+}
+
+/// A device name (rdma-core's `char name[IBV_SYSFS_NAME_MAX]`), copied without allocating.
+#[derive(Clone, Copy)]
+pub struct DevName {
+    buf: [u8; 64],
+    len: u8,
+}
+
+impl DevName {
+    /// Up to the first NUL, at most 64 bytes, cut to valid UTF-8.
+    pub fn new(bytes: &[u8]) -> DevName {
+        let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len()).min(64);
+        let valid = std::str::from_utf8(&bytes[..end]).map_or_else(|e| e.valid_up_to(), str::len);
+        let mut buf = [0u8; 64];
+        buf[..valid].copy_from_slice(&bytes[..valid]);
+        DevName { buf, len: valid as u8 }
+    }
+    pub fn as_str(&self) -> &str {
+        // new() keeps only a valid UTF-8 prefix.
+        std::str::from_utf8(&self.buf[..self.len as usize]).unwrap_or("")
+    }
+}
+
+/// How a record relates to the application's call (all zero: it is the call).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Meta<'a> {
+    pub attempt: u32,
+    pub parent_seq: Option<u64>,
+    pub strategy: Option<&'a str>,
+    pub change: Option<&'a str>,
+    pub injected: bool,
+    pub learned: bool,
+    pub refused: bool,
+}

@@ -1,0 +1,150 @@
+//! What the shim tells the user on stderr and at exit: the NCCL-style `MRSHIM WARN` line of a
+//! failed call, `MRSHIM INFO` lines, the exit summary (record and line).
+
+use crate::config::{LogDest, PanicAt};
+use crate::ident::tid;
+use crate::{clock, internal, log, Call, Outcome, RegArgs, Shim};
+use mrshim_record::{CallStats, Kind, Summary};
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// Writes one line to stderr with a single write(2) (no std lock, usable anywhere).
+pub fn stderr_line(s: &str) {
+    let mut b = Vec::with_capacity(s.len() + 1);
+    b.extend_from_slice(s.as_bytes());
+    b.push(b'\n');
+    log::write_all_once(2, &b);
+}
+
+impl Shim {
+    /// `host:pid:tid [rank] MRSHIM <level> <msg>` on stderr (one write).
+    pub fn say(&self, level: &str, msg: &str) {
+        stderr_line(&format!("{} {level} {msg}", self.prefix()));
+    }
+
+    pub(crate) fn prefix(&self) -> String {
+        let rank = self.rank.map_or("-".to_string(), |r| r.0.to_string());
+        format!("{}:{}:{} [{}] MRSHIM", self.host, self.pid.load(Relaxed), tid(), rank)
+    }
+
+    /// `host:pid:tid [rank] MRSHIM WARN ibv_reg_mr_iova2(addr=0x..., len=..., access=..., iova=0x...) failed: EINVAL (22)`
+    pub fn warn_line(&self, a: &RegArgs, out: &Outcome) -> String {
+        let acc = mrshim_verbs::access::describe(a.access);
+        let args = match a.call() {
+            Call::RegMr => format!("addr={:#x}, len={}, access={acc}", a.addr, a.length),
+            Call::RegMrIova | Call::RegMrIova2 => {
+                format!("addr={:#x}, len={}, access={acc}, iova={:#x}", a.addr, a.length, a.iova.unwrap_or(a.addr))
+            }
+            Call::RegDmabufMr => format!(
+                "offset={}, len={}, iova={:#x}, fd={}, access={acc}",
+                a.dmabuf_offset.unwrap_or(0),
+                a.length,
+                a.iova.unwrap_or(a.addr),
+                a.dmabuf_fd.unwrap_or(-1)
+            ),
+            Call::DeregMr => format!("mr={:#x}", a.mr),
+        };
+        let e = match mrshim_verbs::errno::name(out.err) {
+            Some(n) => format!("{n} ({})", out.err),
+            None => format!("errno {}", out.err),
+        };
+        format!("{} WARN {}({args}) failed: {e}", self.prefix(), a.call().name())
+    }
+
+    pub fn summary(&self) -> Summary {
+        let mut by_call = BTreeMap::new();
+        let errnos = self.stats.errnos.lock().clone();
+        let mut calls = 0;
+        let mut failures = 0;
+        for c in Call::ALL {
+            let n = self.stats.calls[c.idx()].load(Relaxed);
+            if n == 0 {
+                continue;
+            }
+            let f = self.stats.failures[c.idx()].load(Relaxed);
+            calls += n;
+            failures += f;
+            let mut e = BTreeMap::new();
+            for ((cc, errno), k) in &errnos {
+                if *cc == c {
+                    let name = mrshim_verbs::errno::name(*errno).map_or_else(|| errno.to_string(), Into::into);
+                    e.insert(name, *k);
+                }
+            }
+            by_call.insert(c.name().to_string(), CallStats { calls: n, failures: f, errnos: e });
+        }
+        let rescued = self.retry.rescued();
+        Summary {
+            calls,
+            failures,
+            probes: self.stats.probes.load(Relaxed),
+            by_call,
+            bytes_registered_total: self.stats.bytes_total.load(Relaxed),
+            registered_bytes: self.mrs.current(),
+            peak_registered_bytes: self.mrs.peak.load(Relaxed),
+            records_written: self.log.written.load(Relaxed),
+            records_lost: self.log.lost.load(Relaxed),
+            rescued: rescued.iter().map(|(s, n)| (s.name().to_string(), *n)).collect(),
+            equivalents: rescued
+                .iter()
+                .map(|(s, _)| (s.name().to_string(), s.global_equivalent().to_string()))
+                .collect(),
+            internal_errors: internal::count(),
+        }
+    }
+
+    /// `host:pid:tid [rank] MRSHIM INFO summary: ...`
+    pub fn summary_line(&self, s: &Summary) -> String {
+        let mut fails = Vec::new();
+        for (c, st) in &s.by_call {
+            for (e, n) in &st.errnos {
+                fails.push(format!("{c} {e} x{n}"));
+            }
+        }
+        let f = if fails.is_empty() { String::new() } else { format!(" ({})", fails.join(", ")) };
+        let calls: Vec<String> = s.by_call.iter().map(|(c, st)| format!("{c} {}", st.calls)).collect();
+        let mut line = format!(
+            "{} INFO summary: {} calls ({}), {} failures{f}, {} probes, {} bytes registered in total, peak {} bytes, {} bytes still registered",
+            self.prefix(),
+            s.calls,
+            calls.join(", "),
+            s.failures,
+            s.probes,
+            s.bytes_registered_total,
+            s.peak_registered_bytes,
+            s.registered_bytes
+        );
+        if let LogDest::Path(_) | LogDest::Stderr = self.log.dest() {
+            line.push_str(&format!(", {} records written, {} lost", s.records_written, s.records_lost));
+        }
+        if s.internal_errors > 0 {
+            line.push_str(&format!(", {} internal errors (each call passed through)", s.internal_errors));
+        }
+        for (name, n) in &s.rescued {
+            let eq = s.equivalents.get(name).map_or("", String::as_str);
+            line.push_str(&format!("; {name} rescued {n} registrations (job-wide equivalent: {eq})"));
+        }
+        line
+    }
+
+    /// At normal process exit: the summary record and line, once, if the process made any call.
+    pub fn at_exit(&self) {
+        let Some(cfg) = &self.cfg else { return };
+        self.debug_panic(PanicAt::Exit);
+        let s = self.summary();
+        if (s.calls == 0 && s.internal_errors == 0) || self.summarized.swap(true, Relaxed) {
+            return;
+        }
+        if self.log.enabled() {
+            let mut r = self.base(Kind::Summary, clock::wall_now_ns());
+            r.seq = self.seq.load(Relaxed);
+            r.summary = Some(s.clone());
+            r.registered_bytes = s.registered_bytes;
+            self.emit(&r);
+        }
+        if cfg.summary {
+            // records_written now includes the summary record itself.
+            stderr_line(&self.summary_line(&self.summary()));
+        }
+    }
+}

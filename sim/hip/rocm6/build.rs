@@ -1,0 +1,5 @@
+//! The cdylib is the simulated `libamdhip64.so.6`.
+fn main() {
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libamdhip64.so.6");
+    println!("cargo:rerun-if-changed=build.rs");
+}

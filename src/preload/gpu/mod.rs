@@ -1,0 +1,109 @@
+//! The GPU runtimes the shim can copy through and export dmabufs from, each found only among
+//! the libraries the application already loaded: CUDA (copy.rs), HIP and MACA (rtapi.rs).
+//! Which runtime owns an address is asked of each loaded runtime in turn; a runtime whose
+//! engine failed its self-test owns nothing it could be trusted with, and its memory is refused.
+
+pub mod abi;
+pub mod loaded;
+pub mod rtapi;
+
+use super::copy::{CopyEngine, Cuda};
+use abi::Family;
+use rtapi::RtApi;
+
+static HIP: mrshim_forklock::ForkOnce<Option<RtApi>> = mrshim_forklock::ForkOnce::new();
+static MACA: mrshim_forklock::ForkOnce<Option<RtApi>> = mrshim_forklock::ForkOnce::new();
+
+/// In a forked child: the runtimes are looked up again (streams do not survive fork).
+pub fn after_fork_child() {
+    HIP.reset_in_child();
+    MACA.reset_in_child();
+}
+
+/// A runtime that is loaded but that the engine cannot speak: one line, then as if absent.
+fn usable(family: Family, r: Option<Result<RtApi, String>>) -> Option<RtApi> {
+    match r? {
+        Ok(rt) => Some(rt),
+        Err(e) => {
+            let msg = format!("{} copy engine unavailable: {e}; its device memory cannot be bounced", family.name());
+            match mrshim_core::shim_if_initialized() {
+                Some(s) => s.say("WARN", &msg),
+                None => mrshim_core::stderr_line(&format!("mrshim WARN {msg}")),
+            }
+            None
+        }
+    }
+}
+
+pub fn hip() -> Option<&'static RtApi> {
+    HIP.get_or_init(|| usable(Family::Hip, RtApi::hip())).as_ref()
+}
+
+pub fn maca() -> Option<&'static RtApi> {
+    MACA.get_or_init(|| usable(Family::Maca, RtApi::maca())).as_ref()
+}
+
+fn runtime_apis() -> impl Iterator<Item = &'static RtApi> {
+    [hip(), maca()].into_iter().flatten()
+}
+
+/// The self-test's verdict, once per engine and process: one line, and a policy record when the
+/// engine is disabled.
+pub fn report_selftest(family: Family, r: &Result<(), String>) {
+    let name = family.name();
+    let shim = mrshim_core::shim_if_initialized();
+    let say = |level: &str, msg: String| match shim {
+        Some(s) => s.say(level, &msg),
+        None => mrshim_core::stderr_line(&format!("mrshim {level} {msg}")),
+    };
+    match r {
+        Ok(()) => say(
+            "INFO",
+            format!("{name} copy engine: self-test passed (pointer query and a round trip through its own allocation)"),
+        ),
+        Err(e) => {
+            say(
+                "WARN",
+                format!(
+                    "{name} copy engine disabled: self-test failed: {e}; registrations of {name} device memory are not \
+                     bounced (they fail with their original errno)"
+                ),
+            );
+            if let Some(s) = shim {
+                s.record_policy_note("copy_selftest", "bounce", &format!("{name} copy engine disabled: {e}"));
+            }
+        }
+    }
+}
+
+/// True if `addr` is device memory of a loaded runtime that can be trusted.
+pub fn is_device(addr: u64) -> bool {
+    Cuda::get().is_some_and(|c| c.is_device(addr)) || runtime_apis().any(|r| r.is_device(addr))
+}
+
+/// A copy engine for device memory at `addr`: None when no loaded runtime claims it.
+pub fn device_engine(addr: u64) -> Option<Result<Box<dyn CopyEngine>, String>> {
+    if let Some(cu) = Cuda::get().filter(|c| c.is_device(addr)) {
+        return Some(cu.engine(addr).map(|e| Box::new(e) as Box<dyn CopyEngine>));
+    }
+    let rt = runtime_apis().find(|r| r.is_device(addr))?;
+    Some(rt.engine(addr).map(|e| Box::new(e) as Box<dyn CopyEngine>))
+}
+
+/// Why memory no runtime claims may still be a distrusted runtime's: the disabled engines.
+pub fn disabled() -> Vec<String> {
+    runtime_apis()
+        .filter_map(|r| r.trusted().err().map(|e| format!("{} copy engine disabled ({e})", r.family.name())))
+        .collect()
+}
+
+/// Exports [addr, addr+len) through the runtime that owns it: (fd, offset of addr in the fd).
+pub fn export_dmabuf(addr: u64, len: u64) -> Result<(i32, u64), String> {
+    if let Some(cu) = Cuda::get().filter(|c| c.is_device(addr)) {
+        return cu.export_dmabuf(addr, len);
+    }
+    match runtime_apis().find(|r| r.is_device(addr)) {
+        Some(rt) => rt.export_dmabuf(addr, len),
+        None => Err("no loaded GPU runtime (CUDA, HIP, MACA) owns this memory".into()),
+    }
+}

@@ -1,0 +1,357 @@
+//! `mrshim analyze` on what users paste (issue 13): each framing, each error form, each fact, kernel-only
+//! evidence, mrshim's own lines, de-duplication across records/stderr/library lines, a 0-failure summary,
+//! retry records, the `basis`/ranked --json fields and the exit codes. Real processes, real files.
+use std::path::PathBuf;
+use std::process::Command;
+
+fn run(files: &[(&str, &str)], env: &[(&str, &str)]) -> (i32, serde_json::Value, String) {
+    let dir = std::env::temp_dir().join(format!(
+        "mrshim-pasted-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let paths: Vec<PathBuf> = files
+        .iter()
+        .map(|(name, text)| {
+            let p = dir.join(name);
+            std::fs::write(&p, text).unwrap();
+            p
+        })
+        .collect();
+    let mut cmd = Command::new(mrshim_test_support::mrshim_bin());
+    cmd.arg("analyze").arg("--json").args(&paths);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let v = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+    (out.status.code().unwrap_or(-1), v, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn one(text: &str) -> (i32, serde_json::Value) {
+    let (c, v, _) = run(&[("pasted.log", text)], &[]);
+    (c, v)
+}
+
+fn cats(v: &serde_json::Value) -> Vec<String> {
+    v["findings"].as_array().map(|a| a.iter().map(|f| f["category"].as_str().unwrap().to_string()).collect()).unwrap()
+}
+
+const WARN: &str =
+    "gpu-b:5202:5290 [0] misc/ibvwrap.cc:188 NCCL WARN Call to ibv_reg_mr failed with error Cannot allocate memory";
+
+/// Each framing of (2): the failure is recognised, counted once, and the host comes from where a host is.
+#[test]
+fn framings() {
+    for (framed, host) in [
+        (WARN.to_string(), Some("gpu-b")),
+        (format!("2024-05-01T10:00:00.123456Z {WARN}"), Some("gpu-b")),
+        (format!("[2024-05-01 10:00:00] {}", WARN.replace("gpu-b:", "gpu-b:")), Some("gpu-b")),
+        (format!("3: {WARN}"), Some("gpu-b")),
+        (format!("[1,3]<stderr>:{WARN}"), Some("gpu-b")),
+        (format!("node017: {WARN}"), Some("gpu-b")),
+        (format!("2024-05-01T10:00:00.000000001Z stderr F {WARN}"), Some("gpu-b")),
+        (format!("trainer-1  | {WARN}"), Some("gpu-b")),
+        (
+            "May 13 11:04:17 n17 python3[4242]: Call to ibv_reg_mr failed with error Cannot allocate memory".into(),
+            Some("n17"),
+        ),
+        ("node017: Call to ibv_reg_mr failed with error Cannot allocate memory".into(), Some("node017")),
+        ("2024-05-01T10:00:00Z Call to ibv_reg_mr failed with error Cannot allocate memory".into(), None),
+    ] {
+        let (code, v) = one(&framed);
+        assert_eq!(code, 1, "{framed}: {v}");
+        assert_eq!(v["summary"]["failed"], 1, "{framed}");
+        let hosts: Vec<String> = serde_json::from_value(v["summary"]["hosts"].clone()).unwrap();
+        match host {
+            Some(h) => assert!(hosts.contains(&h.to_string()), "{framed}: {hosts:?}"),
+            None => assert!(hosts.is_empty(), "{framed}: a timestamp is no host: {hosts:?}"),
+        }
+        assert_eq!(v["findings"][0]["errno"], "ENOMEM", "{framed}");
+    }
+}
+
+/// A UCX failure whose `mem_type` follow-up comes after interleaved DEBUG lines, with a padded pid.
+#[test]
+fn ucx_padded_pid_and_interleaved_follow_up() {
+    let log = "\
+[1592245902.211846] [std1707:2850 :0]          ib_md.c:325  UCX  ERROR ibv_reg_mr(address=0x7f724fa00000, length=4096, access=0xf) failed: Bad address
+[1592245902.211850] [std1707:2850 :0]          mpool.c:100  UCX  DEBUG mpool pending-ops: align 1, maxelems 4294967295, elemsize 112
+[1592245902.211969] [std1707:2850 :0]         ucp_mm.c:131  UCX  ERROR failed to register address 0x7f724fa00000 mem_type bit 0x2 length 4096 on md[5]=mlx5_0: Input/output error (md reg_mem_types 0x15)
+";
+    let (code, v) = one(log);
+    assert_eq!(code, 1);
+    assert_eq!(v["summary"]["failed"], 1);
+    let f = &v["findings"][0];
+    assert_eq!((f["category"].as_str(), f["errno"].as_str()), (Some("gpu-peer-memory"), Some("EFAULT")), "{f}");
+    assert_eq!(v["summary"]["hosts"], serde_json::json!(["std1707"]));
+}
+
+/// Each error form of (1) gives the errno, and so the category a maintainer would name first.
+#[test]
+fn error_forms() {
+    for (line, errno) in [
+        ("ibv_reg_mr failed: Cannot allocate memory", "ENOMEM"),
+        ("ibv_reg_mr failed: ENOMEM", "ENOMEM"),
+        ("register memory failed errno:12", "ENOMEM"),
+        ("register memory failed errno = 12", "ENOMEM"),
+        ("register memory failed errno: 12", "ENOMEM"),
+        ("ibv_reg_mr failed [error code: 12]", "ENOMEM"),
+        ("Failed to register memory 0x7f0000000000: [12]", "ENOMEM"),
+        ("register MR failed (12)", "ENOMEM"),
+        ("ibv_reg_mr_iova2 failed -12", "ENOMEM"),
+        ("fi_mr_reg failed ret=-12", "ENOMEM"),
+        ("NET/OFI Unable to register memory (type = 1) for device 0. RC: -12, Error:", "ENOMEM"),
+        ("reg_mr failed status -12", "ENOMEM"),
+        ("libfabric:1:1::verbs:mr:vrb_mr_reg():90<warn> fi_mr_reg failed: -12", "ENOMEM"),
+        ("register_memory failed: Os { code: 12, kind: OutOfMemory, message: \"Cannot allocate memory\" }", "ENOMEM"),
+        ("ibv_reg_mr failed: Bad address", "EFAULT"),
+        ("ibv_reg_mr failed: Invalid argument", "EINVAL"),
+        ("ibv_reg_mr failed: Operation not permitted", "EPERM"),
+        ("ibv_reg_mr failed: Permission denied", "EACCES"),
+        ("ibv_reg_mr failed: Resource temporarily unavailable", "EAGAIN"),
+        ("ibv_reg_dmabuf_mr failed status -95", "EOPNOTSUPP"),
+    ] {
+        let (code, v) = one(line);
+        assert_eq!(code, 1, "{line}");
+        assert_eq!(v["findings"][0]["errno"], errno, "{line}: {v}");
+    }
+    // the errno on the next line
+    let (_, v) = one("registerMemory(addr=0x7f0000000000) failed\nerrno = 13\n");
+    assert_eq!(v["findings"][0]["errno"], "EACCES");
+    assert_eq!(v["summary"]["failed"], 1);
+    // a hard-wrapped NCCL WARN and a hard-wrapped call: one failure each, with the errno of the next line
+    let (_, v) =
+        one("n1:7:7 [0] misc/ibvwrap.cc:188 NCCL WARN Call to ibv_reg_mr failed with error\nCannot allocate memory\n");
+    assert_eq!((v["summary"]["failed"].as_u64(), v["findings"][0]["errno"].as_str()), (Some(1), Some("ENOMEM")), "{v}");
+    let (_, v) = one("rdma_utils.h:119: Check failed: mr = ibv_reg_mr(pd_\n, p, size, IBV_ACCESS_LOCAL_WRITE) Failed to register the memory region: Cannot allocate memory\n");
+    assert_eq!((v["summary"]["failed"].as_u64(), v["findings"][0]["errno"].as_str()), (Some(1), Some("ENOMEM")), "{v}");
+}
+
+/// The maintainer's order per errno (5): the first category for each errno and memory kind.
+#[test]
+fn differential_order_by_errno() {
+    for (line, first) in [
+        ("ibv_reg_mr failed: Cannot allocate memory", "memlock-limit"),
+        ("ibv_reg_mr failed: Resource temporarily unavailable", "resource-exhaustion"),
+        ("ibv_reg_mr failed: Operation not permitted", "permissions"),
+        ("ibv_reg_mr failed: Permission denied", "permissions"),
+        ("register GPU memory (cuda) failed: Bad address", "gpu-peer-memory"),
+        ("register GPU memory (cuda) failed: Invalid argument", "gpu-peer-memory"),
+        ("register host memory failed: Bad address", "address-invalid"),
+        ("ibv_reg_dmabuf_mr failed: Operation not supported", "dmabuf-unsupported"),
+    ] {
+        let (_, v) = one(line);
+        assert_eq!(cats(&v)[0], first, "{line}: {:?}", cats(&v));
+    }
+    let (_, v) = one("ibv_reg_mr failed: Cannot allocate memory");
+    assert_eq!(cats(&v), ["memlock-limit", "resource-exhaustion", "access-flags"]);
+}
+
+/// Facts of (4) where users paste them move the ranking.
+#[test]
+fn facts_move_the_ranking() {
+    let fail = "ibv_reg_mr failed: Cannot allocate memory\n";
+    // memlock unlimited (the answer on the next line) rules memlock out
+    let (_, v) = one(&format!("$ ulimit -l\nunlimited\n{fail}"));
+    assert_eq!(cats(&v)[0], "resource-exhaustion");
+    assert_eq!(v["ruled_out"][0]["category"], "memlock-limit");
+    // a 64 KiB limit in `ulimit -a` form is evidence, not a prior
+    let (_, v) = one(&format!("max locked memory       (kbytes, -l) 64\n{fail}"));
+    assert_eq!(
+        (v["findings"][0]["category"].as_str(), v["findings"][0]["basis"].as_str()),
+        (Some("memlock-limit"), Some("evidence"))
+    );
+    // Max locked memory from /proc/PID/limits
+    let (_, v) = one(&format!("Max locked memory         65536                65536                bytes\n{fail}"));
+    assert_eq!(v["findings"][0]["basis"], "evidence");
+    // vm.max_map_count in sysctl form, with memlock unlimited: resource exhaustion on evidence
+    let (_, v) = one(&format!("vm.max_map_count = 65530\nulimit -l unlimited\n{fail}"));
+    assert_eq!(
+        (v["findings"][0]["category"].as_str(), v["findings"][0]["basis"].as_str()),
+        (Some("resource-exhaustion"), Some("evidence"))
+    );
+    // a GeForce GPU named anywhere makes an EFAULT of unknown memory a peer-memory problem
+    let (_, v) = one("GPU id:0; name: GeForce RTX 2070; Bus id: 0000:01:00\nibv_reg_mr failed: Bad address\n");
+    assert_eq!(cats(&v)[0], "gpu-peer-memory");
+    assert_eq!(v["findings"][0]["known_issue"]["id"], "geforce-no-gpudirect-rdma");
+    // lsmod output and dmabuf flags are read (peer memory loaded + EFAULT on cuMem memory)
+    let (_, v) =
+        one("nvidia_peermem         16384  0\ncuMemAlloc: 1, dmaBufSupported: 0\nibv_reg_mr failed (errno 14)\n");
+    assert_eq!(cats(&v)[0], "gpu-peer-memory");
+    assert_eq!(v["findings"][0]["basis"], "evidence");
+}
+
+/// Kernel-only evidence (4) produces a finding on its own; next to the user-space line it adds no count.
+#[test]
+fn kernel_only_evidence() {
+    for (k, first) in [
+        ("[1452510.275798] mlx5_core 0000:41:00.0: mlx5_cmd_out_err:800:(pid 0): CREATE_MKEY(0x200) op_mod(0x0) failed, status limits exceeded(0x8), syndrome (0x18af6), err(-12)", "resource-exhaustion"),
+        ("[79199.669653] mlx5_0:mr_umem_get:709:(pid 15855): umem get failed (-131668346275144)", "memlock-limit"),
+        ("Jul  7 13:48:56 myhost kernel: [169336.898388] gdrdrv:__gdrdrv_pin_buffer:nvidia_p2p_get_pages(va=7ff512200000 len=65536 p2p_token=0 va_space=0) failed [ret = -22]", "gpu-peer-memory"),
+        ("[1038619.687627] infiniband efa_0: Failed to process command REG_MR (opcode 7) comp_status 1 err -12", "memlock-limit"),
+    ] {
+        let (code, v) = one(k);
+        assert_eq!(code, 1, "{k}: {v}");
+        assert!(cats(&v).iter().any(|c| c == first), "{k}: {:?}", cats(&v));
+    }
+    let (_, v) = one("[1.0] infiniband mlx5_0: create_mkey_callback:131:(pid 0): async reg mr failed. status -12\nucx: ibv_reg_mr failed: Cannot allocate memory\n");
+    assert_eq!(v["summary"]["failed"], 1, "the kernel line is the same failure seen from below");
+    assert_eq!(cats(&v)[0], "resource-exhaustion");
+}
+
+fn rec(seq: u64, pid: u32, call: &str, result: &str, extra: &str) -> String {
+    format!(
+        r#"{{"v":1,"kind":"reg","seq":{seq},"time_ns":{},"host":"n1","pid":{pid},"tid":{pid},"rank":0,"call":"{call}","result":"{result}","duration_ns":2100,"device":"mlx5_0","pd":"0x55d0a000","length":2097152,"registered_bytes":0{extra}}}"#,
+        1_764_700_000_000_000_000u64 + seq
+    )
+}
+
+/// mrshim's own lines (6) and de-duplication: records + MRSHIM WARN + NCCL WARN + summary of one job
+/// give the failure count of the records alone; a summary with 0 failures is no failure.
+#[test]
+fn own_lines_and_one_count_per_failure() {
+    let fail = r#","addr":"0x7f0000200000","access":1048591,"relaxed_ordering":true,"mem_kind":"device","errno":22,"errno_name":"EINVAL""#;
+    let records: String = (1..=4).map(|i| rec(i, 4242, "ibv_reg_mr_iova2", "error", fail) + "\n").collect();
+    let mut stderr = String::new();
+    for _ in 0..4 {
+        stderr.push_str("n1:4242:4243 [0] MRSHIM WARN ibv_reg_mr_iova2(addr=0x7f0000200000, len=2097152, access=LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC|RELAXED_ORDERING, iova=0x7f0000200000) failed: EINVAL (22)\n");
+        stderr.push_str("n1:4242:4243 [0] misc/ibvwrap.cc:188 NCCL WARN Call to ibv_reg_mr_iova2 failed with error Invalid argument\n");
+    }
+    stderr.push_str("n1:4242:4242 [0] MRSHIM INFO summary: 4 calls (ibv_reg_mr_iova2 4), 4 failures (ibv_reg_mr_iova2 EINVAL x4), 0 probes, 0 bytes registered in total, peak 0 bytes, 0 bytes still registered\n");
+    let (_, alone, _) = run(&[("n1.jsonl", &records)], &[]);
+    let (code, mixed, _) = run(&[("n1.jsonl", &records), ("job.err", &stderr)], &[]);
+    assert_eq!(code, 1);
+    assert_eq!(alone["summary"]["failed"], 4);
+    assert_eq!(mixed["summary"]["failed"], 4, "records + stderr + NCCL WARN count each failure once");
+    assert_eq!(cats(&mixed)[0], "gpu-peer-memory");
+    // the stderr alone: MRSHIM WARN lines are evidence
+    let (code, v, _) = run(&[("job.err", &stderr)], &[]);
+    assert_eq!((code, v["summary"]["failed"].as_u64()), (1, Some(4)));
+    // a summary line with 0 failures alone: no failure, exit 0
+    let (code, v) = one("n1:7:7 [-] MRSHIM INFO summary: 3 calls (ibv_reg_mr 3), 0 failures, 0 probes, 12288 bytes registered in total, peak 12288 bytes, 0 bytes still registered\n");
+    assert_eq!((code, v["summary"]["failed"].as_u64()), (0, Some(0)), "{v}");
+}
+
+/// A successful perftest run is a success.
+#[test]
+fn successful_perftest_run_is_success() {
+    let out = "\
+---------------------------------------------------------------------------------------
+                    RDMA_Write BW Test
+ Dual-port       : OFF\t\tDevice         : mlx5_0
+ Number of qps   : 1\t\tTransport type : IB
+ PCIe relax order: ON
+---------------------------------------------------------------------------------------
+ #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]
+ 65536      5000             11610.46            11608.60\t\t   0.185738
+---------------------------------------------------------------------------------------
+";
+    let (code, v) = one(out);
+    assert_eq!((code, v["summary"]["failed"].as_u64()), (0, Some(0)), "{v}");
+}
+
+/// Retry records (7): addr/access/mem_kind are the caller's, used_* what the shim registered; a rescued job
+/// is one finding, and a failed drop-relaxed-ordering attempt rules relaxed ordering out.
+#[test]
+fn retry_records_describe_the_callers_request() {
+    let dev = r#","addr":"0x7f0000200000","access":1048591,"relaxed_ordering":true,"mem_kind":"device""#;
+    let lines = [
+        rec(1, 9, "ibv_reg_mr", "error", &format!(r#"{dev},"errno":14,"errno_name":"EFAULT""#)),
+        rec(
+            2,
+            9,
+            "ibv_reg_mr",
+            "error",
+            &format!(
+                r#"{dev},"errno":14,"attempt":1,"parent_seq":1,"strategy":"drop-relaxed-ordering","used_access":15"#
+            ),
+        ),
+        rec(
+            3,
+            9,
+            "ibv_reg_mr",
+            "ok",
+            &format!(
+                r#"{dev},"attempt":2,"parent_seq":1,"strategy":"bounce","used_addr":"0x7f0000900000","used_access":15,"used_mem_kind":"host-anon""#
+            ),
+        ),
+        rec(
+            4,
+            9,
+            "ibv_reg_mr",
+            "ok",
+            &format!(
+                r#"{dev},"learned":true,"strategy":"bounce","used_addr":"0x7f0000a00000","used_access":15,"used_mem_kind":"host-anon""#
+            ),
+        ),
+    ];
+    let text = lines.join("\n") + "\n";
+    let (code, v, _) = run(&[("n1.jsonl", &text)], &[]);
+    assert_eq!(code, 1);
+    assert_eq!(cats(&v), ["gpu-peer-memory"], "a rescued job is one finding: {v}");
+    assert!(v["findings"][0]["explanation"].as_str().unwrap().contains("with retry strategy bounce"));
+    assert!(
+        v["ruled_out"].as_array().unwrap().iter().any(|r| r["category"] == "relaxed-ordering"),
+        "{}",
+        v["ruled_out"]
+    );
+    // an older shim put the shadow into addr/access/mem_kind of the learned record: those fields are not trusted
+    let old = rec(
+        5,
+        9,
+        "ibv_reg_mr",
+        "ok",
+        r#","addr":"0x7f0000a00000","access":15,"mem_kind":"host-anon","learned":true,"strategy":"bounce""#,
+    );
+    let (_, v, _) = run(&[("n1.jsonl", &format!("{}\n{}\n{old}\n", lines[0], lines[2]))], &[]);
+    assert_eq!(cats(&v), ["gpu-peer-memory"], "no relaxed-ordering finding from the shadow's access: {v}");
+}
+
+/// --json: each finding has basis, check and its rank (the array order); at most four.
+#[test]
+fn json_basis_and_ranked_list() {
+    let (_, v) = one("misc/ibvwrap.cc:188 NCCL WARN Call to ibv_reg_mr failed with error Input/output error\n");
+    let fs = v["findings"].as_array().unwrap();
+    assert!((1..=4).contains(&fs.len()));
+    for f in fs {
+        assert!(matches!(f["basis"].as_str(), Some("prior") | Some("evidence")), "{f}");
+        assert!(f["check"].as_str().is_some_and(|c| !c.is_empty()));
+    }
+    let conf: Vec<f64> = fs.iter().map(|f| f["confidence"].as_f64().unwrap()).collect();
+    assert!(conf.windows(2).all(|w| w[0] >= w[1]), "ranked most likely first: {conf:?}");
+    assert!(v["ruled_out"].is_array());
+}
+
+/// Exit codes: 1 = failures found, 0 = registrations seen and none failed, 2 = nothing recognised (said so).
+#[test]
+fn exit_codes() {
+    let (code, _) = one("ibv_reg_mr failed: Invalid argument\n");
+    assert_eq!(code, 1);
+    let (code, _) = one("[1643394930.913056] [cirrus3:1292923:0]           ib_md.c:816  UCX  DEBUG registered memory 0x7f56f0f20ba0..0x7f56f12750e0 on mlx5_0 lkey 0xc0563 rkey 0xc0563 access 0xf flags 0x368\n");
+    assert_eq!(code, 0);
+    let (code, _, err) = run(&[("notes.txt", "hello world\nnothing to see here\n")], &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("nothing recognised"), "{err}");
+}
+
+/// Known issues as data (8): the built-in table matches, and a user's table is appended.
+#[test]
+fn known_issues_table_and_user_extension() {
+    let (_, v) = one("register_rail_mr_buffer:617 NCCL WARN NET/OFI Unable to register memory (type = 2) for device 4. RC: -22, Error: Invalid argument\n");
+    let k = &v["findings"].as_array().unwrap().iter().find(|f| !f["known_issue"].is_null()).unwrap()["known_issue"];
+    assert_eq!(k["id"], "efa-cuda-sync-memops");
+    let dir = std::env::temp_dir().join(format!("mrshim-known-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let table = dir.join("mine.json");
+    std::fs::write(&table, r#"[{"id":"site-42","title":"our old OFED","category":"version-mismatch","match":[["OFED-4.1"]],"source":"https://example.org/site-42","fix":"upgrade OFED"}]"#).unwrap();
+    let (_, v, _) = run(
+        &[("job.log", "MLNX_OFED_LINUX-4.1-1.0.2.0 (OFED-4.1-1.0.2)\nibv_reg_mr failed: Invalid argument\n")],
+        &[("MRSHIM_KNOWN_ISSUES", table.to_str().unwrap())],
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(v["findings"][0]["category"], "version-mismatch", "{v}");
+    assert_eq!(v["findings"][0]["known_issue"]["id"], "site-42");
+}
