@@ -714,20 +714,27 @@ unsafe extern "C" fn post_send(qp: *mut v::ibv_qp, wr: *mut v::ibv_send_wr, bad:
         if !only_reads(wr) {
             before_telling_peers();
         }
-        each_wr(ctx, wr, |r, rs| outgoing(qpn, r.opcode == v::ibv_wr_opcode::IBV_WR_RDMA_READ, rs));
+        each_wr(ctx, wr, |r, rs| outgoing(qpn, fetches(r.opcode), rs));
     });
     // SAFETY: the provider's own post_send with the application's arguments.
     unsafe { provider::<PostSend>(&o.send)(qp, wr, bad) }
 }
 
-/// Whether every WR of the list is an RDMA READ: those tell the peer nothing (no completion on
-/// its side), so the regions it may read need no sync for them.
+/// WRs whose local SGEs receive data from the peer: an RDMA READ, and the two atomics (the
+/// remote word's old value lands in the SGE).
+fn fetches(op: v::ibv_wr_opcode::Type) -> bool {
+    use v::ibv_wr_opcode::*;
+    matches!(op, IBV_WR_RDMA_READ | IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD)
+}
+
+/// Whether every WR of the list fetches (READ, atomics): those tell the peer nothing (no
+/// completion on its side), so the regions it may read need no sync for them.
 fn only_reads(first: *mut v::ibv_send_wr) -> bool {
     let mut w = first;
     while !w.is_null() {
         // SAFETY: walking the application's WR list, as the provider is about to.
         let r = unsafe { &*w };
-        if r.opcode != v::ibv_wr_opcode::IBV_WR_RDMA_READ {
+        if !fetches(r.opcode) {
             return false;
         }
         w = r.next;
