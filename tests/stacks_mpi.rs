@@ -36,6 +36,16 @@ fn assert_records_per_process(w: &SimWorld, ranks: usize, who: &str) {
 /// `mpirun -np N` of mpi_datacheck on the simulator (pml ucx, osc ucx, UCX over rc), with
 /// `env` exported to every rank.
 fn mpirun_datacheck(w: &SimWorld, np: usize, env: &[String], prog_args: &[&str]) -> std::process::Output {
+    mpirun_datacheck_within(w, np, env, prog_args, 150)
+}
+
+fn mpirun_datacheck_within(
+    w: &SimWorld,
+    np: usize,
+    env: &[String],
+    prog_args: &[&str],
+    secs: u32,
+) -> std::process::Output {
     let npstr = np.to_string();
     let mut args = vec!["--allow-run-as-root", "--oversubscribe", "-np", &npstr];
     args.extend(["--mca", "pml", "ucx", "--mca", "osc", "ucx", "--mca", "btl", "^openib"]);
@@ -45,7 +55,7 @@ fn mpirun_datacheck(w: &SimWorld, np: usize, env: &[String], prog_args: &[&str])
     }
     args.push(datacheck().to_str().unwrap());
     args.extend(prog_args);
-    run(&mut stack_cmd(w, Mode::Plain, 0, "mpirun", &args))
+    run(&mut stack_cmd_within(w, Mode::Plain, 0, "mpirun", &args, secs))
 }
 
 /// The shim in every rank: one log each, the device's log of the whole job.
@@ -100,8 +110,9 @@ fn bounce_every_buffer(scheme: &str) {
         "eager" => env.push("UCX_RNDV_THRESH=inf".into()),
         _ => env.extend([format!("UCX_RNDV_SCHEME={scheme}"), "UCX_RNDV_THRESH=1024".into()]),
     }
+    // Every post compares every bounce region peers can read (all of UCX's): slow on 2 shared cores.
     let (max, iters) = ("67108864", "2");
-    let o = mpirun_datacheck(&w, 2, &env, &["--min-size", "8", "--max-size", max, "--iters", iters]);
+    let o = mpirun_datacheck_within(&w, 2, &env, &["--min-size", "8", "--max-size", max, "--iters", iters], 600);
     let who = format!("bounce, {scheme}");
     assert!(o.status.success(), "{who}: {}\n{}", stdout(&o), stderr(&o));
     assert_ranks_ok(&stdout(&o), 2, 2 * sizes(8, 67108864), max, &who);

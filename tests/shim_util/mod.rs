@@ -272,8 +272,13 @@ pub const MODES: [Mode; 3] = [Mode::Plain, Mode::Shim, Mode::Retry];
 /// devices in /sys/class and /dev; with the shim, its records go to `<dir>/logs/` (rank
 /// `rank`) and the device's own log to `<dir>/sim-r<rank>.jsonl`.
 pub fn stack_cmd(w: &SimWorld, mode: Mode, rank: u32, prog: &str, args: &[&str]) -> Command {
+    stack_cmd_within(w, mode, rank, prog, args, 150)
+}
+
+/// [`stack_cmd`], killed after `secs` seconds.
+pub fn stack_cmd_within(w: &SimWorld, mode: Mode, rank: u32, prog: &str, args: &[&str], secs: u32) -> Command {
     let mut c = cmd("timeout");
-    c.args(["-k", "5", "150"]).arg(mrshim_bin()).args(["sim", "--", "env"]);
+    c.args(["-k", "5", &secs.to_string()]).arg(mrshim_bin()).args(["sim", "--", "env"]);
     c.env("MRSHIM_SIM_RUNDIR", w.dir.join("run"));
     for (k, v) in &w.env {
         c.env(k, v);
