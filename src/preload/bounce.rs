@@ -1071,4 +1071,49 @@ mod tests {
         assert_eq!(shadow(1), 9);
         abandon(s);
     }
+
+    #[test]
+    fn a_registration_inside_a_bounce_region_shares_its_shadow() {
+        let mut app = vec![0u8; 3 * 4096];
+        let p = app.as_mut_ptr() as u64;
+        let outer = Arc::new(peer_writable(&mut app).region);
+        REGIONS.write().unwrap().push(outer.clone());
+        let inner = prepare(p + 4096, 4096, p + 4096, mrshim_verbs::access::REMOTE_READ).unwrap();
+        assert_eq!(inner.addr(), outer.shadow as u64 + 4096, "the inner MR is registered on the outer shadow");
+        // SAFETY: the outer region's live shadow; a peer's put through the outer MR.
+        unsafe { *((outer.shadow + 4096) as *mut u8) = 0x77 };
+        // SAFETY: the inner shadow, the same page: a get through the inner MR reads the put.
+        assert_eq!(unsafe { *(inner.addr() as *const u8) }, 0x77);
+        REGIONS.write().unwrap().retain(|r| !Arc::ptr_eq(r, &outer));
+        abandon(inner);
+        assert_eq!(Arc::strong_count(&outer.maps), 1, "the inner region let go of the shared mappings");
+    }
+
+    #[test]
+    fn a_region_whose_buffer_was_unmapped_is_skipped_not_touched() {
+        let len = 8192;
+        // SAFETY: a fresh private mapping, unmapped below while its region lives on.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        let a = p as u64;
+        let access = mrshim_verbs::access::REMOTE_READ | mrshim_verbs::access::REMOTE_WRITE;
+        let s = prepare(a, len as u64, a, access).unwrap();
+        // SAFETY: unmapping the buffer as free() would; the region still names it.
+        unsafe { libc::munmap(p, len) };
+        // SAFETY: the region's live shadow: a peer write that would be copied to the buffer.
+        unsafe { *(s.region.shadow as *mut u8) = 1 };
+        bump_epoch();
+        s.region.fold_app_writes();
+        s.region.sync_peer_writes();
+        abandon(s);
+    }
 }
