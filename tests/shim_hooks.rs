@@ -7,6 +7,19 @@ use shim_util::*;
 use std::collections::HashSet;
 use std::os::unix::process::ExitStatusExt;
 
+/// The nine calls tests/c/fake_linked.c makes, in order: each must be one record.
+const PROGRAM_CALLS: [&str; 9] = [
+    "ibv_reg_mr",
+    "ibv_reg_mr_iova",
+    "ibv_reg_mr_iova2",
+    "ibv_reg_dmabuf_mr",
+    "ibv_reg_dmabuf_mr",
+    "ibv_dereg_mr",
+    "ibv_dereg_mr",
+    "ibv_dereg_mr",
+    "ibv_dereg_mr",
+];
+
 #[test]
 fn exports_only_the_hooks_and_needs_no_libibverbs() {
     let lib = shim_lib();
@@ -72,21 +85,7 @@ fn linked_program_one_record_per_call_matching_what_the_library_received() {
     use Kind::*;
     assert_eq!(kinds, [Config, Reg, Reg, Reg, Reg, Reg, Dereg, Dereg, Dereg, Dereg, Summary]);
     let calls: Vec<&str> = recs[1..10].iter().map(|r| r.call.as_str()).collect();
-    assert_eq!(
-        calls,
-        [
-            "ibv_reg_mr",
-            "ibv_reg_mr_iova",
-            "ibv_reg_mr_iova2",
-            "ibv_reg_dmabuf_mr",
-            "ibv_reg_dmabuf_mr",
-            "ibv_dereg_mr",
-            "ibv_dereg_mr",
-            "ibv_dereg_mr",
-            "ibv_dereg_mr"
-        ],
-        "rdma-core-style internal ibv_reg_mr -> ibv_reg_mr_iova2 is not a second record"
-    );
+    assert_eq!(calls, PROGRAM_CALLS, "rdma-core-style internal ibv_reg_mr -> ibv_reg_mr_iova2 is not a second record");
     let seqs: Vec<u64> = recs[1..10].iter().map(|r| r.seq).collect();
     assert_eq!(seqs, (1..=9).collect::<Vec<_>>());
     // compare with the library's own log
@@ -452,21 +451,7 @@ fn registrations_at_start_up_and_from_inside_malloc() {
         );
         // the program's own nine calls, each recorded once, whatever the preload did in between
         let mine: Vec<&str> = regs.iter().filter(|r| r.addr != regs[0].addr).map(|r| r.call.as_str()).collect();
-        assert_eq!(
-            mine,
-            [
-                "ibv_reg_mr",
-                "ibv_reg_mr_iova",
-                "ibv_reg_mr_iova2",
-                "ibv_reg_dmabuf_mr",
-                "ibv_reg_dmabuf_mr",
-                "ibv_dereg_mr",
-                "ibv_dereg_mr",
-                "ibv_dereg_mr",
-                "ibv_dereg_mr"
-            ],
-            "{order}"
-        );
+        assert_eq!(mine, PROGRAM_CALLS, "{order}");
         assert!(regs.len() as u64 <= 2 * made + 9, "{order}: at most one record per call");
     }
 }
