@@ -125,10 +125,29 @@ pub fn stderr(o: &Output) -> String {
 }
 
 /// Every line of a log, parsed (panics on a line that is not a record).
+/// The records of one log. Every line the shim wrote in any test must also validate against the
+/// JSON Schema shipped in docs/ (generated from crates/record), so the schema users get is checked
+/// against real output, retries, refusals and summaries included.
 pub fn records(p: &Path) -> Vec<mrshim_record::Reg> {
     let text = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     assert!(text.ends_with('\n'), "log ends with a complete line");
-    text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}"))).collect()
+    text.lines()
+        .map(|l| {
+            let value: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}"));
+            let errors: Vec<String> = record_schema().iter_errors(&value).map(|e| e.to_string()).collect();
+            assert!(errors.is_empty(), "docs/record.schema.json rejects {l}: {errors:?}");
+            serde_json::from_value(value).unwrap_or_else(|e| panic!("{l}: {e}"))
+        })
+        .collect()
+}
+
+fn record_schema() -> &'static jsonschema::Validator {
+    static V: OnceLock<jsonschema::Validator> = OnceLock::new();
+    V.get_or_init(|| {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/record.schema.json");
+        let schema = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+        jsonschema::validator_for(&schema).unwrap()
+    })
 }
 
 pub fn files(dir: &Path) -> Vec<PathBuf> {

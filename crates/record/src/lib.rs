@@ -70,6 +70,7 @@ pub const FIELDS: &[&str] = &[
 
 /// What a line describes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
     /// The process's effective configuration, first line of every log.
@@ -88,6 +89,7 @@ pub enum Kind {
 
 /// Where the registered address lives, as far as the shim can tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum MemKind {
     HostAnon,
@@ -103,6 +105,7 @@ pub enum MemKind {
 /// One registration (or deregistration) event. Optional fields are omitted when unknown.
 /// Addresses are hex strings ("0x7f..."): JSON numbers lose precision above 2^53.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Reg {
     pub v: u32,
     pub kind: Option<Kind>,
@@ -239,6 +242,7 @@ pub struct Reg {
 
 /// Per-process totals, written as the `summary` of a [`Kind::Summary`] line.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Summary {
     /// Intercepted application calls (registrations and deregistrations).
     pub calls: u64,
@@ -273,6 +277,7 @@ fn is_zero(n: &u64) -> bool {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct CallStats {
     pub calls: u64,
     pub failures: u64,
@@ -289,5 +294,83 @@ impl Reg {
         let mut s = serde_json::to_string(self).expect("record serializes");
         s.push('\n');
         s
+    }
+}
+
+/// docs/record.schema.json is generated from the types above; these tests keep it current and
+/// check that real lines validate against it.
+#[cfg(test)]
+mod json_schema {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn path() -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/record.schema.json")
+    }
+
+    fn generated() -> String {
+        let mut schema = schemars::schema_for!(Reg);
+        schema.insert("$id".into(), format!("urn:mrshim:record:v{SCHEMA_VERSION}").into());
+        schema.insert("title".into(), "mrshim record".into());
+        schema.insert(
+            "description".into(),
+            format!(
+                "One line of a libmrshim.so log (JSON lines), schema version {SCHEMA_VERSION}. Generated from \
+                 crates/record by `MRSHIM_BLESS=1 cargo test -p mrshim-record`; see docs/record-schema.md. \
+                 Readers must ignore fields they do not know."
+            )
+            .into(),
+        );
+        serde_json::to_string_pretty(&schema).unwrap() + "\n"
+    }
+
+    #[test]
+    fn the_shipped_schema_is_generated_from_the_types() {
+        let want = generated();
+        if std::env::var_os("MRSHIM_BLESS").is_some() {
+            std::fs::write(path(), &want).unwrap();
+        }
+        let have = std::fs::read_to_string(path()).unwrap_or_default();
+        assert!(have == want, "docs/record.schema.json is stale: run `MRSHIM_BLESS=1 cargo test -p mrshim-record`");
+    }
+
+    fn validator() -> jsonschema::Validator {
+        jsonschema::validator_for(&serde_json::from_str(&generated()).unwrap()).unwrap()
+    }
+
+    fn errors(v: &jsonschema::Validator, line: &str) -> Vec<String> {
+        let value: serde_json::Value = serde_json::from_str(line).unwrap();
+        v.iter_errors(&value).map(|e| format!("{e} at {}", e.instance_path())).collect()
+    }
+
+    #[test]
+    fn example_records_validate_and_broken_ones_do_not() {
+        let v = validator();
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/logs/shim");
+        let mut lines = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let p = entry.unwrap().path();
+            if p.extension().is_some_and(|e| e == "jsonl") {
+                // A torn line (a killed process's last write) is the reader's business, not the schema's.
+                let text = std::fs::read_to_string(&p).unwrap();
+                for line in text.lines().filter(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()) {
+                    assert_eq!(errors(&v, line), Vec::<String>::new(), "{}: {line}", p.display());
+                    lines += 1;
+                }
+            }
+        }
+        assert!(lines > 20, "only {lines} example lines");
+        // What the schema must reject: a wrong type, an unknown memory kind, a missing required field.
+        let ok = r#"{"v":1,"kind":"reg","seq":1,"time_ns":1,"host":"h","pid":1,"tid":1,"call":"ibv_reg_mr","result":"ok","duration_ns":1}"#;
+        assert!(errors(&v, ok).is_empty());
+        for bad in [
+            ok.replace(r#""seq":1"#, r#""seq":"1""#),
+            ok.replace(r#""kind":"reg""#, r#""kind":"regs""#),
+            ok.replace(r#""call":"ibv_reg_mr","#, ""),
+        ] {
+            assert!(!errors(&v, &bad).is_empty(), "accepted: {bad}");
+        }
+        let kind = ok.replace(r#""result":"ok""#, r#""result":"ok","mem_kind":"gpu""#);
+        assert!(!errors(&v, &kind).is_empty(), "unknown mem_kind accepted");
     }
 }
