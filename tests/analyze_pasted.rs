@@ -293,6 +293,19 @@ fn retry_records_describe_the_callers_request() {
     assert_eq!(code, 1);
     assert_eq!(cats(&v), ["gpu-peer-memory"], "a rescued job is one finding: {v}");
     assert!(v["findings"][0]["explanation"].as_str().unwrap().contains("with retry strategy bounce"));
+    // the application made two calls, both registered: one rescued after failing, one learned
+    assert_eq!((v["summary"]["failed"].as_u64(), v["summary"]["rescued"].as_u64()), (Some(1), Some(1)), "{v}");
+    assert_eq!((v["summary"]["learned"].as_u64(), v["hosts"][0]["calls"].as_u64()), (Some(1), Some(2)), "{v}");
+    let dir = std::env::temp_dir().join(format!("mrshim-pasted-rescued-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("n1.jsonl"), &text).unwrap();
+    let out = Command::new(mrshim_test_support::mrshim_bin()).arg("analyze").arg(&dir).output().unwrap();
+    let head = String::from_utf8_lossy(&out.stdout).split("\n\n").next().unwrap().replace("\n  ", " ");
+    assert!(
+        head.contains("1 of 2 registrations failed; mrshim rescued it: the application saw no failure; 1 more registered through a learned strategy"),
+        "{head}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
     assert!(
         v["ruled_out"].as_array().unwrap().iter().any(|r| r["category"] == "relaxed-ordering"),
         "{}",

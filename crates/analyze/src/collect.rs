@@ -152,6 +152,10 @@ pub struct Collector {
     /// (file, pid) -> run; pid None holds the file-wide defaults (env dumps).
     pub runs: BTreeMap<(usize, Option<u32>), Run>,
     pub retries: BTreeMap<(String, bool), u64>,
+    /// Failed application calls a retry attempt then registered (the application saw success).
+    pub rescued_failures: u64,
+    /// Application calls registered through a learned strategy applied up front.
+    pub learned_ok: u64,
     pub points: Vec<Point>,
     point_stride: u64,
     point_seen: u64,
@@ -341,23 +345,33 @@ impl Collector {
             .rank
             .or_else(|| r.pid.and_then(|p| self.ranks.get(host.as_str()).and_then(|m| m.get(&p)).copied()))
             .or(r.rank_hint);
-        // a learned strategy applied up front worked: a rescue, not a registration of the caller's memory
-        if r.attempt > 0 || (r.learned && r.ok) {
+        // A retry attempt is not an application call: a successful one rescued the failed call it
+        // follows. A learned strategy applied up front is the application's call, which mrshim
+        // made succeed: counted as a registration and as a rescue by that strategy.
+        let retry = r.attempt > 0;
+        if retry || (r.learned && r.ok) {
             *self.retries.entry((r.strategy.clone().unwrap_or_else(|| "?".into()), r.ok)).or_default() += 1;
             if r.ok {
                 self.procs.get(file, r.pid, &host).rescued += 1;
-                self.point(&host, rank, r.time_ns, r.length, Mark::Rescued);
+                if retry {
+                    self.rescued_failures += 1;
+                    self.point(&host, rank, r.time_ns, r.length, Mark::Rescued);
+                } else {
+                    self.learned_ok += 1;
+                    self.procs.get(file, r.pid, &host).learned += 1;
+                }
             }
+            if retry {
+                return;
+            }
+            // The NIC registered a shadow, not the caller's memory: the call counts for its rank and
+            // the timeline, but not as evidence that this kind of memory registers.
+            self.procs.reg((file, r.pid), &host, rank, (r.time_ns, self.order), true);
+            self.point(&host, rank, r.time_ns, r.length, Mark::Rescued);
             return;
         }
         self.procs.reg((file, r.pid), &host, rank, (r.time_ns, self.order), r.ok);
-        let mark = match (r.ok, r.strategy.is_some()) {
-            (false, _) => Mark::Failed,
-            // a learned strategy applied up front: drawn like a rescue, not counted as one
-            (true, true) => Mark::Rescued,
-            (true, false) => Mark::Ok,
-        };
-        self.point(&host, rank, r.time_ns, r.length, mark);
+        self.point(&host, rank, r.time_ns, r.length, if r.ok { Mark::Ok } else { Mark::Failed });
         if self.hist.is_empty() {
             self.hist = vec![[0; 2]; 64];
         }

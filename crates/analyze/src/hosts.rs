@@ -78,6 +78,7 @@ pub fn rows(c: &Collector, ranks: &RankReport) -> Vec<HostRow> {
         }
         let row = m.entry(p.host.as_str()).or_default();
         row.rescued += p.rescued;
+        row.calls += p.learned;
         if let Some(r) = p.rank {
             rank_sets.entry(p.host.as_str()).or_default().insert(r);
         }

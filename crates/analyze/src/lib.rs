@@ -55,8 +55,13 @@ impl Analysis {
             && self.col.hosts.values().all(|h| h.flags.is_empty() && h.memlock.is_empty())
             && self.col.files.iter().all(|f| f.recognised == 0)
     }
+    /// Successful registrations of the caller's own memory (learned strategies not included).
     pub fn ok(&self) -> u64 {
         self.col.groups.iter().filter(|g| g.0.ok).map(|g| g.1.count).sum()
+    }
+    /// The application's registration calls: failed, ok, and registered through a learned strategy.
+    pub fn registrations(&self) -> u64 {
+        self.failed() + self.ok() + self.col.learned_ok
     }
 }
 

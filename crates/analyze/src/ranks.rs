@@ -18,8 +18,10 @@ pub struct Proc {
     pub first_fail: Option<(u64, bool)>,
     /// Timed span of the application's registrations (ns).
     pub span: Option<(u64, u64)>,
-    /// Failed calls a retry attempt registered after all.
+    /// Calls mrshim registered: failed ones a retry attempt rescued, and learned ones.
     pub rescued: u64,
+    /// Calls registered through a learned strategy up front (not in the collector's groups).
+    pub learned: u64,
 }
 
 #[derive(Default)]

@@ -98,16 +98,15 @@ fn header(o: &mut String, a: &Analysis) {
     let mut item = |k: &str, v: String| {
         let _ = write!(o, "<dt>{}</dt><dd>{v}</dd>", esc(k));
     };
-    let rescued: u64 = a.hosts.iter().map(|h| h.rescued).sum();
     item(
         "result",
         esc(&format!(
             "{} of {} registration(s) failed on {} of {} host(s){}",
             a.failed(),
-            a.failed() + a.ok(),
+            a.registrations(),
             a.failing_hosts().count(),
             a.hosts.len(),
-            if rescued > 0 { format!("; {rescued} rescued by mrshim's retry strategies") } else { String::new() }
+            super::rescue_clause(a).map(|r| format!("; {r}")).unwrap_or_default()
         )),
     );
     if let Some(w) = a.ranks.world_size {
@@ -139,7 +138,9 @@ fn ranks_box(o: &mut String, a: &Analysis) {
     if r.first_failure.is_none() && r.is_empty() {
         return;
     }
-    let _ = write!(o, "<div class=\"box{}\" id=\"ranks\"><ul>", if r.is_empty() { " ok" } else { "" });
+    // green only when it has nothing but good news; a first failure is not
+    let ok = r.is_empty() && r.first_failure.is_none();
+    let _ = write!(o, "<div class=\"box{}\" id=\"ranks\"><ul>", if ok { " ok" } else { "" });
     if let Some(f) = super::first_failure(a) {
         let _ = write!(o, "<li id=\"first-failure\">first failure: <b>{}</b></li>", esc(&f));
     }

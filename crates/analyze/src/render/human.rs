@@ -1,5 +1,5 @@
 //! The one-screen answer: most likely cause first, wrapped to 80 columns.
-use super::{clip_list, first_failure, job_lines, ranges};
+use super::{clip_list, first_failure, job_lines, ranges, rescue_clause};
 use crate::hosts::HostRow;
 use crate::Analysis;
 use mrshim_hostlist::{compress, counted};
@@ -73,13 +73,16 @@ fn paint(s: &str, code: &str, color: bool) -> String {
 
 pub fn render(a: &Analysis, color: bool) -> String {
     let mut o = String::new();
-    let head = format!(
+    let mut head = format!(
         "mrshim analyze: {}, {}: {} of {} failed",
         plural(a.col.files.len() as u64, "input"),
         plural(a.hosts.len() as u64, "host"),
         a.failed(),
-        plural(a.failed() + a.ok(), "registration")
+        plural(a.registrations(), "registration")
     );
+    if let Some(r) = rescue_clause(a) {
+        head.push_str(&format!("; {r}"));
+    }
     wrap(&mut o, &head, 2, "");
     // with a host table, the first failure heads it
     for l in job_lines(a, !has_host_table(a)) {

@@ -16,6 +16,8 @@ pub fn render(a: &Analysis) -> Value {
             "bytes": a.col.files.iter().map(|f| f.bytes).sum::<u64>(),
             "failed": a.failed(),
             "ok": a.ok(),
+            "rescued": a.col.rescued_failures,
+            "learned": a.col.learned_ok,
             "hosts": hosts,
             "doctor_reports": a.col.doctor_reports,
             "top": a.findings.first().map(|f| f.category),

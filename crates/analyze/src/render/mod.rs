@@ -136,6 +136,24 @@ pub fn first_failure(a: &crate::Analysis) -> Option<String> {
     Some(s)
 }
 
+/// What mrshim's retries did for the application's failed calls, for the headline: rescued all or
+/// some of them, and how many more calls a learned strategy registered up front.
+pub fn rescue_clause(a: &crate::Analysis) -> Option<String> {
+    let failed = a.failed();
+    let rescued = a.col.rescued_failures.min(failed);
+    let mut parts = Vec::new();
+    if rescued > 0 && rescued == failed {
+        let all = if failed == 1 { "it".to_string() } else { format!("all {failed}") };
+        parts.push(format!("mrshim rescued {all}: the application saw no failure"));
+    } else if rescued > 0 {
+        parts.push(format!("mrshim rescued {rescued}, {} reached the application", failed - rescued));
+    }
+    if a.col.learned_ok > 0 {
+        parts.push(format!("{} more registered through a learned strategy", a.col.learned_ok));
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
 /// The job in one line: id, ranks logged of the world, first failure (`with_first`), then killed and
 /// missing ranks.
 pub fn job_lines(a: &crate::Analysis, with_first: bool) -> Vec<String> {
