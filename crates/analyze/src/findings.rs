@@ -221,16 +221,7 @@ fn calls_of(gs: &[G]) -> Vec<String> {
 }
 
 fn mem_name(m: Option<MemKind>) -> &'static str {
-    match m {
-        Some(MemKind::HostAnon) => "host-anon",
-        Some(MemKind::HostStack) => "host-stack",
-        Some(MemKind::Hugepage) => "hugepage",
-        Some(MemKind::FileReadonly) => "file-readonly",
-        Some(MemKind::FileWritable) => "file-writable",
-        Some(MemKind::Device) => "device",
-        Some(MemKind::Unmapped) => "unmapped",
-        Some(MemKind::Unknown) | None => "unknown",
-    }
+    m.unwrap_or(MemKind::Unknown).name()
 }
 
 pub fn human_size(n: u64) -> String {

@@ -102,6 +102,39 @@ pub enum MemKind {
     Unknown,
 }
 
+impl MemKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [MemKind; 8] = [
+        MemKind::HostAnon,
+        MemKind::HostStack,
+        MemKind::Hugepage,
+        MemKind::FileReadonly,
+        MemKind::FileWritable,
+        MemKind::Device,
+        MemKind::Unmapped,
+        MemKind::Unknown,
+    ];
+
+    /// The name a record carries (`host-anon`, ...): the one table the shim's hand writer,
+    /// MRSHIM_INJECT's `kind=` and analyze's texts use; a test checks it against serde.
+    pub const fn name(self) -> &'static str {
+        match self {
+            MemKind::HostAnon => "host-anon",
+            MemKind::HostStack => "host-stack",
+            MemKind::Hugepage => "hugepage",
+            MemKind::FileReadonly => "file-readonly",
+            MemKind::FileWritable => "file-writable",
+            MemKind::Device => "device",
+            MemKind::Unmapped => "unmapped",
+            MemKind::Unknown => "unknown",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<MemKind> {
+        MemKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
 /// One registration (or deregistration) event. Optional fields are omitted when unknown.
 /// Addresses are hex strings ("0x7f..."): JSON numbers lose precision above 2^53.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -294,6 +327,20 @@ impl Reg {
         let mut s = serde_json::to_string(self).expect("record serializes");
         s.push('\n');
         s
+    }
+}
+
+#[cfg(test)]
+mod mem_kind_names {
+    use super::MemKind;
+
+    #[test]
+    fn names_are_what_serde_writes_and_read_back() {
+        for k in MemKind::ALL {
+            assert_eq!(serde_json::to_string(&k).unwrap(), format!("\"{}\"", k.name()));
+            assert_eq!(MemKind::from_name(k.name()), Some(k));
+        }
+        assert_eq!(MemKind::from_name("gpu"), None);
     }
 }
 

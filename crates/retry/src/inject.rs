@@ -30,16 +30,6 @@ pub struct Rule {
     rng: AtomicU64,
 }
 
-pub const KINDS: &[(&str, MemKind)] = &[
-    ("host-anon", MemKind::HostAnon),
-    ("host-stack", MemKind::HostStack),
-    ("hugepage", MemKind::Hugepage),
-    ("file-readonly", MemKind::FileReadonly),
-    ("file-writable", MemKind::FileWritable),
-    ("device", MemKind::Device),
-    ("unmapped", MemKind::Unmapped),
-];
-
 /// What MRSHIM_INJECT accepts (the text of its error line).
 pub const HELP: &str = "rules separated by ';', each CALL:ERRNO[:COND,...]; CALL: ibv_reg_mr, ibv_reg_mr_iova, \
 ibv_reg_mr_iova2, ibv_reg_dmabuf_mr or reg (any); ERRNO: a name like EINVAL or a number; COND: nth=N, from=N, \
@@ -87,7 +77,7 @@ pub fn parse(s: &str) -> Result<Vec<Rule>, String> {
                 Some(("min_len", v)) => r.min_len = size(v).ok_or_else(bad)?,
                 Some(("max_len", v)) => r.max_len = size(v).ok_or_else(bad)?,
                 Some(("kind", k)) => {
-                    r.kind = Some(KINDS.iter().find(|(n, _)| *n == k).map(|(_, k)| *k).ok_or_else(bad)?)
+                    r.kind = Some(MemKind::from_name(k).filter(|k| *k != MemKind::Unknown).ok_or_else(bad)?)
                 }
                 _ => return Err(bad()),
             }

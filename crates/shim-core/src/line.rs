@@ -54,19 +54,6 @@ pub struct RegLine<'a> {
     pub meta: crate::Meta<'a>,
 }
 
-pub fn mem_kind_str(k: MemKind) -> &'static str {
-    match k {
-        MemKind::HostAnon => "host-anon",
-        MemKind::HostStack => "host-stack",
-        MemKind::Hugepage => "hugepage",
-        MemKind::FileReadonly => "file-readonly",
-        MemKind::FileWritable => "file-writable",
-        MemKind::Device => "device",
-        MemKind::Unmapped => "unmapped",
-        MemKind::Unknown => "unknown",
-    }
-}
-
 /// The `result` field: a strategy the retry engine refused to try, or the call's outcome.
 fn result(refused: bool, ok: bool) -> &'static str {
     if refused {
@@ -337,7 +324,7 @@ impl RegLine<'_> {
         }
         w.ou(k!("dmabuf_offset"), self.dmabuf_offset);
         if let Some(kd) = self.mem_kind {
-            w.lit(k!("mem_kind"), mem_kind_str(kd));
+            w.lit(k!("mem_kind"), kd.name());
         }
         w.os(k!("mem_region"), self.mem_region.as_deref());
         if let Some(f) = self.mem_fully_mapped {
@@ -375,7 +362,7 @@ impl RegLine<'_> {
         w.ou(k!("used_length"), self.used_length);
         w.ou(k!("used_access"), self.used_access.map(u64::from));
         if let Some(kd) = self.used_mem_kind {
-            w.lit(k!("used_mem_kind"), mem_kind_str(kd));
+            w.lit(k!("used_mem_kind"), kd.name());
         }
         w.put(b"}\n");
         w.n

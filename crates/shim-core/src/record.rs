@@ -131,7 +131,7 @@ impl Shim {
                     "{} INFO learned: {} of {} memory goes straight to {}",
                     self.prefix(),
                     entry.name(),
-                    line::mem_kind_str(kind),
+                    kind.name(),
                     strategy.name()
                 );
                 if cfg.warn {
@@ -148,7 +148,7 @@ impl Shim {
                     r.change = Some(format!(
                         "{} of {} memory goes straight to {}",
                         entry.name(),
-                        line::mem_kind_str(kind),
+                        kind.name(),
                         strategy.name()
                     ));
                     self.emit(&r);

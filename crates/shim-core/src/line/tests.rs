@@ -164,19 +164,8 @@ mod property {
     use super::super::*;
     use proptest::prelude::*;
 
-    const KINDS: [MemKind; 8] = [
-        MemKind::HostAnon,
-        MemKind::HostStack,
-        MemKind::Hugepage,
-        MemKind::FileReadonly,
-        MemKind::FileWritable,
-        MemKind::Device,
-        MemKind::Unmapped,
-        MemKind::Unknown,
-    ];
-
     fn kind() -> impl Strategy<Value = Option<MemKind>> {
-        proptest::option::of(proptest::sample::select(&KINDS[..]))
+        proptest::option::of(proptest::sample::select(&MemKind::ALL[..]))
     }
 
     fn text() -> impl Strategy<Value = String> {
