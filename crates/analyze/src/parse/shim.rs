@@ -5,8 +5,6 @@ use mrshim_record::{MemKind, Reg, SCHEMA_VERSION};
 use serde_json::Value;
 
 const IBV_ACCESS_RELAXED_ORDERING: u32 = 1 << 20;
-/// /proc/self/maps name of the simulated GPU's device memory (sim/cuda/src/memory.rs).
-const SIM_GPU_MEMFD: &str = "/memfd:mrshim-gpu";
 
 /// Parses one record line. Returns false if it is not a shim record at all (caller may try other formats).
 pub fn parse(line: &str, st: &mut ShimState, lineno: u64, emit: &mut dyn FnMut(Event)) -> bool {
@@ -125,15 +123,11 @@ fn reg(r: Reg, caller_fields: bool, lineno: u64, emit: &mut dyn FnMut(Event)) {
     let iova_misaligned =
         r.call.contains("iova") && matches!((r.iova_page_offset, r.addr_page_offset), (Some(a), Some(b)) if a != b);
     // a range not fully covered by mappings is an invalid address whatever the kind of its start
-    let mut mem = if r.mem_fully_mapped == Some(false) && r.mem_kind != Some(MemKind::Device) {
+    let mem = if r.mem_fully_mapped == Some(false) && r.mem_kind != Some(MemKind::Device) {
         Some(MemKind::Unmapped)
     } else {
         r.mem_kind
     };
-    // the simulated GPU's memory (sim/cuda) is a memfd the shim files under file-readonly
-    if r.mem_region.as_deref().is_some_and(|m| m.starts_with(SIM_GPU_MEMFD)) {
-        mem = Some(MemKind::Device);
-    }
     let memlock = match (r.memlock_soft, r.memlock_hard) {
         (Some(s), _) => Some(Some(s)),
         (None, Some(_)) => Some(None),
