@@ -148,7 +148,7 @@ impl Config {
             Some(v) => mrshim_verbs::errno::parse(&v).ok_or_else(|| ConfigError {
                 var: "MRSHIM_SIM_DEVICE_MEM_ERRNO",
                 value: v.clone(),
-                accepted: format!("an errno name or number, one of {}", mrshim_verbs::errno::NAMES_HELP),
+                accepted: format!("an errno name or number, one of {}", mrshim_verbs::errno::names_help()),
             })?,
             None => libc::EINVAL,
         };

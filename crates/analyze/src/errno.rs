@@ -1,23 +1,29 @@
 //! errno numbers, names and the strerror() texts libraries print in their place.
 
-const TABLE: &[(i32, &str, &str)] = &[
-    (1, "EPERM", "Operation not permitted"),
-    (2, "ENOENT", "No such file or directory"),
-    (5, "EIO", "Input/output error"),
-    (11, "EAGAIN", "Resource temporarily unavailable"),
-    (12, "ENOMEM", "Cannot allocate memory"),
-    (13, "EACCES", "Permission denied"),
-    (14, "EFAULT", "Bad address"),
-    (16, "EBUSY", "Device or resource busy"),
-    (19, "ENODEV", "No such device"),
-    (22, "EINVAL", "Invalid argument"),
-    (28, "ENOSPC", "No space left on device"),
-    (34, "ERANGE", "Numerical result out of range"),
-    (38, "ENOSYS", "Function not implemented"),
-    (93, "EPROTONOSUPPORT", "Protocol not supported"),
-    (95, "EOPNOTSUPP", "Operation not supported"),
-    (121, "EREMOTEIO", "Remote I/O error"),
+/// The errnos a failed registration reports and that this module recognises in text (names and
+/// numbers from crates/errno's table; other numbers in a line are sizes, addresses, ports).
+const RECOGNISED: &[&str] = &[
+    "EPERM",
+    "ENOENT",
+    "EIO",
+    "EAGAIN",
+    "ENOMEM",
+    "EACCES",
+    "EFAULT",
+    "EBUSY",
+    "ENODEV",
+    "EINVAL",
+    "ENOSPC",
+    "ERANGE",
+    "ENOSYS",
+    "EPROTONOSUPPORT",
+    "EOPNOTSUPP",
+    "EREMOTEIO",
 ];
+
+fn recognised() -> impl Iterator<Item = &'static mrshim_errno::Errno> {
+    mrshim_errno::TABLE.iter().filter(|e| RECOGNISED.contains(&e.name))
+}
 
 /// Names libraries print for an errno that glibc spells differently.
 const ALIASES: &[(&str, i32)] = &[("ENOTSUP", 95), ("FI_EOPNOTSUPP", 95), ("FI_ENOMEM", 12), ("FI_EINVAL", 22)];
@@ -52,20 +58,18 @@ pub const EPROTONOSUPPORT: i32 = 93;
 pub const EOPNOTSUPP: i32 = 95;
 
 pub fn name(e: i32) -> String {
-    TABLE.iter().find(|t| t.0 == e).map(|t| t.1.to_string()).unwrap_or_else(|| format!("errno {e}"))
+    mrshim_errno::name(e).map_or_else(|| format!("errno {e}"), String::from)
 }
 
-pub fn text(e: i32) -> &'static str {
-    TABLE.iter().find(|t| t.0 == e).map(|t| t.2).unwrap_or("")
-}
+pub use mrshim_errno::text;
 
 /// The errno `s` reports, in any of the forms people's tools print: strerror text, errno names, the keyed
 /// forms in [`KEYED`], `[14]`/`(22)` after a failure, negative returns (`failed -12`, `return -22`,
 /// `: -22`) and libfabric's negative FI_ errno. Numbers that are no errno this table knows are ignored.
 pub fn find(s: &str) -> Option<i32> {
-    for (n, nm, txt) in TABLE {
-        if contains_ci(s, txt) || contains_word(s, nm) {
-            return Some(*n);
+    for e in recognised() {
+        if contains_ci(s, e.text) || contains_word(s, e.name) {
+            return Some(e.number);
         }
     }
     for (nm, n) in ALIASES {
@@ -108,7 +112,7 @@ fn known(t: &str) -> Option<i32> {
     if t[digits.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '.') {
         return None;
     }
-    TABLE.iter().any(|t| t.0 == n).then_some(n)
+    recognised().any(|e| e.number == n).then_some(n)
 }
 
 /// `[14]`, `[-22]`, `(22)` holding only a known errno.
