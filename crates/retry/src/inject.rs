@@ -14,19 +14,22 @@
 use crate::{Call, MemKind, Req};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// The shim's own conditions, beside the shared ones of [`mrshim_verbs::fault_rule`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Own {
+    /// Fail with this probability, drawn after `nth`/`from`.
+    P(f64),
+    /// Seed of the rule's reproducible stream for `p`.
+    Seed(u64),
+    Kind(MemKind),
+}
+
+/// `None` as the call means any registration (`reg`).
+type Shared = mrshim_verbs::fault_rule::Rule<Option<Call>, Own>;
+
 #[derive(Debug)]
 pub struct Rule {
-    pub entry: Option<Call>,
-    pub errno: i32,
-    nth: Option<u64>,
-    from: Option<u64>,
-    p: Option<f64>,
-    relaxed: bool,
-    access: u32,
-    min_len: u64,
-    max_len: u64,
-    kind: Option<MemKind>,
-    seen: AtomicU64,
+    rule: Shared,
     rng: AtomicU64,
 }
 
@@ -36,55 +39,22 @@ ibv_reg_mr_iova2, ibv_reg_dmabuf_mr or reg (any); ERRNO: a name like EINVAL or a
 p=PROBABILITY, seed=N, relaxed, access=0xMASK, min_len=SIZE, max_len=SIZE (K/M/G), kind=host-anon|host-stack|\
 hugepage|file-readonly|file-writable|device|unmapped";
 
-use mrshim_verbs::units::parse_size as size;
-
 pub fn parse(s: &str) -> Result<Vec<Rule>, String> {
-    let mut out = Vec::new();
-    for item in s.split(';').map(str::trim).filter(|i| !i.is_empty()) {
-        let mut parts = item.splitn(3, ':');
-        let call = parts.next().unwrap_or_default();
-        let entry =
-            if call == "reg" { None } else { Some(Call::parse_registration(call).ok_or_else(|| HELP.to_string())?) };
-        let errno = parts.next().and_then(mrshim_verbs::errno::parse).ok_or_else(|| HELP.to_string())?;
-        let mut r = Rule {
-            entry,
-            errno,
-            nth: None,
-            from: None,
-            p: None,
-            relaxed: false,
-            access: 0,
-            min_len: 0,
-            max_len: u64::MAX,
-            kind: None,
-            seen: AtomicU64::new(0),
-            rng: AtomicU64::new(0x9e37_79b9_7f4a_7c15),
-        };
-        for c in parts.next().unwrap_or_default().split(',').map(str::trim).filter(|c| !c.is_empty()) {
-            let bad = || HELP.to_string();
-            match c.split_once('=') {
-                None if c == "relaxed" => r.relaxed = true,
-                Some(("nth", n)) => r.nth = Some(n.parse().ok().filter(|n| *n > 0).ok_or_else(bad)?),
-                Some(("from", n)) => r.from = Some(n.parse().ok().filter(|n| *n > 0).ok_or_else(bad)?),
-                Some(("p", p)) => r.p = Some(p.parse().ok().filter(|p: &f64| (0.0..=1.0).contains(p)).ok_or_else(bad)?),
-                Some(("seed", n)) => r.rng = AtomicU64::new(n.parse().map_err(|_| bad())?),
-                Some(("access", m)) => {
-                    r.access = m
-                        .strip_prefix("0x")
-                        .map_or_else(|| m.parse().ok(), |h| u32::from_str_radix(h, 16).ok())
-                        .ok_or_else(bad)?
-                }
-                Some(("min_len", v)) => r.min_len = size(v).ok_or_else(bad)?,
-                Some(("max_len", v)) => r.max_len = size(v).ok_or_else(bad)?,
-                Some(("kind", k)) => {
-                    r.kind = Some(MemKind::from_name(k).filter(|k| *k != MemKind::Unknown).ok_or_else(bad)?)
-                }
-                _ => return Err(bad()),
-            }
-        }
-        out.push(r);
-    }
-    Ok(out)
+    let call = |c: &str| if c == "reg" { Some(None) } else { Call::parse_registration(c).map(Some) };
+    let own = |c: &str| match c.split_once('=')? {
+        ("p", p) => p.parse().ok().filter(|p: &f64| (0.0..=1.0).contains(p)).map(Own::P),
+        ("seed", n) => n.parse().ok().map(Own::Seed),
+        ("kind", k) => MemKind::from_name(k).filter(|k| *k != MemKind::Unknown).map(Own::Kind),
+        _ => None,
+    };
+    let rules = mrshim_verbs::fault_rule::parse(s, HELP, call, own)?;
+    Ok(rules
+        .into_iter()
+        .map(|rule| {
+            let seed = rule.own.iter().find_map(|o| if let Own::Seed(n) = o { Some(*n) } else { None });
+            Rule { rng: AtomicU64::new(seed.unwrap_or(0x9e37_79b9_7f4a_7c15)), rule }
+        })
+        .collect())
 }
 
 /// splitmix64: a seeded, reproducible stream per rule.
@@ -98,21 +68,14 @@ fn next(state: &AtomicU64) -> u64 {
 
 impl Rule {
     fn fires(&self, r: &Req, kind: MemKind) -> bool {
-        if self.entry.is_some_and(|e| e != r.entry)
-            || r.is_probe()
-            || (self.relaxed && r.access & mrshim_verbs::access::RELAXED_ORDERING == 0)
-            || r.access & self.access != self.access
-            || r.length < self.min_len
-            || r.length > self.max_len
-            || self.kind.is_some_and(|k| k != kind)
-        {
-            return false;
-        }
-        let n = self.seen.fetch_add(1, Ordering::Relaxed) + 1;
-        if self.nth.is_some_and(|k| n != k) || self.from.is_some_and(|k| n < k) {
-            return false;
-        }
-        self.p.is_none_or(|p| ((next(&self.rng) >> 11) as f64 / (1u64 << 53) as f64) < p)
+        let applies = self.rule.call.is_none_or(|e| e == r.entry)
+            && !r.is_probe()
+            && self.rule.own.iter().all(|o| !matches!(o, Own::Kind(k) if *k != kind));
+        self.rule.counts_and_fires(applies, r.access, r.length)
+            && self.rule.own.iter().all(|o| match o {
+                Own::P(p) => ((next(&self.rng) >> 11) as f64 / (1u64 << 53) as f64) < *p,
+                _ => true,
+            })
     }
 }
 
@@ -121,7 +84,7 @@ pub fn check(rules: &[Rule], r: &Req, kind: MemKind) -> Option<i32> {
     let mut hit = None;
     for rule in rules {
         if rule.fires(r, kind) && hit.is_none() {
-            hit = Some(rule.errno);
+            hit = Some(rule.rule.errno);
         }
     }
     hit

@@ -23,6 +23,7 @@ pub mod access;
 pub mod call;
 pub use call::Call;
 pub mod errno;
+pub mod fault_rule;
 pub mod units;
 
 /// Constants from verbs.h that ibverbs-sys does not carry.
