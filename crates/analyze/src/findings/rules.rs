@@ -1,0 +1,514 @@
+//! One rule per category: a few weighted observations over the aggregated evidence, the fixes and
+//! the shim strategy that keeps the job running. The engine (super) scores and ranks them.
+use super::*;
+
+pub(super) fn gpu_peer_memory<'a>(v: &View<'a>) -> Cand<'a> {
+    let mut c = Cand::new("gpu-peer-memory");
+    let p = v.prefix;
+    // a dmabuf registration the stack refuses as unsupported is dmabuf-unsupported, not a peer-memory problem
+    let unsupported_dmabuf =
+        |k: &GroupKey| k.call.contains("dmabuf") && matches!(k.errno, Some(EOPNOTSUPP) | Some(errno::EPROTONOSUPPORT));
+    let device = v.fail_where(|k, _| k.mem == Some(MemKind::Device) && !unsupported_dmabuf(k));
+    let unknown = v.fail_where(|k, _| unknown_mem(k.mem) && !unsupported_dmabuf(k));
+    let ok_host = v.ok_where(|k| is_host_mem(k.mem));
+    let ok_dev = v.ok_where(|k| k.mem == Some(MemKind::Device));
+    let gdr = v.gdr_context();
+    let gdr_off_ok = v.runs.iter().filter(|r| r.gdr == Some(false) && View::completed(r)).count();
+    if !device.is_empty() {
+        c.add(
+            3.0,
+            format!(
+                "{} registration(s) of GPU (device) memory failed with {}.",
+                sum(&device),
+                describe_errnos(&device)
+            ),
+            None,
+        );
+        c.groups.extend(device.iter().copied());
+        if ok_host > 0 {
+            c.add(1.0, format!("Host memory registered fine ({ok_host} time(s)): the NIC and verbs stack work, GPU memory does not."), None);
+        }
+        if ok_dev > 0 {
+            c.score -= 1.0;
+            c.why.push(format!("Note: {ok_dev} device-memory registration(s) did succeed."));
+        }
+    } else if gdr && !unknown.is_empty() {
+        let enomem = errnos_of(&unknown).first().map(|x| x.0) == Some(ENOMEM);
+        c.add(if enomem { 0.5 } else { 1.5 }, format!("{} registration(s) failed with {} while GPUDirect RDMA was in use (GPU buffers registered with the NIC).", sum(&unknown), describe_errnos(&unknown)), v.flag(Flag::GdrOn).or(v.flag(Flag::GpuContext)));
+        c.groups.extend(unknown.iter().copied());
+    } else if let Some(e) = v.flag(Flag::GeforceGpu).or(v.flag(Flag::P2pPinFail)) {
+        c.add(0.5, "", Some(e));
+        c.groups.extend(v.fails.iter().copied());
+    } else {
+        return c;
+    }
+    if let Some(e) = v.flag(Flag::GeforceGpu) {
+        c.add(
+            2.0,
+            "The GPU is a GeForce: GeForce GPUs do not support GPUDirect RDMA, so the NIC cannot pin their memory.",
+            Some(e),
+        );
+    }
+    if let Some(e) = v.flag(Flag::P2pPinFail) {
+        c.add(
+            1.5,
+            "The kernel could not pin the GPU pages for the peer (nvidia_p2p_get_pages / gdrdrv failed).",
+            Some(e),
+        );
+    }
+    if let Some(e) = v.flag(Flag::GpuDmabufUnavailable) {
+        c.add(
+            0.5,
+            "The GPU cannot export dmabuf here, so GPU memory can only be registered through a peer-memory module.",
+            Some(e),
+        );
+    }
+    if gdr_off_ok > 0 {
+        c.add(
+            2.0,
+            "A run with GPUDirect RDMA off completed: registering GPU memory is what fails.",
+            v.runs.iter().find(|r| r.gdr == Some(false) && View::completed(r)).and_then(|r| r.evid.as_ref()),
+        );
+    } else if let Some(e) = v.flag(Flag::GdrOffWorks) {
+        c.add(
+            2.0,
+            "With GDR off (buffers in system memory) the job works: registering GPU memory is what fails.",
+            Some(e),
+        );
+    }
+    if let Some(e) = v.flag(Flag::TcpWorks) {
+        c.add(
+            0.5,
+            format!("With {p}_IB_DISABLE=1 (TCP) it works: the network itself is fine, the RDMA registration is not."),
+            Some(e),
+        );
+    }
+    let calls: BTreeSet<&str> = c.groups.iter().map(|g| g.0.call.as_str()).collect();
+    let both = calls.iter().any(|c| c.contains("iova")) && calls.contains("ibv_reg_mr");
+    let ro_off_fail = v.runs.iter().any(|r| r.ro == Some(false) && r.failed > 0)
+        || c.groups.iter().any(|g| g.0.relaxed == Some(false));
+    let ro_still = v.flag(Flag::RoOffStillFails);
+    if both || ro_off_fail || ro_still.is_some() {
+        let mut s = String::from("Relaxed ordering is not the cause: ");
+        if both {
+            s.push_str("ibv_reg_mr_iova2 (used with relaxed ordering) and plain ibv_reg_mr (used without it) fail the same way");
+        } else {
+            s.push_str("registrations without relaxed ordering fail too");
+        }
+        if ro_still.is_some() {
+            s.push_str(&format!(
+                ", and {p}_IB_PCI_RELAXED_ORDERING=0 only moved the failure from one entry point to the other"
+            ));
+        }
+        s.push_str(" — the failure is independent of the access flags and follows the memory.");
+        c.add(1.5, s, ro_still);
+    }
+    if let Some(e) = v.flag(Flag::PeermemMissing) {
+        c.add(2.0, "No GPU peer-memory client is loaded (nvidia_peermem / nv_peer_mem / amdgpu peer memory).", Some(e));
+    }
+    let efault = errnos_of(&c.groups).first().map(|x| x.0) == Some(EFAULT);
+    if efault && (v.flag(Flag::PeermemLoaded).is_some() || v.flag(Flag::CudaVmm).is_some()) {
+        c.add(1.0, "EFAULT with peer memory loaded is what CUDA VMM (cuMem*) buffers give: they can only be registered through dmabuf.", v.flag(Flag::CudaVmm).or(v.flag(Flag::PeermemLoaded)));
+    }
+    let top = errnos_of(&c.groups).first().map(|x| x.0);
+    if matches!(top, Some(EINVAL) | Some(EFAULT) | Some(EOPNOTSUPP)) {
+        c.add(0.5, "", None);
+    }
+    if let Some(e) = v.flag(Flag::UmemGetFail) {
+        c.add(
+            0.5,
+            "The kernel could not pin the pages (ib_umem_get failed): GPU pages need a peer-memory client or dmabuf.",
+            Some(e),
+        );
+    }
+    for (f, why) in [
+        (
+            Flag::AcsOn,
+            "ACS redirect is enabled on the PCIe path between NIC and GPU (known cause of GPUDirect hangs and errors).",
+        ),
+        (
+            Flag::PcieError,
+            "PCIe bus errors were reported when GPUDirect P2P was used — check ACS/IOMMU on the NIC-GPU path.",
+        ),
+        (Flag::IommuFault, "IOMMU faults were logged: P2P DMA between NIC and GPU is being translated or blocked."),
+        (Flag::IommuTranslated, "The IOMMU translates DMA (not passthrough): GPUDirect P2P often fails that way."),
+    ] {
+        if let Some(e) = v.flag(f) {
+            c.add(0.5, why, Some(e));
+        }
+    }
+    let libs = |l: Lib| v.c.hosts.values().any(|h| h.libs.contains(&l));
+    let vendor = if libs(Lib::Mccl) {
+        fixes::GpuVendor::Metax
+    } else if libs(Lib::Rccl) {
+        fixes::GpuVendor::Amd
+    } else {
+        fixes::GpuVendor::Nvidia
+    };
+    c.fixes = fixes::gpu_peer_memory(p, vendor, efault);
+    c.retry = Some("va-to-dmabuf,bounce");
+    c
+}
+
+pub(super) fn memlock_limit<'a>(v: &View<'a>) -> Cand<'a> {
+    let mut c = Cand::new("memlock-limit");
+    // Over the limit only matters where the kernel's memlock errno came back (ENOMEM, or EPERM
+    // for a limit of 0): EINVAL/EFAULT are decided before the pinned-page accounting.
+    let memlock_errno = |e: Option<i32>| matches!(e, Some(ENOMEM) | Some(EPERM) | None);
+    let over = v.fail_where(|k, g| g.over_memlock > 0 && memlock_errno(k.errno));
+    if !over.is_empty() {
+        c.add(3.5, format!("{} registration(s) would have exceeded the locked-memory limit (bytes already registered + length > RLIMIT_MEMLOCK).", sum(&over)), None);
+    }
+    let mut small: Vec<(&str, u64)> = Vec::new();
+    let mut unlimited_hosts = 0;
+    let hosts = v.fail_hosts();
+    let mut check_hosts: Vec<&str> = hosts.iter().copied().collect();
+    if !check_hosts.contains(&"") {
+        check_hosts.push("");
+    }
+    for h in check_hosts {
+        match v.memlock(h) {
+            Some(Some(m)) => small.push((h, m)),
+            Some(None) => unlimited_hosts += 1,
+            None => {}
+        }
+    }
+    let candidates = v.fail_where(|k, g| {
+        (g.over_memlock > 0 && memlock_errno(k.errno))
+            || (memlock_errno(k.errno)
+                && (small.iter().any(|s| s.0 == k.host || s.0.is_empty()) || v.memlock(&k.host).is_none()))
+    });
+    if candidates.is_empty() {
+        return c;
+    }
+    c.groups = candidates;
+    if let Some(&(h, m)) = small.iter().min_by_key(|s| s.1) {
+        let w = if m < 1 << 30 { 2.5 } else { 1.0 };
+        let on = if h.is_empty() { String::new() } else { format!(" on {h}") };
+        c.add(
+            w,
+            format!(
+                "The soft memlock limit{on} is {} (`ulimit -l`); RDMA pins every registered byte against it.",
+                human_size(m)
+            ),
+            v.memlock_evid(h).as_ref(),
+        );
+    }
+    let enomem = v.errno_count(ENOMEM);
+    let total = sum(&v.fails);
+    if enomem * 2 >= total {
+        c.add(
+            1.0,
+            "The failures are ENOMEM, which is what the kernel returns when the pinned-memory limit is hit.",
+            None,
+        );
+    }
+    if v.errno_count(EPERM) > 0 && small.iter().any(|s| s.1 == 0) {
+        c.add(1.0, "EPERM with a memlock limit of 0: the process may not pin memory at all.", None);
+    }
+    if let Some(e) = v.flag(Flag::LockedMemWarn) {
+        c.add(1.5, "Open MPI reported it could not allocate locked memory.", Some(e));
+    }
+    if small.is_empty() && unlimited_hosts > 0 && over.is_empty() {
+        c.score -= 3.0;
+    }
+    let good = v.good_hosts();
+    let min_small = small.iter().map(|s| s.1).min();
+    let good_with_unlimited: Vec<&str> = good
+        .iter()
+        .copied()
+        .filter(|h| match (v.memlock(h), min_small) {
+            (Some(None), Some(_)) => true,
+            (Some(Some(m)), Some(s)) => m > s,
+            _ => false,
+        })
+        .collect();
+    if !small.is_empty() && !good_with_unlimited.is_empty() {
+        c.add(
+            1.0,
+            format!("{} registered fine with a larger limit.", mrshim_hostlist::compress(good_with_unlimited)),
+            None,
+        );
+    }
+    if c.groups.iter().any(|g| is_host_mem(g.0.mem)) {
+        c.add(0.3, "", None);
+    }
+    c.fixes = fixes::memlock();
+    c.retry = Some("raise-memlock,bounce");
+    c
+}
+
+pub(super) fn resource_exhaustion<'a>(v: &View<'a>) -> Cand<'a> {
+    let mut c = Cand::new("resource-exhaustion");
+    let mr_size = v.flag(Flag::MrSizeExceeded);
+    let gs = v.fail_where(|k, _| {
+        matches!(k.errno, Some(ENOMEM) | Some(EAGAIN) | None) || (mr_size.is_some() && k.errno == Some(errno::ENOSPC))
+    });
+    if gs.is_empty() {
+        return c;
+    }
+    c.groups = gs;
+    if let Some(e) = mr_size {
+        c.add(3.0, "A buffer was larger than the device's max_mr_size: one memory region cannot cover it; register it in several MRs.", Some(e));
+    }
+    if let Some(e) = v.flag(Flag::MkeyLimit) {
+        c.add(3.0, "The mlx5 firmware refused to create more memory keys (CREATE_MKEY: limits exceeded): the NIC's MR/mkey resources are exhausted.", Some(e));
+    }
+    if let Some(e) = v.flag(Flag::KernelRegFail) {
+        c.add(1.5, "The NIC driver logged registration failures with ENOMEM in the kernel log.", Some(e));
+    }
+    if let Some(e) = v.flag(Flag::RegLimitWarn) {
+        c.add(1.5, "Open MPI warned that the driver only allows registering part of physical memory (MTT/mkey table too small).", Some(e));
+    }
+    let hosts = v.fail_hosts();
+    let unlimited = !hosts.is_empty()
+        && hosts.iter().all(|h| v.memlock(h) == Some(None) || (v.memlock(h).is_none() && v.memlock("") == Some(None)));
+    if unlimited && v.errno_count(ENOMEM) > 0 {
+        c.add(1.5, "ENOMEM although memlock is unlimited: something other than RLIMIT_MEMLOCK ran out.", None);
+    }
+    for hf in v.c.hosts.values() {
+        if let Some((n, e)) = &hf.max_map_count {
+            if *n < 262_144 {
+                c.add(1.5, format!("vm.max_map_count is {n}: each registration can split VMAs and the process runs out of mappings."), Some(e));
+                break;
+            }
+        }
+    }
+    if v.errno_count(EAGAIN) > 0 {
+        c.add(1.0, "EAGAIN: the device is temporarily out of resources.", None);
+    }
+    let ok_on_fail_hosts = v.ok_where(|k| hosts.contains(k.host.as_str()));
+    if ok_on_fail_hosts > 10_000 {
+        c.add(
+            0.5,
+            format!("{ok_on_fail_hosts} registrations succeeded on the same host(s) before the failures."),
+            None,
+        );
+    }
+    c.fixes = fixes::resource();
+    c.retry = Some("bounce");
+    c
+}
+
+pub(super) fn relaxed_ordering<'a>(v: &View<'a>) -> Cand<'a> {
+    let mut c = Cand::new("relaxed-ordering");
+    let p = v.prefix;
+    let ro_fail = v.fail_where(|k, _| k.relaxed == Some(true));
+    let noro_fail = v.fail_where(|k, _| k.relaxed == Some(false) || (k.lib.is_ccl() && k.call == "ibv_reg_mr"));
+    let noro_ok = v.ok_where(|k| k.relaxed == Some(false));
+    if !ro_fail.is_empty() && noro_fail.is_empty() && noro_ok > 0 {
+        c.add(
+            3.5,
+            format!(
+                "{} registration(s) with IBV_ACCESS_RELAXED_ORDERING failed while {noro_ok} without it succeeded.",
+                sum(&ro_fail)
+            ),
+            None,
+        );
+        c.groups = ro_fail.clone();
+    }
+    let on_fail = v.runs.iter().find(|r| r.ro == Some(true) && r.failed > 0);
+    let off_ok = v.runs.iter().find(|r| r.ro == Some(false) && View::completed(r));
+    if let (Some(a), Some(b)) = (on_fail, off_ok) {
+        c.add(
+            3.0,
+            format!("A run with relaxed ordering failed and a run with {p}_IB_PCI_RELAXED_ORDERING=0 completed."),
+            b.evid.as_ref().or(a.evid.as_ref()),
+        );
+    }
+    let iova_only = v.fail_where(|k, _| k.call.contains("iova"));
+    if !iova_only.is_empty() && noro_fail.is_empty() {
+        if let Some(e) = v.flag(Flag::RoAdvertised) {
+            c.add(
+                1.0,
+                "Only ibv_reg_mr_iova2 (the relaxed-ordering path) fails, and relaxed ordering is on ([RO]).",
+                Some(e),
+            );
+        }
+        if c.groups.is_empty() {
+            c.groups = iova_only;
+        }
+    }
+    if !noro_fail.is_empty()
+        || v.flag(Flag::RoOffStillFails).is_some()
+        || v.runs.iter().any(|r| r.ro == Some(false) && r.failed > 0)
+    {
+        c.score -= 4.0;
+    }
+    c.fixes = fixes::relaxed(p);
+    c.retry = Some("drop-relaxed-ordering");
+    c
+}
+
+pub(super) fn iova_alignment<'a>(v: &View<'a>) -> Cand<'a> {
+    let mut c = Cand::new("iova-alignment");
+    let gs = v.fail_where(|_, g| g.iova_misaligned > 0);
+    if !gs.is_empty() {
+        c.add(3.5, format!("{} ibv_reg_mr_iova2 call(s) passed an iova whose offset within the page differs from the address's; the kernel rejects that with EINVAL.", gs.iter().map(|g| g.1.iova_misaligned).sum::<u64>()), None);
+        c.groups = gs;
+    }
+    c.fixes = fixes::iova();
+    c.retry = Some("realign-iova");
+    c
+}
+
+const WRITE_BITS: u32 = 0x1 | 0x2 | 0x8;
+
+pub(super) fn access_flags<'a>(v: &View<'a>) -> Cand<'a> {
+    let mut c = Cand::new("access-flags");
+    let ro = v.fail_where(|k, g| {
+        k.mem == Some(MemKind::FileReadonly) && (g.access.is_empty() || g.access.iter().any(|a| a & WRITE_BITS != 0))
+    });
+    if !ro.is_empty() {
+        c.add(3.5, format!("{} registration(s) of a read-only file mapping asked for write access ({}); the kernel cannot pin read-only pages for writing.", sum(&ro), describe_errnos(&ro)), None);
+        c.groups.extend(ro.iter().copied());
+    }
+    let bad = v.fail_where(|_, g| g.access.iter().any(|a| a & 0xa != 0 && a & 0x1 == 0));
+    if !bad.is_empty() {
+        c.add(
+            3.0,
+            "REMOTE_WRITE or REMOTE_ATOMIC was requested without LOCAL_WRITE, which verbs rejects with EINVAL.",
+            None,
+        );
+        c.groups.extend(bad.iter().copied());
+    }
+    c.fixes = fixes::access();
+    c.retry = Some("bounce");
+    c
+}
+
+pub(super) fn version_mismatch<'a>(v: &View<'a>) -> Cand<'a> {
+    let mut c = Cand::new("version-mismatch");
+    if let Some(e) = v.flag(Flag::AbiMismatch) {
+        c.add(3.5, "libibverbs' provider does not support the kernel's uverbs ABI: user-space rdma-core and the kernel driver are from different releases.", Some(e));
+    }
+    if let Some(e) = v.flag(Flag::NoProvider) {
+        c.add(
+            2.0,
+            "libibverbs found no user-space provider for the device (missing or mismatched rdma-core providers).",
+            Some(e),
+        );
+    }
+    if let Some(e) = v.flag(Flag::VersionMismatchProse) {
+        c.add(1.5, "The report says the kernel driver and the user-space RDMA libraries do not match.", Some(e));
+    }
+    if let Some(e) = v.flag(Flag::DriverLoadFail) {
+        c.add(
+            0.3,
+            "libibverbs could not load some provider drivers (often harmless, but check the one for your NIC).",
+            Some(e),
+        );
+    }
+    if let Some(e) = v.flag(Flag::DmabufUnsupported) {
+        c.add(0.5, "ibv_reg_dmabuf_mr is not supported: the driver/rdma-core is too old for dmabuf.", Some(e));
+    }
+    // versions that differ between a failing and a working host
+    let fails = v.fail_hosts();
+    let good = v.good_hosts();
+    for f in &fails {
+        for g in &good {
+            let (Some(a), Some(b)) = (v.c.hosts.get(*f), v.c.hosts.get(*g)) else {
+                continue;
+            };
+            for (name, va) in &a.versions {
+                if let Some(vb) = b.versions.get(name) {
+                    if va != vb {
+                        c.add(2.0, format!("{name} differs: {f} has {}, {g} has {}.", join(va), join(vb)), None);
+                    }
+                }
+            }
+        }
+    }
+    if c.score > 0.0 {
+        c.groups = v.fails.clone();
+    }
+    c.fixes = fixes::version();
+    c
+}
+
+fn join(s: &BTreeSet<String>) -> String {
+    s.iter().cloned().collect::<Vec<_>>().join("/")
+}
+
+pub(super) fn address_invalid<'a>(v: &View<'a>) -> Cand<'a> {
+    let mut c = Cand::new("address-invalid");
+    let unm = v.fail_where(|k, _| k.mem == Some(MemKind::Unmapped));
+    if !unm.is_empty() {
+        c.add(3.5, format!("{} registration(s) of an address that is not mapped in the process.", sum(&unm)), None);
+        c.groups.extend(unm.iter().copied());
+    }
+    let host_efault = v.fail_where(|k, _| k.errno == Some(EFAULT) && is_host_mem(k.mem));
+    if !host_efault.is_empty() {
+        c.add(
+            2.5,
+            format!(
+                "{} registration(s) of host memory failed with EFAULT (Bad address): the range is not fully mapped.",
+                sum(&host_efault)
+            ),
+            None,
+        );
+        c.groups.extend(host_efault.iter().copied());
+    }
+    let zero = v.fail_where(|_, g| g.zero_len_or_addr > 0);
+    if !zero.is_empty() {
+        c.add(2.0, "A registration with address 0 or length 0.", None);
+        c.groups.extend(zero.iter().copied());
+    }
+    if c.groups.is_empty() && !v.gdr_context() {
+        let unk = v.fail_where(|k, _| k.errno == Some(EFAULT) && unknown_mem(k.mem));
+        if !unk.is_empty() {
+            c.add(
+                1.0,
+                format!(
+                    "{} registration(s) failed with EFAULT (Bad address) and nothing points at GPU memory.",
+                    sum(&unk)
+                ),
+                None,
+            );
+            c.groups.extend(unk.iter().copied());
+            if let Some(e) = v.flag(Flag::UmemGetFail) {
+                c.add(0.5, "The kernel could not pin the pages (ib_umem_get failed).", Some(e));
+            }
+        }
+    }
+    c.fixes = fixes::address();
+    c.retry = Some("bounce");
+    c
+}
+
+pub(super) fn permissions<'a>(v: &View<'a>) -> Cand<'a> {
+    let mut c = Cand::new("permissions");
+    let gs = v.fail_where(|k, _| matches!(k.errno, Some(EPERM) | Some(EACCES)));
+    let zero_memlock = v.c.hosts.values().any(|h| h.memlock.contains_key(&Some(0)));
+    if !gs.is_empty() && !zero_memlock {
+        c.add(2.0, format!("{} registration(s) were refused with {}.", sum(&gs), describe_errnos(&gs)), None);
+        c.groups = gs;
+    }
+    if let Some(e) = v.flag(Flag::DevPermission) {
+        c.add(2.0, "Opening /dev/infiniband was not permitted.", Some(e));
+    }
+    if let (Some(e), Some(_)) = (v.flag(Flag::NoIpcLock), v.flag(Flag::Container)) {
+        if c.score > 0.0 {
+            c.add(1.0, "The job runs in a container without CAP_IPC_LOCK.", Some(e));
+        }
+    }
+    c.fixes = fixes::permissions();
+    c
+}
+
+pub(super) fn dmabuf_unsupported<'a>(v: &View<'a>) -> Cand<'a> {
+    let mut c = Cand::new("dmabuf-unsupported");
+    let gs = v.fail_where(|k, _| {
+        k.call.contains("dmabuf") && matches!(k.errno, Some(EOPNOTSUPP) | Some(errno::EPROTONOSUPPORT))
+    });
+    if !gs.is_empty() {
+        c.add(2.0, format!("{} ibv_reg_dmabuf_mr call(s) were refused as not supported: the RDMA stack (rdma-core, kernel, NIC driver) or the GPU driver cannot do dmabuf.", sum(&gs)), None);
+        c.groups = gs;
+        if let Some(e) = v.flag(Flag::DmabufUnsupported) {
+            c.add(0.5, "", Some(e));
+        }
+    }
+    c.fixes = fixes::dmabuf(v.prefix);
+    c.retry = Some("dmabuf-to-va,bounce");
+    c
+}
