@@ -153,6 +153,10 @@ fn a_panic_in_the_bounce_wrappers_never_aborts_the_program() {
     let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("mrshim: internal error in ibv_")).collect();
     assert_eq!(lines.len(), 1, "{err}");
     assert!(lines[0].contains("MRSHIM_DEBUG_PANIC=bounce at src/preload/bounce.rs"), "{err}");
+    // and loudly that the application may now see stale bytes (once)
+    let stale: Vec<&str> = err.lines().filter(|l| l.contains("data in bounce regions may be stale")).collect();
+    assert_eq!(stale.len(), 1, "{err}");
+    assert!(stale[0].starts_with("mrshim WARN bounce buffer copy failed: an internal error in ibv_"), "{err}");
     let n: u64 = err
         .split(" internal errors (each call passed through)")
         .next()

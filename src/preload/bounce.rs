@@ -19,11 +19,12 @@
 
 use super::copy::{CopyEngine, HostCopy};
 use mrshim_core::internal::guarded;
+use mrshim_forklock::ForkLock;
 use mrshim_verbs as v;
 use std::collections::HashMap;
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 const PAGE: u64 = 4096;
 
@@ -54,7 +55,7 @@ pub struct Region {
     remote_write: bool,
     engine: Box<dyn CopyEngine>,
     /// Serialises the whole-region syncs; holds what they reuse (device copy, changed runs).
-    sync: Mutex<Scratch>,
+    sync: ForkLock<Scratch>,
     /// The [`EPOCH`] of the last fold: receives posted back to back fold once.
     folded: AtomicU64,
 }
@@ -63,6 +64,29 @@ pub struct Region {
 /// application reacts to those, so its buffer may have changed since; between two post_recv
 /// calls with neither in between, the first one's fold stands.
 static EPOCH: AtomicU64 = AtomicU64::new(0);
+
+/// In a forked child (one thread): every bounce lock a parent thread held at the fork is free
+/// again, its possibly half-updated value replaced by an empty one (a child forked mid-update loses
+/// that table, never hangs on it); locks nobody held keep their values.
+///
+/// # Safety
+/// Only from the atfork child handler: the child's one thread, not inside the shim.
+pub unsafe fn after_fork_child() {
+    // SAFETY: the caller's contract; no guard of these locks is alive in this thread (the
+    // REGIONS guard below is taken after REGIONS itself was recovered, and each region's sync
+    // lock is recovered while only REGIONS is held).
+    unsafe {
+        REGIONS.recover_in_child(Vec::new);
+        for r in REGIONS.lock().iter() {
+            r.sync.recover_in_child(Scratch::default);
+        }
+        FIXES.recover_in_child(Vec::new);
+        POOL.recover_in_child(Vec::new);
+        PATCHING.recover_in_child(|| ());
+        PENDING_RECV.map.recover_in_child(|| None);
+        PENDING_READ.map.recover_in_child(|| None);
+    }
+}
 
 /// MRSHIM_DEBUG_PANIC=bounce: panic here (the wrappers' guards must catch it).
 #[inline]
@@ -147,7 +171,7 @@ impl Region {
             return;
         }
         let len = self.len as usize;
-        let mut guard = self.sync.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.sync.lock();
         let Scratch { bytes, runs } = &mut *guard;
         let now: &[u8] = if self.engine.app_is_host() {
             // SAFETY: host memory the region covers, readable for len bytes (checked when the
@@ -174,7 +198,7 @@ impl Region {
     /// Copies to the application only the bytes a peer changed in the shadow since the last sync,
     /// so what the application wrote to its buffer meanwhile is not overwritten.
     fn sync_peer_writes(&self) {
-        let mut one_at_a_time = self.sync.lock().unwrap_or_else(|p| p.into_inner());
+        let mut one_at_a_time = self.sync.lock();
         let runs = &mut one_at_a_time.runs;
         self.changed(None, runs);
         for &(a, b) in runs.iter() {
@@ -183,13 +207,23 @@ impl Region {
     }
 }
 
+/// The one loud line for copies that did not happen (later ones are not repeated): the
+/// application may now see stale bytes in a bounce region, and must be told so.
 fn warn_once(e: &str) {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    if !WARNED.swap(true, Ordering::AcqRel) {
         mrshim_core::stderr_line(&format!(
             "mrshim WARN bounce buffer copy failed: {e}; data in bounce regions may be stale"
-        ))
-    });
+        ));
+    }
+}
+
+/// The bounce layer's part of a post or poll: a panic in it is caught (and counted), and, since
+/// that call's copies did not happen, says loudly that data may be stale.
+fn guarded_copies(what: &str, f: impl FnOnce()) {
+    if guarded(what, f).is_none() {
+        warn_once(&format!("an internal error in {what} skipped its copies"));
+    }
 }
 
 /// A shadow built for an attempt, not yet backed by an MR.
@@ -238,7 +272,7 @@ pub fn prepare(app: u64, len: u64, iova: u64, access: u32) -> Result<Shadow, Str
         base_map: (b, if remote_write { maplen } else { 0 }),
         remote_write,
         engine,
-        sync: Mutex::new(Scratch::default()),
+        sync: ForkLock::new(Scratch::default()),
         folded: AtomicU64::new(u64::MAX),
     };
     region.to_shadow(0, len as usize);
@@ -273,13 +307,13 @@ pub fn abandon(s: Shadow) {
 /// (up to [`POOL_MAX`] bytes): a job that registers and deregisters its buffers again and again
 /// (each iteration, each communicator) would otherwise fault in and zero every page each time.
 /// Only `try_lock`ed: a child forked while a parent thread held it maps afresh.
-static POOL: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+static POOL: ForkLock<Vec<(usize, usize)>> = ForkLock::new(Vec::new());
 const POOL_MAX: usize = 256 << 20;
 
 /// A private anonymous mapping of `n` bytes (from the pool, or fresh), owned by a region until
 /// deregistration.
 fn map_anon(n: usize, what: &str) -> Result<usize, String> {
-    if let Ok(mut pool) = POOL.try_lock() {
+    if let Some(mut pool) = POOL.try_lock() {
         if let Some(i) = pool.iter().position(|&(_, len)| len == n) {
             return Ok(pool.swap_remove(i).0);
         }
@@ -307,7 +341,7 @@ fn unmap((p, n): (usize, usize)) {
     if n == 0 {
         return;
     }
-    if let Ok(mut pool) = POOL.try_lock() {
+    if let Some(mut pool) = POOL.try_lock() {
         if pool.iter().map(|e| e.1).sum::<usize>() + n <= POOL_MAX {
             pool.push((p, n));
             return;
@@ -326,8 +360,8 @@ enum Fix {
     Bounce(u64, Arc<Region>),
 }
 
-static FIXES: Mutex<Vec<(usize, Fix)>> = Mutex::new(Vec::new());
-static REGIONS: RwLock<Vec<Arc<Region>>> = RwLock::new(Vec::new());
+static FIXES: ForkLock<Vec<(usize, Fix)>> = ForkLock::new(Vec::new());
+static REGIONS: ForkLock<Vec<Arc<Region>>> = ForkLock::new(Vec::new());
 /// Number of live bounce regions: the post/poll wrappers' fast path checks it.
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 
@@ -344,7 +378,7 @@ pub fn adopt_addr(mr: usize, caller_addr: u64, exported_fd: Option<i32>) {
         Some(fd) => Fix::AddrFd(real, fd),
         None => Fix::Addr(real),
     };
-    FIXES.lock().unwrap().push((mr, fix));
+    FIXES.lock().push((mr, fix));
 }
 
 /// The shadow's MR exists: the region goes live and its context gets the coherence wrappers.
@@ -356,17 +390,17 @@ pub fn adopt(s: Shadow, mr: usize) {
     r.lkey = m.lkey;
     let real = std::mem::replace(mr_addr(mr), r.app);
     let r = Arc::new(r);
-    REGIONS.write().unwrap().push(r.clone());
+    REGIONS.lock().push(r.clone());
     lkey_slot(r.lkey).fetch_add(1, Ordering::AcqRel);
     LIVE.fetch_add(1, Ordering::AcqRel);
     patch(r.ctx);
-    FIXES.lock().unwrap().push((mr, Fix::Bounce(real, r)));
+    FIXES.lock().push((mr, Fix::Bounce(real, r)));
 }
 
 /// Before the real ibv_dereg_mr: give rdma-core its MR back. Returns what to clean up after.
 pub fn before_dereg(mr: usize) -> Option<Box<dyn FnOnce(bool)>> {
     let fix = {
-        let mut f = FIXES.lock().unwrap();
+        let mut f = FIXES.lock();
         let i = f.iter().position(|(m, _)| *m == mr)?;
         f.swap_remove(i).1
     };
@@ -390,7 +424,7 @@ pub fn before_dereg(mr: usize) -> Option<Box<dyn FnOnce(bool)>> {
                 if !ok {
                     return; // the MR lives on: keep serving it
                 }
-                REGIONS.write().unwrap().retain(|x| !Arc::ptr_eq(x, &r));
+                REGIONS.lock().retain(|x| !Arc::ptr_eq(x, &r));
                 lkey_slot(r.lkey).fetch_sub(1, Ordering::AcqRel);
                 LIVE.fetch_sub(1, Ordering::AcqRel);
                 unpatch_if_unused(r.ctx);
@@ -457,14 +491,14 @@ struct Orig {
 
 static ORIGS: Leaked<Orig> = Leaked::new();
 /// Serialises patching and restoring.
-static PATCHING: Mutex<()> = Mutex::new(());
+static PATCHING: ForkLock<()> = ForkLock::new(());
 
 fn orig(ctx: usize) -> Option<&'static Orig> {
     ORIGS.iter().find(|o| o.ctx == ctx)
 }
 
 fn patch(ctx: usize) {
-    let _g = PATCHING.lock().unwrap_or_else(|p| p.into_inner());
+    let _g = PATCHING.lock();
     // SAFETY: ctx is a live ibv_context (from the MR); its ops are plain function pointers that
     // the static-inline verbs read on every call. Pointer-sized aligned stores are atomic.
     unsafe {
@@ -487,8 +521,8 @@ fn patch(ctx: usize) {
 }
 
 fn unpatch_if_unused(ctx: usize) {
-    let _g = PATCHING.lock().unwrap_or_else(|p| p.into_inner());
-    if REGIONS.read().unwrap().iter().any(|r| r.ctx == ctx) {
+    let _g = PATCHING.lock();
+    if REGIONS.lock().iter().any(|r| r.ctx == ctx) {
         return;
     }
     if let Some(o) = orig(ctx) {
@@ -530,7 +564,7 @@ fn ranges(ctx: usize, sg: *mut v::ibv_sge, n: c_int) -> Ranges {
     if sges.iter().all(|s| lkey_slot(s.lkey).load(Ordering::Acquire) == 0) {
         return Vec::new();
     }
-    let regions = REGIONS.read().unwrap();
+    let regions = REGIONS.lock();
     sges.iter()
         .filter_map(|s| {
             let r = regions.iter().find(|r| r.ctx == ctx && r.lkey == s.lkey)?;
@@ -543,16 +577,16 @@ fn ranges(ctx: usize, sg: *mut v::ibv_sge, n: c_int) -> Ranges {
 /// Ranges to copy to the application when a completion is polled, with a count of entries so
 /// that completions with nothing pending skip the lock.
 struct Pending<K> {
-    map: Mutex<Option<HashMap<K, Ranges>>>,
+    map: ForkLock<Option<HashMap<K, Ranges>>>,
     len: AtomicUsize,
 }
 
 impl<K: std::hash::Hash + Eq> Pending<K> {
     const fn new() -> Self {
-        Pending { map: Mutex::new(None), len: AtomicUsize::new(0) }
+        Pending { map: ForkLock::new(None), len: AtomicUsize::new(0) }
     }
     fn add(&self, k: K, rs: Ranges) {
-        let mut m = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = self.map.lock();
         let e = m.get_or_insert_with(HashMap::new).entry(k).or_default();
         if e.is_empty() {
             self.len.fetch_add(1, Ordering::AcqRel);
@@ -563,7 +597,7 @@ impl<K: std::hash::Hash + Eq> Pending<K> {
         if self.len.load(Ordering::Acquire) == 0 {
             return None;
         }
-        let r = self.map.lock().unwrap_or_else(|p| p.into_inner()).as_mut()?.remove(k)?;
+        let r = self.map.lock().as_mut()?.remove(k)?;
         self.len.fetch_sub(1, Ordering::AcqRel);
         Some(r)
     }
@@ -587,7 +621,9 @@ fn outgoing(qpn: u32, read: bool, rs: Ranges) {
 
 /// Every bounce region of `ctx` that peers can write.
 fn each_writable(ctx: usize, f: impl Fn(&Region)) {
-    for r in REGIONS.read().unwrap().iter().filter(|r| r.ctx == ctx && r.remote_write) {
+    // a snapshot: `f` copies region bytes, other threads' posts need not wait for that
+    let mine: Vec<Arc<Region>> = REGIONS.lock().iter().filter(|r| r.ctx == ctx && r.remote_write).cloned().collect();
+    for r in &mine {
         f(r);
     }
 }
@@ -633,7 +669,7 @@ unsafe extern "C" fn post_send(qp: *mut v::ibv_qp, wr: *mut v::ibv_send_wr, bad:
     // SAFETY: qp is the application's live QP; its context is one we patched.
     let (ctx, qpn) = unsafe { ((*qp).context as usize, (*qp).qp_num) };
     let Some(o) = orig(ctx) else { return libc::EINVAL };
-    guarded("ibv_post_send", || {
+    guarded_copies("ibv_post_send", || {
         debug_panic();
         bump_epoch();
         each_wr(ctx, wr, |r, rs| outgoing(qpn, r.opcode == v::ibv_wr_opcode::IBV_WR_RDMA_READ, rs));
@@ -647,7 +683,7 @@ unsafe extern "C" fn post_recv(qp: *mut v::ibv_qp, wr: *mut v::ibv_recv_wr, bad:
     let (ctx, qpn) = unsafe { ((*qp).context as usize, (*qp).qp_num) };
     let Some(o) = orig(ctx) else { return libc::EINVAL };
     // What peers write after this receive must be told apart from what the application wrote.
-    guarded("ibv_post_recv", || {
+    guarded_copies("ibv_post_recv", || {
         debug_panic();
         each_writable(ctx, Region::fold_app_writes);
         each_wr(ctx, wr, |r, rs| PENDING_RECV.add((qpn, r.wr_id), rs));
@@ -667,7 +703,7 @@ unsafe extern "C" fn poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut mrshim_verbs
     }
     // SAFETY: the provider filled `got` entries; both ibv_wc types share rdma-core's layout.
     let wcs = unsafe { std::slice::from_raw_parts(wc.cast::<v::ibv_wc>(), got as usize) };
-    guarded("ibv_poll_cq", || completed(ctx, wcs));
+    guarded_copies("ibv_poll_cq", || completed(ctx, wcs));
     got
 }
 
@@ -798,7 +834,7 @@ impl Qpx {
 pub fn note_qpx(qpx: usize) {
     // SAFETY: the provider just returned this live ibv_qp_ex; its qp_base.context is its context.
     let ctx = unsafe { (*(qpx as *const v::ibv_qp_ex)).qp_base.context } as usize;
-    let _g = PATCHING.lock().unwrap_or_else(|p| p.into_inner());
+    let _g = PATCHING.lock();
     let node = match QPXS.iter().find(|n| n.qpx.load(Ordering::Acquire) == qpx) {
         Some(n) => n,
         None => match QPXS.iter().find(|n| n.qpx.load(Ordering::Acquire) == 0) {
@@ -833,7 +869,7 @@ pub fn destroying_qp(qp: usize, destroy: impl FnOnce() -> c_int) -> c_int {
         return destroy();
     }
     // Holding PATCHING: no patch of this object can start while it is being freed.
-    let _g = PATCHING.lock().unwrap_or_else(|p| p.into_inner());
+    let _g = PATCHING.lock();
     let rc = destroy();
     if rc == 0 {
         for n in QPXS.iter().filter(|n| n.qpx.load(Ordering::Acquire) == qp) {
@@ -861,7 +897,7 @@ unsafe extern "C" fn qx_rdma_read(q: *mut v::ibv_qp_ex, rkey: u32, raddr: u64) {
 unsafe extern "C" fn qx_set_sge(q: *mut v::ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
     let Some(n) = qnode(q) else { return };
     let mut s = v::ibv_sge { addr, length, lkey };
-    guarded("ibv_wr_set_sge", || n.sges(q, &mut s, 1));
+    guarded_copies("ibv_wr_set_sge", || n.sges(q, &mut s, 1));
     n.reading.store(false, Ordering::Release);
     // SAFETY: the provider's wr_set_sge with the application's arguments.
     unsafe { provider::<QxSge>(&n.sge)(q, lkey, addr, length) }
@@ -869,7 +905,7 @@ unsafe extern "C" fn qx_set_sge(q: *mut v::ibv_qp_ex, lkey: u32, addr: u64, leng
 
 unsafe extern "C" fn qx_set_sge_list(q: *mut v::ibv_qp_ex, num: usize, list: *const v::ibv_sge) {
     let Some(n) = qnode(q) else { return };
-    guarded("ibv_wr_set_sge_list", || n.sges(q, list.cast_mut(), num.min(c_int::MAX as usize) as c_int));
+    guarded_copies("ibv_wr_set_sge_list", || n.sges(q, list.cast_mut(), num.min(c_int::MAX as usize) as c_int));
     n.reading.store(false, Ordering::Release);
     // SAFETY: the provider's wr_set_sge_list with the application's arguments.
     unsafe { provider::<QxSgeList>(&n.sge_list)(q, num, list) }

@@ -245,6 +245,7 @@ macro_rules! two_versions {
 
 two_versions!("dlsym", "GLIBC_2.2.5" => dlsym, "GLIBC_2.34" => dlsym);
 two_versions!("dlvsym", "GLIBC_2.2.5" => dlvsym, "GLIBC_2.34" => dlvsym);
+two_versions!("dlclose", "GLIBC_2.2.5" => super::unload::dlclose, "GLIBC_2.34" => super::unload::dlclose);
 two_versions!("ibv_reg_mr", "IBVERBS_1.0" => reg_mr_1_0, "IBVERBS_1.1" => ibv_reg_mr);
 two_versions!("ibv_dereg_mr", "IBVERBS_1.0" => dereg_mr_1_0, "IBVERBS_1.1" => ibv_dereg_mr);
 
@@ -341,10 +342,19 @@ impl RealFunctions {
 static ADOPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Bounce shadows built for attempts, until the attempt's MR adopts them (or they are dropped).
-static SHADOWS: std::sync::Mutex<Vec<bounce::Shadow>> = std::sync::Mutex::new(Vec::new());
+static SHADOWS: mrshim_forklock::ForkLock<Vec<bounce::Shadow>> = mrshim_forklock::ForkLock::new(Vec::new());
+
+/// In a forked child: the shadow list is free again (see [`bounce::after_fork_child`]).
+///
+/// # Safety
+/// Only from the atfork child handler: the child's one thread, not inside the shim.
+pub unsafe fn after_fork_child() {
+    // SAFETY: the caller's contract.
+    unsafe { SHADOWS.recover_in_child(Vec::new) };
+}
 
 fn take_shadow(addr: u64) -> Option<bounce::Shadow> {
-    let mut v = SHADOWS.lock().ok()?;
+    let mut v = SHADOWS.lock();
     let i = v.iter().position(|s| s.addr() == addr)?;
     Some(v.swap_remove(i))
 }
@@ -361,7 +371,7 @@ impl Backend for RealFunctions {
     fn bounce_shadow(&self, a: &RegArgs) -> Result<u64, String> {
         let s = bounce::prepare(a.addr, a.length, a.iova.unwrap_or(a.addr), a.access)?;
         let addr = s.addr();
-        SHADOWS.lock().map_err(|_| "poisoned")?.push(s);
+        SHADOWS.lock().push(s);
         Ok(addr)
     }
 

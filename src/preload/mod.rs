@@ -9,6 +9,7 @@ mod entry;
 pub mod gpu;
 pub mod hooks;
 pub mod real;
+pub mod unload;
 
 use std::cell::Cell;
 
@@ -66,6 +67,8 @@ mod process {
                 mrshim_core::after_fork_child();
                 super::copy::after_fork_child();
                 super::gpu::after_fork_child();
+                super::bounce::after_fork_child();
+                super::hooks::after_fork_child();
             }
         });
     }

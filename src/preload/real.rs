@@ -53,6 +53,17 @@ pub fn remember_siblings(handle: *mut c_void) {
     }
 }
 
+/// After a `dlclose`: forget every remembered function whose library is gone (unload.rs).
+pub fn forget_unmapped() {
+    for slot in &PTRS {
+        let p = slot.load(Acquire);
+        if p != 0 && !super::unload::still_loaded(p) {
+            // only if nobody stored a new one meanwhile
+            let _ = slot.compare_exchange(p, 0, AcqRel, Relaxed);
+        }
+    }
+}
+
 /// The real function's address, or 0 if there is none.
 #[inline]
 pub fn get(f: Entry) -> usize {

@@ -6,9 +6,9 @@
  * when FAKE_FAIL_RELAXED is set) while the main thread forks FORKS children; each child
  * registers, deregisters, fails one registration and exit()s (so the shim's exit summary runs).
  * A child that hangs (on a lock a parent thread held at the fork) is killed by its alarm.
- * fork-opening DIR: the process's log (MRSHIM_LOG=DIR/log-%p.jsonl) is made a FIFO, so a thread's
- * first registration blocks inside the shim while it opens the log (holding its lock); the main
- * thread forks then: the child must record into its own file regardless. */
+ * fork-opening DIR: the process's log (MRSHIM_LOG=DIR/log-%p.jsonl) is made a FIFO before a thread's
+ * first registration (this used to block inside the shim, holding the log's lock); the main thread
+ * forks then: the child must record into its own file, and nothing goes into the FIFO. */
 #include <infiniband/verbs.h>
 #include <errno.h>
 #include <pthread.h>
@@ -102,7 +102,7 @@ static int fork_opening(const char *dir) {
     if (mkfifo(fifo, 0600)) { perror("mkfifo"); return 2; }
     pthread_t t;
     pthread_create(&t, NULL, one_reg, NULL);
-    usleep(300000); /* the thread is now blocked opening the FIFO, inside the shim */
+    usleep(300000); /* the thread's registration went through the shim (it used to block there) */
     pid_t c = fork();
     if (c == 0) {
         alarm(10);
@@ -112,12 +112,11 @@ static int fork_opening(const char *dir) {
     }
     int st;
     waitpid(c, &st, 0);
-    /* let the parent's thread finish: read what it writes into the FIFO */
-    int r = open(fifo, O_RDONLY);
     pthread_join(t, NULL);
+    int r = open(fifo, O_RDONLY | O_NONBLOCK);
     char sink[65536];
     int n = (int)read(r, sink, sizeof sink);
-    unlink(fifo); /* r stays open: the exit summary still has a reader */
+    unlink(fifo);
     printf("child %s, parent wrote %s\n", WIFSIGNALED(st) ? "hung" : WEXITSTATUS(st) ? "failed" : "ok", n > 0 ? "its records" : "nothing");
     return WIFSIGNALED(st) || WEXITSTATUS(st);
 }

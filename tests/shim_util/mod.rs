@@ -60,6 +60,7 @@ pub fn fake() -> &'static Fake {
             &rpath,
             "-lpthread",
         ]);
+        cc(&["-O1", "-o", &format!("{d}/hostile"), src_c("hostile.c").to_str().unwrap(), &ldir, "-libverbs", &rpath]);
         cc(&["-O1", "-o", &format!("{d}/nccl_style"), src_c("nccl_style.c").to_str().unwrap(), "-ldl"]);
         cc(&[
             "-shared",

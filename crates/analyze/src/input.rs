@@ -1,7 +1,9 @@
 //! Inputs: files, directories (recursively), `-` for stdin; plain or gzip (detected by magic, not name).
 //! Lines are read with a length cap so a binary or newline-free input cannot make memory grow.
+use std::collections::HashSet;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// Longest line kept; the rest of a longer line is dropped (and counted).
@@ -22,38 +24,61 @@ impl Source {
     }
 }
 
-/// Expands the command line into sources; unreadable paths become notes.
+/// Expands the command line into sources; unreadable paths become notes. Each file is read once
+/// however many paths lead to it (`latest -> run3`, a file named twice), and a directory is walked
+/// once: a link back to a directory already walked (`run3/self -> .`, two links into each other)
+/// is skipped with a note instead of being followed around the loop.
 pub fn expand(paths: &[String], notes: &mut Vec<String>) -> Vec<Source> {
-    let mut out = Vec::new();
+    let mut w = Walk::default();
     for p in paths {
         if p == "-" {
-            out.push(Source::Stdin);
+            w.out.push(Source::Stdin);
             continue;
         }
         let path = Path::new(p);
         match std::fs::metadata(path) {
-            Ok(m) if m.is_dir() => walk(path, &mut out, notes),
-            Ok(_) => out.push(Source::File(path.to_path_buf())),
+            Ok(m) if m.is_dir() => w.dir(path, &m, notes),
+            Ok(m) => w.file(path, &m),
             Err(e) => notes.push(format!("{p}: skipped: {e}")),
         }
     }
-    out
+    w.out
 }
 
-fn walk(dir: &Path, out: &mut Vec<Source>, notes: &mut Vec<String>) {
-    let mut entries: Vec<PathBuf> = match std::fs::read_dir(dir) {
-        Ok(rd) => rd.filter_map(|e| e.ok()).map(|e| e.path()).collect(),
-        Err(e) => {
-            notes.push(format!("{}: skipped: {e}", dir.display()));
+/// What a walk has seen, by (device, inode).
+#[derive(Default)]
+struct Walk {
+    dirs: HashSet<(u64, u64)>,
+    files: HashSet<(u64, u64)>,
+    out: Vec<Source>,
+}
+
+impl Walk {
+    fn file(&mut self, p: &Path, m: &std::fs::Metadata) {
+        if self.files.insert((m.dev(), m.ino())) {
+            self.out.push(Source::File(p.to_path_buf()));
+        }
+    }
+
+    fn dir(&mut self, dir: &Path, m: &std::fs::Metadata, notes: &mut Vec<String>) {
+        if !self.dirs.insert((m.dev(), m.ino())) {
+            notes.push(format!("{}: skipped: already read through another path", dir.display()));
             return;
         }
-    };
-    entries.sort();
-    for p in entries {
-        match std::fs::metadata(&p) {
-            Ok(m) if m.is_dir() => walk(&p, out, notes),
-            Ok(m) if m.is_file() => out.push(Source::File(p)),
-            _ => {}
+        let mut entries: Vec<PathBuf> = match std::fs::read_dir(dir) {
+            Ok(rd) => rd.filter_map(|e| e.ok()).map(|e| e.path()).collect(),
+            Err(e) => {
+                notes.push(format!("{}: skipped: {e}", dir.display()));
+                return;
+            }
+        };
+        entries.sort();
+        for p in entries {
+            match std::fs::metadata(&p) {
+                Ok(m) if m.is_dir() => self.dir(&p, &m, notes),
+                Ok(m) if m.is_file() => self.file(&p, &m),
+                _ => {}
+            }
         }
     }
 }

@@ -29,7 +29,7 @@ pub fn run(args: Args) -> ExitCode {
     progress.done();
     if a.col.files.iter().all(|f| f.error.is_some()) {
         for n in &a.col.notes {
-            eprintln!("mrshim analyze: {n}");
+            eprintln!("mrshim analyze: {}", mrshim_analyze::render::human::printable(n));
         }
         eprintln!("mrshim analyze: nothing could be read");
         return ExitCode::from(2);

@@ -54,6 +54,20 @@ impl<T> ForkLock<T> {
         self.locked.compare_exchange(false, true, Acquire, Relaxed).ok().map(|_| Guard { lock: self })
     }
 
+    /// In a forked child only (it has one thread): if another thread of the parent held the lock
+    /// at the fork, its value may be half-updated: it is replaced by `fresh()` (the old one leaked)
+    /// and the lock is free again. A lock nobody held keeps its value (it is consistent).
+    ///
+    /// # Safety
+    /// As [`Self::reset_in_child`]: only in a forked child, before it starts a thread, and with no
+    /// guard of this lock alive in the calling thread.
+    pub unsafe fn recover_in_child(&self, fresh: impl FnOnce() -> T) {
+        if self.locked.load(Acquire) {
+            // SAFETY: the caller's contract.
+            unsafe { self.reset_in_child(fresh()) };
+        }
+    }
+
     /// In a forked child only (it has one thread): forget whoever held the lock in the parent
     /// and start from `v`. The previous value is leaked: it may be in the middle of an update.
     ///
@@ -218,5 +232,39 @@ mod tests {
         t.join().unwrap();
         assert_eq!(status, 0, "the child could not take the lock back");
         assert_eq!(*l.lock(), [1], "the parent's value is untouched");
+    }
+
+    #[test]
+    fn recover_in_child_resets_only_what_a_parent_thread_held() {
+        let held = Arc::new(ForkLock::new(vec![1u8]));
+        let free = ForkLock::new(vec![7u8]);
+        let (taken, release) = (Arc::new(std::sync::Barrier::new(2)), Arc::new(std::sync::Barrier::new(2)));
+        let t = {
+            let (l, taken, release) = (held.clone(), taken.clone(), release.clone());
+            std::thread::spawn(move || {
+                let _g = l.lock();
+                taken.wait();
+                release.wait();
+            })
+        };
+        taken.wait();
+        // SAFETY: as in the test above: the child touches only the locks, then _exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: the forked child, one thread, no guard of either lock alive in it.
+            unsafe {
+                held.recover_in_child(|| vec![2]);
+                free.recover_in_child(|| vec![9]);
+            }
+            let ok = held.try_lock().is_some_and(|g| *g == [2]) && *free.lock() == [7];
+            // SAFETY: leaving the child without running the parent's destructors.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for the child just forked.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        release.wait();
+        t.join().unwrap();
+        assert_eq!(status, 0, "held: fresh value and free again; not held: value kept");
     }
 }

@@ -111,7 +111,7 @@ pub struct ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "mrshim: {}={:?} is not valid", self.var, self.value)?;
+        write!(f, "mrshim: {}={:?} is not valid", self.var, shorten(&self.value))?;
         if let Some(d) = &self.detail {
             write!(f, " ({d})")?;
         }
@@ -130,10 +130,76 @@ pub const VARS: &[&str] = &[
     "MRSHIM_DEBUG_PANIC",
 ];
 
-/// Parses the configuration. `get` returns a variable's value (None when unset).
+/// Values longer than this are shown cut in messages and in the config record (a 1 MB value
+/// must not become a 1 MB stderr line).
+pub const SHOWN_MAX: usize = 200;
+
+/// `s` as messages show it: whole up to [`SHOWN_MAX`] bytes, else its start and its length.
+pub fn shorten(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.len() <= SHOWN_MAX {
+        return s.into();
+    }
+    let mut end = SHOWN_MAX;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}... ({} bytes)", &s[..end], s.len()).into()
+}
+
+/// Marks a value that was not valid UTF-8 (see [`env_var`]); the environment never holds NUL.
+const NOT_UTF8: char = '\0';
+
+/// A variable as [`parse`] wants it: a value that is not UTF-8 comes back marked, so that it is
+/// refused with a clear line instead of silently becoming a different path (U+FFFD).
+pub fn env_var(name: &str) -> Option<String> {
+    let v = std::env::var_os(name)?;
+    Some(match v.into_string() {
+        Ok(s) => s,
+        Err(raw) => format!("{NOT_UTF8}{}", raw.to_string_lossy()),
+    })
+}
+
+/// Is this process running with privileges its caller does not have (setuid, setgid, file
+/// capabilities: the kernel's AT_SECURE, the flag glibc's own secure mode follows)?
+pub fn secure_exec() -> bool {
+    // SAFETY: getauxval has no preconditions; it returns 0 for an absent entry.
+    unsafe { libc::getauxval(libc::AT_SECURE) != 0 }
+}
+
+/// The line for a privileged process (AT_SECURE): the variables come from a less privileged
+/// caller, so none of them is used (no caller-chosen path written by root, no retries raising
+/// limits, no injected failures); values are not repeated.
+pub fn secure_exec_line(ignored: &[&str]) -> String {
+    format!(
+        "mrshim: {} ignored: this program runs with privileges its caller does not have (setuid, setgid or file capabilities); mrshim passes every call through unrecorded",
+        ignored.join(", ")
+    )
+}
+
+/// Parses the configuration. `get` returns a variable's value (None when unset). In a privileged
+/// process (see [`secure_exec`]) no variable is used: Err with no errors, after one line naming them.
 pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<ConfigError>> {
+    parse_as(get, secure_exec())
+}
+
+pub fn parse_as(get: impl Fn(&str) -> Option<String>, secure: bool) -> Result<Config, Vec<ConfigError>> {
+    if secure {
+        let set: Vec<&str> = VARS.iter().copied().filter(|v| get(v).is_some()).collect();
+        if !set.is_empty() {
+            crate::stderr_line(&secure_exec_line(&set));
+        }
+        return Err(vec![]);
+    }
     let mut c = Config::default();
     let mut errs = Vec::new();
+    let mut not_utf8 = Vec::new();
+    for &var in VARS {
+        if let Some(v) = get(var).and_then(|v| v.strip_prefix(NOT_UTF8).map(String::from)) {
+            let detail = Some("not valid UTF-8".into());
+            not_utf8.push(ConfigError { var, value: v, accepted: accepted(var), detail });
+        }
+    }
+    let get = |k: &str| get(k).filter(|v| !v.starts_with(NOT_UTF8));
     if let Some(v) = get("MRSHIM_LOG") {
         match parse_log(&v) {
             Ok(d) => c.log = d,
@@ -156,19 +222,15 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<ConfigE
         }
     }
     if let Some(v) = get("MRSHIM_RETRY") {
-        match mrshim_retry::policy::Policy::parse(&v) {
+        match refuse_empty(&v).and_then(|_| mrshim_retry::policy::Policy::parse(&v).map_err(|e| e.detail)) {
             Ok(p) => c.retry = p,
-            Err(e) => {
-                errs.push(ConfigError { var: "MRSHIM_RETRY", value: v, accepted: RETRY_ACCEPTED, detail: e.detail })
-            }
+            Err(detail) => errs.push(ConfigError { var: "MRSHIM_RETRY", value: v, accepted: RETRY_ACCEPTED, detail }),
         }
     }
     if let Some(v) = get("MRSHIM_INJECT") {
-        match mrshim_retry::inject::parse(&v) {
+        match refuse_empty(&v).and_then(|_| mrshim_retry::inject::parse(&v).map_err(|_| None)) {
             Ok(_) => c.inject = v,
-            Err(_) => {
-                errs.push(ConfigError { var: "MRSHIM_INJECT", value: v, accepted: INJECT_ACCEPTED, detail: None })
-            }
+            Err(detail) => errs.push(ConfigError { var: "MRSHIM_INJECT", value: v, accepted: INJECT_ACCEPTED, detail }),
         }
     }
     if let Some(v) = get("MRSHIM_DEBUG_PANIC") {
@@ -182,10 +244,32 @@ pub fn parse(get: impl Fn(&str) -> Option<String>) -> Result<Config, Vec<ConfigE
             }),
         }
     }
+    errs.extend(not_utf8);
+    errs.sort_by_key(|e| VARS.iter().position(|v| *v == e.var));
     if errs.is_empty() {
         Ok(c)
     } else {
         Err(errs)
+    }
+}
+
+/// An empty value is a mistake (a script's unset variable), as for MRSHIM_LOG and MRSHIM_LEVEL.
+fn refuse_empty(v: &str) -> Result<(), Option<String>> {
+    if v.trim().is_empty() {
+        Err(Some("empty".into()))
+    } else {
+        Ok(())
+    }
+}
+
+fn accepted(var: &str) -> &'static str {
+    match var {
+        "MRSHIM_LOG" => LOG_ACCEPTED,
+        "MRSHIM_LEVEL" => LEVEL_ACCEPTED,
+        "MRSHIM_RETRY" => RETRY_ACCEPTED,
+        "MRSHIM_INJECT" => INJECT_ACCEPTED,
+        "MRSHIM_DEBUG_PANIC" => DEBUG_PANIC_ACCEPTED,
+        _ => ONOFF_ACCEPTED,
     }
 }
 
@@ -225,7 +309,22 @@ fn check_placeholders(p: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Expands `%h`, `%p`, `%r` (rank, or `norank`), `%%`.
+/// The host name as a file-name part: characters other than letters, digits, `-`, `_` and `.` become
+/// `_`, and a leading `.` too, so that no host name (set in a UTS namespace, it can be anything)
+/// makes `..` or a `/`.
+pub fn host_part(host: &str) -> String {
+    let mut s: String =
+        host.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect();
+    if s.starts_with('.') {
+        s.replace_range(..1, "_");
+    }
+    if s.is_empty() {
+        s.push('_');
+    }
+    s
+}
+
+/// Expands `%h` (see [`host_part`]), `%p`, `%r` (rank, or `norank`), `%%`.
 pub fn expand(pattern: &str, host: &str, pid: u32, rank: Option<i64>) -> String {
     let mut out = String::with_capacity(pattern.len() + 16);
     let mut it = pattern.chars();
@@ -235,7 +334,7 @@ pub fn expand(pattern: &str, host: &str, pid: u32, rank: Option<i64>) -> String 
             continue;
         }
         match it.next() {
-            Some('h') => out.push_str(host),
+            Some('h') => out.push_str(&host_part(host)),
             Some('p') => out.push_str(&pid.to_string()),
             Some('r') => match rank {
                 Some(r) => out.push_str(&r.to_string()),
@@ -255,6 +354,7 @@ pub fn expand(pattern: &str, host: &str, pid: u32, rank: Option<i64>) -> String 
 /// File name used inside a log directory: `mrshim-<host>-r<rank>-p<pid>.jsonl`
 /// (`mrshim-<host>-p<pid>.jsonl` without a rank).
 pub fn dir_file_name(host: &str, pid: u32, rank: Option<i64>) -> String {
+    let host = host_part(host);
     match rank {
         Some(r) => format!("mrshim-{host}-r{r}-p{pid}.jsonl"),
         None => format!("mrshim-{host}-p{pid}.jsonl"),
@@ -323,6 +423,32 @@ mod tests {
         let e = p(&[("MRSHIM_SUMMARY", "maybe"), ("MRSHIM_WARN", "x"), ("MRSHIM_LEVEL", "")]).unwrap_err();
         let vars: Vec<_> = e.iter().map(|e| e.var).collect();
         assert_eq!(vars, vec!["MRSHIM_LEVEL", "MRSHIM_SUMMARY", "MRSHIM_WARN"]);
+    }
+
+    #[test]
+    fn host_names_cannot_make_paths_and_long_values_are_cut() {
+        assert_eq!(host_part("../x"), "_._x");
+        assert_eq!(host_part("node-1.cluster"), "node-1.cluster");
+        assert_eq!(host_part("a/b c\u{e9}"), "a_b_c_");
+        assert_eq!(host_part(""), "_");
+        assert_eq!(expand("/l/%h.log", "../../etc", 1, None), "/l/_._.._etc.log");
+        assert_eq!(shorten("short"), "short");
+        let long = "\u{e9}".repeat(150);
+        let s = shorten(&long);
+        assert!(s.len() < SHOWN_MAX + 30 && s.ends_with("... (300 bytes)"), "{s}");
+    }
+
+    #[test]
+    fn secure_exec_uses_no_variable_and_empty_or_non_utf8_values_are_refused() {
+        let m = |k: &str| (k == "MRSHIM_LOG").then(|| "/x".to_string());
+        assert_eq!(parse_as(m, true), Err(vec![]));
+        for var in ["MRSHIM_RETRY", "MRSHIM_INJECT"] {
+            assert_eq!(p(&[(var, " ")]).unwrap_err()[0].detail.as_deref(), Some("empty"), "{var}");
+        }
+        let e = p(&[("MRSHIM_WARN", "\0o\u{fffd}"), ("MRSHIM_LOG", "\0/x")]).unwrap_err();
+        let got: Vec<_> = e.iter().map(|e| (e.var, e.value.as_str(), e.detail.as_deref())).collect();
+        let bad = Some("not valid UTF-8");
+        assert_eq!(got, [("MRSHIM_LOG", "/x", bad), ("MRSHIM_WARN", "o\u{fffd}", bad)]);
     }
 
     #[test]

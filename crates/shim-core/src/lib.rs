@@ -21,6 +21,7 @@ pub mod internal;
 pub mod limits;
 pub mod line;
 pub mod log;
+pub mod logfile;
 pub mod maps;
 mod mr_table;
 mod record;
@@ -80,10 +81,8 @@ static SHIM: mrshim_forklock::ForkOnce<Shim> = mrshim_forklock::ForkOnce::new();
 /// that passes every call through).
 pub fn shim() -> &'static Shim {
     SHIM.get_or_init(|| {
-        internal::guarded("the shim's start-up", || {
-            Shim::from_env(|k| std::env::var_os(k).map(|v| v.to_string_lossy().into_owned()))
-        })
-        .unwrap_or_else(|| Shim::new(None, &|_| None))
+        internal::guarded("the shim's start-up", || Shim::from_env(config::env_var))
+            .unwrap_or_else(|| Shim::new(None, &|_| None))
     })
 }
 
@@ -128,7 +127,7 @@ impl Shim {
         let mut env_echo = BTreeMap::new();
         for v in config::VARS.iter().chain(ident::RANK_VARS).chain(ident::LOCAL_RANK_VARS) {
             if let Some(x) = get(v) {
-                env_echo.insert(v.to_string(), x);
+                env_echo.insert(v.to_string(), config::shorten(x.trim_start_matches('\0')).into_owned());
             }
         }
         // SAFETY: sysconf has no preconditions.

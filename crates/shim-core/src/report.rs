@@ -13,7 +13,7 @@ pub fn stderr_line(s: &str) {
     let mut b = Vec::with_capacity(s.len() + 1);
     b.extend_from_slice(s.as_bytes());
     b.push(b'\n');
-    log::write_all_once(2, &b);
+    let _ = log::write_all_once(2, &b);
 }
 
 impl Shim {

@@ -7,7 +7,31 @@ use std::fmt::Write;
 
 const W: usize = 80;
 
+/// Text from the logs as the terminal may see it: control characters (an escape sequence can
+/// clear the screen, move the cursor, retitle the window or hide lines) and bidirectional
+/// overrides (they reorder what is shown) become visible escapes such as `\x1b`.
+pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    if !s.chars().any(unsafe_char) {
+        return s.into();
+    }
+    let mut t = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            c if (c as u32) < 0x100 && unsafe_char(c) => {
+                let _ = write!(t, "\\x{:02x}", c as u32);
+            }
+            c if unsafe_char(c) => {
+                let _ = write!(t, "\\u{{{:04x}}}", c as u32);
+            }
+            c => t.push(c),
+        }
+    }
+    t.into()
+}
+
 fn wrap(out: &mut String, text: &str, indent: usize, first: &str) {
+    let text = printable(text);
     let mut line = String::from(first);
     let mut col = width(first);
     // whether the line has a word yet (a short first word may end before the indent)
@@ -93,7 +117,7 @@ pub fn render(a: &Analysis, color: bool) -> String {
     }
     for (i, f) in a.findings.iter().enumerate() {
         o.push('\n');
-        let head = format!("{}. {}", i + 1, f.category);
+        let head = format!("{}. {}", i + 1, printable(f.category));
         let _ =
             writeln!(o, "{}  (confidence {:.2})", paint(&head, if i == 0 { "1;31" } else { "1" }, color), f.confidence);
         let mut what = f.calls.join(", ");
@@ -140,8 +164,9 @@ fn evidence(o: &mut String, ev: &[crate::collect::Evid]) {
         if more > 0 { format!(" ({more} more in --json/--report)") } else { String::new() }
     );
     for e in ev.iter().take(MAX_EVIDENCE) {
-        let text = super::evidence_text(&e.text);
-        let _ = writeln!(o, "     {}", clip(&format!("{}:{}  {text}", short_path(&e.file), e.line), W - 5));
+        let text = printable(&super::evidence_text(&e.text)).into_owned();
+        let loc = printable(&short_path(&e.file)).into_owned();
+        let _ = writeln!(o, "     {}", clip(&format!("{loc}:{}  {text}", e.line), W - 5));
     }
 }
 
@@ -193,7 +218,7 @@ fn host_table(o: &mut String, a: &Analysis) {
         };
         let line = format!(
             "  {:<hw$}  ranks {:<9} {}/{} failed  {top}{memlock}",
-            h.host,
+            printable(&h.host),
             clip(&ranges(&h.ranks), 9),
             h.failed,
             h.calls,
