@@ -19,7 +19,7 @@ fn real_dlclose() -> Option<DlcloseFn> {
         for v in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
             // SAFETY: RTLD_NEXT from this library: the definition after ours; names NUL-terminated.
             p = unsafe { dlvsym(libc::RTLD_NEXT, c"dlclose".as_ptr(), v.as_ptr()) } as usize;
-            if p != 0 && !super::hooks::is_ours(p) {
+            if p != 0 && !super::elf::is_ours(p) {
                 break;
             }
             p = 0;
