@@ -1,4 +1,4 @@
-//! mrshim's own stderr lines: `host:pid:tid [rank] MRSHIM WARN call(args) failed: ENAME (N)`, and the INFO
+//! mrshim's own stderr lines: `host:pid:tid [dev] MRSHIM WARN call(args) failed: ENAME (N)`, and the INFO
 //! lines `summary: ... F failures (call ENAME xN, ...)`, `call rescued by strategy: ...`, `learned: ...`.
 //! A summary with 0 failures marks a process that completed; one with failures stands for them only as far
 //! as no record or WARN line of the same process already counted them (see the collector).
@@ -7,27 +7,9 @@ use crate::errno;
 use crate::event::{Event, Fact, Lib, RegEv, Source};
 use crate::parse::shim::parse_hex;
 
-const ACCESS: &[(&str, u32)] = &[
-    ("LOCAL_WRITE", 1),
-    ("REMOTE_WRITE", 2),
-    ("REMOTE_READ", 4),
-    ("REMOTE_ATOMIC", 8),
-    ("MW_BIND", 16),
-    ("ZERO_BASED", 32),
-    ("ON_DEMAND", 64),
-    ("HUGETLB", 128),
-    ("RELAXED_ORDERING", 1 << 20),
-];
-
+/// The access mask as the shim prints it (`LOCAL_WRITE|REMOTE_READ`, or hex).
 fn access_bits(s: &str) -> Option<u32> {
-    if let Some(h) = parse_hex(s) {
-        return Some(h as u32);
-    }
-    let mut bits = 0;
-    for name in s.split('|') {
-        bits |= ACCESS.iter().find(|a| a.0 == name.trim())?.1;
-    }
-    Some(bits)
+    parse_hex(s).map(|h| h as u32).or_else(|| mrshim_access::parse(s))
 }
 
 fn arg<'a>(args: &'a str, key: &str) -> Option<&'a str> {
@@ -50,7 +32,9 @@ pub fn parse(body: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Ev
             pid = Some(pd);
         }
     }
-    let rank = toks.next().and_then(|r| r.strip_prefix('[')?.strip_suffix(']')?.parse::<i64>().ok());
+    // `[dev]` is the GPU device, as in NCCL's lines: a rank guess only (older mrshim put the rank
+    // there, which the guess covers too).
+    let rank_hint = toks.next().and_then(|r| r.strip_prefix('[')?.strip_suffix(']')?.parse::<i64>().ok());
     let host = host.or_else(|| ctx.host.clone());
     if let Some(rest) = msg.strip_prefix("WARN ") {
         let open = rest.find('(').unwrap_or(rest.len());
@@ -63,7 +47,7 @@ pub fn parse(body: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Ev
             lib: Some(Lib::Shim),
             host,
             pid,
-            rank,
+            rank_hint,
             call,
             ok: false,
             errno: errno::find(tail),
@@ -99,7 +83,7 @@ pub fn parse(body: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Ev
                             lib: Some(Lib::Shim),
                             host: host.clone(),
                             pid,
-                            rank,
+                            rank_hint,
                             call: call.to_string(),
                             errno: errno::find(e),
                             source: Source::ShimSummary,
@@ -120,7 +104,7 @@ pub fn parse(body: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Ev
             lib: Some(Lib::Shim),
             host,
             pid,
-            rank,
+            rank_hint,
             call: call.trim().to_string(),
             ok: true,
             strategy: Some(strategy),
@@ -152,7 +136,7 @@ mod tests {
         let r = regs(&["gpu-a:4242:4243 [5] MRSHIM WARN ibv_reg_mr_iova2(addr=0x7f0000001000, len=4096, access=LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC|RELAXED_ORDERING, iova=0x7f0000001000) failed: EINVAL (22)"]);
         assert_eq!(r.len(), 1);
         let r = &r[0];
-        assert_eq!((r.host.as_deref(), r.pid, r.rank), (Some("gpu-a"), Some(4242), Some(5)));
+        assert_eq!((r.host.as_deref(), r.pid, r.rank, r.rank_hint), (Some("gpu-a"), Some(4242), None, Some(5)));
         assert_eq!(
             (r.call.as_str(), r.errno, r.length, r.addr),
             ("ibv_reg_mr_iova2", Some(22), Some(4096), Some(0x7f0000001000))
