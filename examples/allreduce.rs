@@ -454,9 +454,19 @@ fn hostname() -> String {
 
 /// NCCL's warning format: `host:pid:tid [rank] NCCL WARN ...` (MCCL WARN for MACA, as MCCL prints).
 fn warn(rank: usize, msg: &str) {
-    // SAFETY: gettid has no preconditions.
-    let tid = unsafe { libc::gettid() };
-    eprintln!("{}:{}:{} [{rank}] {} WARN {msg}", hostname(), std::process::id(), tid, prefix());
+    // The system call: glibc's gettid() wrapper is 2.30+, and the example also runs from the
+    // portable (glibc 2.17) build.
+    // SAFETY: SYS_gettid takes no arguments and cannot fail.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) };
+    say(&format!("{}:{}:{} [{rank}] {} WARN {msg}", hostname(), std::process::id(), tid, prefix()));
+}
+
+/// One stderr line in one write(2): the ranks share the terminal or pipe, and `eprintln!` writes
+/// a line in pieces that other ranks' pieces interleave with (NCCL's own fprintf of a whole
+/// line does not).
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
 }
 
 /// Element j of rank r's input; the expected result is the sum over ranks.
@@ -921,7 +931,7 @@ fn main() -> ExitCode {
     let o = match opts() {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("allreduce: {e}");
+            say(&format!("allreduce: {e}"));
             return ExitCode::from(2);
         }
     };
@@ -939,7 +949,7 @@ fn main() -> ExitCode {
         return match run_rank(&o, rank, n, &dir) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("rank {rank}: all-reduce failed: {e}");
+                say(&format!("rank {rank}: all-reduce failed: {e}"));
                 ExitCode::from(1)
             }
         };
@@ -971,7 +981,7 @@ fn main() -> ExitCode {
     }
     let _ = std::fs::remove_dir_all(&dir);
     if failed > 0 {
-        eprintln!("all-reduce: {failed} of {} ranks failed", o.ranks);
+        say(&format!("all-reduce: {failed} of {} ranks failed", o.ranks));
         ExitCode::from(1)
     } else {
         println!("all-reduce: {} ranks, {} bytes, {} iterations: OK", o.ranks, o.size, o.iters);

@@ -2,7 +2,8 @@
 //!
 //! `dl_iterate_phdr` yields every loaded object; for libc.so.6 (or libdl.so.2 on glibc < 2.34) we
 //! walk its dynamic symbol table by hand: DT_GNU_HASH bucket/chain lookup, then DT_VERSYM +
-//! DT_VERDEF to accept only the `GLIBC_2.34` or `GLIBC_2.2.5` version of the symbol.
+//! DT_VERDEF to accept only the `GLIBC_2.34` or the architecture's first version of the symbol
+//! (`GLIBC_2.2.5` on x86_64, `GLIBC_2.17` on aarch64: libdl's before 2.34).
 //! No allocation, no locks of our own, no std I/O: this runs inside `dlsym` calls of arbitrary
 //! threads, possibly before our constructor.
 
@@ -100,7 +101,7 @@ unsafe extern "C" fn callback(info: *mut libc::dl_phdr_info, _size: usize, data:
         let (mut strtab, mut symtab, mut gnuhash, mut versym, mut verdef) = (0usize, 0usize, 0usize, 0usize, 0usize);
         let mut d = dynamic;
         while (*d).d_tag != DT_NULL {
-            // ld.so relocates these in place on x86_64; be robust if it did not.
+            // ld.so relocates these in place on x86_64 and aarch64; be robust if it did not.
             let mut v = (*d).d_un as usize;
             if v < base {
                 v += base;
@@ -215,7 +216,8 @@ pub extern "C" fn resolve() -> usize {
     if cur != 0 && v.load(Acquire) != 0 {
         return cur;
     }
-    let mut q = Query { names: [b"dlsym", b"dlvsym"], versions: [b"GLIBC_2.34", b"GLIBC_2.2.5"], found: [0, 0] };
+    let mut q =
+        Query { names: [b"dlsym", b"dlvsym"], versions: [b"GLIBC_2.34", glibc_base!().as_bytes()], found: [0, 0] };
     // SAFETY: callback only reads loader data and writes into q, which outlives the call.
     unsafe { libc::dl_iterate_phdr(Some(callback), &mut q as *mut Query as *mut c_void) };
     if q.found[1] != 0 {
@@ -251,7 +253,23 @@ pub fn is_ours(p: usize) -> bool {
     p != 0 && object_base(p) == object_base(is_ours as *const () as usize)
 }
 
-fn object_base(addr: usize) -> usize {
+/// The link map (usable as a dlopen handle: that object, then its dependencies) of the object
+/// containing code address `addr`; null if none does.
+pub fn link_map(addr: usize) -> *mut c_void {
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::uninit();
+    let mut map: *mut c_void = std::ptr::null_mut();
+    const RTLD_DL_LINKMAP: c_int = 2;
+    // SAFETY: dladdr1 only reads the address and fills info and map.
+    let ok = unsafe { libc::dladdr1(addr as *const c_void, info.as_mut_ptr(), &mut map, RTLD_DL_LINKMAP) };
+    if ok == 0 {
+        std::ptr::null_mut()
+    } else {
+        map
+    }
+}
+
+/// The load address of the object containing `addr` (0: in none).
+pub fn object_base(addr: usize) -> usize {
     let mut info = std::mem::MaybeUninit::<libc::Dl_info>::uninit();
     // SAFETY: dladdr only reads the address and fills info.
     if unsafe { libc::dladdr(addr as *const c_void, info.as_mut_ptr()) } == 0 {
@@ -274,6 +292,23 @@ mod tests {
         // SAFETY: f is glibc's dlsym; the name is NUL-terminated.
         let p = unsafe { f(libc::RTLD_DEFAULT, c"getpid".as_ptr()) };
         assert_eq!(p as usize, libc::getpid as *const () as usize);
+    }
+
+    #[test]
+    fn finds_the_pre_2_34_version_that_libdl_exported() {
+        // Before glibc 2.34 dlsym/dlvsym exist only in libdl.so.2, under the architecture's
+        // first version; libc.so.6 of 2.34+ keeps that version for old binaries. Looking up only
+        // that version name must find exactly what the loader binds for it.
+        let mut q = Query { names: [b"dlsym", b"dlvsym"], versions: [glibc_base!().as_bytes(); 2], found: [0, 0] };
+        // SAFETY: callback only reads loader data and writes into q.
+        unsafe { libc::dl_iterate_phdr(Some(callback), &mut q as *mut Query as *mut c_void) };
+        let base = std::ffi::CString::new(glibc_base!()).unwrap();
+        for (k, name) in [c"dlsym", c"dlvsym"].into_iter().enumerate() {
+            // SAFETY: glibc's dlvsym with C strings.
+            let want = unsafe { libc::dlvsym(libc::RTLD_DEFAULT, name.as_ptr(), base.as_ptr()) } as usize;
+            assert_ne!(want, 0, "{name:?}@{} exists", glibc_base!());
+            assert_eq!(q.found[k], want, "{name:?}");
+        }
     }
 
     #[test]

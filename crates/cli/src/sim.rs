@@ -1,6 +1,6 @@
 //! `mrshim sim [--devices SPEC] [--faults RULES] -- CMD ARGS...`: run CMD on the simulated verbs
 //! device (and simulated GPU runtimes): a directory of `libibverbs.so.1` / `libcuda.so.1` /
-//! `libamdhip64.so.{6,5}` / `libmcruntime.so` links to the simulator's libraries goes first in
+//! `libamdhip64.so.{6,5}` / `libhsa-runtime64.so.1` / `libmcruntime.so` links to the simulator's libraries goes first in
 //! LD_LIBRARY_PATH, then CMD is exec(2)ed in a private mount namespace that shows the simulated
 //! devices in /sys/class and /dev (sim_view.rs).
 
@@ -70,15 +70,22 @@ fn libraries() -> Result<Vec<(&'static str, PathBuf)>, String> {
         )
     })?;
     let mut libs = vec![("libibverbs.so.1", verbs.clone()), ("libibverbs.so", verbs)];
+    // The simulated librdmacm, on the simulated libibverbs.
+    if let Some(cm) = find("librdmacm.so") {
+        libs.push(("librdmacm.so.1", cm.clone()));
+        libs.push(("librdmacm.so", cm));
+    }
     if let Some(cuda) = find("libcuda.so") {
         libs.push(("libcuda.so.1", cuda.clone()));
         libs.push(("libcuda.so", cuda));
     }
-    // The simulated HIP runtimes (ROCm 6 is also the unversioned name) and MACA's.
+    // The simulated HIP runtimes (ROCm 6 is also the unversioned name), the HSA runtime they
+    // load, and MACA's.
     for (link, file) in [
         ("libamdhip64.so.6", "libamdhip64_6.so"),
         ("libamdhip64.so", "libamdhip64_6.so"),
         ("libamdhip64.so.5", "libamdhip64_5.so"),
+        ("libhsa-runtime64.so.1", "libhsa_runtime64.so"),
         ("libmcruntime.so", "libmcruntime.so"),
     ] {
         if let Some(p) = find(file) {

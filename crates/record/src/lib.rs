@@ -60,6 +60,10 @@ pub const FIELDS: &[&str] = &[
     "exe",
     "env",
     "settings",
+    "job_id",
+    "world_size",
+    "launcher",
+    "job_env",
     "summary",
     "error",
     "used_addr",
@@ -253,6 +257,19 @@ pub struct Reg {
     /// Config records: the effective settings after parsing (`log`, `level`, `summary`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub settings: Option<BTreeMap<String, String>>,
+    /// Config records: the job id (SLURM_JOB_ID, PBS_JOBID, LSB_JOBID, FLUX_JOB_ID, Open MPI's
+    /// OMPI_MCA_ess_base_jobid, PMIX_NAMESPACE; settings.job_id_from names the variable).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+    /// Config records: the number of ranks (settings.world_size_from names the variable).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub world_size: Option<i64>,
+    /// Config records: `openmpi`, `mvapich`, `flux`, `pals`, `slurm`, `pmix`, `pmi`, `torchrun`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub launcher: Option<String>,
+    /// Config records: NCCL_*, MCCL_*, RCCL_*, UCX_*, FI_*, CUDA/HIP/ROCR_VISIBLE_DEVICES as set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job_env: Option<BTreeMap<String, String>>,
     /// Summary records (last line of a log when the process exits normally).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub summary: Option<Summary>,

@@ -26,8 +26,11 @@ pub enum Level {
 pub struct Config {
     pub log: LogDest,
     pub level: Level,
-    /// Print the human summary line on stderr at exit (if the process made any call).
+    /// A summary line on stderr at exit may be printed (MRSHIM_SUMMARY=off: never).
     pub summary: bool,
+    /// MRSHIM_DEBUG=INFO (or MRSHIM_SUMMARY=on): the summary line of every process that made a
+    /// call; otherwise (WARN, the default) only when something failed, was rescued or was lost.
+    pub info: bool,
     /// Print a WARN line on stderr for every failed call.
     pub warn: bool,
     /// MRSHIM_RETRY (default off).
@@ -82,6 +85,7 @@ impl Default for Config {
             log: LogDest::Off,
             level: Level::All,
             summary: true,
+            info: false,
             warn: true,
             retry: Default::default(),
             inject: String::new(),
@@ -91,8 +95,10 @@ impl Default for Config {
 }
 
 pub const LOG_ACCEPTED: &str =
-    "off, stderr, a file path or a directory (placeholders %h host, %p pid, %r rank, %% percent)";
+    "off, stderr, a file path or a directory (placeholders %h host, %p pid, %r rank, %j job id, %% percent)";
 pub const LEVEL_ACCEPTED: &str = "all, failures";
+pub const DEBUG_ACCEPTED: &str =
+    "WARN (default: failure lines, and the summary of processes where something failed), INFO (also every summary)";
 pub const ONOFF_ACCEPTED: &str = "on, off (also 1/0, true/false, yes/no)";
 pub const RETRY_ACCEPTED: &str = mrshim_retry::policy::HELP;
 pub const INJECT_ACCEPTED: &str = mrshim_retry::inject::HELP;
@@ -109,13 +115,18 @@ pub struct ConfigError {
     pub detail: Option<String>,
 }
 
+impl ConfigError {
+    /// `VAR="value" is not valid (detail); accepted: ...`: what is wrong, for any front end.
+    pub fn problem(&self) -> String {
+        let detail = self.detail.as_ref().map(|d| format!(" ({d})")).unwrap_or_default();
+        format!("{}={:?} is not valid{detail}; accepted: {}", self.var, shorten(&self.value), self.accepted)
+    }
+}
+
+/// The line the shim prints in a process (it then passes every call through).
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "mrshim: {}={:?} is not valid", self.var, shorten(&self.value))?;
-        if let Some(d) = &self.detail {
-            write!(f, " ({d})")?;
-        }
-        write!(f, "; accepted: {}; mrshim passes every call through unrecorded", self.accepted)
+        write!(f, "mrshim: {}; mrshim passes every call through unrecorded", self.problem())
     }
 }
 
@@ -123,6 +134,7 @@ impl fmt::Display for ConfigError {
 pub const VARS: &[&str] = &[
     "MRSHIM_LOG",
     "MRSHIM_LEVEL",
+    "MRSHIM_DEBUG",
     "MRSHIM_SUMMARY",
     "MRSHIM_WARN",
     "MRSHIM_RETRY",
@@ -213,6 +225,13 @@ pub fn parse_as(get: impl Fn(&str) -> Option<String>, secure: bool) -> Result<Co
             _ => errs.push(ConfigError { var: "MRSHIM_LEVEL", value: v, accepted: LEVEL_ACCEPTED, detail: None }),
         }
     }
+    if let Some(v) = get("MRSHIM_DEBUG") {
+        match v.trim().to_ascii_uppercase().as_str() {
+            "WARN" => c.info = false,
+            "INFO" => c.info = true,
+            _ => errs.push(ConfigError { var: "MRSHIM_DEBUG", value: v, accepted: DEBUG_ACCEPTED, detail: None }),
+        }
+    }
     for (var, slot) in [("MRSHIM_SUMMARY", &mut c.summary), ("MRSHIM_WARN", &mut c.warn)] {
         if let Some(v) = get(var) {
             match parse_onoff(&v) {
@@ -220,6 +239,10 @@ pub fn parse_as(get: impl Fn(&str) -> Option<String>, secure: bool) -> Result<Co
                 None => errs.push(ConfigError { var, value: v, accepted: ONOFF_ACCEPTED, detail: None }),
             }
         }
+    }
+    // The older switch, kept as an alias: MRSHIM_SUMMARY=on asks for every summary (INFO's).
+    if get("MRSHIM_SUMMARY").and_then(|v| parse_onoff(&v)) == Some(true) {
+        c.info = true;
     }
     if let Some(v) = get("MRSHIM_RETRY") {
         match refuse_empty(&v).and_then(|_| mrshim_retry::policy::Policy::parse(&v).map_err(|e| e.detail)) {
@@ -300,7 +323,7 @@ fn check_placeholders(p: &str) -> Result<(), String> {
     while let Some(c) = it.next() {
         if c == '%' {
             match it.next() {
-                Some('h' | 'p' | 'r' | '%') => {}
+                Some('h' | 'p' | 'r' | 'j' | '%') => {}
                 Some(o) => return Err(format!("unknown placeholder %{o}")),
                 None => return Err("a lone % at the end".into()),
             }
@@ -324,8 +347,9 @@ pub fn host_part(host: &str) -> String {
     s
 }
 
-/// Expands `%h` (see [`host_part`]), `%p`, `%r` (rank, or `norank`), `%%`.
-pub fn expand(pattern: &str, host: &str, pid: u32, rank: Option<i64>) -> String {
+/// Expands `%h` (see [`host_part`]), `%p`, `%r` (rank, or `norank`), `%j` (job id, see
+/// [`crate::job::Job::file_name_id`]), `%%`.
+pub fn expand(pattern: &str, host: &str, pid: u32, rank: Option<i64>, job: &str) -> String {
     let mut out = String::with_capacity(pattern.len() + 16);
     let mut it = pattern.chars();
     while let Some(c) = it.next() {
@@ -340,6 +364,7 @@ pub fn expand(pattern: &str, host: &str, pid: u32, rank: Option<i64>) -> String 
                 Some(r) => out.push_str(&r.to_string()),
                 None => out.push_str("norank"),
             },
+            Some('j') => out.push_str(job),
             Some('%') => out.push('%'),
             Some(o) => {
                 out.push('%');
@@ -403,6 +428,10 @@ mod tests {
         assert_eq!(p(&[("MRSHIM_LOG", "off")]).unwrap().log, LogDest::Off);
         assert_eq!(p(&[("MRSHIM_LEVEL", " ALL ")]).unwrap().level, Level::All);
         assert!(!p(&[("MRSHIM_WARN", "0")]).unwrap().warn);
+        assert!(p(&[("MRSHIM_DEBUG", "info")]).unwrap().info);
+        assert!(!p(&[("MRSHIM_DEBUG", "WARN")]).unwrap().info);
+        assert!(p(&[("MRSHIM_SUMMARY", "on")]).unwrap().info, "the alias");
+        assert!(p(&[("MRSHIM_DEBUG", "TRACE")]).is_err());
     }
 
     #[test]
@@ -416,7 +445,7 @@ mod tests {
         let e = p(&[("MRSHIM_LOG", "/tmp/%x.log")]).unwrap_err();
         assert_eq!(
             e[0].to_string(),
-            "mrshim: MRSHIM_LOG=\"/tmp/%x.log\" is not valid (unknown placeholder %x); accepted: off, stderr, a file path or a directory (placeholders %h host, %p pid, %r rank, %% percent); mrshim passes every call through unrecorded"
+            "mrshim: MRSHIM_LOG=\"/tmp/%x.log\" is not valid (unknown placeholder %x); accepted: off, stderr, a file path or a directory (placeholders %h host, %p pid, %r rank, %j job id, %% percent); mrshim passes every call through unrecorded"
         );
         assert_eq!(p(&[("MRSHIM_LOG", "")]).unwrap_err()[0].detail.as_deref(), Some("empty"));
         assert_eq!(p(&[("MRSHIM_LOG", "a%")]).unwrap_err()[0].detail.as_deref(), Some("a lone % at the end"));
@@ -431,7 +460,7 @@ mod tests {
         assert_eq!(host_part("node-1.cluster"), "node-1.cluster");
         assert_eq!(host_part("a/b c\u{e9}"), "a_b_c_");
         assert_eq!(host_part(""), "_");
-        assert_eq!(expand("/l/%h.log", "../../etc", 1, None), "/l/_._.._etc.log");
+        assert_eq!(expand("/l/%h.log", "../../etc", 1, None, "j"), "/l/_._.._etc.log");
         assert_eq!(shorten("short"), "short");
         let long = "\u{e9}".repeat(150);
         let s = shorten(&long);
@@ -453,8 +482,9 @@ mod tests {
 
     #[test]
     fn expansion() {
-        assert_eq!(expand("/l/%h.%p.%r.%%.jsonl", "n1", 42, Some(3)), "/l/n1.42.3.%.jsonl");
-        assert_eq!(expand("%r", "n1", 42, None), "norank");
+        assert_eq!(expand("/l/%h.%p.%r.%%.jsonl", "n1", 42, Some(3), "j"), "/l/n1.42.3.%.jsonl");
+        assert_eq!(expand("%r", "n1", 42, None, "j"), "norank");
+        assert_eq!(expand("/l/%j/%h-%r.jsonl", "n1", 42, Some(0), "4242"), "/l/4242/n1-0.jsonl");
         assert_eq!(dir_file_name("n1", 42, Some(0)), "mrshim-n1-r0-p42.jsonl");
         assert_eq!(dir_file_name("n1", 42, None), "mrshim-n1-p42.jsonl");
         assert!(pid_dependent("/x/%p", false));

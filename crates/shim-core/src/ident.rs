@@ -2,9 +2,27 @@
 
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
-/// Rank variables in the order they are consulted.
-pub const RANK_VARS: &[&str] = &["OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "RANK"];
-pub const LOCAL_RANK_VARS: &[&str] = &["OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"];
+/// Rank variables in the order they are consulted (MVAPICH, Flux and Cray PALS after the
+/// original five, so that existing logs keep their `rank_from`).
+pub const RANK_VARS: &[&str] = &[
+    "OMPI_COMM_WORLD_RANK",
+    "PMI_RANK",
+    "PMIX_RANK",
+    "SLURM_PROCID",
+    "RANK",
+    "MV2_COMM_WORLD_RANK",
+    "FLUX_TASK_RANK",
+    "PALS_RANKID",
+];
+pub const LOCAL_RANK_VARS: &[&str] = &[
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "MPI_LOCALRANKID",
+    "SLURM_LOCALID",
+    "LOCAL_RANK",
+    "MV2_COMM_WORLD_LOCAL_RANK",
+    "FLUX_TASK_LOCAL_ID",
+    "PALS_LOCAL_RANKID",
+];
 
 /// The first variable of `vars` that holds a non-negative integer.
 pub fn first_int(vars: &[&'static str], get: &impl Fn(&str) -> Option<String>) -> Option<(i64, &'static str)> {
@@ -63,6 +81,9 @@ mod tests {
         assert_eq!(rank(&env(&[("RANK", "-1")])), None);
         assert_eq!(rank(&env(&[])), None);
         assert_eq!(local_rank(&env(&[("OMPI_COMM_WORLD_LOCAL_RANK", "2")])), Some((2, "OMPI_COMM_WORLD_LOCAL_RANK")));
+        assert_eq!(rank(&env(&[("PALS_RANKID", "9"), ("MV2_COMM_WORLD_RANK", "8")])), Some((8, "MV2_COMM_WORLD_RANK")));
+        assert_eq!(rank(&env(&[("FLUX_TASK_RANK", "6"), ("RANK", "1")])), Some((1, "RANK")), "after today's");
+        assert_eq!(local_rank(&env(&[("PALS_LOCAL_RANKID", "3")])), Some((3, "PALS_LOCAL_RANKID")));
     }
 
     #[test]
@@ -86,8 +107,10 @@ pub fn tid() -> u32 {
         if g == gen && t != 0 {
             return t;
         }
-        // SAFETY: gettid has no preconditions.
-        let t = unsafe { libc::gettid() } as u32;
+        // The system call, not glibc's gettid(): that wrapper only exists since glibc 2.30 and
+        // the portable build must load on 2.17.
+        // SAFETY: SYS_gettid takes no arguments and cannot fail.
+        let t = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
         c.set((t, gen));
         t
     })

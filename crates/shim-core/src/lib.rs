@@ -18,6 +18,7 @@ pub mod device_files;
 pub mod diff;
 pub mod ident;
 pub mod internal;
+pub mod job;
 pub mod limits;
 pub mod line;
 pub mod log;
@@ -29,7 +30,7 @@ pub mod report;
 pub mod rescue;
 
 pub use call::{Backend, Call, DevName, Meta, Outcome, RegArgs};
-pub use report::stderr_line;
+pub use report::{set_device_probe, stderr_line};
 
 use config::{Config, LogDest, PanicAt};
 use mr_table::MrTable;
@@ -54,6 +55,7 @@ pub struct Shim {
     pid: AtomicU32,
     rank: Option<(i64, &'static str)>,
     local_rank: Option<(i64, &'static str)>,
+    job: job::Job,
     env_echo: BTreeMap<String, String>,
     page: u64,
     seq: AtomicU64,
@@ -139,6 +141,9 @@ impl Shim {
             pid: AtomicU32::new(unsafe { libc::getpid() } as u32),
             rank: ident::rank(get),
             local_rank: ident::local_rank(get),
+            // Values through `get`; which library settings exist needs the names of the real
+            // environment (in production `get` reads that same environment).
+            job: job::Job::from_env(get, job::env_names()),
             env_echo,
             page: if page > 0 { page as u64 } else { 4096 },
             seq: AtomicU64::new(1),

@@ -49,6 +49,8 @@ pub struct OpenCtx<'a> {
     pub host: &'a str,
     pub pid: u32,
     pub rank: Option<i64>,
+    /// The job id for `%j` (`nojob` without one).
+    pub job: &'a str,
     /// The config record (first line of every log).
     pub first_line: &'a dyn Fn() -> Vec<u8>,
 }
@@ -228,13 +230,15 @@ impl Log {
     /// Opens the file the pattern names now (`path`: set to it); None after one stderr line.
     fn open(&self, ctx: &OpenCtx, path: &mut String) -> Option<logfile::Opened> {
         let LogDest::Path(pattern) = &self.dest else { return None };
-        let expanded = config::expand(pattern, ctx.host, ctx.pid, ctx.rank);
+        let expanded = config::expand(pattern, ctx.host, ctx.pid, ctx.rank, ctx.job);
         let dir_file = || config::dir_file_name(ctx.host, ctx.pid, ctx.rank);
         let (dir, name, is_dir) = if expanded.ends_with('/') {
             (logfile::open_dir(&expanded, true), dir_file(), true)
         } else {
             let (parent, last) = logfile::split(&expanded);
-            match logfile::open_dir(parent, false) {
+            // A file pattern under a directory that does not exist yet (a shared filesystem path
+            // per job): its parents are created like a one-file-per-process directory.
+            match logfile::open_dir(parent, true) {
                 Ok(p) => match logfile::subdir(&p, last) {
                     Some(d) => (Ok(d), dir_file(), true),
                     None => (Ok(p), last.to_string(), false),
@@ -333,7 +337,7 @@ mod tests {
     }
 
     fn ctx<'a>(f: &'a dyn Fn() -> Vec<u8>) -> OpenCtx<'a> {
-        OpenCtx { host: "hostA", pid: 77, rank: Some(3), first_line: f }
+        OpenCtx { host: "hostA", pid: 77, rank: Some(3), job: "nojob", first_line: f }
     }
 
     #[test]
@@ -362,6 +366,22 @@ mod tests {
         let log = Log::new(LogDest::Path(format!("{}/", sub.display())));
         log.write_line(b"r\n", &ctx(&first));
         assert!(sub.join("mrshim-hostA-r3-p77.jsonl").exists());
+    }
+
+    #[test]
+    fn a_file_patterns_missing_parents_are_created_0750_with_the_job_id() {
+        let d = tmp("parents");
+        let log = Log::new(LogDest::Path(format!("{}/shared/mrshim/%j/%h-%r.jsonl", d.display())));
+        let first = || b"c\n".to_vec();
+        let ctx = OpenCtx { job: "4242", ..ctx(&first) };
+        log.write_line(b"r\n", &ctx);
+        let job_dir = d.join("shared/mrshim/4242");
+        assert_eq!(std::fs::read_to_string(job_dir.join("hostA-3.jsonl")).unwrap(), "c\nr\n");
+        for dir in [d.join("shared"), job_dir] {
+            let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode & !0o750, 0, "{} mode {mode:o}", dir.display());
+        }
+        assert_eq!(log.lost.load(Relaxed), 0);
     }
 
     #[test]

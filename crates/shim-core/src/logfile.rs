@@ -5,7 +5,8 @@
 //!   the way is followed only when it belongs to root or to this process's effective user: the rule
 //!   the kernel's `fs.protected_symlinks` applies in sticky directories, applied to every directory
 //!   (`/shared/logs -> /etc` planted by another user is refused; an administrator's `/scratch ->
-//!   /lustre/scratch` is followed). Missing directories are created (`mkdirat`), and the error
+//!   /lustre/scratch` is followed). Missing directories are created (`mkdirat`, mode 0750 less the
+//!   umask: logs hold addresses, paths and settings), and the error
 //!   names the component that failed.
 //! - The file itself is never a symbolic link (`O_NOFOLLOW`), never blocks the open
 //!   (`O_NONBLOCK`: a FIFO with no reader fails with ENXIO at once instead of hanging the job), and
@@ -97,7 +98,7 @@ pub fn open_dir(path: &str, create: bool) -> io::Result<OwnedFd> {
             Err(e) if create && e.raw_os_error() == Some(libc::ENOENT) => {
                 let name = cstr(comp)?;
                 // SAFETY: name is NUL-terminated; mkdirat does not keep the pointer.
-                if unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o777) } != 0 {
+                if unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o750) } != 0 {
                     let e = io::Error::last_os_error();
                     if e.raw_os_error() != Some(libc::EEXIST) {
                         return Err(with_place(&format!("creating {shown}"), e));

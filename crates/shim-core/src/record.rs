@@ -326,6 +326,7 @@ impl Shim {
             host: &self.host,
             pid: self.pid.load(Relaxed),
             rank: self.rank.map(|r| r.0),
+            job: &self.job.file_name_id(),
             first_line: &first,
         };
         self.log.write_line(line, &ctx);
@@ -350,6 +351,7 @@ impl Shim {
             );
             s.insert("level".into(), if c.level == Level::All { "all" } else { "failures" }.into());
             s.insert("summary".into(), if c.summary { "on" } else { "off" }.into());
+            s.insert("debug".into(), if c.info { "INFO" } else { "WARN" }.into());
             s.insert("warn".into(), if c.warn { "on" } else { "off" }.into());
             s.insert("retry".into(), c.retry.describe());
             if !c.inject.is_empty() {
@@ -361,6 +363,18 @@ impl Shim {
         }
         if let Some((_, v)) = self.local_rank {
             s.insert("local_rank_from".into(), v.into());
+        }
+        if let Some((id, v)) = &self.job.id {
+            r.job_id = Some(id.clone());
+            s.insert("job_id_from".into(), v.to_string());
+        }
+        if let Some((n, v)) = self.job.world_size {
+            r.world_size = Some(n);
+            s.insert("world_size_from".into(), v.into());
+        }
+        r.launcher = self.job.launcher.map(String::from);
+        if !self.job.knobs.is_empty() {
+            r.job_env = Some(self.job.knobs.clone());
         }
         s.insert("page_size".into(), self.page.to_string());
         r.settings = Some(s);

@@ -7,6 +7,7 @@ use crate::{clock, internal, log, Call, Outcome, RegArgs, Shim};
 use mrshim_record::{CallStats, Kind, Summary};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::OnceLock;
 
 /// Writes one line to stderr with a single write(2) (no std lock, usable anywhere).
 pub fn stderr_line(s: &str) {
@@ -16,18 +17,39 @@ pub fn stderr_line(s: &str) {
     let _ = log::write_all_once(2, &b);
 }
 
+/// How to ask for the GPU device current on the calling thread: set once by the preload, which
+/// knows the runtimes the application loaded; unset (tests, the CLI) means no device.
+static DEVICE_PROBE: OnceLock<fn() -> Option<i32>> = OnceLock::new();
+
+/// Installs the device query used by [`Shim::say`] and the WARN line (first call wins).
+pub fn set_device_probe(probe: fn() -> Option<i32>) {
+    let _ = DEVICE_PROBE.set(probe);
+}
+
+/// `host:pid:tid [dev] MRSHIM`: NCCL's own prefix, so the lines of both sort and grep together.
+/// `[dev]` is what NCCL puts there, the calling thread's GPU device, `[-]` without one; the rank
+/// is in every record, and launchers label stderr lines with it (`srun -l`, `mpirun
+/// --tag-output`).
+pub fn line_prefix(host: &str, pid: u32, tid: u32, device: Option<i32>) -> String {
+    let dev = device.map_or("-".to_string(), |d| d.to_string());
+    format!("{host}:{pid}:{tid} [{dev}] MRSHIM")
+}
+
 impl Shim {
-    /// `host:pid:tid [rank] MRSHIM <level> <msg>` on stderr (one write).
+    /// `host:pid:tid [dev] MRSHIM <level> <msg>` on stderr (one write).
     pub fn say(&self, level: &str, msg: &str) {
         stderr_line(&format!("{} {level} {msg}", self.prefix()));
     }
 
     pub(crate) fn prefix(&self) -> String {
-        let rank = self.rank.map_or("-".to_string(), |r| r.0.to_string());
-        format!("{}:{}:{} [{}] MRSHIM", self.host, self.pid.load(Relaxed), tid(), rank)
+        self.prefix_with(DEVICE_PROBE.get().and_then(|probe| probe()))
     }
 
-    /// `host:pid:tid [rank] MRSHIM WARN ibv_reg_mr_iova2(addr=0x..., len=..., access=..., iova=0x...) failed: EINVAL (22)`
+    fn prefix_with(&self, device: Option<i32>) -> String {
+        line_prefix(&self.host, self.pid.load(Relaxed), tid(), device)
+    }
+
+    /// `host:pid:tid [dev] MRSHIM WARN ibv_reg_mr_iova2(addr=0x..., len=..., access=..., iova=0x...) failed: EINVAL (22)`
     pub fn warn_line(&self, a: &RegArgs, out: &Outcome) -> String {
         let acc = mrshim_verbs::access::describe(a.access);
         let args = match a.call() {
@@ -93,7 +115,8 @@ impl Shim {
         }
     }
 
-    /// `host:pid:tid [rank] MRSHIM INFO summary: ...`
+    /// `host:pid:tid [-] MRSHIM INFO summary: ...`: the process's, not one device's (and at exit
+    /// the GPU runtime may be gone already, so it is not asked).
     pub fn summary_line(&self, s: &Summary) -> String {
         let mut fails = Vec::new();
         for (c, st) in &s.by_call {
@@ -105,7 +128,7 @@ impl Shim {
         let calls: Vec<String> = s.by_call.iter().map(|(c, st)| format!("{c} {}", st.calls)).collect();
         let mut line = format!(
             "{} INFO summary: {} calls ({}), {} failures{f}, {} probes, {} bytes registered in total, peak {} bytes, {} bytes still registered",
-            self.prefix(),
+            self.prefix_with(None),
             s.calls,
             calls.join(", "),
             s.failures,
@@ -142,9 +165,22 @@ impl Shim {
             r.registered_bytes = s.registered_bytes;
             self.emit(&r);
         }
-        if cfg.summary {
+        // Quiet by default, as NCCL: a process whose calls all went well prints nothing.
+        let eventful = s.failures > 0 || s.internal_errors > 0 || s.records_lost > 0 || !s.rescued.is_empty();
+        if cfg.summary && (cfg.info || eventful) {
             // records_written now includes the summary record itself.
             stderr_line(&self.summary_line(&self.summary()));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::line_prefix;
+
+    #[test]
+    fn prefix_is_nccls_with_the_device() {
+        assert_eq!(line_prefix("gpu-a", 4242, 4250, Some(3)), "gpu-a:4242:4250 [3] MRSHIM");
+        assert_eq!(line_prefix("cpu-b", 7, 7, None), "cpu-b:7:7 [-] MRSHIM");
     }
 }

@@ -1,0 +1,10 @@
+# Sourced by scripts/install-deps, scripts/build-portable, scripts/package and the tests under
+# tests/dist: where the tools that are not Debian packages live, and their pinned versions.
+# zig (PyPI `ziglang`) and cargo-zigbuild: the portable build's C toolchain (tools/zig-cc).
+MRSHIM_TOOLS=${MRSHIM_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/mrshim-tools}
+MRSHIM_VENV=$MRSHIM_TOOLS/venv
+MRSHIM_PIP_PKGS=(ziglang==0.17.1 cargo-zigbuild==0.24.1)
+# Debian's arm64 verbs programs, unpacked (not installed: their amd64 twins own /usr/bin).
+MRSHIM_ARM64_ROOT=$MRSHIM_TOOLS/arm64-root
+MRSHIM_ARM64_PROGRAMS=(ibverbs-utils perftest)
+export PATH="$MRSHIM_VENV/bin:$PATH"
