@@ -57,6 +57,7 @@ pub struct Cuda {
     pointer_get_attribute: CuPtrAttr,
     ctx_push: unsafe extern "C" fn(*mut c_void) -> c_int,
     ctx_pop: unsafe extern "C" fn(*mut *mut c_void) -> c_int,
+    ctx_get_device: unsafe extern "C" fn(*mut c_int) -> c_int,
     stream_create: unsafe extern "C" fn(*mut *mut c_void, c_uint) -> c_int,
     stream_sync: unsafe extern "C" fn(*mut c_void) -> c_int,
     dtoh: CuCopy,
@@ -110,6 +111,7 @@ impl Cuda {
                 pointer_get_attribute: sym(h, c"cuPointerGetAttribute")?,
                 ctx_push: sym(h, c"cuCtxPushCurrent_v2")?,
                 ctx_pop: sym(h, c"cuCtxPopCurrent_v2")?,
+                ctx_get_device: sym(h, c"cuCtxGetDevice")?,
                 stream_create: sym(h, c"cuStreamCreate")?,
                 stream_sync: sym(h, c"cuStreamSynchronize")?,
                 dtoh: sym(h, c"cuMemcpyDtoHAsync_v2")?,
@@ -121,6 +123,15 @@ impl Cuda {
             })
         })
         .as_ref()
+    }
+
+    /// The device of this thread's current context (what cudaGetDevice reports once the runtime
+    /// made its primary context current); none before cuInit or without a current context.
+    pub fn current_device(&self) -> Option<i32> {
+        let mut dev: c_int = 0;
+        // SAFETY: out pointer to a local CUdevice (an int).
+        let rc = unsafe { (self.ctx_get_device)(&mut dev) };
+        (rc == 0).then_some(dev)
     }
 
     /// True if `addr` is CUDA device memory (cuPointerGetAttribute MEMORY_TYPE).

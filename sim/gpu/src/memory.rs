@@ -37,8 +37,10 @@ unsafe impl Sync for Alloc {}
 impl Alloc {
     /// Creates the memfd and both mappings. Errors are errno values.
     pub fn new(size: u64, owner: usize, device: i32, buffer_id: u64) -> Result<Alloc, i32> {
+        // The system call (kernel 3.17+): glibc's memfd_create() wrapper is 2.27+, and the
+        // simulator ships in the portable (glibc 2.17) package too.
         // SAFETY: memfd_create with a NUL-terminated name; the fd is owned right away.
-        let raw = unsafe { libc::memfd_create(MEMFD_NAME.as_ptr().cast(), libc::MFD_CLOEXEC) };
+        let raw = unsafe { libc::syscall(libc::SYS_memfd_create, MEMFD_NAME.as_ptr(), libc::MFD_CLOEXEC) } as i32;
         if raw < 0 {
             return Err(errno());
         }

@@ -83,6 +83,27 @@ pub fn report_selftest(family: Family, r: &Result<(), String>) {
     }
 }
 
+/// The GPU device current on the calling thread, as NCCL (cudaGetDevice), RCCL (hipGetDevice) and
+/// MCCL (mcGetDevice) print it in their `[N]`: the first loaded runtime that has one. A line
+/// printed while a runtime is being looked up (its "engine unavailable" warning) shows none
+/// rather than asking that runtime again.
+pub fn current_device() -> Option<i32> {
+    thread_local! {
+        static ASKING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    struct Asking;
+    impl Drop for Asking {
+        fn drop(&mut self) {
+            ASKING.set(false);
+        }
+    }
+    if ASKING.replace(true) {
+        return None;
+    }
+    let _asking = Asking;
+    Cuda::get().and_then(Cuda::current_device).or_else(|| runtime_apis().find_map(RtApi::current_device))
+}
+
 /// True if `addr` is device memory of a loaded runtime that can be trusted.
 pub fn is_device(addr: u64) -> bool {
     Cuda::get().is_some_and(|c| c.is_device(addr)) || runtime_apis().any(|r| r.is_device(addr))

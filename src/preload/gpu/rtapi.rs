@@ -20,6 +20,9 @@ type Malloc = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
 type Free = unsafe extern "C" fn(*mut c_void) -> c_int;
 type AddressRange = unsafe extern "C" fn(*mut u64, *mut usize, u64) -> c_int;
 type GetHandle = unsafe extern "C" fn(*mut c_void, u64, usize, c_uint, c_ulonglong) -> c_int;
+/// hsa_amd_portable_export_dmabuf(const void *ptr, size_t size, int *dmabuf, uint64_t *offset):
+/// hsa_status_t, HSA_STATUS_SUCCESS = 0 (ROCr's hsa_ext_amd.h, ROCm 5.x and later).
+type HsaExport = unsafe extern "C" fn(*const c_void, usize, *mut c_int, *mut u64) -> u32;
 /// hipMemcpyDtoHAsync(void *dst, hipDeviceptr_t src, size_t, hipStream_t)
 type DtoH = unsafe extern "C" fn(*mut c_void, u64, usize, *mut c_void) -> c_int;
 /// hipMemcpyHtoDAsync(hipDeviceptr_t dst, void *src, size_t, hipStream_t)
@@ -57,6 +60,9 @@ pub struct RtApi {
     free: Free,
     address_range: Option<AddressRange>,
     get_handle: Option<GetHandle>,
+    /// HIP without hipMemGetHandleForAddressRange (ROCm 5): HSA's export, looked up once in the
+    /// libhsa-runtime64 the HIP runtime loaded.
+    hsa_export: OnceLock<Option<HsaExport>>,
     /// The shim's own non-blocking stream per device.
     streams: Mutex<HashMap<i32, usize>>,
     /// The self-test's verdict (run once, when wanted).
@@ -111,6 +117,7 @@ impl RtApi {
                 free: need(h, &path, "hipFree")?,
                 address_range: sym(h, "hipMemGetAddressRange"),
                 get_handle: sym(h, "hipMemGetHandleForAddressRange"),
+                hsa_export: OnceLock::new(),
                 streams: Mutex::new(HashMap::new()),
                 trusted: OnceLock::new(),
                 dmabuf: Mutex::new(DmabufPolicy::Try),
@@ -135,6 +142,7 @@ impl RtApi {
                 free: need(h, &path, "mcFree")?,
                 address_range: sym(h, "mcMemGetAddressRange"),
                 get_handle: sym(h, "mcMemGetHandleForAddressRange"),
+                hsa_export: OnceLock::new(),
                 streams: Mutex::new(HashMap::new()),
                 trusted: OnceLock::new(),
                 dmabuf: Mutex::new(DmabufPolicy::Try),
@@ -155,6 +163,14 @@ impl RtApi {
         // SAFETY: reading the buffer we own as bytes.
         let bytes = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), 16) };
         (rc == 0).then(|| Attrs::from_bytes(bytes))
+    }
+
+    /// The device current on this thread (hipGetDevice / mcGetDevice).
+    pub fn current_device(&self) -> Option<i32> {
+        let mut cur: c_int = 0;
+        // SAFETY: out pointer to a local int.
+        let rc = unsafe { (self.get_device)(&mut cur) };
+        (rc == 0).then_some(cur)
     }
 
     /// Runs `f` with `dev` current on this thread; the caller's current device is restored.
@@ -290,23 +306,25 @@ impl RtApi {
         Ok(RtCopy { rt: self, device: a.device })
     }
 
-    /// [addr, addr+len) as a dmabuf of its whole allocation: (fd, offset of addr in it). The
-    /// allocation's base comes from *MemGetAddressRange; the export is page-rounded.
+    /// [addr, addr+len) as a dmabuf of its whole allocation: (fd, offset of addr in it). HIP on
+    /// ROCm 5 exports through HSA when its runtime loaded libhsa-runtime64 (never loaded here).
     pub fn export_dmabuf(&self, addr: u64, len: u64) -> Result<(i32, u64), String> {
         let name = self.q("MemGetHandleForAddressRange");
         if *lock(&self.dmabuf) == DmabufPolicy::Never {
             return Err(format!("{name}: this runtime cannot export dmabufs (learned)"));
         }
-        let r = self.export(addr, len, &name);
+        let r = self.trusted().and_then(|_| match self.get_handle {
+            Some(get) => self.export(get, addr, len, &name),
+            None => self.export_hsa(addr, len, &name),
+        });
         let mut p = lock(&self.dmabuf);
         *p = p.after(r.is_ok());
         r
     }
 
-    fn export(&self, addr: u64, len: u64, name: &str) -> Result<(i32, u64), String> {
-        self.trusted()?;
-        let (Some(range), Some(get)) = (self.address_range, self.get_handle) else {
-            return Err(format!("{name} is not in this runtime (HIP: ROCm < 6)"));
+    fn export(&self, get: GetHandle, addr: u64, len: u64, name: &str) -> Result<(i32, u64), String> {
+        let Some(range) = self.address_range else {
+            return Err(format!("{name} needs {}, which is not in this runtime", self.q("MemGetAddressRange")));
         };
         let (mut base, mut size) = (0u64, 0usize);
         // SAFETY: out pointers to locals.
@@ -322,6 +340,27 @@ impl RtApi {
             return Err(format!("{name} failed: error {rc}"));
         }
         Ok((fd, addr - base))
+    }
+
+    /// hsa_amd_portable_export_dmabuf: the fd is the whole allocation's, the offset addr's in it.
+    fn export_hsa(&self, addr: u64, len: u64, name: &str) -> Result<(i32, u64), String> {
+        let export = self.hsa_export.get_or_init(|| {
+            let (h, _) = find(&["libhsa-runtime64.so"])?;
+            sym::<HsaExport>(h, "hsa_amd_portable_export_dmabuf")
+        });
+        let Some(export) = export else {
+            return Err(format!(
+                "{name} is not in this runtime (HIP: ROCm < 6) and no loaded libhsa-runtime64 has \
+                 hsa_amd_portable_export_dmabuf"
+            ));
+        };
+        let (mut fd, mut offset): (c_int, u64) = (-1, 0);
+        // SAFETY: out pointers to locals; [addr, addr+len) is the caller's registration.
+        let st = unsafe { export(addr as *const c_void, len as usize, &mut fd, &mut offset) };
+        if st != 0 || fd < 0 {
+            return Err(format!("hsa_amd_portable_export_dmabuf failed: status {st:#x}"));
+        }
+        Ok((fd, offset))
     }
 }
 
