@@ -11,14 +11,9 @@ use std::process::Stdio;
 /// 1 KiB goes eager, 1 MiB rendezvous: the threshold is set, not left to UCX's heuristics.
 const RNDV_THRESH: &str = "65536";
 
-fn require(prog: &str) {
-    let found = std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()));
-    assert!(found, "{prog} not installed (scripts/install-deps installs ucx-utils)");
-}
-
 #[test]
 fn ucx_info_lists_rc_verbs_and_ud_verbs_on_both_devices() {
-    require("ucx_info");
+    require("ucx_info", "ucx-utils");
     for mode in MODES {
         let w = SimWorld::new(&format!("ucx-info-{mode:?}"));
         let o = run(&mut stack_cmd(&w, mode, 0, "ucx_info", &["-d"]));
@@ -38,7 +33,7 @@ fn ucx_info_lists_rc_verbs_and_ud_verbs_on_both_devices() {
 /// ucx_perftest server and client (client retried until the server listens); asserts both
 /// succeed, prints nothing alarming, and the client's final line reports every iteration.
 fn perftest(name: &str, env: &[(&str, &str)], args: &[&str], iters: u32) {
-    require("ucx_perftest");
+    require("ucx_perftest", "ucx-utils");
     for mode in MODES {
         let mut w = SimWorld::new(&format!("ucx-{name}-{mode:?}"));
         for (k, v) in env {

@@ -11,18 +11,32 @@ use crate::misc::*;
 use crate::qp::*;
 use crate::srq::*;
 
+/// The unconditional branch of this architecture, for the tail-jump stubs.
+#[cfg(target_arch = "x86_64")]
+macro_rules! tail_jump {
+    () => {
+        "jmp {f}"
+    };
+}
+#[cfg(target_arch = "aarch64")]
+macro_rules! tail_jump {
+    () => {
+        "b {f}"
+    };
+}
+
 macro_rules! dual_version {
     ($($name:ident),* $(,)?) => {$(
         core::arch::global_asm!(
             concat!(".globl __mrsim_", stringify!($name), "_1_0"),
-            concat!(".type __mrsim_", stringify!($name), "_1_0,@function"),
+            concat!(".type __mrsim_", stringify!($name), "_1_0,%function"),
             concat!("__mrsim_", stringify!($name), "_1_0:"),
-            "jmp {f}",
+            tail_jump!(),
             concat!(".symver __mrsim_", stringify!($name), "_1_0, ", stringify!($name), "@IBVERBS_1.0"),
             concat!(".globl __mrsim_", stringify!($name), "_1_1"),
-            concat!(".type __mrsim_", stringify!($name), "_1_1,@function"),
+            concat!(".type __mrsim_", stringify!($name), "_1_1,%function"),
             concat!("__mrsim_", stringify!($name), "_1_1:"),
-            "jmp {f}",
+            tail_jump!(),
             concat!(".symver __mrsim_", stringify!($name), "_1_1, ", stringify!($name), "@@IBVERBS_1.1"),
             f = sym $name,
         );
@@ -68,9 +82,9 @@ dual_version!(
 // Only a non-default version exists for this one in rdma-core.
 core::arch::global_asm!(
     ".globl __mrsim_ibv_register_driver_1_1",
-    ".type __mrsim_ibv_register_driver_1_1,@function",
+    ".type __mrsim_ibv_register_driver_1_1,%function",
     "__mrsim_ibv_register_driver_1_1:",
-    "jmp {f}",
+    tail_jump!(),
     ".symver __mrsim_ibv_register_driver_1_1, ibv_register_driver@IBVERBS_1.1",
     f = sym ibv_register_driver,
 );

@@ -629,30 +629,39 @@ impl Progress {
     }
 
     fn flush_out(&mut self) {
-        for c in self.conns.iter_mut().filter(|c| c.pending_out() > 0 && !c.dead) {
-            loop {
-                let rest = &c.out[c.out_pos..];
-                if rest.is_empty() {
-                    break;
-                }
-                // SAFETY: writes from a live slice; MSG_NOSIGNAL so a dead peer is EPIPE, not SIGPIPE.
-                let n = unsafe { libc::send(c.fd, rest.as_ptr().cast(), rest.len(), libc::MSG_NOSIGNAL) };
-                if n > 0 {
-                    c.out_pos += n as usize;
-                } else {
-                    if n < 0 && last_err().kind() != io::ErrorKind::WouldBlock {
-                        c.dead = true;
-                    }
-                    break;
-                }
+        for i in 0..self.conns.len() {
+            self.flush_conn(i);
+        }
+    }
+
+    /// Writes what connection `i` has queued, as far as the socket takes it.
+    fn flush_conn(&mut self, i: usize) {
+        let c = &mut self.conns[i];
+        if c.pending_out() == 0 || c.dead {
+            return;
+        }
+        loop {
+            let rest = &c.out[c.out_pos..];
+            if rest.is_empty() {
+                break;
             }
-            if c.out_pos == c.out.len() {
-                c.out.clear();
-                c.out_pos = 0;
-            } else if c.out_pos > (1 << 20) {
-                c.out.drain(..c.out_pos);
-                c.out_pos = 0;
+            // SAFETY: writes from a live slice; MSG_NOSIGNAL so a dead peer is EPIPE, not SIGPIPE.
+            let n = unsafe { libc::send(c.fd, rest.as_ptr().cast(), rest.len(), libc::MSG_NOSIGNAL) };
+            if n > 0 {
+                c.out_pos += n as usize;
+            } else {
+                if n < 0 && last_err().kind() != io::ErrorKind::WouldBlock {
+                    c.dead = true;
+                }
+                break;
             }
+        }
+        if c.out_pos == c.out.len() {
+            c.out.clear();
+            c.out_pos = 0;
+        } else if c.out_pos > (1 << 20) {
+            c.out.drain(..c.out_pos);
+            c.out_pos = 0;
         }
     }
 
@@ -794,6 +803,10 @@ impl Progress {
             self.reply(conn, h, Op::Nak, status);
             return;
         }
+        // The ACK is on the wire before the receive completes, as a NIC sends it: a responder
+        // that sees the completion and exits at once has still acknowledged the message.
+        self.reply(conn, h, Op::Ack, 0);
+        self.flush_conn(conn);
         match rx.sink {
             Sink::Recv(w) => complete_recv(&qp, w.wr_id, rx.total, rx.imm, rx.op != Op::Send, h.src_qpn),
             Sink::Buffer(data) => {
@@ -818,8 +831,6 @@ impl Progress {
             },
             _ => {}
         }
-        drop(st);
-        self.reply(conn, h, Op::Ack, 0);
     }
 
     /// Copies one packet's payload to where the message goes; a status on protection errors.

@@ -129,6 +129,24 @@ pub unsafe extern "C" fn mrshim_sim_write_sysfs(root: *const std::os::raw::c_cha
     })
 }
 
+/// Not rdma-core's: the run directory (MRSHIM_SIM_RUNDIR) where this simulator's QPs and the
+/// simulated librdmacm's ids meet, so both take it from the same configuration. NULL with errno
+/// EINVAL when the configuration is invalid (it was reported then).
+#[no_mangle]
+pub extern "C" fn mrshim_sim_rundir() -> *const std::os::raw::c_char {
+    static DIR: std::sync::OnceLock<Option<std::ffi::CString>> = std::sync::OnceLock::new();
+    crate::ffi(std::ptr::null(), || {
+        let dir = DIR.get_or_init(|| {
+            let reg = crate::objects::registry().ok()?;
+            std::ffi::CString::new(reg.config.rundir.clone()).ok()
+        });
+        match dir {
+            Some(d) => d.as_ptr(),
+            None => crate::errno_ret(libc::EINVAL, std::ptr::null()),
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

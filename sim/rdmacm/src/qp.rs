@@ -1,0 +1,124 @@
+//! The QP of an id: rdma_create_qp/rdma_destroy_qp, and the attributes of each transition as
+//! the kernel's rdma_cm gives them (rdma_init_qp_attr): a connected QP goes to INIT when it is
+//! created and through RTR and RTS when the connection is made, with the peer's QPN and PSN,
+//! the path's MTU and address vector, and the negotiated RDMA read resources; a UD QP goes
+//! straight to RTS with rdma_cm's Q_Key.
+
+use crate::abi::RDMA_UDP_QKEY;
+use crate::cm::IdSt;
+use crate::devices;
+use crate::proto::{ah_attr, is_ud};
+use mrshim_verbs::{self as v, ibv_qp_attr_mask as m, ibv_qp_state as qps};
+
+/// Timeout (4.096 us * 2^14 = 67 ms) and RNR timer (code 12 = 0.64 ms) rdma_cm programs.
+const LOCAL_ACK_TIMEOUT: u8 = 14;
+const MIN_RNR_TIMER: u8 = 12;
+
+/// The attributes for moving id `s`'s QP to `state`: EINVAL when the id is not far enough
+/// (RTR/RTS of a connected QP need the peer's REQ or REP).
+pub fn attr(s: &IdSt, state: u32) -> Result<(v::ibv_qp_attr, i32), i32> {
+    // SAFETY: ibv_qp_attr is plain old data; all-zero is valid.
+    let mut a: v::ibv_qp_attr = unsafe { std::mem::zeroed() };
+    a.qp_state = state;
+    let bits = |ms: &[v::ibv_qp_attr_mask]| ms.iter().fold(0, |acc, x| acc | x.0) as i32;
+    let ud = is_ud(s.ps);
+    match state {
+        qps::IBV_QPS_INIT => {
+            a.pkey_index = 0;
+            a.port_num = 1;
+            if ud {
+                a.qkey = RDMA_UDP_QKEY;
+                return Ok((a, bits(&[m::IBV_QP_STATE, m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT, m::IBV_QP_QKEY])));
+            }
+            a.qp_access_flags = 0;
+            Ok((a, bits(&[m::IBV_QP_STATE, m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT, m::IBV_QP_ACCESS_FLAGS])))
+        }
+        qps::IBV_QPS_RTR if ud => Ok((a, bits(&[m::IBV_QP_STATE]))),
+        qps::IBV_QPS_RTS if ud => {
+            a.sq_psn = s.psn;
+            Ok((a, bits(&[m::IBV_QP_STATE, m::IBV_QP_SQ_PSN])))
+        }
+        qps::IBV_QPS_RTR => {
+            let r = s.remote.as_ref().ok_or(libc::EINVAL)?;
+            let local_mtu = devices::get().ok().and_then(|d| s.dev.map(|i| d.devs[i].mtu)).unwrap_or(r.mtu as u32);
+            a.path_mtu = local_mtu.min(r.mtu as u32).max(1);
+            a.dest_qp_num = r.qpn;
+            a.rq_psn = r.psn;
+            a.ah_attr = ah_attr(s, r.gid, r.lid);
+            a.max_dest_rd_atomic = s.responder_resources;
+            a.min_rnr_timer = MIN_RNR_TIMER;
+            // RDMA READ is allowed when the peer may have reads outstanding (as the IB CM does;
+            // the simulated device offers no atomics).
+            a.qp_access_flags = v::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0
+                | if s.responder_resources > 0 { v::ibv_access_flags::IBV_ACCESS_REMOTE_READ.0 } else { 0 };
+            Ok((
+                a,
+                bits(&[
+                    m::IBV_QP_STATE,
+                    m::IBV_QP_AV,
+                    m::IBV_QP_PATH_MTU,
+                    m::IBV_QP_DEST_QPN,
+                    m::IBV_QP_RQ_PSN,
+                    m::IBV_QP_MAX_DEST_RD_ATOMIC,
+                    m::IBV_QP_MIN_RNR_TIMER,
+                    m::IBV_QP_ACCESS_FLAGS,
+                ]),
+            ))
+        }
+        qps::IBV_QPS_RTS => {
+            if s.remote.is_none() {
+                return Err(libc::EINVAL);
+            }
+            a.sq_psn = s.psn;
+            a.timeout = LOCAL_ACK_TIMEOUT;
+            a.retry_cnt = s.retry_count;
+            a.rnr_retry = s.rnr_retry_count;
+            a.max_rd_atomic = s.initiator_depth;
+            Ok((
+                a,
+                bits(&[
+                    m::IBV_QP_STATE,
+                    m::IBV_QP_TIMEOUT,
+                    m::IBV_QP_RETRY_CNT,
+                    m::IBV_QP_RNR_RETRY,
+                    m::IBV_QP_SQ_PSN,
+                    m::IBV_QP_MAX_QP_RD_ATOMIC,
+                ]),
+            ))
+        }
+        _ => Err(libc::EINVAL),
+    }
+}
+
+pub(crate) fn modify(s: &IdSt, qp: *mut v::ibv_qp, state: u32) -> Result<(), i32> {
+    let (mut a, mask) = attr(s, state)?;
+    // SAFETY: the id's QP and our attribute struct.
+    match unsafe { v::ibv_modify_qp(qp, &mut a, mask) } {
+        0 => Ok(()),
+        e => Err(e),
+    }
+}
+
+/// RTR then RTS with the peer's parameters (both sides of a connected QP).
+pub(crate) fn connect(s: &IdSt, qp: *mut v::ibv_qp) -> Result<(), i32> {
+    modify(s, qp, qps::IBV_QPS_RTR)?;
+    modify(s, qp, qps::IBV_QPS_RTS)
+}
+
+/// Brings a new QP to where rdma_cm keeps it before the connection: INIT (connected), RTS (UD).
+pub(crate) fn init(s: &IdSt, qp: *mut v::ibv_qp) -> Result<(), i32> {
+    modify(s, qp, qps::IBV_QPS_INIT)?;
+    if is_ud(s.ps) {
+        modify(s, qp, qps::IBV_QPS_RTR)?;
+        modify(s, qp, qps::IBV_QPS_RTS)?;
+    }
+    Ok(())
+}
+
+pub(crate) fn to_error(qp: *mut v::ibv_qp) {
+    // SAFETY: ibv_qp_attr is plain old data; all-zero is valid.
+    let mut a: v::ibv_qp_attr = unsafe { std::mem::zeroed() };
+    a.qp_state = qps::IBV_QPS_ERR;
+    // SAFETY: the id's QP and our attribute struct.
+    unsafe { v::ibv_modify_qp(qp, &mut a, m::IBV_QP_STATE.0 as i32) };
+}
