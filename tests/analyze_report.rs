@@ -63,6 +63,9 @@ const r = {
       .filter(id => document.getElementById(id)).map(id => [id, document.getElementById(id).textContent])),
   fixes_code: q('ul.fixes code').length,
   rescued_marks: q('#timeline .rescued').length,
+  // registrations per histogram series, from the bars' titles ("1 MiB: 4 failed")
+  hist: Object.fromEntries(['ok', 'fail', 'rescued'].map(c => [c, q('#histogram rect.' + c)
+      .map(e => parseInt(e.querySelector('title').textContent.split(': ')[1])).reduce((a, b) => a + b, 0)])),
   retries_rows: q('#retries tbody tr').length,
 };
 document.getElementById('probe').textContent = JSON.stringify(r);
@@ -160,6 +163,8 @@ fn demo_failure_report() {
     let (probe, json) = look("demo-failure", &[&logs]);
     readable(&probe, &json);
     assert_eq!(probe["matrix_failing"], serde_json::json!([json["hosts"][0]["host"]]));
+    let hist = &probe["hist"];
+    assert!(hist["fail"].as_u64() > Some(0) && hist["rescued"] == 0, "histogram series: {hist}");
     assert!(probe["notes"]["timeline-note"].as_str().unwrap().starts_with("4 of 4 rank(s) shown"), "{probe}");
 }
 
@@ -170,6 +175,9 @@ fn rescued_run_report() {
     readable(&probe, &json);
     assert!(probe["rescued_marks"].as_u64() > Some(0), "rescues are marked on the timeline: {probe}");
     assert!(probe["retries_rows"].as_u64() > Some(0), "the retry strategies table: {probe}");
+    // the application saw no failure: every call is a rescue in the size histogram, none a failure
+    let hist = &probe["hist"];
+    assert!(hist["fail"] == 0 && hist["rescued"].as_u64() > Some(0), "histogram series: {hist}");
 }
 
 #[test]

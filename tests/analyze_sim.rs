@@ -20,7 +20,7 @@ fn rank(w: &SimWorld, logs: &Path, host: &str, rank: u32, env: &[(&str, &str)], 
     if let Some(k) = memlock_kib {
         script.push_str(&format!("ulimit -l {k} && "));
     }
-    script.push_str(&format!("hostname {host} && exec \"$0\" exec --log \"$1\" -- \"$2\""));
+    script.push_str(&format!("hostname {host} && exec \"$0\" exec --log \"$1/\" -- \"$2\""));
     let mut c = w.cmd("unshare");
     c.env_remove("LD_PRELOAD"); // mrshim exec preloads the shim itself
     c.args(["-u", "sh", "-c", &script]).arg(mrshim_bin()).arg(logs).arg(&prog);

@@ -8,6 +8,10 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
 const MAX_EVIDENCE: usize = 3;
+/// The size histogram's series (see the collector's `hist`).
+pub const FAILED: usize = 0;
+pub const SUCCEEDED: usize = 1;
+pub const RESCUED: usize = 2;
 const MAX_POINTS: usize = 20_000;
 const MAX_SET: usize = 4096;
 
@@ -159,7 +163,10 @@ pub struct Collector {
     pub points: Vec<Point>,
     point_stride: u64,
     point_seen: u64,
-    pub hist: Vec<[u64; 2]>,
+    /// Application calls by power-of-two size bucket and how they ended: [`FAILED`, `SUCCEEDED`,
+    /// `RESCUED`] (a call mrshim rescued, or registered through a learned strategy, is a rescue,
+    /// not also a failure: the application got its MR).
+    pub hist: Vec<[u64; 3]>,
     pub notes: Vec<String>,
     pub order: u64,
     pub doctor_reports: u64,
@@ -330,6 +337,20 @@ impl Collector {
         run.evid.get_or_insert(e.clone());
     }
 
+    /// Counts a call of `length` bytes under `to` in the size histogram, taken off `from` (a failed
+    /// call a retry rescued; a rescue whose failure is not in the input takes nothing off).
+    fn hist_move(&mut self, length: Option<u64>, from: Option<usize>, to: usize) {
+        let Some(l) = length else { return };
+        if self.hist.is_empty() {
+            self.hist = vec![[0; 3]; 64];
+        }
+        let b = &mut self.hist[63 - l.max(1).leading_zeros() as usize];
+        if let Some(f) = from {
+            b[f] = b[f].saturating_sub(1);
+        }
+        b[to] += 1;
+    }
+
     fn add_reg(&mut self, mut r: RegEv, file: usize, line: u64, text: &str) {
         // evidence text is built only where it is kept
         let (eline, etext) = match r.evid.take() {
@@ -349,6 +370,9 @@ impl Collector {
         // follows. A learned strategy applied up front is the application's call, which mrshim
         // made succeed: counted as a registration and as a rescue by that strategy.
         let retry = r.attempt > 0;
+        if r.ok && (retry || r.learned) {
+            self.hist_move(r.length, retry.then_some(FAILED), RESCUED);
+        }
         if retry || (r.learned && r.ok) {
             *self.retries.entry((r.strategy.clone().unwrap_or_else(|| "?".into()), r.ok)).or_default() += 1;
             if r.ok {
@@ -372,13 +396,7 @@ impl Collector {
         }
         self.procs.reg((file, r.pid), &host, rank, (r.time_ns, self.order), r.ok);
         self.point(&host, rank, r.time_ns, r.length, if r.ok { Mark::Ok } else { Mark::Failed });
-        if self.hist.is_empty() {
-            self.hist = vec![[0; 2]; 64];
-        }
-        if let Some(l) = r.length {
-            let b = 63 - l.max(1).leading_zeros() as usize;
-            self.hist[b][r.ok as usize] += 1;
-        }
+        self.hist_move(r.length, None, if r.ok { SUCCEEDED } else { FAILED });
         {
             let run = self.runs.entry((file, r.pid)).or_default();
             if run.host.is_none() {

@@ -31,7 +31,7 @@ pub fn gpu_peer_memory(p: &str, vendor: GpuVendor, efault: bool) -> Vec<String> 
         ),
         GpuVendor::Amd => (
             "load AMD's peer memory on every node: the amdgpu DKMS driver with peer-memory support (amdkfd in /sys/kernel/mm/memory_peers; `mrshim doctor` lists every peer-memory client)".to_string(),
-            "or register GPU memory through dmabuf: ROCm >= 6 (hipMemGetHandleForAddressRange), kernel >= 5.12, an rdma-core with ibv_reg_dmabuf_mr, NCCL_DMABUF_ENABLE=1 (RCCL reads NCCL_*)".to_string(),
+            "or register GPU memory through dmabuf: ROCm >= 6 (hipMemGetHandleForAddressRange) or ROCm 5 (HSA's hsa_amd_portable_export_dmabuf), kernel >= 5.12, an rdma-core with ibv_reg_dmabuf_mr, NCCL_DMABUF_ENABLE=1 (RCCL reads NCCL_*)".to_string(),
         ),
         GpuVendor::Metax => (
             "load MetaX's peer-memory module from the same MACA driver release as the `metax` module on every node (`lsmod | grep metax`; `mrshim doctor` lists every peer-memory client)".to_string(),

@@ -71,7 +71,11 @@ pub fn render(a: &Analysis) -> String {
     o.push_str(&tl);
     let _ = writeln!(o, "\n<p class=\"note\" id=\"timeline-note\">{}</p>", esc(&tl_note));
     let (hist, hist_note) = svg::histogram(a);
-    o.push_str("<h2>Registration sizes</h2>\n<p class=\"legend\"><span><i class=\"sw\" style=\"background:#2a9d3f\"></i>succeeded</span><span><i class=\"sw\" style=\"background:#d62828\"></i>failed</span></p>\n");
+    o.push_str("<h2>Registration sizes</h2>\n<p class=\"legend\"><span><i class=\"sw\" style=\"background:#2a9d3f\"></i>succeeded</span><span><i class=\"sw\" style=\"background:#d62828\"></i>failed</span>");
+    if a.col.hist.iter().any(|b| b[crate::collect::RESCUED] > 0) {
+        o.push_str("<span><i class=\"sw\" style=\"background:#1f6feb\"></i>rescued by mrshim (a retry, or a learned strategy)</span>");
+    }
+    o.push_str("</p>\n");
     o.push_str(&hist);
     if !hist_note.is_empty() {
         let _ = writeln!(o, "\n<p class=\"note\" id=\"histogram-note\">{}</p>", esc(&hist_note));

@@ -2,7 +2,7 @@
 //! axis, rescues and deregistrations marked) and the size histogram (axes, counts, failures as their own
 //! series, log scale when one series dwarfs the other). Both scale to the page width (viewBox).
 use super::html::esc;
-use crate::collect::{Mark, Point};
+use crate::collect::{Mark, Point, FAILED, RESCUED, SUCCEEDED};
 use crate::findings::human_size;
 use crate::Analysis;
 use std::collections::{BTreeMap, HashMap};
@@ -219,7 +219,7 @@ pub fn timeline(a: &Analysis) -> (String, String) {
 
 pub fn histogram(a: &Analysis) -> (String, String) {
     let hist = &a.col.hist;
-    let used: Vec<usize> = (0..hist.len()).filter(|&b| hist[b][0] + hist[b][1] > 0).collect();
+    let used: Vec<usize> = (0..hist.len()).filter(|&b| hist[b].iter().sum::<u64>() > 0).collect();
     let (w, h) = (WIDTH, 300.0);
     let (left, top, bottom) = (70.0, 20.0, 240.0);
     let mut s = String::new();
@@ -235,8 +235,9 @@ pub fn histogram(a: &Analysis) -> (String, String) {
     let pad = MIN_BUCKETS.saturating_sub(hi - lo + 1);
     let lo = lo.saturating_sub(pad / 2);
     let hi = (lo + MIN_BUCKETS - 1).max(hi).min(hist.len() - 1);
-    let max_ok = (lo..=hi).map(|b| hist[b][1]).max().unwrap_or(0);
-    let max_fail = (lo..=hi).map(|b| hist[b][0]).max().unwrap_or(0);
+    // successes and rescues are the two sides of "the application got its MR"; failures the other
+    let max_ok = (lo..=hi).map(|b| hist[b][SUCCEEDED].max(hist[b][RESCUED])).max().unwrap_or(0);
+    let max_fail = (lo..=hi).map(|b| hist[b][FAILED]).max().unwrap_or(0);
     let max = max_ok.max(max_fail).max(1) as f64;
     // log scale when the smaller series would be a sliver next to the larger one
     let log = max_fail > 0 && max_ok > 0 && max_ok.max(max_fail) >= 20 * max_ok.min(max_fail);
@@ -277,22 +278,29 @@ pub fn histogram(a: &Analysis) -> (String, String) {
     );
     let n = hi - lo + 1;
     let group = (w - 10.0 - left) / n as f64;
-    let bw = ((group - 6.0) / 2.0).clamp(1.0, 40.0);
+    // a third bar only where the input has rescues at all
+    let bars = if (lo..=hi).any(|b| hist[b][RESCUED] > 0) { 3.0 } else { 2.0 };
+    let bw = ((group - 6.0) / bars).clamp(1.0, 40.0);
     for (i, b) in (lo..=hi).enumerate() {
-        let x0 = left + group * i as f64 + (group - 2.0 * bw) / 2.0;
+        let x0 = left + group * i as f64 + (group - bars * bw) / 2.0;
         let size = human_size(1u64 << b);
-        for (series, count, col, dx) in [("ok", hist[b][1], "#2a9d3f", 0.0), ("fail", hist[b][0], "#d62828", bw)] {
+        let series = [
+            ("ok", hist[b][SUCCEEDED], "#2a9d3f", "succeeded"),
+            ("fail", hist[b][FAILED], "#d62828", "failed"),
+            ("rescued", hist[b][RESCUED], "#1f6feb", "rescued by mrshim"),
+        ];
+        for (k, (series, count, col, what)) in series.into_iter().enumerate() {
             if count == 0 {
                 continue;
             }
             let ht = scale(count as f64).max(2.0);
-            let x = x0 + dx;
+            let x = x0 + bw * k as f64;
             let _ = write!(
                 s,
                 r##"<rect class="{series}" x="{x:.1}" y="{:.1}" width="{bw:.1}" height="{ht:.1}" fill="{col}"><title>{}: {count} {}</title></rect>"##,
                 bottom - ht,
                 esc(&size),
-                if series == "ok" { "succeeded" } else { "failed" }
+                what
             );
             if bw >= 14.0 || n <= 24 {
                 let _ = write!(
@@ -308,7 +316,7 @@ pub fn histogram(a: &Analysis) -> (String, String) {
             let _ = write!(
                 s,
                 r##"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
-                x0 + bw,
+                x0 + bars * bw / 2.0,
                 bottom + 16.0,
                 esc(&size)
             );
