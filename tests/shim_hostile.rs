@@ -332,3 +332,52 @@ fn a_libibverbs_unloaded_and_loaded_again_is_called_where_it_is_now() {
     assert_eq!(calls.iter().filter(|c| **c == "ibv_reg_mr").count(), 3, "{calls:?}");
     assert_eq!(calls.iter().filter(|c| **c == "ibv_dereg_mr").count(), 3, "{calls:?}");
 }
+
+/// Item 1 (the two-copies half): a program linked against one libibverbs (the simulated NIC) that
+/// also opens a different private copy RTLD_LOCAL (a vendored plugin's) and looks its
+/// registration functions up. Each call reaches its own copy — the linked ones the simulator, the
+/// looked-up ones the private copy, including that copy's internal ibv_reg_mr → ibv_reg_mr_iova2
+/// call, which lands in the shim's export — also after the private copy is closed, and every call
+/// has its record with its own device.
+#[test]
+fn two_different_libibverbs_in_one_process_each_get_their_own_calls() {
+    let d = tmp("two-copies");
+    let prog = d.join("two_copies");
+    let sim = format!("-L{}", sim_lib_dir().display());
+    cc(&["-O1", "-o", prog.to_str().unwrap(), src_c("two_copies.c").to_str().unwrap(), &sim, "-libverbs", "-ldl"]);
+    let (sim_log_path, fake_log, logs) = (d.join("sim.jsonl"), d.join("fake.log"), d.join("logs"));
+    let w = SimWorld::new("two-copies-sim").with("MRSHIM_SIM_LOG", sim_log_path.to_str().unwrap());
+    let mut c = w.cmd(&prog);
+    c.arg(fake().lib_dir().join("libibverbs.so.1"))
+        .env("FAKE_LOG", &fake_log)
+        .env("MRSHIM_LOG", format!("{}/", logs.display()));
+    let o = run(&mut c);
+    assert_eq!(o.status.signal(), None, "{}", stderr(&o));
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    assert_eq!(stdout(&o), "both copies ok\nafter dlclose ok\n");
+    // the private copy received its two registrations (each with its internal iova2 call) and
+    // its two deregistrations, nothing of the linked copy's
+    let fake_calls: Vec<String> = std::fs::read_to_string(&fake_log)
+        .unwrap()
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        fake_calls,
+        ["ibv_reg_mr", "ibv_reg_mr_iova2", "ibv_reg_mr", "ibv_reg_mr_iova2", "ibv_dereg_mr", "ibv_dereg_mr"]
+    );
+    // the simulated NIC received the three linked registrations, all accepted
+    let dev = sim_log(&sim_log_path);
+    assert_eq!(dev.len(), 3, "{dev:?}");
+    assert!(dev.iter().all(|r| r["entry"] == "ibv_reg_mr" && r["result"] == "ok"), "{dev:?}");
+    let recs = records(&only_file(&logs));
+    let reg_devices: Vec<&str> = recs
+        .iter()
+        .filter(|r| r.kind == Some(Kind::Reg) && r.call == "ibv_reg_mr")
+        .map(|r| r.device.as_deref().unwrap_or("?"))
+        .collect();
+    assert_eq!(reg_devices.len(), 5, "{reg_devices:?}");
+    assert_eq!(reg_devices.iter().filter(|d| **d == "fake0").count(), 2, "{reg_devices:?}");
+    let deregs = recs.iter().filter(|r| r.call == "ibv_dereg_mr" && r.errno.unwrap_or(0) == 0).count();
+    assert_eq!(deregs, 5);
+}

@@ -1,14 +1,16 @@
 //! The one table of the verbs entry points libmrshim.so stands in front of: for each, its
 //! symbol name and version, whether `dlsym` (no version) means it, its C signature, our
 //! wrapper, and the [`Call`] its records name. Everything per entry point is derived from it:
-//! [`Entry`] and its name/version table and lookup (real.rs), the real-function pointer types
-//! and `wrapper()` (hooks.rs), the entry point a record names (`Entry::call`).
+//! [`Entry`] and its name/version table and lookup (real.rs), the real-function pointer types,
+//! `wrapper()` and the versioned exports (hooks.rs), the entry point a record names
+//! (`Entry::call`).
 //!
 //! `for_each_entry!(m)` hands the table to the macro `m` (the X-macro pattern): the modules that
 //! need it expand it their own way, and none of them needs another's items for it.
 //!
-//! Adding an entry point: one line here, its wrapper in hooks.rs, its version node in
-//! libmrshim.map (the linker's export list).
+//! build.rs reads the rows of this table for the IBVERBS version nodes of the export list.
+//!
+//! Adding an entry point: one line here and its wrapper in hooks.rs.
 
 /// Columns: Entry variant, symbol, version, default version for `dlsym`, C signature, wrapper
 /// (in hooks.rs), the `Call` it records as (None: followed, not recorded).

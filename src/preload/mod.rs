@@ -2,6 +2,43 @@
 //! lookup (elf.rs, real.rs), process-level glue (constructor, fork, exit) here.
 //! Everything with a decision in it lives in the mrshim-core crate.
 
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+compile_error!(
+    "libmrshim.so supports x86_64 and aarch64 only: its dlsym/dlvsym trampolines (hooks.rs) are \
+     per-architecture assembly that must not add a stack frame (docs/shim.md)"
+);
+
+/// The unconditional branch of this architecture, for tail-jump stubs (not built for unit tests).
+#[cfg(target_arch = "x86_64")]
+#[cfg_attr(test, allow(unused_macros))]
+macro_rules! tail_jump {
+    () => {
+        "jmp"
+    };
+}
+#[cfg(target_arch = "aarch64")]
+#[cfg_attr(test, allow(unused_macros))]
+macro_rules! tail_jump {
+    () => {
+        "b"
+    };
+}
+
+/// The version glibc gave dlsym/dlvsym (in libdl.so.2) when the architecture was added: what
+/// programs built on glibc < 2.34 reference. build.rs writes the same name into the version script.
+#[cfg(target_arch = "x86_64")]
+macro_rules! glibc_base {
+    () => {
+        "GLIBC_2.2.5"
+    };
+}
+#[cfg(target_arch = "aarch64")]
+macro_rules! glibc_base {
+    () => {
+        "GLIBC_2.17"
+    };
+}
+
 pub mod bounce;
 pub mod copy;
 pub mod elf;
@@ -16,35 +53,61 @@ use std::cell::Cell;
 thread_local! {
     /// Set while this thread is inside one of our hooks: nested intercepted calls (libibverbs'
     /// ibv_reg_mr → ibv_reg_mr_iova2 through its PLT, anything the shim itself calls) pass
-    /// straight through, so one application call is one record. `const` + no Drop: plain TLS,
-    /// no lazy registration, usable during thread start-up and teardown.
-    static IN_HOOK: Cell<bool> = const { Cell::new(false) };
+    /// straight through, so one application call is one record. 0: not in a hook; otherwise the
+    /// library slot (real.rs) of the outer call + 1, which its nested calls go to: a copy's
+    /// internal PLT call lands in our export and must still reach that copy. `const` + no Drop:
+    /// plain TLS, no lazy registration, usable during thread start-up and teardown.
+    static IN_HOOK: Cell<u8> = const { Cell::new(0) };
 }
 
 /// Proof that this thread entered the shim from outside; leaving drops it. Holds the flag's
 /// address: in a cdylib every TLS access is a `__tls_get_addr` call, so look it up once.
-pub struct Guard(*const Cell<bool>);
+pub struct Guard(*const Cell<u8>);
 
 impl Guard {
     /// None when already inside a hook on this thread (or TLS is gone).
     #[inline]
     pub fn enter() -> Option<Guard> {
-        let c = IN_HOOK.try_with(|c| c as *const Cell<bool>).ok()?;
-        // `then`, not `then_some`: a Guard built for a nested call and dropped unused would
-        // clear the outer call's flag (found by the registration fuzz test).
+        Guard::route(0).1
+    }
+
+    /// A call into the wrapper of library slot `slot`: the slot its real function comes from
+    /// (a nested call: the outer call's; TLS gone: `slot`) and, when this thread was not in a
+    /// hook yet, the guard.
+    #[inline]
+    pub fn route(slot: usize) -> (usize, Option<Guard>) {
+        let Ok(c) = IN_HOOK.try_with(|c| c as *const Cell<u8>) else { return (slot, None) };
         // SAFETY: this thread's own flag; it lives as long as the thread, the guard does not
         // leave the thread (raw pointer: !Send).
-        (!unsafe { (*c).replace(true) }).then(|| Guard(c))
+        let outer = unsafe { (*c).get() };
+        if outer != 0 {
+            return (usize::from(outer - 1), None);
+        }
+        // SAFETY: as above. Set only here, after the check: a Guard built for a nested call and
+        // dropped unused would clear the outer call's flag (found by the registration fuzz test).
+        unsafe { (*c).set(slot as u8 + 1) };
+        (slot, Some(Guard(c)))
+    }
+
+    /// The slot a call that takes no guard (ibv_qp_to_qp_ex, ibv_destroy_qp) goes to.
+    #[inline]
+    pub fn slot(slot: usize) -> usize {
+        match IN_HOOK.try_with(|c| c.get()) {
+            Ok(outer) if outer != 0 => usize::from(outer - 1),
+            _ => slot,
+        }
     }
 }
 
 impl Drop for Guard {
     #[inline]
     fn drop(&mut self) {
-        // SAFETY: as in enter: the current thread's flag, still alive.
-        unsafe { (*self.0).set(false) };
+        // SAFETY: as in route: the current thread's flag, still alive.
+        unsafe { (*self.0).set(0) };
     }
 }
+
+const _: () = assert!(real::SLOTS < u8::MAX as usize, "a slot + 1 fits the hook flag");
 
 #[cfg(not(test))]
 mod process {
@@ -55,6 +118,7 @@ mod process {
         // This is libmrshim.so's own std: the hook sees only the shim's panics. The catcher
         // reports them (mrshim_core::internal), with the message kept here.
         std::panic::set_hook(Box::new(mrshim_core::internal::note_panic));
+        mrshim_core::set_device_probe(super::gpu::current_device);
         // SAFETY: registering a plain extern "C" fn without arguments.
         unsafe { libc::pthread_atfork(None, None, Some(child)) };
     }

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
+#include "close_and_block.h"
+
 typedef void *(*alloc_pd_fn)(void);
 typedef void *(*reg_fn)(void *, void *, size_t, int);
 typedef int (*dereg_fn)(void *);
@@ -26,13 +28,7 @@ int main(int argc, char **argv) {
         if (!alloc_pd || !reg || !dereg) { fprintf(stderr, "lookup failed\n"); return 1; }
         void *mr = reg(alloc_pd(), buf, 4096, 1);
         if (!mr || dereg(mr)) { perror("ibv_reg_mr"); return 1; }
-        struct link_map *lm = NULL;
-        dlinfo(h, RTLD_DI_LINKMAP, &lm);
-        char *base = (char *)lm->l_addr;
-        if (dlclose(h)) { fprintf(stderr, "%s\n", dlerror()); return 1; }
-        /* the old range: taken by something else now (PROT_NONE: a stale call faults) */
-        for (size_t len = 1 << 20; len >= 4096; len /= 2)
-            if (mmap(base, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) != MAP_FAILED) break;
+        if (close_and_block(h)) return 1;
         printf("cycle %d ok\n", i);
         fflush(stdout);
     }

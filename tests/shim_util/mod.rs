@@ -172,6 +172,12 @@ pub fn host() -> String {
     String::from_utf8_lossy(&b[..end]).into_owned()
 }
 
+/// Fails the test unless `prog` is on PATH (scripts/install-deps installs `pkg`).
+pub fn require(prog: &str, pkg: &str) {
+    let found = std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()));
+    assert!(found, "{prog} not installed (scripts/install-deps installs {pkg})");
+}
+
 /// A simulated fabric private to one test (its own MRSHIM_SIM_RUNDIR).
 pub struct SimWorld {
     pub dir: PathBuf,

@@ -84,21 +84,24 @@ pub fn sim_gpu_lib_dir() -> &'static Path {
     })
 }
 
-/// `sim_lib_dir` plus one simulated GPU runtime under its SONAME, e.g. `("libamdhip64.so.5",
-/// "libamdhip64_5.so", "mrshim-sim-hip5")` or `("libmcruntime.so", "libmcruntime.so",
-/// "mrshim-sim-maca")`; one directory per SONAME and process.
-pub fn sim_runtime_lib_dir(soname: &str, file: &str, package: &str) -> &'static Path {
+/// `sim_lib_dir` plus simulated GPU runtime libraries under their SONAMEs, each `(soname, file,
+/// package)`, e.g. `[("libamdhip64.so.5", "libamdhip64_5.so", "mrshim-sim-hip5")]` or
+/// `[("libmcruntime.so", "libmcruntime.so", "mrshim-sim-maca")]`; one directory per set and process.
+pub fn sim_runtime_lib_dir(libs: &[(&str, &str, &str)]) -> &'static Path {
     static DIRS: Mutex<Vec<(String, &'static Path)>> = Mutex::new(Vec::new());
+    let key = libs.iter().map(|l| l.0).collect::<Vec<_>>().join("+");
     let mut dirs = DIRS.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some((_, d)) = dirs.iter().find(|(s, _)| s == soname) {
+    if let Some((_, d)) = dirs.iter().find(|(s, _)| *s == key) {
         return d;
     }
     let verbs = built("libibverbs.so", "mrshim-sim");
-    let rt = built(file, package);
-    let d =
-        link_dir(&format!("simlib-{soname}"), &[("libibverbs.so.1", &verbs), ("libibverbs.so", &verbs), (soname, &rt)]);
+    let rts: Vec<(&str, PathBuf)> =
+        libs.iter().map(|(soname, file, package)| (*soname, built(file, package))).collect();
+    let mut links: Vec<(&str, &Path)> = vec![("libibverbs.so.1", &verbs), ("libibverbs.so", &verbs)];
+    links.extend(rts.iter().map(|(s, p)| (*s, p.as_path())));
+    let d = link_dir(&format!("simlib-{key}"), &links);
     let d: &'static Path = Box::leak(d.into_boxed_path());
-    dirs.push((soname.to_string(), d));
+    dirs.push((key, d));
     d
 }
 
