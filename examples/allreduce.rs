@@ -728,6 +728,11 @@ fn run_rank(o: &Opts, rank: usize, n: usize, dir: &Path) -> Result<(), String> {
     let mut got = Vec::new();
     let mut mine = vec![0u8; chunk];
     let mut theirs = vec![0u8; chunk];
+    // Chunk c of a local buffer into the same place of the neighbour's buffer at `dst`.
+    let write_chunk = |c: usize, src: u64, lkey: u32, dst: u64, rkey: u32, imm: u32| {
+        let off = (c * chunk) as u64;
+        ring.post_write(src + off, chunk, lkey, dst + off, rkey, imm)
+    };
     for it in 0..o.iters {
         if it > 0 {
             // Fresh input each iteration so every pass is checked, not just the first.
@@ -737,14 +742,7 @@ fn run_rank(o: &Opts, rank: usize, n: usize, dir: &Path) -> Result<(), String> {
         // reduce-scatter: at step s send chunk (r-s), receive chunk (r-s-1) into tmp and add.
         for s in 0..n.saturating_sub(1) {
             let c = (rank + n - s) % n;
-            ring.post_write(
-                buf.addr + (c * chunk) as u64,
-                chunk,
-                lkey_buf,
-                next.tmp_addr + (c * chunk) as u64,
-                next.tmp_rkey,
-                base | s as u32,
-            );
+            write_chunk(c, buf.addr, lkey_buf, next.tmp_addr, next.tmp_rkey, base | s as u32);
             pending += 1;
             ring.wait(rank, base | s as u32, &mut pending, &mut got)?;
             let rc = (rank + 2 * n - s - 1) % n;
@@ -765,14 +763,7 @@ fn run_rank(o: &Opts, rank: usize, n: usize, dir: &Path) -> Result<(), String> {
         for s in 0..n.saturating_sub(1) {
             let c = (rank + 1 + n - s) % n;
             let imm = base | 0x8000 | s as u32;
-            ring.post_write(
-                out.addr + (c * chunk) as u64,
-                chunk,
-                lkey_out,
-                next.out_addr + (c * chunk) as u64,
-                next.out_rkey,
-                imm,
-            );
+            write_chunk(c, out.addr, lkey_out, next.out_addr, next.out_rkey, imm);
             pending += 1;
             ring.wait(rank, imm, &mut pending, &mut got)?;
         }
