@@ -1,5 +1,6 @@
 /* Links librdmacm's multicast and ECE calls, as pyverbs does, and prints what each returns on
- * the simulated librdmacm: "name ret errno" per line (errno 0 when the call succeeded). */
+ * the simulated librdmacm: "name ret errno" per line (errno 0 when the call succeeded); and
+ * the id's context and PD once bound. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -17,6 +18,11 @@ int main(void) {
         perror("rdma_create_id");
         return 1;
     }
+    /* Bound to a port's address, the id has its device's context and PD, as rdma-core's. */
+    struct sockaddr_in local = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "192.0.2.10", &local.sin_addr);
+    show("bind", rdma_bind_addr(id, (struct sockaddr *)&local));
+    printf("verbs=%d pd=%d pd_on_verbs=%d\n", id->verbs != NULL, id->pd != NULL, id->pd && id->pd->context == id->verbs);
     struct sockaddr_in mc = {.sin_family = AF_INET};
     inet_pton(AF_INET, "239.1.1.1", &mc.sin_addr);
     show("join", rdma_join_multicast(id, (struct sockaddr *)&mc, NULL));

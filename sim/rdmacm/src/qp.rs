@@ -70,7 +70,7 @@ pub fn attr(s: &IdSt, state: u32) -> Result<(v::ibv_qp_attr, i32), i32> {
                 return Err(libc::EINVAL);
             }
             a.sq_psn = s.psn;
-            a.timeout = LOCAL_ACK_TIMEOUT;
+            a.timeout = s.ack_timeout.unwrap_or(LOCAL_ACK_TIMEOUT);
             a.retry_cnt = s.retry_count;
             a.rnr_retry = s.rnr_retry_count;
             a.max_rd_atomic = s.initiator_depth;
