@@ -101,7 +101,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut v::ibv_device) -> *mut v::ibv
         vctx.create_srq_ex = Some(crate::srq::op_create_srq_ex);
         let c = &mut vctx.context;
         c.device = dev;
-        c.cmd_fd = -1;
+        c.cmd_fd = cmd_fd();
         c.async_fd = fds[0];
         c.num_comp_vectors = NUM_COMP_VECTORS;
         c.abi_compat = usize::MAX as *mut c_void; // __VERBS_ABI_IS_EXTENDED
@@ -117,6 +117,15 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut v::ibv_device) -> *mut v::ibv
     })
 }
 
+/// The context's command descriptor: rdma-core's is /dev/infiniband/uverbsN opened read-write,
+/// close-on-exec. Nothing goes through it here, but programs hold it as a real descriptor —
+/// pyverbs dup()s it to import the context elsewhere (ibv_import_device then reports
+/// EOPNOTSUPP) — so it is /dev/null opened the same way; -1 only if that cannot be opened.
+fn cmd_fd() -> c_int {
+    // SAFETY: open with a NUL-terminated path.
+    unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) }
+}
+
 pub unsafe extern "C" fn ibv_close_device(c: *mut v::ibv_context) -> c_int {
     ffi(libc::EINVAL, || {
         // SAFETY: c came from ibv_open_device; we take back the Box leaked there.
@@ -126,6 +135,9 @@ pub unsafe extern "C" fn ibv_close_device(c: *mut v::ibv_context) -> c_int {
         unsafe {
             libc::close(b.vctx.context.async_fd);
             libc::close(b.events.0);
+            if b.vctx.context.cmd_fd >= 0 {
+                libc::close(b.vctx.context.cmd_fd);
+            }
         }
         0
     })
@@ -720,9 +732,13 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut v::ibv_cq) -> c_int {
 }
 
 /// Like mlx5: the new size is rounded up to 2^n - 1 and reported in `cq->cqe`; smaller than
-/// the completions not polled yet is EINVAL. (The simulated CQ's queue grows on demand, so only
-/// the reported size changes.)
+/// the completions not polled yet is EINVAL. Those include the completions of everything posted
+/// before the call, as on hardware, whose NIC has executed it by the time the command reaches
+/// the firmware: the simulated NIC is let through its queues first. (The simulated CQ's queue
+/// grows on demand, so only the reported size changes.)
 pub unsafe extern "C" fn ibv_resize_cq(cq: *mut v::ibv_cq, cqe: c_int) -> c_int {
+    // SAFETY: cq is the caller's CQ, made on one of our contexts.
+    unsafe { ctx((*cq).context) }.engine.settle();
     // SAFETY: cq is the caller's CQ.
     let pending = unsafe { outer::<Cq, _>(cq) }.inner.pending();
     if !(1..=crate::device::MAX_CQE).contains(&cqe) || (cqe as usize) < pending {

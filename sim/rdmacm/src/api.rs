@@ -704,9 +704,11 @@ pub unsafe extern "C" fn rdma_set_option(
         let lv = level as u32;
         let nm = name as u32;
         match (lv, nm) {
-            (a::RDMA_OPTION_ID, a::RDMA_OPTION_ID_TOS) | (a::RDMA_OPTION_ID, a::RDMA_OPTION_ID_ACK_TIMEOUT)
-                if len == 1 =>
-            {
+            (a::RDMA_OPTION_ID, a::RDMA_OPTION_ID_TOS) if len == 1 => Ok(()),
+            // The kernel's rdma_set_ack_timeout: RC ids only.
+            (a::RDMA_OPTION_ID, a::RDMA_OPTION_ID_ACK_TIMEOUT) if len == 1 && !is_ud(s.ps) => {
+                // SAFETY: the caller's byte.
+                s.ack_timeout = Some(unsafe { *val.cast::<u8>() });
                 Ok(())
             }
             (a::RDMA_OPTION_ID, a::RDMA_OPTION_ID_REUSEADDR) if len == 4 => Ok(()),

@@ -83,6 +83,8 @@ pub struct IdSt {
     /// CQs and completion channels rdma_create_qp made (destroyed with the QP).
     pub own_cqs: bool,
     pub afonly: bool,
+    /// RDMA_OPTION_ID_ACK_TIMEOUT: the QP's `timeout` at RTS instead of the default.
+    pub ack_timeout: Option<u8>,
 }
 
 pub struct Chan {

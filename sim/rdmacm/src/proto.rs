@@ -56,6 +56,12 @@ pub fn publish_route(s: &mut IdSt, dgid: [u8; 16], with_path: bool) {
     // SAFETY: the id's public struct, owned by this library; written under the CM lock.
     let id = unsafe { &mut (*s.ptr).id };
     if let Some(i) = s.dev {
+        // As rdma-core's ucma_get_device: an id bound to a device has its context and the
+        // device's PD (programs create their QPs and AHs on `id->pd`); a QP made through the
+        // id later puts its own PD there.
+        if id.pd.is_null() || id.verbs != d.devs[i].ctx {
+            id.pd = d.devs[i].default_pd();
+        }
         id.verbs = d.devs[i].ctx;
         id.port_num = 1;
     }
@@ -369,6 +375,7 @@ impl IdSt {
             ep_qp: None,
             own_cqs: false,
             afonly: false,
+            ack_timeout: None,
         }
     }
 }

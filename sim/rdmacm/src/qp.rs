@@ -57,7 +57,7 @@ pub fn attr(s: &IdSt, state: u32) -> Result<(v::ibv_qp_attr, i32), i32> {
             }
             let rts = rc::Rts {
                 sq_psn: s.psn,
-                timeout: LOCAL_ACK_TIMEOUT,
+                timeout: s.ack_timeout.unwrap_or(LOCAL_ACK_TIMEOUT),
                 retry_cnt: s.retry_count,
                 rnr_retry: s.rnr_retry_count,
                 max_rd_atomic: s.initiator_depth,
