@@ -24,6 +24,7 @@ pub mod call;
 pub use call::Call;
 pub mod errno;
 pub mod fault_rule;
+pub mod rereg;
 pub mod units;
 
 /// Constants from verbs.h that ibverbs-sys does not carry.
