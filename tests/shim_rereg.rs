@@ -17,7 +17,7 @@ fn prog() -> PathBuf {
     .clone()
 }
 
-/// Runs `rereg MODE` in `w` with a log directory; (stdout, stderr, records).
+/// Runs `rereg MODE` in `w` with a log directory (`w.dir`/logs); (stdout, stderr, records).
 fn run_logged(w: SimWorld, mode: &str) -> (String, String, Vec<Reg>) {
     let logs = w.dir.join("logs");
     let o = run(w.with("MRSHIM_LOG", format!("{}/", logs.display())).cmd(prog()).arg(mode));
@@ -74,6 +74,7 @@ fn a_plain_mr_rereged_to_a_new_address_is_recorded_old_to_new_and_its_data_lands
 #[test]
 fn a_rereg_the_device_refuses_is_warned_and_recorded_as_a_failure() {
     let w = SimWorld::new("rereg-nocmd").with("MRSHIM_SIM_FAULTS", "rereg_mr:EOPNOTSUPP");
+    let dir = w.dir.clone();
     let (out, err, recs) = run_logged(w, "plain");
     assert!(out.contains("rereg ret -4 errno 95\nfallback dereg+reg\ndata equal\n"), "{out}\n{err}");
     let warn: Vec<&str> = err.lines().filter(|l| l.contains(" MRSHIM WARN ibv_rereg_mr(mr=0x")).collect();
@@ -88,6 +89,12 @@ fn a_rereg_the_device_refuses_is_warned_and_recorded_as_a_failure() {
     assert_eq!((r.errno, r.errno_name.as_deref(), r.strategy.as_ref()), (Some(95), Some("EOPNOTSUPP"), None));
     let s = recs.last().unwrap().summary.as_ref().unwrap();
     assert_eq!((s.by_call["ibv_rereg_mr"].failures, s.registered_bytes), (1, 0));
+    // analyze: one failed ibv_rereg_mr (record and WARN line are the same failure)
+    let a = analyze(&dir, &err);
+    assert_eq!(a.col.rereg, [1, 0, 1]);
+    let failed: Vec<_> =
+        a.col.groups.iter().filter(|(k, _)| !k.ok).map(|(k, g)| (k.call.as_str(), k.errno, g.count)).collect();
+    assert_eq!(failed, [("ibv_rereg_mr", Some(95), 1)], "{:?}", a.col.groups);
 }
 
 /// A bounce region (the NIC refuses the application's memory; MRSHIM_RETRY=bounce registers a
@@ -97,6 +104,7 @@ fn a_rereg_the_device_refuses_is_warned_and_recorded_as_a_failure() {
 fn a_bounce_mr_rereg_is_refused_with_err_cmd_eopnotsupp_and_dereg_reg_works() {
     let w =
         SimWorld::new("rereg-bounce").with("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed").with("MRSHIM_RETRY", "bounce");
+    let dir = w.dir.clone();
     let (out, err, recs) = run_logged(w, "bounce");
     assert!(out.contains("rereg ret -4 errno 95\nfallback dereg+reg\ndata equal\nold untouched\n"), "{out}\n{err}");
     let (old, new) = addrs(&out);
@@ -124,4 +132,18 @@ fn a_bounce_mr_rereg_is_refused_with_err_cmd_eopnotsupp_and_dereg_reg_works() {
     assert!(rescued, "{recs:?}");
     let s = recs.last().unwrap().summary.as_ref().unwrap();
     assert_eq!((s.by_call["ibv_rereg_mr"].failures, s.registered_bytes), (0, 0));
+    // `mrshim analyze` of the log and the stderr lines: the refusal is counted, shown as such,
+    // and no failure of the application's (the one failure is the registration bounce rescued)
+    let a = analyze(&dir, &err);
+    assert_eq!(a.col.rereg, [1, 1, 0]);
+    assert!(a.col.notes.iter().any(|n| n.starts_with("ibv_rereg_mr: 1 calls, 0 failed, 1 refused by mrshim")));
+    let failed: Vec<_> = a.col.groups.keys().filter(|k| !k.ok).map(|k| k.call.as_str()).collect();
+    assert_eq!(failed, ["ibv_reg_mr_iova2"], "{:?}", a.col.groups);
+}
+
+/// `mrshim analyze` (the library) of a world's logs and a program's stderr.
+fn analyze(dir: &std::path::Path, stderr: &str) -> mrshim_analyze::Analysis {
+    let e = dir.join("stderr.txt");
+    std::fs::write(&e, stderr).unwrap();
+    mrshim_analyze::analyze(&[dir.join("logs").display().to_string(), e.display().to_string()])
 }
