@@ -10,6 +10,8 @@
 //! |                     | with rdma-core's versions (entry.rs): programs linked against         |
 //! |                     | libibverbs bind here; `ibv_reg_mr@IBVERBS_1.0` / `ibv_dereg_mr@...1.0` |
 //! |                     | are `reg_mr_1_0` / `dereg_mr_1_0` (the 1.0 ABI's compat `ibv_pd_1_0`) |
+//! | `ibv_rereg_mr`      | its wrapper is in rereg.rs (`@@IBVERBS_1.1`): recorded; refused on an MR |
+//! |                     | a retry strategy made (mrshim_core::rereg)                            |
 //! | `ibv_qp_to_qp_ex`, `ibv_destroy_qp` | the real call, and the bounce layer learns / forgets the   |
 //! |                     | QP's `ibv_qp_ex` (whose `ibv_wr_*` ops it patches while its context   |
 //! |                     | has a bounce region); nothing is recorded                             |
