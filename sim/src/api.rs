@@ -497,13 +497,12 @@ fn reg_va(entry: Call, pd: *mut v::ibv_pd, addr: u64, len: u64, iova: u64, acces
     Ok(new_mr(pd, addr, len, iova, access, base, pinned, alias))
 }
 
-/// How the NIC reaches [addr, addr+len) of a registration (or a rereg's new translation): the
-/// local pointer for `addr`, a mapping the simulator made for it (GPU memory), pages pinned.
-pub(crate) fn reach_va(
-    maps: &[memory::Mapping],
-    req: &Request,
-    lim: Limits,
-) -> Result<(usize, Option<(usize, usize)>, u64), i32> {
+/// How the NIC reaches a registered range: the local pointer for its address, a mapping the
+/// simulator made for it (GPU memory: (addr, len)), pages pinned.
+pub(crate) type Reach = (usize, Option<(usize, usize)>, u64);
+
+/// How the NIC reaches [addr, addr+len) of a registration (or a rereg's new translation).
+pub(crate) fn reach_va(maps: &[memory::Mapping], req: &Request, lim: Limits) -> Result<Reach, i32> {
     let reg = registry().map_err(|_| libc::EINVAL)?;
     let walk = memory::check_va(req, &lim, maps, reg.config.peer_memory, reg.config.device_mem_errno)?;
     Ok(match walk {

@@ -16,6 +16,9 @@ use mrshim_verbs::rereg::{CHANGE_ACCESS, CHANGE_PD, CHANGE_TRANSLATION, ERR_CMD,
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::Ordering;
 
+/// # Safety
+/// rdma-core's contract: `mr` is an MR this library returned (or null), `pd` one of its PDs
+/// when CHANGE_PD is set.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_rereg_mr(
     mr: *mut v::ibv_mr,
