@@ -40,12 +40,14 @@ fn of_kind(recs: &[Reg], k: Kind) -> Vec<&Reg> {
 #[test]
 fn a_plain_mr_rereged_to_a_new_address_is_recorded_old_to_new_and_its_data_lands_there() {
     let (out, err, recs) = run_logged(SimWorld::new("rereg-plain"), "plain");
-    assert!(out.contains("rereg ret 0 errno 0\n"), "{out}\n{err}");
+    assert!(out.contains("bad input ret -1 errno 22\nrereg ret 0 errno 0\n"), "{out}\n{err}");
     assert!(out.contains("data equal\nold untouched\n"), "the NIC writes the new buffer, not the old: {out}");
     let (old, new) = addrs(&out);
     let rr = of_kind(&recs, Kind::Rereg);
-    assert_eq!(rr.len(), 1, "{rr:?}");
-    let r = rr[0];
+    assert_eq!(rr.len(), 2, "{rr:?}");
+    assert_eq!((rr[0].result.as_str(), rr[0].rereg_ret, rr[0].errno), ("error", Some(-1), Some(22)));
+    assert_eq!(rr[0].registered_bytes_after, Some(rr[0].registered_bytes), "ERR_INPUT changes nothing");
+    let r = rr[1];
     assert_eq!(
         (r.call.as_str(), r.result.as_str(), r.rereg_ret, r.rereg_flags),
         ("ibv_rereg_mr", "ok", Some(0), Some(1))
@@ -64,9 +66,11 @@ fn a_plain_mr_rereged_to_a_new_address_is_recorded_old_to_new_and_its_data_lands
     let d = recs.iter().find(|x| x.kind == Some(Kind::Dereg) && x.mr == r.mr).unwrap();
     assert_eq!((d.addr.as_deref(), d.length, d.reg_seq), (Some(new.as_str()), Some(131072), Some(reg.seq)));
     let s = recs.last().unwrap().summary.as_ref().expect("summary last");
-    assert_eq!((s.registered_bytes, s.peak_registered_bytes, s.failures), (0, 262144, 0));
-    assert_eq!(s.by_call["ibv_rereg_mr"].calls, 1);
-    assert!(!err.contains("MRSHIM WARN"), "{err}");
+    assert_eq!((s.registered_bytes, s.peak_registered_bytes, s.failures), (0, 262144, 1), "the bad input");
+    assert_eq!(s.by_call["ibv_rereg_mr"].calls, 2);
+    let warn: Vec<&str> = err.lines().filter(|l| l.contains(" MRSHIM WARN ")).collect();
+    assert_eq!(warn.len(), 1, "only the bad input: {err}");
+    assert!(warn[0].ends_with(") failed: EINVAL (22), IBV_REREG_MR_ERR_INPUT"), "{err}");
 }
 
 /// A device without the command (rdma-core's dummy op): the call fails as it does without the
@@ -78,23 +82,24 @@ fn a_rereg_the_device_refuses_is_warned_and_recorded_as_a_failure() {
     let (out, err, recs) = run_logged(w, "plain");
     assert!(out.contains("rereg ret -4 errno 95\nfallback dereg+reg\ndata equal\n"), "{out}\n{err}");
     let warn: Vec<&str> = err.lines().filter(|l| l.contains(" MRSHIM WARN ibv_rereg_mr(mr=0x")).collect();
-    assert_eq!(warn.len(), 1, "{err}");
-    assert!(warn[0].contains(", flags=CHANGE_TRANSLATION, addr=0x"), "{err}");
-    assert!(warn[0].ends_with(", len=131072) failed: EOPNOTSUPP (95), IBV_REREG_MR_ERR_CMD"), "{err}");
-    let r = of_kind(&recs, Kind::Rereg)[0];
+    assert_eq!(warn.len(), 2, "{err}");
+    assert!(warn[1].contains(", flags=CHANGE_TRANSLATION, addr=0x"), "{err}");
+    assert!(warn[1].ends_with(", len=131072) failed: EOPNOTSUPP (95), IBV_REREG_MR_ERR_CMD"), "{err}");
+    let r = of_kind(&recs, Kind::Rereg)[1];
     assert_eq!(
         (r.result.as_str(), r.rereg_ret, r.rereg_ret_name.as_deref()),
         ("error", Some(-4), Some("IBV_REREG_MR_ERR_CMD"))
     );
     assert_eq!((r.errno, r.errno_name.as_deref(), r.strategy.as_ref()), (Some(95), Some("EOPNOTSUPP"), None));
     let s = recs.last().unwrap().summary.as_ref().unwrap();
-    assert_eq!((s.by_call["ibv_rereg_mr"].failures, s.registered_bytes), (1, 0));
-    // analyze: one failed ibv_rereg_mr (record and WARN line are the same failure)
+    assert_eq!((s.by_call["ibv_rereg_mr"].failures, s.registered_bytes), (2, 0));
+    // analyze: the two failed ibv_rereg_mr (each one's record and WARN line are one failure)
     let a = analyze(&dir, &err);
-    assert_eq!(a.col.rereg, [1, 0, 1]);
-    let failed: Vec<_> =
+    assert_eq!(a.col.rereg, [2, 0, 2]);
+    let mut failed: Vec<_> =
         a.col.groups.iter().filter(|(k, _)| !k.ok).map(|(k, g)| (k.call.as_str(), k.errno, g.count)).collect();
-    assert_eq!(failed, [("ibv_rereg_mr", Some(95), 1)], "{:?}", a.col.groups);
+    failed.sort();
+    assert_eq!(failed, [("ibv_rereg_mr", Some(22), 1), ("ibv_rereg_mr", Some(95), 1)], "{:?}", a.col.groups);
 }
 
 /// A bounce region (the NIC refuses the application's memory; MRSHIM_RETRY=bounce registers a
@@ -106,9 +111,13 @@ fn a_bounce_mr_rereg_is_refused_with_err_cmd_eopnotsupp_and_dereg_reg_works() {
         SimWorld::new("rereg-bounce").with("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed").with("MRSHIM_RETRY", "bounce");
     let dir = w.dir.clone();
     let (out, err, recs) = run_logged(w, "bounce");
-    assert!(out.contains("rereg ret -4 errno 95\nfallback dereg+reg\ndata equal\nold untouched\n"), "{out}\n{err}");
+    // libibverbs' own input check still answers first: not refused, not the shim's ERR_CMD
+    assert!(out.contains("bad input ret -1 errno 22\nrereg ret -4 errno 95\n"), "{out}\n{err}");
+    assert!(out.contains("fallback dereg+reg\ndata equal\nold untouched\n"), "{out}\n{err}");
     let (old, new) = addrs(&out);
-    let r = of_kind(&recs, Kind::Rereg)[0];
+    let rr = of_kind(&recs, Kind::Rereg);
+    assert_eq!((rr[0].result.as_str(), rr[0].rereg_ret, rr[0].strategy.as_ref()), ("error", Some(-1), None));
+    let r = rr[1];
     assert_eq!((r.result.as_str(), r.strategy.as_deref()), ("refused", Some("bounce")));
     assert_eq!((r.rereg_ret, r.rereg_ret_name.as_deref(), r.errno), (Some(-4), Some("IBV_REREG_MR_ERR_CMD"), Some(95)));
     assert!(r.change.as_deref().is_some_and(|c| c.contains("host shadow")), "{:?}", r.change);
@@ -117,7 +126,8 @@ fn a_bounce_mr_rereg_is_refused_with_err_cmd_eopnotsupp_and_dereg_reg_works() {
     let info: Vec<&str> = err.lines().filter(|l| l.contains(" MRSHIM INFO ibv_rereg_mr(")).collect();
     assert_eq!(info.len(), 1, "{err}");
     assert!(info[0].contains(") refused: the MR was rescued by bounce"), "{err}");
-    assert!(!err.contains("WARN ibv_rereg_mr"), "a refusal is not a failure: {err}");
+    let warn = err.lines().filter(|l| l.contains("WARN ibv_rereg_mr")).count();
+    assert_eq!(warn, 1, "the bad input only; a refusal is not a failure: {err}");
     // the fallback: the old MR's dereg names the old buffer, the new registration is a bounce
     // region of the new buffer
     let d = recs.iter().find(|x| x.kind == Some(Kind::Dereg) && x.seq > r.seq).unwrap();
@@ -131,14 +141,16 @@ fn a_bounce_mr_rereg_is_refused_with_err_cmd_eopnotsupp_and_dereg_reg_works() {
     });
     assert!(rescued, "{recs:?}");
     let s = recs.last().unwrap().summary.as_ref().unwrap();
-    assert_eq!((s.by_call["ibv_rereg_mr"].failures, s.registered_bytes), (0, 0));
+    assert_eq!((s.by_call["ibv_rereg_mr"].failures, s.registered_bytes), (1, 0), "the bad input only");
     // `mrshim analyze` of the log and the stderr lines: the refusal is counted, shown as such,
-    // and no failure of the application's (the one failure is the registration bounce rescued)
+    // and is no failure of the application's (those are the bad input and the registration
+    // bounce rescued)
     let a = analyze(&dir, &err);
-    assert_eq!(a.col.rereg, [1, 1, 0]);
-    assert!(a.col.notes.iter().any(|n| n.starts_with("ibv_rereg_mr: 1 calls, 0 failed, 1 refused by mrshim")));
-    let failed: Vec<_> = a.col.groups.keys().filter(|k| !k.ok).map(|k| k.call.as_str()).collect();
-    assert_eq!(failed, ["ibv_reg_mr_iova2"], "{:?}", a.col.groups);
+    assert_eq!(a.col.rereg, [2, 1, 1]);
+    assert!(a.col.notes.iter().any(|n| n.starts_with("ibv_rereg_mr: 2 calls, 1 failed, 1 refused by mrshim")));
+    let mut failed: Vec<_> = a.col.groups.keys().filter(|k| !k.ok).map(|k| (k.call.as_str(), k.errno)).collect();
+    failed.sort();
+    assert_eq!(failed, [("ibv_reg_mr_iova2", Some(14)), ("ibv_rereg_mr", Some(22))], "{:?}", a.col.groups);
 }
 
 /// `mrshim analyze` (the library) of a world's logs and a program's stderr.

@@ -7,7 +7,8 @@
  *   rereg bounce  MRs that ask for RELAXED_ORDERING (run with MRSHIM_SIM_FAULTS=reg:EFAULT:relaxed
  *                 and MRSHIM_RETRY=bounce: bounce regions); a refused rereg (IBV_REREG_MR_ERR_CMD)
  *                 falls back to ibv_dereg_mr + ibv_reg_mr, as UCX and Open MPI do
- * Prints "old ADDR new ADDR", "rereg ret R errno E", "fallback dereg+reg" when it fell back,
+ * First a rereg with input libibverbs rejects (no address: "bad input ret -1 errno 22" expected).
+ * Prints "old ADDR new ADDR", "bad input ret R errno E", "rereg ret R errno E", "fallback dereg+reg" when it fell back,
  * "data equal" or "data differ at I", "old untouched" or "old written"; exits 0 when every call it
  * needed worked (whatever the data), 1 otherwise. */
 #define _GNU_SOURCE
@@ -61,6 +62,10 @@ int main(int argc, char **argv) {
     struct ibv_mr *d = ibv_reg_mr(p.pd, old, OLD_LEN, access);
     if (!s || !d) { fprintf(stderr, "reg failed: %d\n", errno); return 1; }
     printf("old %p new %p\n", (void *)old, (void *)new);
+    /* input libibverbs rejects itself (a translation without an address): IBV_REREG_MR_ERR_INPUT,
+     * EINVAL, the MR unchanged, whatever the MR is */
+    int in = ibv_rereg_mr(d, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, NULL, NEW_LEN, 0);
+    printf("bad input ret %d errno %d\n", in, in ? errno : 0);
     errno = 0;
     int ret = ibv_rereg_mr(d, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, new, NEW_LEN, 0);
     printf("rereg ret %d errno %d\n", ret, ret ? errno : 0);
