@@ -71,8 +71,8 @@ fn command(m: &mut Mr, flags: c_int, pd: *mut v::ibv_pd, addr: u64, len: u64, ac
     } else {
         (old.pd, m.mr.pd)
     };
-    if new_access & v::ibv_access_flags::IBV_ACCESS_ON_DEMAND.0 != 0 && translate {
-        return Err(libc::EINVAL);
+    if flags & CHANGE_ACCESS != 0 {
+        memory::check_access(new_access)?; // a registration's access rules (ib_check_mr_access)
     }
     let (iova, base, alias, pinned) = if translate {
         // the old pages are released as the new ones are pinned
