@@ -37,7 +37,11 @@ fn mpirun(np: usize, max_size: &str) {
     for mode in MODES {
         let w = SimWorld::new(&format!("mpi-{np}-{mode:?}"));
         let npstr = np.to_string();
+        let session = ompi_session_dir(&w);
         let mut args = vec![
+            "--mca",
+            "orte_tmpdir_base",
+            &session,
             "--allow-run-as-root",
             "--oversubscribe",
             "-np",

@@ -171,9 +171,44 @@ pub struct QpInner {
     pub max_recv_wr: u32,
     /// The longest message one WR may carry (UD: the port's MTU).
     pub max_msg: u32,
-    pub send_cq: Arc<CqInner>,
-    pub recv_cq: Arc<CqInner>,
+    pub send_cq: QpCq,
+    pub recv_cq: QpCq,
     pub st: Mutex<QpState>,
+}
+
+/// A QP's view of one of its CQs: pushes stop once the QP is destroyed (an engine thread may
+/// still hold the QP then), and [`QpCq::forget`] removes what it had queued.
+pub struct QpCq {
+    cq: Arc<CqInner>,
+    gone: Arc<AtomicBool>,
+}
+
+impl std::ops::Deref for QpCq {
+    type Target = CqInner;
+    fn deref(&self) -> &CqInner {
+        &self.cq
+    }
+}
+
+impl QpCq {
+    pub fn push(&self, wc: ibv_wc) {
+        self.push_all([wc]);
+    }
+
+    pub fn push_all(&self, wcs: impl IntoIterator<Item = ibv_wc>) {
+        self.cq.push_all_unless(&self.gone, wcs);
+    }
+
+    #[cfg(test)]
+    pub fn clone_cq(&self) -> Arc<CqInner> {
+        self.cq.clone()
+    }
+
+    /// At ibv_destroy_qp: nothing of this QP is pushed from now on, nothing it queued is left.
+    pub fn forget(&self, qpn: u32) {
+        self.gone.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.cq.forget_qp(qpn);
+    }
 }
 
 impl QpState {
@@ -199,6 +234,7 @@ impl QpInner {
         send_cq: Arc<CqInner>,
         recv_cq: Arc<CqInner>,
     ) -> QpInner {
+        let gone = Arc::new(AtomicBool::new(false));
         QpInner {
             qpn,
             pd,
@@ -208,8 +244,8 @@ impl QpInner {
             max_send_wr: caps.0,
             max_recv_wr: caps.1,
             max_msg: if ty == QpType::Ud { caps.2 } else { crate::device::MAX_MSG_SZ },
-            send_cq,
-            recv_cq,
+            send_cq: QpCq { cq: send_cq, gone: gone.clone() },
+            recv_cq: QpCq { cq: recv_cq, gone },
             st: Mutex::new(QpState {
                 state: qps::IBV_QPS_RESET,
                 attrs: QpAttrs::default(),

@@ -148,6 +148,16 @@ pub fn random_psn() -> u32 {
 }
 
 impl Cm {
+    /// Id `t`'s state; EINVAL for an id that is not (or no longer) ours.
+    pub fn id(&self, t: u64) -> Result<&IdSt, i32> {
+        self.ids.get(&t).ok_or(libc::EINVAL)
+    }
+
+    /// As [`Cm::id`], to change it.
+    pub fn id_mut(&mut self, t: u64) -> Result<&mut IdSt, i32> {
+        self.ids.get_mut(&t).ok_or(libc::EINVAL)
+    }
+
     pub fn token(&mut self) -> u64 {
         self.next += 1;
         self.next

@@ -30,6 +30,11 @@ pub fn err<T>(e: i32, v: T) -> T {
     v
 }
 
+/// 0, or -1 with errno `e` (the C result of a call that returns `int`).
+pub fn status(r: Result<(), i32>) -> std::os::raw::c_int {
+    r.map_or_else(|e| err(e, -1), |_| 0)
+}
+
 /// Runs an exported function's body; a panic becomes `fail` (errno EIO) instead of unwinding
 /// into C.
 pub fn ffi<T>(fail: T, f: impl FnOnce() -> T) -> T {
