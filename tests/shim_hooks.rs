@@ -55,6 +55,7 @@ fn exports_only_the_hooks_and_needs_no_libibverbs() {
             "ibv_reg_mr@IBVERBS_1.0",
             "ibv_reg_mr_iova2@@IBVERBS_1.8",
             "ibv_reg_mr_iova@@IBVERBS_1.7",
+            "ibv_rereg_mr@@IBVERBS_1.1",
         ]
     );
 }

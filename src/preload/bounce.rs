@@ -397,6 +397,17 @@ pub fn adopt(s: Shadow, mr: usize) {
     FIXES.lock().push((mr, Fix::Bounce(real, r)));
 }
 
+/// The strategy that registered `mr` another way than its struct says, if any (rereg.rs).
+pub fn fixed_by(mr: usize) -> Option<mrshim_retry::strategy::Strategy> {
+    use mrshim_retry::strategy::Strategy;
+    let f = FIXES.lock();
+    f.iter().find(|(m, _)| *m == mr).map(|(_, fix)| match fix {
+        Fix::Addr(_) => Strategy::DmabufToVa,
+        Fix::AddrFd(..) => Strategy::VaToDmabuf,
+        Fix::Bounce(..) => Strategy::Bounce,
+    })
+}
+
 /// Before the real ibv_dereg_mr: give rdma-core its MR back. Returns what to clean up after.
 pub fn before_dereg(mr: usize) -> Option<Box<dyn FnOnce(bool)>> {
     let fix = {

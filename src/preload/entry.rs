@@ -10,10 +10,11 @@
 //!
 //! build.rs reads the rows of this table for the IBVERBS version nodes of the export list.
 //!
-//! Adding an entry point: one line here and its wrapper in hooks.rs.
+//! Adding an entry point: one line here and its wrapper (in hooks.rs, or its own file whose
+//! wrapper hooks.rs imports, as rereg.rs).
 
 /// Columns: Entry variant, symbol, version, default version for `dlsym`, C signature, wrapper
-/// (in hooks.rs), the `Call` it records as (None: followed, not recorded).
+/// (resolved in hooks.rs), the `Call` it records as (None: followed, not recorded).
 macro_rules! for_each_entry {
     ($m:ident) => {
         $m! {
@@ -38,6 +39,9 @@ macro_rules! for_each_entry {
             DeregMr10, "ibv_dereg_mr", "IBVERBS_1.0", versioned,
                 unsafe extern "C" fn(*mut c_void) -> c_int,
                 dereg_mr_1_0, Some(Call::DeregMr);
+            ReregMr, "ibv_rereg_mr", "IBVERBS_1.1", default,
+                unsafe extern "C" fn(*mut c_void, c_int, *mut c_void, *mut c_void, usize, c_int) -> c_int,
+                ibv_rereg_mr, Some(Call::ReregMr);
             // Not registrations: the bounce layer follows ibv_qp_ex objects (docs/bounce.md).
             QpToQpEx, "ibv_qp_to_qp_ex", "IBVERBS_1.6", default,
                 unsafe extern "C" fn(*mut c_void) -> *mut c_void,

@@ -10,6 +10,8 @@
 //! |                     | with rdma-core's versions (entry.rs): programs linked against         |
 //! |                     | libibverbs bind here; `ibv_reg_mr@IBVERBS_1.0` / `ibv_dereg_mr@...1.0` |
 //! |                     | are `reg_mr_1_0` / `dereg_mr_1_0` (the 1.0 ABI's compat `ibv_pd_1_0`) |
+//! | `ibv_rereg_mr`      | its wrapper is in rereg.rs (`@@IBVERBS_1.1`): recorded; refused on an MR |
+//! |                     | a retry strategy made (mrshim_core::rereg)                            |
 //! | `ibv_qp_to_qp_ex`, `ibv_destroy_qp` | the real call, and the bounce layer learns / forgets the   |
 //! |                     | QP's `ibv_qp_ex` (whose `ibv_wr_*` ops it patches while its context   |
 //! |                     | has a bounce region); nothing is recorded                             |
@@ -24,6 +26,7 @@
 
 use super::entry::for_each_entry;
 use super::real::{self, fn_type, Entry};
+use super::rereg::ibv_rereg_mr;
 use super::{bounce, elf, Guard};
 use mrshim_core::config::PanicAt;
 use mrshim_core::{Backend, Call, Outcome, RegArgs};
@@ -419,12 +422,12 @@ struct RealFunctions {
     preset: Cell<Option<Outcome>>,
 }
 
-fn errno() -> c_int {
+pub(super) fn errno() -> c_int {
     // SAFETY: __errno_location always returns this thread's errno slot.
     unsafe { *libc::__errno_location() }
 }
 
-fn set_errno(e: c_int) {
+pub(super) fn set_errno(e: c_int) {
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = e };
 }
@@ -462,6 +465,7 @@ impl RealFunctions {
                 Call::RegMrIova2 => Real::Iova2(std::mem::transmute::<usize, fn_type::RegMrIova2>(p)),
                 Call::RegDmabufMr => Real::Dmabuf(std::mem::transmute::<usize, fn_type::RegDmabufMr>(p)),
                 Call::DeregMr => Real::Dereg(std::mem::transmute::<usize, fn_type::DeregMr>(p)),
+                Call::ReregMr => return None, // its own wrapper (rereg.rs), never a retry's
             }
         })
     }
@@ -622,7 +626,11 @@ fn record(args: RegArgs, real: Real, slot: usize, compat10: bool, preset: Option
 /// Runs a wrapper's own part, `body`, which calls the real function through the `direct` it is
 /// handed (at most once). A panic anywhere in it is caught and reported, and the caller gets
 /// the real function's answer (calling it now if it had not run), with its errno.
-fn shielded<R: Copy>(name: &'static str, direct: impl Fn() -> R, body: impl FnOnce(&dyn Fn() -> R) -> R) -> R {
+pub(super) fn shielded<R: Copy>(
+    name: &'static str,
+    direct: impl Fn() -> R,
+    body: impl FnOnce(&dyn Fn() -> R) -> R,
+) -> R {
     let ran: Cell<Option<(R, c_int)>> = Cell::new(None);
     let once = || {
         let r = direct();
@@ -642,7 +650,7 @@ fn shielded<R: Copy>(name: &'static str, direct: impl Fn() -> R, body: impl FnOn
 ///
 /// # Safety
 /// `F` must be the signature of `f`'s symbol (a `fn` pointer type).
-unsafe fn real_fn<F: Copy>(slot: usize, f: Entry) -> Option<F> {
+pub(super) unsafe fn real_fn<F: Copy>(slot: usize, f: Entry) -> Option<F> {
     let p = real::get(slot, f);
     // SAFETY: per the contract, p (non-null) is a function of type F; F is pointer-sized.
     (p != 0).then(|| unsafe { std::mem::transmute_copy::<usize, F>(&p) })

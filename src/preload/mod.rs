@@ -46,6 +46,7 @@ mod entry;
 pub mod gpu;
 pub mod hooks;
 pub mod real;
+mod rereg;
 pub mod unload;
 
 use std::cell::Cell;

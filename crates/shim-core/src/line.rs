@@ -1,14 +1,14 @@
-//! The hot-path record writer: one `reg`/`dereg` line straight into a reusable byte buffer, no
+//! The hot-path record writer: one `reg`/`dereg`/`rereg` line straight into a reusable byte buffer, no
 //! allocation per record. It must produce exactly what `serde_json` would for the same
 //! `mrshim_record::Reg` (checked by the tests below, field by field, by parsing it back).
 
 use mrshim_record::{Kind, MemKind, Reg, SCHEMA_VERSION};
 use std::sync::Arc;
 
-/// Everything a `reg`/`dereg` line holds, borrowed.
+/// Everything a `reg`/`dereg`/`rereg` line holds, borrowed.
 #[derive(Debug, Clone, Default)]
 pub struct RegLine<'a> {
-    pub dereg: bool,
+    pub kind: Kind,
     pub seq: u64,
     pub time_ns: u64,
     pub host: &'a str,
@@ -50,6 +50,14 @@ pub struct RegLine<'a> {
     pub used_length: Option<u64>,
     pub used_access: Option<u32>,
     pub used_mem_kind: Option<MemKind>,
+    /// `ibv_rereg_mr`: its flags, the changes asked for, its return code and that code's name.
+    pub rereg_flags: Option<i32>,
+    pub new_addr: Option<u64>,
+    pub new_length: Option<u64>,
+    pub new_access: Option<u32>,
+    pub new_pd: Option<u64>,
+    pub rereg_ret: Option<i32>,
+    pub rereg_ret_name: Option<&'a str>,
     /// How the record relates to the application's call (retry attempts, refusals, injection).
     pub meta: crate::Meta<'a>,
 }
@@ -74,7 +82,7 @@ macro_rules! k {
 
 /// Upper bound of a line without its variable strings (checked by the tests below); each
 /// variable string adds at most six bytes per byte (`\u00XX`) plus quotes.
-const FIXED_MAX: usize = 2048;
+const FIXED_MAX: usize = 2304;
 
 /// Writes into a slice already long enough for the line (see [`RegLine::bound`]): plain indexed
 /// copies, no capacity check or growth per field (a Vec's were most of the formatting cost).
@@ -241,6 +249,7 @@ impl RegLine<'_> {
             self.device.unwrap_or(""),
             self.mem_region.as_deref().unwrap_or(""),
             self.errno_name.unwrap_or(""),
+            self.rereg_ret_name.unwrap_or(""),
             m.strategy.unwrap_or(""),
             m.change.unwrap_or(""),
         ];
@@ -266,7 +275,7 @@ impl RegLine<'_> {
         let mut w = W { b, n: 0 };
         w.put(b"{\"v\":");
         w.dec(SCHEMA_VERSION as u64);
-        w.lit(k!("kind"), if self.dereg { "dereg" } else { "reg" });
+        w.lit(k!("kind"), self.kind.name());
         w.u(k!("seq"), self.seq);
         w.u(k!("time_ns"), self.time_ns);
         w.s(k!("host"), self.host);
@@ -364,6 +373,17 @@ impl RegLine<'_> {
         if let Some(kd) = self.used_mem_kind {
             w.lit(k!("used_mem_kind"), kd.name());
         }
+        if let Some(f) = self.rereg_flags {
+            w.i(k!("rereg_flags"), f as i64);
+        }
+        w.hex(k!("new_addr"), self.new_addr);
+        w.ou(k!("new_length"), self.new_length);
+        w.ou(k!("new_access"), self.new_access.map(u64::from));
+        w.hex(k!("new_pd"), self.new_pd);
+        if let Some(r) = self.rereg_ret {
+            w.i(k!("rereg_ret"), r as i64);
+        }
+        w.olit(k!("rereg_ret_name"), self.rereg_ret_name);
         w.put(b"}\n");
         w.n
     }
@@ -373,7 +393,7 @@ impl RegLine<'_> {
         let hex = |v: Option<u64>| v.map(|v| format!("{v:#x}"));
         Reg {
             v: SCHEMA_VERSION,
-            kind: Some(if self.dereg { Kind::Dereg } else { Kind::Reg }),
+            kind: Some(self.kind),
             seq: self.seq,
             time_ns: self.time_ns,
             host: self.host.into(),
@@ -422,6 +442,13 @@ impl RegLine<'_> {
             used_length: self.used_length,
             used_access: self.used_access,
             used_mem_kind: self.used_mem_kind,
+            rereg_flags: self.rereg_flags,
+            new_addr: hex(self.new_addr),
+            new_length: self.new_length,
+            new_access: self.new_access,
+            new_pd: hex(self.new_pd),
+            rereg_ret: self.rereg_ret,
+            rereg_ret_name: self.rereg_ret_name.map(Into::into),
             ..Reg::default()
         }
     }

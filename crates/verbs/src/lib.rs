@@ -34,6 +34,7 @@ pub use call::Call;
 pub mod errno;
 pub mod fault_rule;
 pub mod rc;
+pub mod rereg;
 pub mod units;
 
 /// Constants from verbs.h that ibverbs-sys does not carry.

@@ -171,6 +171,32 @@ static int reg_checks(const char *which) {
         report("repeat_relaxed_reg_mr", ibv_reg_mr(pd, b, 4096, FULL | IBV_ACCESS_RELAXED_ORDERING));
         report("repeat_big", ibv_reg_mr(pd, b, 1 << 20, FULL));
     }
+    if (!strcmp(which, "rereg")) { /* not in "all": its records are no registrations */
+#define REREG(n, call) do { errno = 0; int r_ = (call); printf("%s ret=%d errno=%d\n", n, r_, r_ ? errno : 0); } while (0)
+        struct ibv_mr *mr = ibv_reg_mr(pd, b, 4096, IBV_ACCESS_LOCAL_WRITE);
+        struct ibv_pd *pd2 = ibv_alloc_pd(ctx);
+        REREG("rereg_unknown_flag", ibv_rereg_mr(mr, 8, NULL, NULL, 0, 0));
+        REREG("rereg_access_without_flag", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, pd2, NULL, 0, FULL));
+        REREG("rereg_translation_without_length", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, b, 0, 0));
+        REREG("rereg_access", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, FULL));
+        REREG("rereg_bad_access", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_REMOTE_WRITE));
+        REREG("rereg_pd", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, pd2, NULL, 0, 0));
+        printf("rereg_pd_is_new %d\n", mr->pd == pd2);
+        uint32_t key = mr->lkey;
+        REREG("rereg_translation", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, b + 8192, 8192, 0));
+        printf("rereg_translation_moved %d new_keys %d\n", mr->addr == b + 8192 && mr->length == 8192, mr->lkey != key);
+        char *u = mmap(NULL, pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        munmap(u, pg);
+        REREG("rereg_translation_unmapped", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, u, pg, 0));
+        printf("rereg_unmapped_kept %d\n", mr->addr == b + 8192 && mr->lkey != key);
+        ibv_dereg_mr(mr);
+        int m = memfd_create("mrshim-dmabuf-rereg", 0);
+        ftruncate(m, 65536);
+        struct ibv_mr *dm = ibv_reg_dmabuf_mr(pd, 0, 65536, 0x100000, m, FULL);
+        REREG("rereg_dmabuf", ibv_rereg_mr(dm, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, FULL));
+        ibv_dereg_mr(dm);
+#undef REREG
+    }
     return 0;
 }
 
