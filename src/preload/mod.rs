@@ -131,8 +131,7 @@ mod process {
                 mrshim_core::after_fork_child();
                 super::copy::after_fork_child();
                 super::gpu::after_fork_child();
-                super::bounce::after_fork_child();
-                super::hooks::after_fork_child();
+                mrshim_bounce::after_fork_child();
             }
         });
     }
