@@ -21,6 +21,35 @@ pub use x86_64::{dlsym, dlvsym};
 
 #[cfg(target_arch = "x86_64")]
 mod x86_64 {
+    /// Label `2:` of both trampolines: tail-jump to glibc's function in `{slot}`, resolving it
+    /// through `{resolve}` first when it is not yet (the argument registers saved around the
+    /// call and restored before the jump; 0 if glibc has none).
+    macro_rules! to_glibc {
+        () => {
+            concat!(
+                "2:\n",
+                "mov rax, qword ptr [rip + {slot}]\n",
+                "test rax, rax\n",
+                "jz 3f\n",
+                "jmp rax\n",
+                "3:\n",
+                // entry rsp ≡ 8 (mod 16); three pushes make it 16-aligned for the call
+                "push rdi\n",
+                "push rsi\n",
+                "push rdx\n",
+                "call {resolve}\n",
+                "pop rdx\n",
+                "pop rsi\n",
+                "pop rdi\n",
+                "test rax, rax\n",
+                "jz 4f\n",
+                "jmp rax\n",
+                "4:\n",
+                "ret",
+            )
+        };
+    }
+
     use super::{dlsym_handle, dlvsym_default, dlvsym_handle, elf};
     use std::ffi::{c_char, c_void};
 
@@ -35,25 +64,7 @@ mod x86_64 {
             "cmp rdi, -1",
             "je 2f",
             "jmp {handle}",
-            "2:",
-            "mov rax, qword ptr [rip + {slot}]",
-            "test rax, rax",
-            "jz 3f",
-            "jmp rax",
-            "3:",
-            // entry rsp ≡ 8 (mod 16); three pushes make it 16-aligned for the call
-            "push rdi",
-            "push rsi",
-            "push rdx",
-            "call {resolve}",
-            "pop rdx",
-            "pop rsi",
-            "pop rdi",
-            "test rax, rax",
-            "jz 4f",
-            "jmp rax",
-            "4:",
-            "ret",
+            to_glibc!(),
             handle = sym dlsym_handle,
             slot = sym elf::REAL_DLSYM,
             resolve = sym elf::resolve,
@@ -84,24 +95,7 @@ mod x86_64 {
             "cmp rdi, -1",
             "je 2f",
             "jmp {handle}",
-            "2:",
-            "mov rax, qword ptr [rip + {slot}]",
-            "test rax, rax",
-            "jz 3f",
-            "jmp rax",
-            "3:",
-            "push rdi",
-            "push rsi",
-            "push rdx",
-            "call {resolve}",
-            "pop rdx",
-            "pop rsi",
-            "pop rdi",
-            "test rax, rax",
-            "jz 4f",
-            "jmp rax",
-            "4:",
-            "ret",
+            to_glibc!(),
             handle = sym dlvsym_handle,
             default = sym dlvsym_default,
             slot = sym elf::REAL_DLVSYM,
