@@ -5,7 +5,7 @@
 //! Epochs: [`bump_epoch`] is called for every post_send and every poll that returns completions
 //! in a context with bounce regions; the application reacts to those, so its buffer may have
 //! changed since. Receives posted back to back with neither in between fold the application's
-//! writes once ([`Region::fold_app_writes`]).
+//! writes once (`Region::fold_app_writes`).
 
 use crate::copy::CopyEngine;
 use crate::pool::Mapping;
