@@ -2,7 +2,7 @@
 //! symbol name and version, whether `dlsym` (no version) means it, its C signature, our
 //! wrapper, and the [`Call`] its records name. Everything per entry point is derived from it:
 //! [`Entry`] and its name/version table and lookup (real.rs), the real-function pointer types,
-//! `wrapper()` and the versioned exports (hooks.rs), the entry point a record names
+//! `wrapper()` (wrappers.rs) and the versioned exports (hooks.rs), the entry point a record names
 //! (`Entry::call`).
 //!
 //! `for_each_entry!(m)` hands the table to the macro `m` (the X-macro pattern): the modules that
@@ -10,11 +10,11 @@
 //!
 //! build.rs reads the rows of this table for the IBVERBS version nodes of the export list.
 //!
-//! Adding an entry point: one line here and its wrapper (in hooks.rs, or its own file whose
-//! wrapper hooks.rs imports, as rereg.rs).
+//! Adding an entry point: one line here and its wrapper (in wrappers.rs, or a file of its own
+//! that wrappers.rs imports, as rereg.rs).
 
 /// Columns: Entry variant, symbol, version, default version for `dlsym`, C signature, wrapper
-/// (resolved in hooks.rs), the `Call` it records as (None: followed, not recorded).
+/// (resolved in wrappers.rs), the `Call` it records as (None: followed, not recorded).
 macro_rules! for_each_entry {
     ($m:ident) => {
         $m! {

@@ -3,8 +3,9 @@
 //! record, the MR table following the MR — are mrshim_core's ([`mrshim_core::Shim::rereg`]);
 //! here: reading the MR, asking the bounce layer whether a strategy altered it, the real call.
 
-use super::hooks::{errno, real_fn, set_errno, shielded};
+use super::backend::{errno, set_errno};
 use super::real::{fn_type, Entry};
+use super::wrappers::{real_fn, shielded};
 use super::{bounce, Guard};
 use mrshim_core::config::PanicAt;
 use mrshim_core::rereg::{self, Altered, ReregArgs, ReregBackend};

@@ -303,7 +303,7 @@ mod numbers {
 
     fn dec(v: u64) -> String {
         let mut b = [0u8; 32];
-        let mut w = W { b: &mut b, n: 0 };
+        let mut w = LineWriter { b: &mut b, n: 0 };
         w.dec(v);
         let n = w.n;
         String::from_utf8(b[..n].to_vec()).unwrap()

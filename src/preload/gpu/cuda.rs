@@ -1,52 +1,14 @@
-//! Copy engines for host bounce buffers: move bytes between the application's buffer and its host
-//! shadow. One small trait; the GPU runtimes are the application's own, found with RTLD_NOLOAD,
-//! never linked or loaded by the shim.
-//!
-//! | engine | library | calls |
-//! |--------|---------|-------|
-//! | host   | —       | memcpy (host memory the NIC refused) |
-//! | CUDA   | libcuda.so.1 (RTLD_NOLOAD) | cuMemcpyDtoHAsync_v2 / cuMemcpyHtoDAsync_v2 on the shim's own CU_STREAM_NON_BLOCKING stream + cuStreamSynchronize, in the pointer's context (this file) |
-//! | HIP    | libamdhip64.so[.N] | hipMemcpyDtoHAsync / hipMemcpyHtoDAsync on a hipStreamNonBlocking stream per device (gpu/rtapi.rs) |
-//! | MACA   | libmcruntime.so | mcMemcpyAsync on an mcStreamNonBlocking stream per device, after its self-test (gpu/rtapi.rs) |
-//!
-//! The shim's own non-blocking stream never waits behind the application's work on the legacy
-//! stream, so a copy cannot deadlock against a long-running kernel. docs/bounce.md.
+//! The CUDA copy engine: libcuda.so.1 if the application loaded it (RTLD_NOLOAD, never linked
+//! or loaded by the shim); cuMemcpyDtoHAsync_v2 / cuMemcpyHtoDAsync_v2 on the shim's own
+//! CU_STREAM_NON_BLOCKING stream + cuStreamSynchronize, in the pointer's context. That stream
+//! never waits behind the application's work on the legacy stream, so a copy cannot deadlock
+//! against a long-running kernel. The other engines: host (crates/bounce), HIP and MACA
+//! (rtapi.rs); docs/bounce.md.
 
+use super::abi::{self, Attrs, Family, Observed};
+use super::report::report_selftest;
+use mrshim_bounce::CopyEngine;
 use std::ffi::{c_int, c_uint, c_void};
-
-pub trait CopyEngine: Send + Sync {
-    fn name(&self) -> &'static str;
-    /// `n` bytes from the application's buffer at `src` into host memory at `dst`.
-    fn to_host(&self, dst: *mut u8, src: u64, n: usize) -> Result<(), String>;
-    /// `n` bytes of host memory at `src` into the application's buffer at `dst`.
-    fn to_app(&self, dst: u64, src: *const u8, n: usize) -> Result<(), String>;
-    /// The application's addresses are host memory the shim may read in place.
-    fn app_is_host(&self) -> bool {
-        false
-    }
-}
-
-/// Plain memory on both sides.
-pub struct HostCopy;
-
-impl CopyEngine for HostCopy {
-    fn name(&self) -> &'static str {
-        "host"
-    }
-    fn app_is_host(&self) -> bool {
-        true
-    }
-    fn to_host(&self, dst: *mut u8, src: u64, n: usize) -> Result<(), String> {
-        // SAFETY: the bounce layer passes ranges inside a registered region and its shadow.
-        unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst, n) };
-        Ok(())
-    }
-    fn to_app(&self, dst: u64, src: *const u8, n: usize) -> Result<(), String> {
-        // SAFETY: as above.
-        unsafe { std::ptr::copy_nonoverlapping(src, dst as *mut u8, n) };
-        Ok(())
-    }
-}
 
 type CuPtrAttr = unsafe extern "C" fn(*mut c_void, c_int, u64) -> c_int;
 type CuCopy = unsafe extern "C" fn(*mut c_void, u64, usize, *mut c_void) -> c_int;
@@ -176,21 +138,19 @@ impl Cuda {
     /// With MRSHIM_COPY_SELFTEST=on, the engine proves itself once before first use: a scratch
     /// allocation in `addr`'s context, its pointer attributes, a host pointer's, a round trip.
     fn trusted(&'static self, addr: u64) -> Result<(), String> {
-        use super::gpu::abi::{self, Family};
         self.trusted
             .get_or_init(|| {
                 if !abi::selftest_wanted(Family::Cuda, std::env::var("MRSHIM_COPY_SELFTEST").ok().as_deref()) {
                     return Ok(());
                 }
                 let r = self.self_test(addr);
-                super::gpu::report_selftest(Family::Cuda, &r);
+                report_selftest(Family::Cuda, &r);
                 r
             })
             .clone()
     }
 
     fn self_test(&'static self, addr: u64) -> Result<(), String> {
-        use super::gpu::abi::{self, Attrs, Family, Observed};
         const N: usize = 4096;
         let e = self.engine_unchecked(addr)?;
         let mut scratch = 0u64;
@@ -212,10 +172,11 @@ impl Cuda {
             device_pointer: 0,
         });
         let mut back = vec![0u8; N];
-        let round_trip = e
-            .to_app(scratch, host.as_ptr(), N)
-            .and_then(|_| e.to_host(back.as_mut_ptr(), scratch, N))
-            .map(|_| back.iter().zip(&host).position(|(a, b)| a != b));
+        // SAFETY: host and back are N-byte host buffers, scratch the N-byte device allocation
+        // made above in this engine's context.
+        let round_trip =
+            unsafe { e.to_app(scratch, host.as_ptr(), N).and_then(|_| e.to_host(back.as_mut_ptr(), scratch, N)) }
+                .map(|_| back.iter().zip(&host).position(|(a, b)| a != b));
         // SAFETY: freeing the allocation made above, in its context.
         let _ = e.in_ctx(|| unsafe { (self.mem_free)(scratch) });
         abi::verdict(Family::Cuda, CU_MEMORYTYPE_DEVICE, &Observed { scratch, device, on_scratch, on_host, round_trip })
@@ -288,11 +249,11 @@ impl CopyEngine for CudaCopy {
     fn name(&self) -> &'static str {
         "cuda"
     }
-    fn to_host(&self, dst: *mut u8, src: u64, n: usize) -> Result<(), String> {
-        // SAFETY: dst is shadow memory of n bytes, src a device range the caller registered.
+    unsafe fn to_host(&self, dst: *mut u8, src: u64, n: usize) -> Result<(), String> {
+        // SAFETY: the caller's contract: dst is n bytes of host memory, src a device range.
         self.run("cuMemcpyDtoHAsync", |s| unsafe { (self.cu.dtoh)(dst.cast(), src, n, s) })
     }
-    fn to_app(&self, dst: u64, src: *const u8, n: usize) -> Result<(), String> {
+    unsafe fn to_app(&self, dst: u64, src: *const u8, n: usize) -> Result<(), String> {
         // SAFETY: as above, the other way.
         self.run("cuMemcpyHtoDAsync", |s| unsafe { (self.cu.htod)(dst, src.cast(), n, s) })
     }
