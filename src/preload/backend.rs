@@ -1,6 +1,7 @@
 //! The real functions as mrshim-core reaches them ([`Backend`]): one call's real function, the
 //! others of the same libibverbs for retries that switch entry points, the device name, the GPU
-//! runtimes, and what a strategy's MR needs to become the caller's (the bounce layer's FFI).
+//! runtimes, and what a strategy's MR needs to become the caller's (the bounce layer's FFI);
+//! plus what every wrapper (wrappers.rs, rereg.rs) shares: its real function, its panic shield.
 
 use super::bounce;
 use super::real::{self, fn_type, Entry};
@@ -216,4 +217,37 @@ pub(super) fn record(args: RegArgs, real: Real, slot: usize, compat10: bool, pre
     let backend = RealFunctions { real, slot, compat10, orig: &args, done: Cell::new(None), preset: Cell::new(preset) };
     mrshim_core::internal::guarded(args.call().name(), || mrshim_core::shim().call(&args, &backend))
         .unwrap_or_else(|| backend.done.get().unwrap_or_else(|| backend.invoke(&args)))
+}
+
+/// Runs a wrapper's own part, `body`, which calls the real function through the `direct` it is
+/// handed (at most once). A panic anywhere in it is caught and reported, and the caller gets
+/// the real function's answer (calling it now if it had not run), with its errno.
+pub(super) fn shielded<R: Copy>(
+    name: &'static str,
+    direct: impl Fn() -> R,
+    body: impl FnOnce(&dyn Fn() -> R) -> R,
+) -> R {
+    let ran: Cell<Option<(R, c_int)>> = Cell::new(None);
+    let once = || {
+        let r = direct();
+        ran.set(Some((r, errno())));
+        r
+    };
+    mrshim_core::internal::guarded(name, || body(&once)).unwrap_or_else(|| match ran.get() {
+        Some((r, e)) => {
+            set_errno(e);
+            r
+        }
+        None => direct(),
+    })
+}
+
+/// The real function for `f` in library slot `slot`, as the function pointer type `F`.
+///
+/// # Safety
+/// `F` must be the signature of `f`'s symbol (a `fn` pointer type).
+pub(super) unsafe fn real_fn<F: Copy>(slot: usize, f: Entry) -> Option<F> {
+    let p = real::get(slot, f);
+    // SAFETY: per the contract, p (non-null) is a function of type F; F is pointer-sized.
+    (p != 0).then(|| unsafe { std::mem::transmute_copy::<usize, F>(&p) })
 }

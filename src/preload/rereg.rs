@@ -1,11 +1,10 @@
 //! `ibv_rereg_mr@@IBVERBS_1.1`, the wrapper of its row in the entry table (entry.rs; hooks.rs
-//! resolves and exports it). The decisions — refuse a rereg of an MR a strategy altered, the
+//! exports it). The decisions — refuse a rereg of an MR a strategy altered, the
 //! record, the MR table following the MR — are mrshim_core's ([`mrshim_core::Shim::rereg`]);
 //! here: reading the MR, asking the bounce layer whether a strategy altered it, the real call.
 
-use super::backend::{errno, set_errno};
+use super::backend::{errno, real_fn, set_errno, shielded};
 use super::real::{fn_type, Entry};
-use super::wrappers::{real_fn, shielded};
 use super::{bounce, Guard};
 use mrshim_core::config::PanicAt;
 use mrshim_core::rereg::{self, Altered, ReregArgs, ReregBackend};

@@ -6,14 +6,14 @@
 //! `mrshim_core::shim().call` invoke the real function exactly once and record (backend.rs),
 //! catch any panic (falling back to the real function if it had not run), restore errno.
 
-use super::backend::{errno, record, set_errno, Real, RealFunctions};
+use super::backend::{errno, real_fn, record, set_errno, shielded, Real, RealFunctions};
 use super::entry::for_each_entry;
 use super::real::{self, fn_type, Entry};
+// (rereg.rs has its own wrapper; exported through this module like the others)
 pub(super) use super::rereg::ibv_rereg_mr;
 use super::{bounce, Guard};
 use mrshim_core::config::PanicAt;
 use mrshim_core::{Call, Outcome, RegArgs};
-use std::cell::Cell;
 use std::ffi::{c_int, c_uint, c_void};
 
 /// Our function for each real one of library slot `slot`: the wrapper column of the entry table
@@ -38,39 +38,6 @@ macro_rules! per_slot {
 }
 const _: () = assert!(real::SLOTS == 8, "per_slot! lists every slot");
 for_each_entry!(define_wrapper);
-
-/// Runs a wrapper's own part, `body`, which calls the real function through the `direct` it is
-/// handed (at most once). A panic anywhere in it is caught and reported, and the caller gets
-/// the real function's answer (calling it now if it had not run), with its errno.
-pub(super) fn shielded<R: Copy>(
-    name: &'static str,
-    direct: impl Fn() -> R,
-    body: impl FnOnce(&dyn Fn() -> R) -> R,
-) -> R {
-    let ran: Cell<Option<(R, c_int)>> = Cell::new(None);
-    let once = || {
-        let r = direct();
-        ran.set(Some((r, errno())));
-        r
-    };
-    mrshim_core::internal::guarded(name, || body(&once)).unwrap_or_else(|| match ran.get() {
-        Some((r, e)) => {
-            set_errno(e);
-            r
-        }
-        None => direct(),
-    })
-}
-
-/// The real function for `f` in library slot `slot`, as the function pointer type `F`.
-///
-/// # Safety
-/// `F` must be the signature of `f`'s symbol (a `fn` pointer type).
-pub(super) unsafe fn real_fn<F: Copy>(slot: usize, f: Entry) -> Option<F> {
-    let p = real::get(slot, f);
-    // SAFETY: per the contract, p (non-null) is a function of type F; F is pointer-sized.
-    (p != 0).then(|| unsafe { std::mem::transmute_copy::<usize, F>(&p) })
-}
 
 /// Every registration wrapper, after [`Guard::route`]: nested call (no guard) → `direct` (the
 /// real function with the caller's arguments), nothing else. When the shim only counts (no
