@@ -18,6 +18,7 @@
 //!   `wr_set_sge(_list)` of every `ibv_qp_ex` of that context (section at the end).
 
 use super::copy::{CopyEngine, HostCopy};
+use super::dirty;
 use mrshim_core::internal::guarded;
 use mrshim_forklock::ForkLock;
 use mrshim_verbs as v;
@@ -35,6 +36,13 @@ struct Scratch {
     bytes: Vec<u8>,
     /// The changed runs of the last compare.
     runs: Vec<(usize, usize)>,
+    /// The pages the kernel reported written.
+    pages: Vec<(u64, u64)>,
+}
+
+/// Pages touched by changed runs (what drives a resting tracked range back to tracking).
+fn changed_pages(runs: &[(usize, usize)]) -> usize {
+    runs.iter().map(|&(a, b)| (b - 1) / PAGE as usize - a / PAGE as usize + 1).sum()
 }
 
 pub struct Region {
@@ -47,17 +55,29 @@ pub struct Region {
     /// Host pointer for `iova`.
     shadow: usize,
     /// What the shadow held after the last copy either way: bytes that differ from it now were
-    /// written by a peer (so only those go to the application's buffer). Kept only for regions
-    /// peers can write.
+    /// written by a peer (so only those go to the application's buffer), bytes of the
+    /// application's buffer that differ from it were written by the application (so only those
+    /// go to the shadow). Kept only for regions peers can write or read.
     baseline: usize,
-    map: (usize, usize),
-    base_map: (usize, usize),
+    /// The shadow's and baseline's mappings, shared by every region of the same memory.
+    maps: Arc<Maps>,
     remote_write: bool,
+    remote_read: bool,
     engine: Box<dyn CopyEngine>,
     /// Serialises the whole-region syncs; holds what they reuse (device copy, changed runs).
     sync: ForkLock<Scratch>,
     /// The [`EPOCH`] of the last fold: receives posted back to back fold once.
     folded: AtomicU64,
+    /// The kernel tracks writes to the application's pages (host memory, crates/dirty).
+    track: Option<mrshim_dirty::Id>,
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        if let Some(id) = self.track {
+            dirty::untrack(id);
+        }
+    }
 }
 
 /// Bumped by every post_send and every poll that returns completions in a patched context: the
@@ -138,14 +158,30 @@ impl Region {
     /// GPU runtime (each of its copies is a call and a stream sync). No baseline: one step.
     fn through_baseline(&self, off: u64, n: usize, mut step: impl FnMut(Option<usize>, usize, u64, usize)) {
         const STEP: usize = 16 << 10;
-        let unit = if self.remote_write && self.engine.app_is_host() { STEP } else { n.max(1) };
+        let unit = if self.has_baseline() && self.engine.app_is_host() { STEP } else { n.max(1) };
         let mut done = 0;
         while done < n {
             let k = unit.min(n - done);
             let o = off as usize + done;
-            step(self.remote_write.then_some(self.baseline + o), self.shadow + o, o as u64, k);
+            step(self.has_baseline().then_some(self.baseline + o), self.shadow + o, o as u64, k);
             done += k;
         }
+    }
+    fn has_baseline(&self) -> bool {
+        self.maps.baseline.1 != 0
+    }
+    /// Whether the application's host buffer is still mapped. A registration may outlive it:
+    /// UCX's registration cache keeps an MR after the buffer was freed until it processes the
+    /// unmap event, and the NIC keeps the pinned pages meanwhile; the shim must not touch the
+    /// hole (one msync(MS_ASYNC), which only checks the mappings). Device memory: the engine's
+    /// copies report errors themselves.
+    fn app_mapped(&self) -> bool {
+        if !self.engine.app_is_host() {
+            return true;
+        }
+        let start = self.app & !(PAGE - 1);
+        // SAFETY: MS_ASYNC only validates that [start, app+len) is mapped; nothing is written.
+        unsafe { libc::msync(start as *mut libc::c_void, (self.app + self.len - start) as usize, libc::MS_ASYNC) == 0 }
     }
     /// The runs where the shadow (or, with `now`, the given view of the application's buffer)
     /// differs from the baseline, into `runs`.
@@ -161,21 +197,26 @@ impl Region {
         runs.clear();
         mrshim_core::diff::for_each_run(now.unwrap_or(sh), ba, |a, b| runs.push((a, b)));
     }
-    /// Before a receive is posted: bytes the application changed in its buffer since the last
+    /// Before a receive is posted (regions peers write) and before a post that may tell a peer
+    /// to read (regions peers read): bytes the application changed in its buffer since the last
     /// sync go to the shadow (and the baseline), so that what a peer writes next is told apart
-    /// from them even where it writes the value the shadow held before. Host memory is compared
-    /// in place; device memory through one copy into a scratch buffer kept for the next time.
-    fn fold_app_writes(&self) {
+    /// from them even where it writes the value the shadow held before, and what a peer reads
+    /// after hearing from us is what the application wrote before it spoke. Host memory is
+    /// compared in place, only the pages written since the last fold where the kernel tracks
+    /// them (crates/dirty); device memory through one copy into a scratch buffer kept for the
+    /// next time. `once_per_epoch`: receives posted back to back fold once (docs/bounce.md).
+    fn fold_app_writes(&self, once_per_epoch: bool) {
         let epoch = EPOCH.load(Ordering::Acquire);
-        if self.folded.load(Ordering::Acquire) == epoch {
+        if once_per_epoch && self.folded.load(Ordering::Acquire) == epoch || !self.app_mapped() {
             return;
         }
         let len = self.len as usize;
         let mut guard = self.sync.lock();
-        let Scratch { bytes, runs } = &mut *guard;
+        let Scratch { bytes, runs, pages } = &mut *guard;
         let now: &[u8] = if self.engine.app_is_host() {
             // SAFETY: host memory the region covers, readable for len bytes (checked when the
-            // shadow was prepared); racing writes by the application are what a NIC would see too.
+            // shadow was prepared, mapped as just checked); racing writes by the application
+            // are what a NIC would see too.
             unsafe { std::slice::from_raw_parts(self.app as *const u8, len) }
         } else {
             bytes.resize(len, 0);
@@ -184,7 +225,25 @@ impl Region {
             }
             bytes
         };
-        self.changed(Some(now), runs);
+        pages.clear();
+        match self.track.map(|id| dirty::written(id, pages)) {
+            Some(mrshim_dirty::Answer::Written) => {
+                runs.clear();
+                for &(a, b) in pages.iter() {
+                    // the written pages, clipped to the region, as offsets into it
+                    let (a, b) = (a.max(self.app) - self.app, b.min(self.app + self.len) - self.app);
+                    if a < b {
+                        self.changed_in(now, a as usize, b as usize, runs);
+                    }
+                }
+            }
+            answer => {
+                self.changed(Some(now), runs);
+                if let (Some(id), Some(_)) = (self.track, answer) {
+                    dirty::compared(id, changed_pages(runs));
+                }
+            }
+        }
         for &(a, b) in runs.iter() {
             // SAFETY: shadow and baseline are live, each [a, b) is within len, and neither
             // aliases `now` (the application's buffer or the scratch copy).
@@ -195,12 +254,21 @@ impl Region {
         }
         self.folded.store(epoch, Ordering::Release);
     }
+    /// The runs in [a, b) where `now` differs from the baseline, appended to `runs`.
+    fn changed_in(&self, now: &[u8], a: usize, b: usize, runs: &mut Vec<(usize, usize)>) {
+        // SAFETY: the baseline is a live mapping of at least len >= b bytes; only read here.
+        let ba = unsafe { std::slice::from_raw_parts((self.baseline + a) as *const u8, b - a) };
+        mrshim_core::diff::for_each_run(&now[a..b], ba, |x, y| runs.push((a + x, a + y)));
+    }
     /// Copies to the application only the bytes a peer changed in the shadow since the last sync,
     /// so what the application wrote to its buffer meanwhile is not overwritten.
     fn sync_peer_writes(&self) {
         let mut one_at_a_time = self.sync.lock();
         let runs = &mut one_at_a_time.runs;
         self.changed(None, runs);
+        if runs.is_empty() || !self.app_mapped() {
+            return;
+        }
         for &(a, b) in runs.iter() {
             self.to_app(a as u64, b - a);
         }
@@ -224,6 +292,30 @@ fn guarded_copies(what: &str, f: impl FnOnce()) {
     if guarded(what, f).is_none() {
         warn_once(&format!("an internal error in {what} skipped its copies"));
     }
+}
+
+/// The mappings behind a shadow (and its baseline, length 0 when there is none). Registrations
+/// of memory inside an existing bounce region share them, as MRs of the same memory share its
+/// pages on a NIC: Open MPI's one-sided component and UCX register a window once per device,
+/// a peer puts through one MR and gets through another, and with a shadow each the get would
+/// read bytes the put never reached. Unmapped (back to the pool) with the last region.
+struct Maps {
+    shadow: (usize, usize),
+    baseline: (usize, usize),
+}
+
+impl Drop for Maps {
+    fn drop(&mut self) {
+        unmap(self.shadow);
+        unmap(self.baseline);
+    }
+}
+
+/// A live region with a baseline whose buffer contains [app, app+len): the new region shares
+/// its shadow.
+fn containing(app: u64, len: u64) -> Option<Arc<Region>> {
+    let regions = REGIONS.lock();
+    regions.iter().find(|r| r.has_baseline() && r.app <= app && app + len <= r.app + r.len).cloned()
 }
 
 /// A shadow built for an attempt, not yet backed by an MR.
@@ -255,26 +347,42 @@ pub fn prepare(app: u64, len: u64, iova: u64, access: u32) -> Result<Shadow, Str
             });
         }
     };
-    let off = app % PAGE;
-    let maplen = ((off + len).div_ceil(PAGE) * PAGE) as usize;
     let remote_write = access & mrshim_verbs::access::REMOTE_WRITE != 0;
-    let p = map_anon(maplen, "shadow")?;
-    let b = if remote_write { map_anon(maplen, "baseline").inspect_err(|_| unmap((p, maplen)))? } else { 0 };
-    let region = Region {
+    let remote_read = access & mrshim_verbs::access::REMOTE_READ != 0;
+    let host = engine.app_is_host();
+    let region = |shadow, baseline, maps, track| Region {
         ctx: 0,
         lkey: 0,
         iova,
         len,
         app,
-        shadow: p + off as usize,
-        baseline: b + off as usize,
-        map: (p, maplen),
-        base_map: (b, if remote_write { maplen } else { 0 }),
+        shadow,
+        baseline,
+        maps,
         remote_write,
+        remote_read,
         engine,
         sync: ForkLock::new(Scratch::default()),
         folded: AtomicU64::new(u64::MAX),
+        track,
     };
+    if let Some(r) = containing(app, len) {
+        // Peers may have written the shared shadow since its last sync: only the bytes the
+        // application changed go over (a fold), not the whole buffer.
+        let d = (app - r.app) as usize;
+        let region = region(r.shadow + d, r.baseline + d, r.maps.clone(), None);
+        region.fold_app_writes(false);
+        return Ok(Shadow { region });
+    }
+    let off = app % PAGE;
+    let maplen = ((off + len).div_ceil(PAGE) * PAGE) as usize;
+    let with_baseline = remote_write || remote_read;
+    let p = map_anon(maplen, "shadow")?;
+    let b = if with_baseline { map_anon(maplen, "baseline").inspect_err(|_| unmap((p, maplen)))? } else { 0 };
+    let maps = Arc::new(Maps { shadow: (p, maplen), baseline: (b, if with_baseline { maplen } else { 0 }) });
+    // Tracked before the first copy: a write after it is either in the copy or reported.
+    let track = if with_baseline && host { dirty::track(app, len) } else { None };
+    let region = region(p + off as usize, b + off as usize, maps, track);
     region.to_shadow(0, len as usize);
     Ok(Shadow { region })
 }
@@ -298,9 +406,9 @@ fn host_readable(addr: u64, len: u64) -> bool {
     false
 }
 
+/// The attempt failed: its shadow goes (its mappings with it, unless shared).
 pub fn abandon(s: Shadow) {
-    unmap(s.region.map);
-    unmap(s.region.base_map);
+    drop(s);
 }
 
 /// Mappings of deregistered shadows and baselines, kept for the next region of the same size
@@ -428,8 +536,7 @@ pub fn before_dereg(mr: usize) -> Option<Box<dyn FnOnce(bool)>> {
                 lkey_slot(r.lkey).fetch_sub(1, Ordering::AcqRel);
                 LIVE.fetch_sub(1, Ordering::AcqRel);
                 unpatch_if_unused(r.ctx);
-                unmap(r.map);
-                unmap(r.base_map);
+                // The mappings go with the last reference (a pending range may hold one).
             })
         }
     })
@@ -619,13 +726,37 @@ fn outgoing(qpn: u32, read: bool, rs: Ranges) {
     }
 }
 
-/// Every bounce region of `ctx` that peers can write.
-fn each_writable(ctx: usize, f: impl Fn(&Region)) {
+/// Every bounce region peers can write (`read`: read), in any context: a process may learn of a
+/// peer's write through another context than the region's, and the message after which a peer
+/// reads may leave through another (Open MPI's one-sided component has its own UCX context; the
+/// fence or barrier that announces a put or allows a get comes through the point-to-point one).
+fn each_remote(read: bool, f: impl Fn(&Region)) {
     // a snapshot: `f` copies region bytes, other threads' posts need not wait for that
-    let mine: Vec<Arc<Region>> = REGIONS.lock().iter().filter(|r| r.ctx == ctx && r.remote_write).cloned().collect();
-    for r in &mine {
+    let all: Vec<Arc<Region>> =
+        REGIONS.lock().iter().filter(|r| if read { r.remote_read } else { r.remote_write }).cloned().collect();
+    for r in &all {
         f(r);
     }
+}
+
+/// Before a post that may tell a peer to read (see [`announces`]): what the application wrote to
+/// regions peers read reaches their shadows. Every time — the application may write between two
+/// posts with no verb in between; the kernel's write tracking (crates/dirty) is what makes a fold
+/// with nothing written cheap.
+fn before_telling_peers() {
+    each_remote(true, |r| r.fold_app_writes(false));
+}
+
+/// Whether a post of these opcodes may tell a peer it can now read: anything but RDMA READs and
+/// atomics, which tell the peer nothing (no completion on its side).
+fn announces(op: v::ibv_wr_opcode::Type) -> bool {
+    !matches!(op, v::ibv_wr_opcode::IBV_WR_RDMA_READ) && !fetches(op)
+}
+
+/// Opcodes whose local SGE the NIC writes when the response comes (an atomic's original value):
+/// copied to the application at the completion, like an RDMA READ's.
+fn fetches(op: v::ibv_wr_opcode::Type) -> bool {
+    matches!(op, v::ibv_wr_opcode::IBV_WR_ATOMIC_CMP_AND_SWP | v::ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD)
 }
 
 /// The fields of a send or receive WR that the bounce layer reads.
@@ -672,10 +803,30 @@ unsafe extern "C" fn post_send(qp: *mut v::ibv_qp, wr: *mut v::ibv_send_wr, bad:
     guarded_copies("ibv_post_send", || {
         debug_panic();
         bump_epoch();
-        each_wr(ctx, wr, |r, rs| outgoing(qpn, r.opcode == v::ibv_wr_opcode::IBV_WR_RDMA_READ, rs));
+        if any_announces(wr) {
+            before_telling_peers();
+        }
+        each_wr(ctx, wr, |r, rs| {
+            let read = r.opcode == v::ibv_wr_opcode::IBV_WR_RDMA_READ || fetches(r.opcode);
+            outgoing(qpn, read, rs)
+        });
     });
     // SAFETY: the provider's own post_send with the application's arguments.
     unsafe { provider::<PostSend>(&o.send)(qp, wr, bad) }
+}
+
+/// Whether any WR of the list [`announces`].
+fn any_announces(first: *mut v::ibv_send_wr) -> bool {
+    let mut w = first;
+    while !w.is_null() {
+        // SAFETY: walking the application's WR list, as the provider is about to.
+        let r = unsafe { &*w };
+        if announces(r.opcode) {
+            return true;
+        }
+        w = r.next;
+    }
+    false
 }
 
 unsafe extern "C" fn post_recv(qp: *mut v::ibv_qp, wr: *mut v::ibv_recv_wr, bad: *mut *mut v::ibv_recv_wr) -> c_int {
@@ -685,7 +836,7 @@ unsafe extern "C" fn post_recv(qp: *mut v::ibv_qp, wr: *mut v::ibv_recv_wr, bad:
     // What peers write after this receive must be told apart from what the application wrote.
     guarded_copies("ibv_post_recv", || {
         debug_panic();
-        each_writable(ctx, Region::fold_app_writes);
+        each_remote(false, |r| r.fold_app_writes(true));
         each_wr(ctx, wr, |r, rs| PENDING_RECV.add((qpn, r.wr_id), rs));
     });
     // SAFETY: the provider's own post_recv.
@@ -703,12 +854,12 @@ unsafe extern "C" fn poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut mrshim_verbs
     }
     // SAFETY: the provider filled `got` entries; both ibv_wc types share rdma-core's layout.
     let wcs = unsafe { std::slice::from_raw_parts(wc.cast::<v::ibv_wc>(), got as usize) };
-    guarded_copies("ibv_poll_cq", || completed(ctx, wcs));
+    guarded_copies("ibv_poll_cq", || completed(wcs));
     got
 }
 
 /// Completions just polled: what peers wrote reaches the application.
-fn completed(ctx: usize, wcs: &[v::ibv_wc]) {
+fn completed(wcs: &[v::ibv_wc]) {
     debug_panic();
     bump_epoch();
     let mut peer_wrote = false;
@@ -738,7 +889,7 @@ fn completed(ctx: usize, wcs: &[v::ibv_wc]) {
         }
     }
     if peer_wrote {
-        each_writable(ctx, Region::sync_peer_writes);
+        each_remote(false, Region::sync_peer_writes);
     }
 }
 
@@ -882,6 +1033,8 @@ pub fn destroying_qp(qp: usize, destroy: impl FnOnce() -> c_int) -> c_int {
 unsafe extern "C" fn qx_start(q: *mut v::ibv_qp_ex) {
     let Some(n) = qnode(q) else { return };
     bump_epoch();
+    // The batch's opcodes are not known yet: fold as for a post that may tell peers to read.
+    guarded_copies("ibv_wr_start", before_telling_peers);
     n.reading.store(false, Ordering::Release);
     // SAFETY: the provider's wr_start with the application's QP.
     unsafe { provider::<QxStart>(&n.start)(q) }
@@ -994,14 +1147,14 @@ mod tests {
         let shadow = |i: usize| unsafe { *((r.shadow + i) as *const u8) };
         // SAFETY: the application's own buffer, written through its pointer as a kernel would.
         unsafe { *(p as *mut u8) = 7 };
-        r.fold_app_writes();
-        r.fold_app_writes();
+        r.fold_app_writes(true);
+        r.fold_app_writes(true);
         assert_eq!(reads.load(Ordering::Acquire), 1, "the second receive, posted right after, reads nothing");
         assert_eq!(shadow(0), 7, "the application's write reached the shadow");
         // SAFETY: as above.
         unsafe { *((p + 1) as *mut u8) = 9 };
         bump_epoch(); // a post or a poll with completions in between
-        r.fold_app_writes();
+        r.fold_app_writes(true);
         assert_eq!(reads.load(Ordering::Acquire), 2);
         assert_eq!(shadow(1), 9);
         abandon(s);

@@ -41,6 +41,7 @@ macro_rules! glibc_base {
 
 pub mod bounce;
 pub mod copy;
+mod dirty;
 pub mod elf;
 mod entry;
 pub mod gpu;
@@ -132,6 +133,7 @@ mod process {
                 super::copy::after_fork_child();
                 super::gpu::after_fork_child();
                 super::bounce::after_fork_child();
+                super::dirty::after_fork_child();
                 super::hooks::after_fork_child();
             }
         });
