@@ -170,7 +170,7 @@ fn a_panic_in_the_bounce_wrappers_never_aborts_the_program() {
 /// write lands in the shadow while the previous completion's sync copies it out; none of it is
 /// lost (the final buffer is the last message, byte for byte). Whether the race window is hit
 /// here depends on timing (a release build hit it at 64 KiB x 4096); the deterministic check of
-/// that clause is the unit test in src/preload/bounce.rs.
+/// that clause is the unit test in crates/bounce/src/tests.rs.
 #[test]
 fn streaming_writes_landing_during_a_sync_are_not_lost() {
     let w = SimWorld::new("bounce-stream")

@@ -12,41 +12,8 @@
 //! The shim's own non-blocking stream never waits behind the application's work on the legacy
 //! stream, so a copy cannot deadlock against a long-running kernel. docs/bounce.md.
 
+use mrshim_bounce::CopyEngine;
 use std::ffi::{c_int, c_uint, c_void};
-
-pub trait CopyEngine: Send + Sync {
-    fn name(&self) -> &'static str;
-    /// `n` bytes from the application's buffer at `src` into host memory at `dst`.
-    fn to_host(&self, dst: *mut u8, src: u64, n: usize) -> Result<(), String>;
-    /// `n` bytes of host memory at `src` into the application's buffer at `dst`.
-    fn to_app(&self, dst: u64, src: *const u8, n: usize) -> Result<(), String>;
-    /// The application's addresses are host memory the shim may read in place.
-    fn app_is_host(&self) -> bool {
-        false
-    }
-}
-
-/// Plain memory on both sides.
-pub struct HostCopy;
-
-impl CopyEngine for HostCopy {
-    fn name(&self) -> &'static str {
-        "host"
-    }
-    fn app_is_host(&self) -> bool {
-        true
-    }
-    fn to_host(&self, dst: *mut u8, src: u64, n: usize) -> Result<(), String> {
-        // SAFETY: the bounce layer passes ranges inside a registered region and its shadow.
-        unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst, n) };
-        Ok(())
-    }
-    fn to_app(&self, dst: u64, src: *const u8, n: usize) -> Result<(), String> {
-        // SAFETY: as above.
-        unsafe { std::ptr::copy_nonoverlapping(src, dst as *mut u8, n) };
-        Ok(())
-    }
-}
 
 type CuPtrAttr = unsafe extern "C" fn(*mut c_void, c_int, u64) -> c_int;
 type CuCopy = unsafe extern "C" fn(*mut c_void, u64, usize, *mut c_void) -> c_int;
@@ -212,10 +179,11 @@ impl Cuda {
             device_pointer: 0,
         });
         let mut back = vec![0u8; N];
-        let round_trip = e
-            .to_app(scratch, host.as_ptr(), N)
-            .and_then(|_| e.to_host(back.as_mut_ptr(), scratch, N))
-            .map(|_| back.iter().zip(&host).position(|(a, b)| a != b));
+        // SAFETY: host and back are N-byte host buffers, scratch the N-byte device allocation
+        // made above in this engine's context.
+        let round_trip =
+            unsafe { e.to_app(scratch, host.as_ptr(), N).and_then(|_| e.to_host(back.as_mut_ptr(), scratch, N)) }
+                .map(|_| back.iter().zip(&host).position(|(a, b)| a != b));
         // SAFETY: freeing the allocation made above, in its context.
         let _ = e.in_ctx(|| unsafe { (self.mem_free)(scratch) });
         abi::verdict(Family::Cuda, CU_MEMORYTYPE_DEVICE, &Observed { scratch, device, on_scratch, on_host, round_trip })
@@ -288,11 +256,11 @@ impl CopyEngine for CudaCopy {
     fn name(&self) -> &'static str {
         "cuda"
     }
-    fn to_host(&self, dst: *mut u8, src: u64, n: usize) -> Result<(), String> {
-        // SAFETY: dst is shadow memory of n bytes, src a device range the caller registered.
+    unsafe fn to_host(&self, dst: *mut u8, src: u64, n: usize) -> Result<(), String> {
+        // SAFETY: the caller's contract: dst is n bytes of host memory, src a device range.
         self.run("cuMemcpyDtoHAsync", |s| unsafe { (self.cu.dtoh)(dst.cast(), src, n, s) })
     }
-    fn to_app(&self, dst: u64, src: *const u8, n: usize) -> Result<(), String> {
+    unsafe fn to_app(&self, dst: u64, src: *const u8, n: usize) -> Result<(), String> {
         // SAFETY: as above, the other way.
         self.run("cuMemcpyHtoDAsync", |s| unsafe { (self.cu.htod)(dst, src.cast(), n, s) })
     }

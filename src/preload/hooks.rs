@@ -26,7 +26,7 @@ use super::entry::for_each_entry;
 use super::real::{self, fn_type, Entry};
 use super::{bounce, elf, Guard};
 use mrshim_core::config::PanicAt;
-use mrshim_core::{Backend, Call, Outcome, RegArgs};
+use mrshim_core::{Backend, Call, Outcome, RegArgs, Staged, StagedShadow};
 use mrshim_retry::strategy::Strategy;
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
@@ -467,28 +467,6 @@ impl RealFunctions {
     }
 }
 
-/// Set once any MR was adopted from a strategy: until then no dereg needs a fix-up (or the
-/// bounce table's lock). The MR reaches the application after this store, so its dereg sees it.
-static ADOPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Bounce shadows built for attempts, until the attempt's MR adopts them (or they are dropped).
-static SHADOWS: mrshim_forklock::ForkLock<Vec<bounce::Shadow>> = mrshim_forklock::ForkLock::new(Vec::new());
-
-/// In a forked child: the shadow list is free again (see [`bounce::after_fork_child`]).
-///
-/// # Safety
-/// Only from the atfork child handler: the child's one thread, not inside the shim.
-pub unsafe fn after_fork_child() {
-    // SAFETY: the caller's contract.
-    unsafe { SHADOWS.recover_in_child(Vec::new) };
-}
-
-fn take_shadow(addr: u64) -> Option<bounce::Shadow> {
-    let mut v = SHADOWS.lock();
-    let i = v.iter().position(|s| s.addr() == addr)?;
-    Some(v.swap_remove(i))
-}
-
 impl Backend for RealFunctions {
     fn is_device_memory(&self, addr: u64) -> bool {
         super::gpu::is_device(addr)
@@ -498,42 +476,34 @@ impl Backend for RealFunctions {
         super::gpu::export_dmabuf(addr, len)
     }
 
-    fn bounce_shadow(&self, a: &RegArgs) -> Result<u64, String> {
-        let s = bounce::prepare(a.addr, a.length, a.iova.unwrap_or(a.addr), a.access)?;
-        let addr = s.addr();
-        SHADOWS.lock().push(s);
-        Ok(addr)
+    fn bounce_shadow(&self, a: &RegArgs) -> Result<Box<dyn StagedShadow>, String> {
+        bounce::prepare(a.addr, a.length, a.iova.unwrap_or(a.addr), a.access)
     }
 
-    fn adopt(&self, strategy: Strategy, orig: &RegArgs, attempt: &RegArgs, mr: usize) {
-        ADOPTED.store(true, std::sync::atomic::Ordering::Release);
-        match strategy {
-            Strategy::Bounce => {
-                if let Some(s) = take_shadow(attempt.addr) {
-                    bounce::adopt(s, mr);
-                }
-            }
-            Strategy::VaToDmabuf => bounce::adopt_addr(mr, orig.addr, attempt.dmabuf_fd),
-            // rdma-core's dmabuf MRs carry the offset in addr.
-            Strategy::DmabufToVa => bounce::adopt_addr(mr, orig.dmabuf_offset.unwrap_or(0), None),
-            _ => {}
+    fn adopt(&self, strategy: Strategy, orig: &RegArgs, attempt: &RegArgs, mr: usize, shadow: Staged) {
+        if let Some(s) = shadow {
+            return s.adopt(mr);
         }
+        let (shown, exported_fd) = match strategy {
+            Strategy::VaToDmabuf => (orig.addr, attempt.dmabuf_fd),
+            // rdma-core's dmabuf MRs carry the offset in addr.
+            Strategy::DmabufToVa => (orig.dmabuf_offset.unwrap_or(0), None),
+            _ => return,
+        };
+        // SAFETY: mr is the attempt's live MR, not yet handed to the application.
+        unsafe { bounce::adopt_addr(mr, shown, exported_fd) };
     }
 
-    fn discard(&self, strategy: Strategy, attempt: &RegArgs) {
-        match strategy {
-            Strategy::Bounce => {
-                if let Some(s) = take_shadow(attempt.addr) {
-                    bounce::abandon(s);
-                }
-            }
-            Strategy::VaToDmabuf => {
-                if let Some(fd) = attempt.dmabuf_fd.filter(|fd| *fd >= 0) {
-                    // SAFETY: closing the dmabuf fd the shim exported for this failed attempt.
-                    unsafe { libc::close(fd) };
-                }
-            }
-            _ => {}
+    fn discard(&self, strategy: Strategy, attempt: &RegArgs, shadow: Staged) {
+        if let Some(s) = shadow {
+            return s.abandon();
+        }
+        if strategy != Strategy::VaToDmabuf {
+            return;
+        }
+        if let Some(fd) = attempt.dmabuf_fd.filter(|fd| *fd >= 0) {
+            // SAFETY: closing the dmabuf fd the shim exported for this failed attempt.
+            unsafe { libc::close(fd) };
         }
     }
 
@@ -569,11 +539,8 @@ impl Backend for RealFunctions {
                 )),
                 Real::Dereg(f) => {
                     // An MR a strategy made: give rdma-core back what it set, clean up after.
-                    let after = if ADOPTED.load(std::sync::atomic::Ordering::Acquire) {
-                        bounce::before_dereg(a.mr)
-                    } else {
-                        None
-                    };
+                    // (inside the unsafe block: the application's MR, deregistered by this call)
+                    let after = if bounce::any_fixups() { bounce::before_dereg(a.mr) } else { None };
                     let rc = f(a.mr as *mut c_void);
                     let e = errno();
                     if let Some(after) = after {
@@ -845,7 +812,7 @@ fn dereg_hook(slot: usize, entry: Entry, mr: *mut c_void, compat10: bool) -> c_i
         let shim = mrshim_core::shim();
         shim.debug_panic(PanicAt::Hook);
         let a = dereg_args(mr, compat10);
-        let preset = if shim.counts_only(Call::DeregMr) && !ADOPTED.load(std::sync::atomic::Ordering::Acquire) {
+        let preset = if shim.counts_only(Call::DeregMr) && !bounce::any_fixups() {
             let rc = direct();
             if rc == 0 {
                 shim.succeeded(Call::DeregMr, a.length, mr as usize);

@@ -41,7 +41,6 @@ macro_rules! glibc_base {
 
 pub mod bounce;
 pub mod copy;
-mod dirty;
 pub mod elf;
 mod entry;
 pub mod gpu;
@@ -132,9 +131,7 @@ mod process {
                 mrshim_core::after_fork_child();
                 super::copy::after_fork_child();
                 super::gpu::after_fork_child();
-                super::bounce::after_fork_child();
-                super::dirty::after_fork_child();
-                super::hooks::after_fork_child();
+                mrshim_bounce::after_fork_child();
             }
         });
     }

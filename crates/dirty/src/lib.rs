@@ -100,6 +100,11 @@ impl<P: Pages> Tracker<P> {
         self.pages.is_some()
     }
 
+    /// No range is tracked (the caller may close the kernel's descriptors).
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
     /// Tracks the pages of [start, start+len): call it before the caller's first full copy, so
     /// that every write after that copy is either in it or reported by a later scan. None when
     /// the range cannot be tracked (too small, overlapping a tracked range, too many, or the

@@ -68,19 +68,45 @@ pub trait Backend {
     fn export_dmabuf(&self, _addr: u64, _len: u64) -> Result<(i32, u64), String> {
         Err("no GPU runtime is loaded".into())
     }
-    /// A host shadow for the region (bounce strategy); its address.
-    fn bounce_shadow(&self, _args: &RegArgs) -> Result<u64, String> {
+    /// A host shadow for the region (bounce strategy), to be registered at its `addr()`.
+    fn bounce_shadow(&self, _args: &RegArgs) -> Result<Box<dyn StagedShadow>, String> {
         Err("host bounce buffers are not available here".into())
     }
-    /// The attempt's MR goes to the caller: make it look like the caller's own call.
-    fn adopt(&self, _strategy: mrshim_retry::strategy::Strategy, _orig: &RegArgs, _attempt: &RegArgs, _mr: usize) {}
+    /// The attempt's MR goes to the caller: make it look like the caller's own call. `shadow`:
+    /// the attempt's own, when it registered one ([`Backend::bounce_shadow`]).
+    fn adopt(&self, _strategy: Strategy, _orig: &RegArgs, _attempt: &RegArgs, _mr: usize, shadow: Staged) {
+        if let Some(s) = shadow {
+            s.abandon();
+        }
+    }
     /// A failed attempt: release what export_dmabuf / bounce_shadow made for it.
-    fn discard(&self, _strategy: mrshim_retry::strategy::Strategy, _attempt: &RegArgs) {}
+    fn discard(&self, _strategy: Strategy, _attempt: &RegArgs, shadow: Staged) {
+        if let Some(s) = shadow {
+            s.abandon();
+        }
+    }
     /// Retries may call other entry points (false for the IBVERBS_1.0 ABI).
     fn can_retry(&self) -> bool {
         true
     }
 }
+
+use mrshim_retry::strategy::Strategy;
+
+/// A host shadow a backend prepared for one bounce attempt. The retry path hands it back with
+/// that attempt's outcome ([`Backend::adopt`] or [`Backend::discard`]): never found again by
+/// address.
+pub trait StagedShadow {
+    /// Where the attempt registers (the page offset of the caller's iova).
+    fn addr(&self) -> u64;
+    /// The attempt's MR `mr` registered the shadow and goes to the caller.
+    fn adopt(self: Box<Self>, mr: usize);
+    /// The attempt failed: release the shadow.
+    fn abandon(self: Box<Self>);
+}
+
+/// The shadow of the attempt at hand, if it made one.
+pub type Staged = Option<Box<dyn StagedShadow>>;
 
 /// A device name (rdma-core's `char name[IBV_SYSFS_NAME_MAX]`), copied without allocating.
 #[derive(Clone, Copy)]

@@ -37,7 +37,7 @@ impl Shim {
             return out;
         }
         let req = rescue::to_req(args).filter(|r| !r.is_probe() && backend.can_retry());
-        let env = rescue::ShimEnv { shim: self, backend, orig: args };
+        let env = rescue::ShimEnv::new(self, backend, args);
         let seq = self.next_seq();
         // Sticky: what worked before for this kind of memory goes first, as the call itself.
         let mut skip = None;
@@ -53,7 +53,7 @@ impl Shim {
                 ..Meta::default()
             };
             if t.out.ok() {
-                backend.adopt(a.strategy, args, &aargs, t.out.mr);
+                backend.adopt(a.strategy, args, &aargs, t.out.mr, env.take_shadow());
                 self.record_guarded(cfg, backend, &Done { used: Some(&aargs), meta, ..Done::new(args, &t, seq) });
                 return t.out;
             }
@@ -65,7 +65,7 @@ impl Shim {
                 backend,
                 &Done { used: Some(&aargs), meta, ..Done::new(args, &t, self.next_seq()) },
             );
-            backend.discard(a.strategy, &aargs);
+            backend.discard(a.strategy, &aargs, env.take_shadow());
             skip = Some(a.strategy);
         }
         // For dereg, the entry leaves the table before the call: once the real dereg frees the
@@ -100,7 +100,7 @@ impl Shim {
                 if at.out.ok() {
                     Ok(at.out)
                 } else {
-                    backend.discard(a.strategy, &aargs);
+                    backend.discard(a.strategy, &aargs, env.take_shadow());
                     Err(at.out.err)
                 }
             };
@@ -109,7 +109,7 @@ impl Shim {
         });
         match rescued {
             Some((o, a)) => {
-                backend.adopt(a.strategy, args, &rescue::to_args(args, &a.req), o.mr);
+                backend.adopt(a.strategy, args, &rescue::to_args(args, &a.req), o.mr, env.take_shadow());
                 if cfg.warn {
                     self.rescued_line(args, &a);
                 }

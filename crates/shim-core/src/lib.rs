@@ -29,7 +29,7 @@ mod record;
 pub mod report;
 pub mod rescue;
 
-pub use call::{Backend, Call, DevName, Meta, Outcome, RegArgs};
+pub use call::{Backend, Call, DevName, Meta, Outcome, RegArgs, Staged, StagedShadow};
 pub use report::{set_device_probe, stderr_line};
 
 use config::{Config, LogDest, PanicAt};

@@ -2,7 +2,7 @@
 //! engine's requests, and the engine's environment — memory facts from /proc/self/maps and the
 //! backend (GPU runtime, bounce buffers), memlock from getrlimit/setrlimit.
 
-use crate::{Backend, Call, RegArgs};
+use crate::{Backend, Call, RegArgs, Staged};
 use mrshim_record::MemKind;
 use mrshim_retry::engine::Env;
 use mrshim_retry::strategy::Facts;
@@ -50,9 +50,21 @@ pub struct ShimEnv<'a> {
     pub shim: &'a crate::Shim,
     pub backend: &'a dyn Backend,
     pub orig: &'a RegArgs,
+    /// The shadow [`Env::bounce`] made for the attempt being prepared, until the attempt's
+    /// outcome hands it back to the backend ([`ShimEnv::take_shadow`]).
+    staged: std::cell::RefCell<Staged>,
 }
 
-impl ShimEnv<'_> {
+impl<'a> ShimEnv<'a> {
+    pub fn new(shim: &'a crate::Shim, backend: &'a dyn Backend, orig: &'a RegArgs) -> Self {
+        ShimEnv { shim, backend, orig, staged: Default::default() }
+    }
+
+    /// The shadow of the attempt just tried (None unless it was a bounce attempt).
+    pub fn take_shadow(&self) -> Staged {
+        self.staged.borrow_mut().take()
+    }
+
     pub fn kind(&self, r: &Req) -> MemKind {
         if self.backend.is_device_memory(r.addr) {
             return MemKind::Device;
@@ -112,7 +124,12 @@ impl Env for ShimEnv<'_> {
     }
 
     fn bounce(&self, r: &Req) -> Result<(Req, String), String> {
-        let shadow = self.backend.bounce_shadow(&to_args(self.orig, r))?;
+        let staged = self.backend.bounce_shadow(&to_args(self.orig, r))?;
+        let shadow = staged.addr();
+        // One attempt is prepared at a time and each hands its shadow back: nothing to replace.
+        if let Some(stale) = self.staged.borrow_mut().replace(staged) {
+            stale.abandon();
+        }
         // A peer's atomic on the shadow would not be atomic with the application's own
         // accesses to its buffer, nor reach it before a later completion: the shadow is
         // registered without REMOTE_ATOMIC, so such an atomic fails at the peer with a remote

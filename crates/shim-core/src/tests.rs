@@ -355,9 +355,20 @@ impl Backend for DeviceOnly<'_> {
     fn is_device_memory(&self, addr: u64) -> bool {
         addr == self.device
     }
-    fn bounce_shadow(&self, _a: &RegArgs) -> Result<u64, String> {
-        Ok(self.shadow)
+    fn bounce_shadow(&self, _a: &RegArgs) -> Result<Box<dyn crate::StagedShadow>, String> {
+        Ok(Box::new(TestShadow(self.shadow)))
     }
+}
+
+/// A shadow that is only an address (the fake registers nothing).
+struct TestShadow(u64);
+
+impl crate::StagedShadow for TestShadow {
+    fn addr(&self) -> u64 {
+        self.0
+    }
+    fn adopt(self: Box<Self>, _mr: usize) {}
+    fn abandon(self: Box<Self>) {}
 }
 
 /// Issue 13: attempt and learned records describe the application's request; what the shim

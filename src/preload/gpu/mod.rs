@@ -7,8 +7,9 @@ pub mod abi;
 pub mod loaded;
 pub mod rtapi;
 
-use super::copy::{CopyEngine, Cuda};
+use super::copy::Cuda;
 use abi::Family;
+use mrshim_bounce::CopyEngine;
 use rtapi::RtApi;
 
 static HIP: mrshim_forklock::ForkOnce<Option<RtApi>> = mrshim_forklock::ForkOnce::new();

@@ -6,7 +6,7 @@
 
 use super::abi::{self, Attrs, DmabufPolicy, Family, Observed};
 use super::loaded::{find, sym};
-use crate::preload::copy::CopyEngine;
+use mrshim_bounce::CopyEngine;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_uint, c_ulonglong, c_void};
 use std::sync::{Mutex, OnceLock};
@@ -374,11 +374,11 @@ impl CopyEngine for RtCopy {
     fn name(&self) -> &'static str {
         self.rt.family.name()
     }
-    fn to_host(&self, dst: *mut u8, src: u64, n: usize) -> Result<(), String> {
-        // SAFETY: dst is shadow memory of n bytes, src a device range the caller registered.
+    unsafe fn to_host(&self, dst: *mut u8, src: u64, n: usize) -> Result<(), String> {
+        // SAFETY: the caller's contract: dst is n bytes of host memory, src a device range.
         unsafe { self.rt.copy(self.device, true, dst, src, n) }
     }
-    fn to_app(&self, dst: u64, src: *const u8, n: usize) -> Result<(), String> {
+    unsafe fn to_app(&self, dst: u64, src: *const u8, n: usize) -> Result<(), String> {
         // SAFETY: as above, the other way.
         unsafe { self.rt.copy(self.device, false, src as *mut u8, dst, n) }
     }

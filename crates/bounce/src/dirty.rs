@@ -1,15 +1,25 @@
-//! The bounce layer's one tracker of application writes (crates/dirty), opened at the first
-//! region that wants it. `MRSHIM_BOUNCE_TRACK=off` turns it off (every fold compares whole
-//! regions): for buffers that a device writes by DMA behind the page tables (docs/bounce.md).
+//! The bounce layer's one tracker of application writes (crates/dirty), with the kernel's
+//! descriptors open only while a tracked region exists. `MRSHIM_BOUNCE_TRACK=off` turns it off
+//! (every fold compares whole regions): for buffers that a device writes by DMA behind the page
+//! tables (docs/bounce.md).
 
 use mrshim_dirty::{uffd::Kernel, Answer, Id, Tracker};
 use mrshim_forklock::ForkLock;
+use std::sync::atomic::{AtomicU8, Ordering};
 
-/// None until the first [`track`]; then a tracker, disabled where the kernel cannot track.
+/// None while no region is tracked; then a tracker, disabled where the kernel cannot track.
 static TRACKER: ForkLock<Option<Tracker<Kernel>>> = ForkLock::new(None);
 
+/// MRSHIM_BOUNCE_TRACK, read once: 0 not yet, 1 on, 2 off.
+static SETTING: AtomicU8 = AtomicU8::new(0);
+
 fn enabled_by_setting() -> bool {
-    match std::env::var("MRSHIM_BOUNCE_TRACK").as_deref() {
+    match SETTING.load(Ordering::Acquire) {
+        1 => return true,
+        2 => return false,
+        _ => {}
+    }
+    let on = match std::env::var("MRSHIM_BOUNCE_TRACK").as_deref() {
         Err(_) | Ok("on") => true,
         Ok("off") => false,
         Ok(other) => {
@@ -19,7 +29,9 @@ fn enabled_by_setting() -> bool {
             ));
             true
         }
-    }
+    };
+    SETTING.store(if on { 1 } else { 2 }, Ordering::Release);
+    on
 }
 
 /// Tracks the application's pages of [app, app+len) if they are private anonymous memory and
@@ -30,14 +42,23 @@ pub fn track(app: u64, len: u64) -> Option<Id> {
     if !mrshim_dirty::maps::private_anonymous(&maps, app & !(mrshim_dirty::PAGE - 1), end) {
         return None;
     }
-    let mut t = TRACKER.lock();
-    let t = t.get_or_insert_with(|| Tracker::new(enabled_by_setting().then(Kernel::open).and_then(Result::ok)));
-    t.track(app, len)
+    let mut g = TRACKER.lock();
+    let t = g.get_or_insert_with(|| Tracker::new(enabled_by_setting().then(Kernel::open).and_then(Result::ok)));
+    let id = t.track(app, len);
+    if t.is_empty() {
+        *g = None;
+    }
+    id
 }
 
 pub fn untrack(id: Id) {
-    if let Some(t) = TRACKER.lock().as_mut() {
+    let mut g = TRACKER.lock();
+    if let Some(t) = g.as_mut() {
         t.untrack(id);
+        if t.is_empty() {
+            // the descriptors close with it; the next tracked region opens them again
+            *g = None;
+        }
     }
 }
 
@@ -59,5 +80,8 @@ pub fn compared(id: Id, changed_pages: usize) {
 pub unsafe fn after_fork_child() {
     // SAFETY: the caller's contract.
     unsafe { TRACKER.recover_in_child(|| None) };
-    *TRACKER.lock() = Some(Tracker::new(None));
+    // The parent's descriptors stay open in the child, untouched (a Kernel dropped in another
+    // process closes nothing); the child's folds all compare whole regions.
+    drop(TRACKER.lock().take());
+    SETTING.store(2, Ordering::Release);
 }

@@ -1,0 +1,64 @@
+//! Host bounce buffers (the `bounce` strategy) and the MR fix-ups of strategies that register
+//! through another path, as plain Rust. Contract: docs/bounce.md.
+//!
+//! A region the NIC refused gets a page-aligned host shadow ([`Shadow::prepare`]), registered
+//! with `ibv_reg_mr_iova2(shadow, len, iova = the caller's iova)`: the caller's SGE addresses and
+//! the rkey it hands to peers keep working. The MR handed back says `addr`/`length` as asked
+//! ([`fixes`]); the real `ibv_dereg_mr` sees what rdma-core expects again. Coherence comes from
+//! wrapping the context's post/poll ops and its `ibv_qp_ex` builders while a bounce region exists
+//! in it ([`patch`]); what those wrappers copy when is [`live`].
+//!
+//! | module | job |
+//! |--------|-----|
+//! | [`region`] | one region: shadow, baseline, copies either way, epochs, folds, peer syncs |
+//! | [`shadow`] | a shadow before its MR exists: build, fill, abandon; which engine |
+//! | [`live`] | live regions, SGE ranges, pending receives/READs, what a completion releases |
+//! | [`fixes`] | MRs with a changed `addr` and what their deregistration needs |
+//! | [`patch`] | when a context's / `ibv_qp_ex`'s ops are wrapped and restored |
+//! | [`copy`] | the copy engine trait and the host engine |
+//! | `pool` | mmap pool for shadows and baselines |
+//! | `dirty` | the one tracker of the application's writes (crates/dirty) |
+//!
+//! The verbs objects themselves (context ops, `ibv_qp_ex` pointers, `ibv_mr` fields, WR lists,
+//! work completions) are read and written by libmrshim.so's FFI layer (src/preload/bounce.rs):
+//! this crate sees plain values and the [`patch::Slots`] trait.
+
+pub mod copy;
+mod dirty;
+pub mod fixes;
+mod leaked;
+pub mod live;
+pub mod patch;
+mod pool;
+pub mod region;
+pub mod shadow;
+
+pub use copy::{CopyEngine, HostCopy};
+pub use shadow::{host_readable, Memory, Shadow};
+
+/// In a forked child (one thread): every bounce lock a parent thread held at the fork is free
+/// again, its possibly half-updated value replaced by an empty one (a child forked mid-update loses
+/// that table, never hangs on it); locks nobody held keep their values.
+///
+/// # Safety
+/// Only from the atfork child handler: the child's one thread, not inside the shim.
+pub unsafe fn after_fork_child() {
+    // SAFETY: the caller's contract; no guard of these locks is alive in this thread (the
+    // REGIONS guard below is taken after REGIONS itself was recovered, and each region's sync
+    // lock is recovered while only REGIONS is held).
+    unsafe {
+        live::REGIONS.recover_in_child(Vec::new);
+        for r in live::REGIONS.lock().iter() {
+            r.sync.recover_in_child(Default::default);
+        }
+        fixes::FIXES.recover_in_child(Vec::new);
+        pool::POOL.recover_in_child(Vec::new);
+        patch::PATCHING.recover_in_child(|| ());
+        live::PENDING_RECV.map.recover_in_child(|| None);
+        live::PENDING_READ.map.recover_in_child(|| None);
+        dirty::after_fork_child();
+    }
+}
+
+#[cfg(test)]
+mod tests;

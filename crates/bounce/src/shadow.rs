@@ -1,0 +1,125 @@
+//! A host shadow built for a bounce attempt, before an MR backs it: the region's memory, filled
+//! with the application's bytes. The attempt registers it at [`Shadow::addr`]; then either the
+//! MR adopts it ([`crate::live::adopt`]) or it is [`Shadow::abandon`]ed.
+
+use crate::copy::{CopyEngine, HostCopy};
+use crate::dirty;
+use crate::live;
+use crate::pool::{map_anon, unmap};
+use crate::region::{Maps, Region};
+use mrshim_forklock::ForkLock;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+pub const PAGE: u64 = 4096;
+
+pub struct Shadow {
+    pub(crate) region: Region,
+}
+
+/// Where the application's buffer lives, as the FFI layer found out: which engine copies it.
+pub enum Memory {
+    /// Device memory of a loaded GPU runtime: its engine, or why it cannot be used.
+    Device(Result<Box<dyn CopyEngine>, String>),
+    /// Host memory the shim can read.
+    Host,
+    /// Neither; the reasons GPU runtimes that are loaded were not trusted (may be empty).
+    Unknown { disabled: Vec<String> },
+}
+
+impl Shadow {
+    /// The host address to register (same page offset as the caller's IOVA).
+    pub fn addr(&self) -> u64 {
+        self.region.shadow as u64
+    }
+
+    /// Builds a shadow for [app, app+len) and fills it with the current contents. `memory` is
+    /// asked only once the request itself is valid.
+    pub fn prepare(
+        app: u64,
+        len: u64,
+        iova: u64,
+        access: u32,
+        memory: impl FnOnce() -> Memory,
+    ) -> Result<Shadow, String> {
+        if len == 0 || iova % PAGE != app % PAGE {
+            return Err("length 0, or iova and address with different page offsets".into());
+        }
+        let engine: Box<dyn CopyEngine> = match memory() {
+            Memory::Device(e) => e?,
+            Memory::Host => Box::new(HostCopy),
+            Memory::Unknown { disabled } => {
+                return Err(if disabled.is_empty() {
+                    format!(
+                        "{app:#x} is neither host memory nor device memory of a loaded GPU runtime (CUDA, HIP, MACA)"
+                    )
+                } else {
+                    format!("{app:#x} is not host memory and no trusted GPU runtime owns it: {}", disabled.join("; "))
+                });
+            }
+        };
+        let remote_write = access & mrshim_verbs::access::REMOTE_WRITE != 0;
+        let remote_read = access & mrshim_verbs::access::REMOTE_READ != 0;
+        let host = engine.app_is_host();
+        let region = |shadow, baseline, maps, track| Region {
+            ctx: 0,
+            lkey: 0,
+            iova,
+            len,
+            app,
+            shadow,
+            baseline,
+            maps,
+            remote_write,
+            remote_read,
+            engine,
+            sync: ForkLock::new(Default::default()),
+            folded: AtomicU64::new(u64::MAX),
+            track,
+        };
+        if let Some(r) = live::containing(app, len) {
+            // Peers may have written the shared shadow since its last sync: only the bytes the
+            // application changed go over (a fold), not the whole buffer.
+            let d = (app - r.app) as usize;
+            let region = region(r.shadow + d, r.baseline + d, r.maps.clone(), None);
+            region.fold_app_writes(false);
+            return Ok(Shadow { region });
+        }
+        let off = app % PAGE;
+        let maplen = ((off + len).div_ceil(PAGE) * PAGE) as usize;
+        let with_baseline = remote_write || remote_read;
+        let p = map_anon(maplen, "shadow")?;
+        let b = if with_baseline { map_anon(maplen, "baseline").inspect_err(|_| unmap((p, maplen)))? } else { 0 };
+        let maps = Arc::new(Maps { shadow: (p, maplen), baseline: (b, if with_baseline { maplen } else { 0 }) });
+        // Tracked before the first copy: a write after it is either in the copy or reported.
+        let track = if with_baseline && host { dirty::track(app, len) } else { None };
+        let region = region(p + off as usize, b + off as usize, maps, track);
+        region.to_shadow(0, len as usize);
+        Ok(Shadow { region })
+    }
+
+    /// The attempt failed: its memory goes back to the pool (unless shared with a live region).
+    pub fn abandon(self) {
+        drop(self);
+    }
+}
+
+/// True if [addr, addr+len) is readable memory of this process (/proc/self/maps).
+pub fn host_readable(addr: u64, len: u64) -> bool {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let mut at = addr;
+    let end = addr + len;
+    for l in maps.lines() {
+        let mut f = l.split_whitespace();
+        let (Some(r), Some(perm)) = (f.next(), f.next()) else { continue };
+        let Some((s, e)) = r.split_once('-') else { continue };
+        let (Ok(s), Ok(e)) = (u64::from_str_radix(s, 16), u64::from_str_radix(e, 16)) else { continue };
+        if s <= at && at < e && perm.starts_with('r') {
+            at = e;
+            if at >= end {
+                return true;
+            }
+        }
+    }
+    false
+}

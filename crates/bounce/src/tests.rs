@@ -1,0 +1,413 @@
+//! The crate's decisions with plain values: a fake verbs layer ([`FakeSlots`]), host buffers as
+//! the application's memory, the shadow written directly as the NIC would.
+
+use crate::copy::{CopyEngine, HostCopy};
+use crate::fixes::{self, Fix, ShadowMr};
+use crate::live::{self, Completion};
+use crate::patch::{self, ContextOps, QpxOps, Slots};
+use crate::region::bump_epoch;
+use crate::shadow::{Memory, Shadow};
+use mrshim_verbs::access::{LOCAL_WRITE, REMOTE_WRITE};
+use mrshim_verbs::ibv_sge;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// The statics are process-wide and the fold test counts epochs: one test at a time.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: Mutex<()> = Mutex::new(());
+    ONE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+const OURS: (ContextOps, QpxOps) = ([0xa1, 0xa2, 0xa3], [0xb1, 0xb2, 0xb3, 0xb4]);
+
+/// Verbs objects as maps from their address to their function slots.
+#[derive(Default)]
+struct FakeSlots {
+    ctx: Mutex<HashMap<usize, ContextOps>>,
+    qpx: Mutex<HashMap<usize, QpxOps>>,
+}
+
+impl Slots for FakeSlots {
+    fn wrappers(&self) -> (ContextOps, QpxOps) {
+        OURS
+    }
+    unsafe fn context_ops(&self, ctx: usize) -> ContextOps {
+        self.ctx.lock().unwrap()[&ctx]
+    }
+    unsafe fn set_context_ops(&self, ctx: usize, ops: ContextOps) {
+        self.ctx.lock().unwrap().insert(ctx, ops);
+    }
+    unsafe fn qpx_ops(&self, qpx: usize) -> QpxOps {
+        self.qpx.lock().unwrap()[&qpx]
+    }
+    unsafe fn set_qpx_ops(&self, qpx: usize, ops: QpxOps) {
+        self.qpx.lock().unwrap().insert(qpx, ops);
+    }
+}
+
+impl FakeSlots {
+    fn ctx(&self, ctx: usize) -> ContextOps {
+        self.ctx.lock().unwrap()[&ctx]
+    }
+    fn qpx(&self, qpx: usize) -> QpxOps {
+        self.qpx.lock().unwrap()[&qpx]
+    }
+}
+
+fn shadow(app: &mut [u8], access: u32) -> Shadow {
+    let p = app.as_mut_ptr() as u64;
+    Shadow::prepare(p, app.len() as u64, p, access, || Memory::Host).unwrap()
+}
+
+/// A live region over `app` in context `ctx` with lkey `lkey`; its shadow's address.
+fn live_region(slots: &FakeSlots, app: &mut [u8], access: u32, ctx: usize, lkey: u32, mr: usize) -> usize {
+    let s = shadow(app, access);
+    let addr = s.addr();
+    let shown = fixes::adopt(s, ShadowMr { mr, ctx, lkey, addr }, slots);
+    assert_eq!(shown, app.as_ptr() as u64, "the caller sees its own address");
+    addr as usize
+}
+
+fn sge(addr: *const u8, length: u32, lkey: u32) -> ibv_sge {
+    ibv_sge { addr: addr as u64, length, lkey }
+}
+
+fn dereg(slots: &FakeSlots, mr: usize, ok: bool) -> u64 {
+    let fix = fixes::before_dereg(mr).expect("a fix-up");
+    let real = fix.real_addr();
+    fix.after(ok, slots);
+    real
+}
+
+#[test]
+fn a_context_is_wrapped_while_it_has_a_region_and_restored_with_its_last() {
+    let _one = serial();
+    let slots = FakeSlots::default();
+    let (ctx, qpx) = (0x1_0000, 0x1_1000);
+    slots.ctx.lock().unwrap().insert(ctx, [1, 2, 3]);
+    slots.qpx.lock().unwrap().insert(qpx, [4, 5, 6, 7]);
+    patch::note_qpx(&slots, qpx, ctx);
+    assert_eq!(slots.qpx(qpx), [4, 5, 6, 7], "no region: nothing wrapped");
+    let (mut a, mut b) = (vec![0u8; 4096], vec![0u8; 4096]);
+    let sa = live_region(&slots, &mut a, LOCAL_WRITE, ctx, 0x101, 0xa000);
+    assert_eq!((slots.ctx(ctx), slots.qpx(qpx)), OURS, "the first region wraps the context and its qp_ex");
+    assert_eq!(patch::context_orig(ctx).unwrap().ops(), [1, 2, 3]);
+    assert_eq!(patch::qpx(qpx).unwrap().ops(), [4, 5, 6, 7]);
+    live_region(&slots, &mut b, LOCAL_WRITE, ctx, 0x102, 0xb000);
+    assert_eq!(patch::context_orig(ctx).unwrap().ops(), [1, 2, 3], "a second region does not save our wrappers");
+    assert_eq!(dereg(&slots, 0xa000, true), sa as u64, "rdma-core gets its own addr back");
+    assert_eq!(slots.ctx(ctx), OURS.0, "one region left: still wrapped");
+    let fix = fixes::before_dereg(0xb000).unwrap();
+    fix.after(false, &slots);
+    assert_eq!(slots.ctx(ctx), OURS.0, "a failed dereg keeps the region served");
+    // the region of the failed dereg is still live; a QP obtained now is wrapped at once
+    let qpx2 = 0x1_2000;
+    slots.qpx.lock().unwrap().insert(qpx2, [8, 9, 10, 11]);
+    patch::note_qpx(&slots, qpx2, ctx);
+    assert_eq!(slots.qpx(qpx2), OURS.1);
+    assert_eq!(patch::destroying_qp(qpx2, || libc::EBUSY), libc::EBUSY);
+    assert!(patch::qpx(qpx2).is_some(), "a QP that survives its destroy stays followed");
+    assert_eq!(patch::destroying_qp(qpx2, || 0), 0);
+    assert!(patch::qpx(qpx2).is_none(), "a destroyed QP is forgotten");
+}
+
+#[test]
+fn the_last_dereg_gives_the_provider_its_ops_back() {
+    let _one = serial();
+    let slots = FakeSlots::default();
+    let (ctx, qpx) = (0x2_0000, 0x2_1000);
+    slots.ctx.lock().unwrap().insert(ctx, [1, 2, 3]);
+    slots.qpx.lock().unwrap().insert(qpx, [4, 5, 6, 7]);
+    patch::note_qpx(&slots, qpx, ctx);
+    let mut a = vec![0u8; 4096];
+    live_region(&slots, &mut a, LOCAL_WRITE, ctx, 0x201, 0xc000);
+    dereg(&slots, 0xc000, true);
+    assert_eq!((slots.ctx(ctx), slots.qpx(qpx)), ([1, 2, 3], [4, 5, 6, 7]));
+    assert!(fixes::before_dereg(0xc000).is_none(), "a fix-up is used once");
+}
+
+#[test]
+fn a_context_without_all_three_ops_is_left_alone() {
+    let _one = serial();
+    let slots = FakeSlots::default();
+    let ctx = 0x3_0000;
+    slots.ctx.lock().unwrap().insert(ctx, [1, 0, 3]);
+    let mut a = vec![0u8; 4096];
+    live_region(&slots, &mut a, LOCAL_WRITE, ctx, 0x301, 0xd000);
+    assert_eq!(slots.ctx(ctx), [1, 0, 3]);
+    dereg(&slots, 0xd000, true);
+}
+
+#[test]
+fn a_send_copies_now_and_a_read_waits_for_a_completion_of_its_qp() {
+    let _one = serial();
+    let slots = FakeSlots::default();
+    let ctx = 0x4_0000;
+    slots.ctx.lock().unwrap().insert(ctx, [1, 2, 3]);
+    let mut app = vec![0u8; 8192];
+    let sh = live_region(&slots, &mut app, LOCAL_WRITE, ctx, 0x401, 0xe000);
+    // SAFETY: the region's live shadow, 8192 bytes.
+    let shadow = |i: usize| unsafe { *((sh + i) as *const u8) };
+    app[100..200].fill(5);
+    live::send_sges(ctx, 7, false, &[sge(app[100..].as_ptr(), 100, 0x401)]);
+    assert_eq!((shadow(99), shadow(100), shadow(199), shadow(200)), (0, 5, 5, 0), "exactly the SGE's range");
+    app[300] = 9;
+    live::send_sges(ctx + 1, 7, false, &[sge(app[300..].as_ptr(), 1, 0x401)]);
+    live::send_sges(ctx, 7, false, &[sge(app[8000..].as_ptr(), 400, 0x401)]);
+    assert_eq!(shadow(300), 0, "another context's lkey, or a range past the region: not ours");
+    live::send_sges(ctx, 7, true, &[sge(app[1000..].as_ptr(), 10, 0x401)]);
+    // SAFETY: as above: the NIC writes what the READ fetched.
+    unsafe { std::ptr::write_bytes((sh + 1000) as *mut u8, 0x33, 10) };
+    let wc = |qp_num, ok| Completion { qp_num, wr_id: 0, ok, recv: false, byte_len: 0 };
+    live::completed([wc(8, true)]);
+    assert_eq!(app[1000], 0, "another QP's completion releases nothing");
+    live::completed([wc(7, true)]);
+    assert!(app[1000..1010].iter().all(|&b| b == 0x33) && app[1010] == 0, "the READ's range, once complete");
+    dereg(&slots, 0xe000, true);
+}
+
+#[test]
+fn a_receive_completion_copies_up_to_its_byte_len() {
+    let _one = serial();
+    let slots = FakeSlots::default();
+    let ctx = 0x5_0000;
+    slots.ctx.lock().unwrap().insert(ctx, [1, 2, 3]);
+    let mut app = vec![0u8; 8192];
+    let sh = live_region(&slots, &mut app, LOCAL_WRITE, ctx, 0x501, 0xf000);
+    live::before_recv();
+    live::recv_sges(ctx, 3, 42, &[sge(app.as_ptr(), 256, 0x501), sge(app[4096..].as_ptr(), 256, 0x501)]);
+    // SAFETY: the region's live shadow: the peer's message lands in both SGEs.
+    unsafe { std::ptr::write_bytes(sh as *mut u8, 0x44, 8192) };
+    let wc = |wr_id, ok| Completion { qp_num: 3, wr_id, ok, recv: true, byte_len: 300 };
+    live::completed([wc(41, true)]);
+    assert_eq!(app[0], 0, "another WR's completion");
+    live::completed([wc(42, true)]);
+    assert!(app[..256].iter().all(|&b| b == 0x44), "the first SGE, whole");
+    assert!(app[4096..4096 + 44].iter().all(|&b| b == 0x44) && app[4096 + 44] == 0, "the second, up to byte_len");
+    assert_eq!(app[256], 0, "between the SGEs: nothing");
+    dereg(&slots, 0xf000, true);
+}
+
+#[test]
+fn a_failed_receive_copies_nothing_and_releases_its_ranges() {
+    let _one = serial();
+    let slots = FakeSlots::default();
+    let ctx = 0x6_0000;
+    slots.ctx.lock().unwrap().insert(ctx, [1, 2, 3]);
+    let mut app = vec![0u8; 4096];
+    let sh = live_region(&slots, &mut app, LOCAL_WRITE, ctx, 0x601, 0x1_f000);
+    live::recv_sges(ctx, 3, 1, &[sge(app.as_ptr(), 16, 0x601)]);
+    // SAFETY: the region's live shadow.
+    unsafe { std::ptr::write_bytes(sh as *mut u8, 0x55, 16) };
+    let wc = Completion { qp_num: 3, wr_id: 1, ok: false, recv: true, byte_len: 16 };
+    live::completed([wc]);
+    live::completed([Completion { ok: true, ..wc }]);
+    assert_eq!(app[0], 0, "the error completion took the WR's ranges");
+    dereg(&slots, 0x1_f000, true);
+}
+
+#[test]
+fn a_peer_write_reaches_the_application_without_undoing_its_own_writes() {
+    let _one = serial();
+    let slots = FakeSlots::default();
+    let ctx = 0x7_0000;
+    slots.ctx.lock().unwrap().insert(ctx, [1, 2, 3]);
+    let mut app = vec![0u8; 4096];
+    let sh = live_region(&slots, &mut app, LOCAL_WRITE | REMOTE_WRITE, ctx, 0x701, 0x2_f000);
+    app[10] = 1; // the application's own write, after the last sync
+                 // SAFETY: the region's live shadow: a peer's RDMA WRITE.
+    unsafe { std::ptr::write_bytes((sh + 2000) as *mut u8, 0x66, 8) };
+    live::completed([Completion { qp_num: 9, wr_id: 0, ok: true, recv: true, byte_len: 0 }]);
+    assert!(app[2000..2008].iter().all(|&b| b == 0x66), "the peer's bytes");
+    assert_eq!(app[10], 1, "the application's byte stays");
+    dereg(&slots, 0x2_f000, true);
+}
+
+#[test]
+fn strategies_addresses_are_fixed_up_once() {
+    let _one = serial();
+    let slots = FakeSlots::default();
+    fixes::adopt_addr(0x3_f000, 0x1234, None);
+    assert!(fixes::any());
+    let fix = fixes::before_dereg(0x3_f000).unwrap();
+    assert!(matches!(fix, Fix::Addr(0x1234)));
+    fix.after(true, &slots);
+    assert!(fixes::before_dereg(0x3_f000).is_none());
+}
+
+#[test]
+fn an_invalid_request_is_refused_before_the_memory_is_looked_at() {
+    let _one = serial();
+    let asked = AtomicBool::new(false);
+    let r = Shadow::prepare(0x1000, 0, 0x1000, 0, || {
+        asked.store(true, Ordering::Release);
+        Memory::Host
+    });
+    assert!(r.is_err() && !asked.load(Ordering::Acquire));
+    assert!(Shadow::prepare(0x1000, 8, 0x1001, 0, || Memory::Host).is_err(), "different page offsets");
+    let e = Shadow::prepare(0x1000, 8, 0x1000, 0, || Memory::Unknown { disabled: vec!["HIP: untrusted".into()] });
+    assert!(e.err().unwrap().contains("no trusted GPU runtime owns it: HIP: untrusted"));
+}
+
+/// A host copy engine behind which "the NIC" writes the next message into the shadow right
+/// after the first copy to the application: the window a streaming peer hits.
+struct NicWritesDuringCopy {
+    shadow: usize,
+    len: usize,
+    fired: AtomicBool,
+}
+
+impl CopyEngine for NicWritesDuringCopy {
+    fn name(&self) -> &'static str {
+        "racy"
+    }
+    unsafe fn to_host(&self, dst: *mut u8, src: u64, n: usize) -> Result<(), String> {
+        // SAFETY: the caller's contract.
+        unsafe { HostCopy.to_host(dst, src, n) }
+    }
+    unsafe fn to_app(&self, dst: u64, src: *const u8, n: usize) -> Result<(), String> {
+        // SAFETY: the caller's contract.
+        unsafe { HostCopy.to_app(dst, src, n)? };
+        if !self.fired.swap(true, Ordering::AcqRel) {
+            // SAFETY: the region's live shadow, len bytes.
+            unsafe { std::ptr::write_bytes(self.shadow as *mut u8, 0xee, self.len) };
+        }
+        Ok(())
+    }
+    fn app_is_host(&self) -> bool {
+        true
+    }
+}
+
+/// A shadow for `app` that peers may write (so it keeps a baseline).
+fn peer_writable(app: &mut [u8]) -> Shadow {
+    shadow(app, LOCAL_WRITE | REMOTE_WRITE)
+}
+
+#[test]
+fn a_peer_write_landing_during_a_sync_reaches_the_application_at_the_next_one() {
+    let _one = serial();
+    let len = 8192;
+    let mut app = vec![0u8; len];
+    let mut s = peer_writable(&mut app);
+    s.region.engine = Box::new(NicWritesDuringCopy { shadow: s.region.shadow, len, fired: AtomicBool::new(false) });
+    let r = &s.region;
+    // SAFETY: the region's live shadow; the peer's first message.
+    unsafe { std::ptr::write_bytes(r.shadow as *mut u8, 0x11, len) };
+    r.sync_peer_writes();
+    assert!(app.iter().all(|&b| b == 0x11), "first message copied");
+    r.sync_peer_writes(); // the completion of the message that landed meanwhile
+    assert!(app.iter().all(|&b| b == 0xee), "the second message was lost");
+    s.abandon();
+}
+
+/// Reads of the application's (device-like) buffer, counted.
+struct Counting(Arc<AtomicU32>);
+
+impl CopyEngine for Counting {
+    fn name(&self) -> &'static str {
+        "counting"
+    }
+    unsafe fn to_host(&self, dst: *mut u8, src: u64, n: usize) -> Result<(), String> {
+        self.0.fetch_add(1, Ordering::AcqRel);
+        // SAFETY: the caller's contract.
+        unsafe { HostCopy.to_host(dst, src, n) }
+    }
+    unsafe fn to_app(&self, dst: u64, src: *const u8, n: usize) -> Result<(), String> {
+        // SAFETY: the caller's contract.
+        unsafe { HostCopy.to_app(dst, src, n) }
+    }
+}
+
+#[test]
+fn receives_posted_back_to_back_fold_the_application_writes_once() {
+    let _one = serial();
+    let mut app = vec![0u8; 8192];
+    let p = app.as_mut_ptr() as u64;
+    let mut s = peer_writable(&mut app);
+    let reads = Arc::new(AtomicU32::new(0));
+    s.region.engine = Box::new(Counting(reads.clone()));
+    let r = &s.region;
+    // SAFETY: the region's live shadow, i < len.
+    let shadow = |i: usize| unsafe { *((r.shadow + i) as *const u8) };
+    // SAFETY: the application's own buffer, written through its pointer as a kernel would.
+    unsafe { *(p as *mut u8) = 7 };
+    r.fold_app_writes(true);
+    r.fold_app_writes(true);
+    assert_eq!(reads.load(Ordering::Acquire), 1, "the second receive, posted right after, reads nothing");
+    assert_eq!(shadow(0), 7, "the application's write reached the shadow");
+    // SAFETY: as above.
+    unsafe { *((p + 1) as *mut u8) = 9 };
+    bump_epoch(); // a post or a poll with completions in between
+    r.fold_app_writes(true);
+    assert_eq!(reads.load(Ordering::Acquire), 2);
+    assert_eq!(shadow(1), 9);
+    s.abandon();
+}
+
+/// Issue 18: a peer RDMA-READs a region after a SEND of ours (UCX's rndv GET after its RTS,
+/// MPI_Get after a fence): what the application wrote before that post must be in the shadow,
+/// in this context's regions and another's, tracked by the kernel (>= 64 KiB of private
+/// anonymous memory) or compared whole (smaller); RDMA WRITEs and READs fold nothing.
+#[test]
+fn a_send_brings_what_the_application_wrote_to_every_region_peers_read() {
+    use mrshim_verbs::access::REMOTE_READ;
+    use mrshim_verbs::ibv_wr_opcode::*;
+    let _one = serial();
+    let slots = FakeSlots::default();
+    let (ctx, other) = (0x7_0000, 0x7_8000);
+    slots.ctx.lock().unwrap().insert(ctx, [1, 2, 3]);
+    slots.ctx.lock().unwrap().insert(other, [1, 2, 3]);
+    let mut big = vec![0u8; 1 << 20];
+    let mut small = vec![0u8; 8192];
+    let mut unread = vec![0u8; 8192];
+    let sh_big = live_region(&slots, &mut big, LOCAL_WRITE | REMOTE_READ, ctx, 0x701, 0x7100);
+    let sh_small = live_region(&slots, &mut small, LOCAL_WRITE | REMOTE_READ | REMOTE_WRITE, other, 0x702, 0x7200);
+    let sh_unread = live_region(&slots, &mut unread, LOCAL_WRITE, ctx, 0x703, 0x7300);
+    // SAFETY: live shadows of the lengths above.
+    let at = |sh: usize, i: usize| unsafe { *((sh + i) as *const u8) };
+    for round in 1..4u8 {
+        big[5000] = round;
+        big[(1 << 20) - 1] = round;
+        small[7] = round;
+        unread[7] = round;
+        assert!(!live::announces(IBV_WR_RDMA_WRITE_WITH_IMM) && !live::announces(IBV_WR_RDMA_READ));
+        assert_eq!((at(sh_big, 5000), at(sh_small, 7)), (round - 1, round - 1), "no fold before the SEND");
+        assert!(live::announces(IBV_WR_SEND) && live::announces(IBV_WR_SEND_WITH_IMM));
+        live::before_telling_peers();
+        assert_eq!((at(sh_big, 5000), at(sh_big, (1 << 20) - 1), at(sh_small, 7)), (round, round, round), "round {round}");
+        assert_eq!(at(sh_unread, 7), 0, "a region peers cannot read is left alone");
+    }
+    assert!(live::reads_into(IBV_WR_ATOMIC_FETCH_AND_ADD) && live::reads_into(IBV_WR_RDMA_READ));
+    assert!(!live::reads_into(IBV_WR_SEND));
+    for mr in [0x7100, 0x7200, 0x7300] {
+        dereg(&slots, mr, true);
+    }
+}
+
+/// UCX registers a window once per device: a registration inside a live bounce region is
+/// registered on that region's shadow (a put through one MR is what a get through the other
+/// reads); it lets go of the shared mappings when abandoned.
+#[test]
+fn a_registration_inside_a_live_region_shares_its_shadow() {
+    use mrshim_verbs::access::REMOTE_READ;
+    let _one = serial();
+    let slots = FakeSlots::default();
+    let ctx = 0x8_0000;
+    slots.ctx.lock().unwrap().insert(ctx, [1, 2, 3]);
+    let mut app = vec![0u8; 16384];
+    let sh = live_region(&slots, &mut app, LOCAL_WRITE | REMOTE_READ | REMOTE_WRITE, ctx, 0x801, 0x8100);
+    app[4096 + 3] = 42;
+    let inner = Shadow::prepare(app[4096..].as_ptr() as u64, 4096, app[4096..].as_ptr() as u64, LOCAL_WRITE | REMOTE_READ, || {
+        Memory::Host
+    })
+    .unwrap();
+    assert_eq!(inner.addr() as usize, sh + 4096, "the outer region's shadow, at the same offset");
+    // SAFETY: the outer region's live shadow.
+    assert_eq!(unsafe { *((sh + 4096 + 3) as *const u8) }, 42, "folded when it was registered");
+    inner.abandon();
+    // SAFETY: as above: still mapped, the outer region lives on.
+    assert_eq!(unsafe { *((sh + 4096 + 3) as *const u8) }, 42);
+    dereg(&slots, 0x8100, true);
+}
