@@ -376,7 +376,11 @@ fn a_send_brings_what_the_application_wrote_to_every_region_peers_read() {
         assert_eq!((at(sh_big, 5000), at(sh_small, 7)), (round - 1, round - 1), "no fold before the SEND");
         assert!(live::announces(IBV_WR_SEND) && live::announces(IBV_WR_SEND_WITH_IMM));
         live::before_telling_peers();
-        assert_eq!((at(sh_big, 5000), at(sh_big, (1 << 20) - 1), at(sh_small, 7)), (round, round, round), "round {round}");
+        assert_eq!(
+            (at(sh_big, 5000), at(sh_big, (1 << 20) - 1), at(sh_small, 7)),
+            (round, round, round),
+            "round {round}"
+        );
         assert_eq!(at(sh_unread, 7), 0, "a region peers cannot read is left alone");
     }
     assert!(live::reads_into(IBV_WR_ATOMIC_FETCH_AND_ADD) && live::reads_into(IBV_WR_RDMA_READ));
@@ -399,9 +403,13 @@ fn a_registration_inside_a_live_region_shares_its_shadow() {
     let mut app = vec![0u8; 16384];
     let sh = live_region(&slots, &mut app, LOCAL_WRITE | REMOTE_READ | REMOTE_WRITE, ctx, 0x801, 0x8100);
     app[4096 + 3] = 42;
-    let inner = Shadow::prepare(app[4096..].as_ptr() as u64, 4096, app[4096..].as_ptr() as u64, LOCAL_WRITE | REMOTE_READ, || {
-        Memory::Host
-    })
+    let inner = Shadow::prepare(
+        app[4096..].as_ptr() as u64,
+        4096,
+        app[4096..].as_ptr() as u64,
+        LOCAL_WRITE | REMOTE_READ,
+        || Memory::Host,
+    )
     .unwrap();
     assert_eq!(inner.addr() as usize, sh + 4096, "the outer region's shadow, at the same offset");
     // SAFETY: the outer region's live shadow.

@@ -66,11 +66,6 @@ fn main() {
         }
         let pages = (n / PAGE as usize) as f64;
         k.disarm(p, len);
-        println!(
-            "| {} KiB | {scan:.1} | {cmp:.0} | {:.2} | {:.2} |",
-            len >> 10,
-            median(faulted) / pages,
-            cmp / pages
-        );
+        println!("| {} KiB | {scan:.1} | {cmp:.0} | {:.2} | {:.2} |", len >> 10, median(faulted) / pages, cmp / pages);
     }
 }

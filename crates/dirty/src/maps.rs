@@ -8,7 +8,8 @@ pub fn private_anonymous(maps: &str, start: u64, end: u64) -> bool {
     let mut at = start;
     for l in maps.lines() {
         let mut f = l.split_whitespace();
-        let (Some(r), Some(perm), Some(_off), Some(_dev), Some(inode)) = (f.next(), f.next(), f.next(), f.next(), f.next())
+        let (Some(r), Some(perm), Some(_off), Some(_dev), Some(inode)) =
+            (f.next(), f.next(), f.next(), f.next(), f.next())
         else {
             continue;
         };
@@ -18,7 +19,8 @@ pub fn private_anonymous(maps: &str, start: u64, end: u64) -> bool {
             continue;
         }
         let name = f.next().unwrap_or("");
-        let anon = inode == "0" && (name.is_empty() || name == "[heap]" || name == "[stack]" || name.starts_with("[anon:"));
+        let anon =
+            inode == "0" && (name.is_empty() || name == "[heap]" || name == "[stack]" || name.starts_with("[anon:"));
         if !anon || perm.as_bytes().get(3) != Some(&b'p') {
             return false;
         }

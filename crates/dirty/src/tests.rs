@@ -76,7 +76,10 @@ fn a_fold_reports_exactly_the_pages_written_since_the_last_one() {
     t.pages.as_mut().unwrap().write(BASE + 5 * PAGE + 7);
     t.pages.as_mut().unwrap().write(BASE + 6 * PAGE);
     t.pages.as_mut().unwrap().write(BASE + 9 * PAGE + 4095);
-    assert_eq!(written(&mut t, id), (Answer::Written, vec![(BASE + 5 * PAGE, BASE + 7 * PAGE), (BASE + 9 * PAGE, BASE + 10 * PAGE)]));
+    assert_eq!(
+        written(&mut t, id),
+        (Answer::Written, vec![(BASE + 5 * PAGE, BASE + 7 * PAGE), (BASE + 9 * PAGE, BASE + 10 * PAGE)])
+    );
     assert_eq!(written(&mut t, id), (Answer::Written, vec![]), "nothing since");
 }
 

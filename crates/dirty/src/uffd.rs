@@ -99,12 +99,14 @@ impl Kernel {
     /// before 6.7, seccomp, vm.unprivileged_userfaultfd, no /proc).
     pub fn open() -> Result<Kernel, String> {
         // SAFETY: the userfaultfd system call with flags only; returns a new descriptor or -1.
-        let uffd = unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK | UFFD_USER_MODE_ONLY) };
+        let uffd =
+            unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK | UFFD_USER_MODE_ONLY) };
         if uffd < 0 {
             return Err(last_error("userfaultfd"));
         }
         let uffd = uffd as c_int;
-        let mut api = UffdioApi { api: UFFD_API, features: UFFD_FEATURE_WP_ASYNC | UFFD_FEATURE_WP_UNPOPULATED, ioctls: 0 };
+        let mut api =
+            UffdioApi { api: UFFD_API, features: UFFD_FEATURE_WP_ASYNC | UFFD_FEATURE_WP_UNPOPULATED, ioctls: 0 };
         // SAFETY: UFFDIO_API on our userfaultfd with a struct of the kernel's layout.
         if unsafe { libc::ioctl(uffd, UFFDIO_API as _, &mut api) } != 0 {
             let e = last_error("UFFDIO_API (asynchronous write-protect, Linux >= 6.7)");
@@ -124,7 +126,8 @@ impl Kernel {
             }
             return Err(e);
         };
-        let mut k = Kernel { uffd, pagemap, pagemap_id, pid: std::process::id(), regions: vec![PageRegion::default(); 64] };
+        let mut k =
+            Kernel { uffd, pagemap, pagemap_id, pid: std::process::id(), regions: vec![PageRegion::default(); 64] };
         k.selftest()?;
         Ok(k)
     }
@@ -133,7 +136,14 @@ impl Kernel {
         let n = 4 * PAGE as usize;
         // SAFETY: a new private anonymous mapping of our own.
         let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), n, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                n,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
         };
         if p == libc::MAP_FAILED {
             return Err(last_error("mmap"));
