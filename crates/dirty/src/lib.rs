@@ -38,9 +38,14 @@ pub const MAX_RANGES: usize = 1024;
 /// (every fold compares everything, the application's writes stop faulting) until the fraction
 /// that compares find changed drops to [`REARM_BELOW`]. A write to a protected page costs one
 /// minor fault, 0.5–4 µs; comparing a page costs 0.2–0.8 µs (benches/dirty.rs): tracking pays
-/// off while well under a quarter of the pages are written between two folds.
+/// off while well under a quarter of the pages are written between two folds. A range rests at
+/// least [`FIRST_REST`] folds, twice as long each time it goes back to resting (up to
+/// [`LONGEST_REST`]): a buffer the shim itself rewrites at every message (a receive buffer) only
+/// shows "nothing changed" to whole compares, and would otherwise be re-armed again and again.
 pub const TRACK_UP_TO: f32 = 0.25;
 pub const REARM_BELOW: f32 = 1.0 / 16.0;
+pub const FIRST_REST: u32 = 16;
+pub const LONGEST_REST: u32 = 1 << 16;
 const WEIGHT: f32 = 1.0 / 8.0;
 
 pub type Id = u64;
@@ -62,6 +67,9 @@ struct Range {
     mode: Mode,
     /// Moving average of the fraction of pages written (or found changed) per fold.
     written: f32,
+    /// Folds left before a resting range may be tracked again, and the next rest's length.
+    rest_left: u32,
+    next_rest: u32,
 }
 
 impl Range {
@@ -124,7 +132,15 @@ impl<P: Pages> Tracker<P> {
         }
         let id = self.next;
         self.next += 1;
-        self.ranges.push(Range { id, start: s, end: e, mode: Mode::Tracking, written: 0.0 });
+        self.ranges.push(Range {
+            id,
+            start: s,
+            end: e,
+            mode: Mode::Tracking,
+            written: 0.0,
+            rest_left: 0,
+            next_rest: FIRST_REST,
+        });
         Some(id)
     }
 
@@ -145,7 +161,10 @@ impl<P: Pages> Tracker<P> {
         let (s, len) = (r.start, r.end - r.start);
         match r.mode {
             Mode::Broken => Answer::Everything,
-            Mode::Resting if r.written >= REARM_BELOW => Answer::Everything,
+            Mode::Resting if r.written >= REARM_BELOW || r.rest_left > 0 => {
+                r.rest_left = r.rest_left.saturating_sub(1);
+                Answer::Everything
+            }
             Mode::Resting => {
                 // Protect everything again; the caller's whole compare, after this, catches
                 // what was written before.
@@ -165,6 +184,8 @@ impl<P: Pages> Tracker<P> {
                 r.observe(pages as usize);
                 if r.written > TRACK_UP_TO {
                     r.mode = Mode::Resting;
+                    r.rest_left = r.next_rest;
+                    r.next_rest = (r.next_rest * 2).min(LONGEST_REST);
                 }
                 Answer::Written
             }

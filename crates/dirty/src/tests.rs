@@ -148,6 +148,7 @@ fn a_range_written_wholesale_at_every_fold_rests_then_is_tracked_again_when_quie
         quiet += 1;
         assert!(quiet < 40);
     }
+    assert!(quiet > FIRST_REST as usize - 5, "rests at least FIRST_REST folds: {quiet}");
     assert_eq!(t.mode(id), Some(Mode::Tracking));
     // re-armed: a write after the re-protecting fold is reported exactly
     t.pages.as_mut().unwrap().write(BASE + 3 * PAGE);
@@ -167,4 +168,29 @@ fn one_rewrite_every_ten_folds_stays_tracked() {
         }
         assert_eq!(written(&mut t, id).0, Answer::Written, "fold {fold}");
     }
+}
+
+#[test]
+fn a_range_that_keeps_going_back_to_resting_rests_longer_each_time() {
+    // a receive buffer the shim rewrites at every message: whole compares see no change
+    let mut t = tracker();
+    let id = t.track(BASE, LEN).unwrap();
+    let mut rests = Vec::new();
+    for _ in 0..4 {
+        while t.mode(id) == Some(Mode::Tracking) {
+            for p in 0..64 {
+                t.pages.as_mut().unwrap().write(BASE + p * PAGE);
+            }
+            written(&mut t, id);
+        }
+        let mut n = 0;
+        while t.mode(id) == Some(Mode::Resting) {
+            written(&mut t, id);
+            t.compared(id, 0);
+            n += 1;
+        }
+        rests.push(n);
+    }
+    assert!(rests.windows(2).all(|w| w[1] > w[0]), "{rests:?}");
+    assert!(rests[3] > 100, "{rests:?}");
 }
