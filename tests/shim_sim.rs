@@ -101,6 +101,7 @@ fn mpirun_four_ranks_four_files_by_host_and_rank() {
         let logs = w.dir.join("logs");
         let mut c = cmd("timeout");
         c.args(["-k", "5", "120", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "4"]);
+        c.args(["--mca", "orte_tmpdir_base", &ompi_session_dir(&w)]);
         c.env("LD_LIBRARY_PATH", sim_lib_dir()).env("MRSHIM_SIM_RUNDIR", w.dir.join("run"));
         c.args(["-x", "LD_LIBRARY_PATH", "-x", "MRSHIM_SIM_RUNDIR"]);
         if via_exec {

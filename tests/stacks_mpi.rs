@@ -47,7 +47,8 @@ fn mpirun_datacheck_within(
     secs: u32,
 ) -> std::process::Output {
     let npstr = np.to_string();
-    let mut args = vec!["--allow-run-as-root", "--oversubscribe", "-np", &npstr];
+    let session = ompi_session_dir(w);
+    let mut args = vec!["--mca", "orte_tmpdir_base", &session, "--allow-run-as-root", "--oversubscribe", "-np", &npstr];
     args.extend(["--mca", "pml", "ucx", "--mca", "osc", "ucx", "--mca", "btl", "^openib"]);
     args.extend(["-x", "UCX_TLS=rc", "-x", "MRSHIM_SIM_RUNDIR"]);
     for e in env {

@@ -326,6 +326,15 @@ pub fn stack_cmd_within(w: &SimWorld, mode: Mode, rank: u32, prog: &str, args: &
     c
 }
 
+/// A directory of its own for one mpirun's session files (`--mca orte_tmpdir_base`): Open MPI
+/// 4.1's mpiruns started at the same moment race to create `/tmp/ompi.<host>.<uid>` and one
+/// of them fails at start-up with "mkdir ... File exists".
+pub fn ompi_session_dir(w: &SimWorld) -> String {
+    let d = w.dir.join("ompi");
+    std::fs::create_dir_all(&d).unwrap();
+    d.to_str().unwrap().to_string()
+}
+
 /// With the shim: one log per process, and each one's registrations are exactly what the
 /// simulated device saw in that process.
 pub fn assert_stack_records(w: &SimWorld, mode: Mode, ranks: u32, who: &str) {
