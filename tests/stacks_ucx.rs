@@ -134,10 +134,12 @@ fn ucp_ud_tag_eager_rndv() {
 }
 
 /// Issue 18: with the device refusing every registration UCX makes (relaxed ordering), every
-/// buffer of ucx_perftest is a bounce region; UCP put, get (the peer RDMA-READs the shadow) and
-/// tag bandwidth through rendezvous complete. Figures: docs/bounce.md.
+/// buffer of ucx_perftest is a bounce region; UCP get (the peer RDMA-READs the shadow) and tag
+/// bandwidth through rendezvous complete. Not put: ucp_put_bw's receiver polls its buffer for
+/// the last byte of a plain RDMA WRITE that no completion announces, which stays in the shadow
+/// (docs/bounce.md, not supported; the server waits forever, as on main). Figures: docs/bounce.md.
 #[test]
-fn ucp_rc_put_get_tag_bandwidth_through_bounce_buffers() {
+fn ucp_rc_get_and_tag_bandwidth_through_bounce_buffers() {
     let env = [
         ("UCX_TLS", "rc"),
         ("UCX_NET_DEVICES", "mlx5_1:1"),
@@ -146,7 +148,7 @@ fn ucp_rc_put_get_tag_bandwidth_through_bounce_buffers() {
         ("MRSHIM_RETRY", "bounce"),
         ("MRSHIM_WARN", "off"),
     ];
-    for (name, t) in [("put", "ucp_put_bw"), ("get", "ucp_get"), ("tag", "tag_bw")] {
+    for (name, t) in [("get", "ucp_get"), ("tag", "tag_bw")] {
         let (fin, dir) =
             perftest_in(&[Mode::Shim], &format!("ucp-rc-{name}-bounce"), &env, &["-t", t, "-s", "1048576"], 50);
         let bounced = files(&dir.join("logs"))
