@@ -14,6 +14,26 @@
 pub mod maps;
 pub mod uffd;
 
+/// A new private anonymous read-write mapping of `n` bytes (the kind of memory the kernel can
+/// track; also what the bounce layer's shadows are).
+pub fn map_private(n: usize) -> std::io::Result<usize> {
+    // SAFETY: a new mapping nobody else references; no address hint.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            n,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(p as usize)
+}
+
 pub const PAGE: u64 = 4096;
 
 /// Write tracking of page-aligned ranges.

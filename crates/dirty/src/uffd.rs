@@ -134,20 +134,7 @@ impl Kernel {
 
     fn selftest(&mut self) -> Result<(), String> {
         let n = 4 * PAGE as usize;
-        // SAFETY: a new private anonymous mapping of our own.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                n,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(last_error("mmap"));
-        }
+        let p = super::map_private(n).map_err(|e| format!("mmap: {e}"))?;
         let a = p as u64;
         let write = |i: u64| {
             // SAFETY: page i of our 4-page mapping.
@@ -164,7 +151,7 @@ impl Kernel {
         });
         self.disarm(a, n as u64);
         // SAFETY: our mapping, no longer used.
-        unsafe { libc::munmap(p, n) };
+        unsafe { libc::munmap(p as *mut libc::c_void, n) };
         r?;
         let want = vec![(a + PAGE, a + 3 * PAGE)];
         if out != want {
