@@ -18,6 +18,13 @@ fn main() {
     println!("cargo:rerun-if-changed=src/preload/libmrshim.map");
     println!("cargo:rerun-if-changed=src/preload/entry.rs");
     println!("cargo:rerun-if-changed=build.rs");
+    // tests/sim_view.rs: a platform that forbids unprivileged user namespaces says so with
+    // MRSHIM_TEST_NO_USERNS=1, and the tests that need them are reported ignored, not passed.
+    println!("cargo::rustc-check-cfg=cfg(mrshim_no_userns)");
+    println!("cargo:rerun-if-env-changed=MRSHIM_TEST_NO_USERNS");
+    if std::env::var_os("MRSHIM_TEST_NO_USERNS").is_some_and(|v| !v.is_empty() && v != "0") {
+        println!("cargo:rustc-cfg=mrshim_no_userns");
+    }
 }
 
 /// The IBVERBS_* version nodes, from the rows of entry.rs's table (`Variant, "symbol",

@@ -569,66 +569,27 @@ impl Ring {
 
 fn connect(
     vb: &Verbs,
-    ctx: *mut v::ibv_context,
     qp: *mut v::ibv_qp,
     port: &v::ibv_port_attr,
     gid_index: i32,
     dest: u32,
     peer: &Info,
 ) -> Result<(), String> {
-    use v::ibv_qp_attr_mask as m;
+    use v::rc;
     let roce = port.link_layer == v::IBV_LINK_LAYER_ETHERNET as u8;
-    // SAFETY: plain old data; modify_qp reads the attributes named in the mask.
-    unsafe {
-        let mut a: v::ibv_qp_attr = std::mem::zeroed();
-        a.qp_state = v::ibv_qp_state::IBV_QPS_INIT;
-        a.port_num = 1;
-        a.qp_access_flags = FULL;
-        let mut rc = (vb.modify_qp)(
-            qp,
-            &mut a,
-            (m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT | m::IBV_QP_ACCESS_FLAGS).0 as c_int,
-        );
-        let mut a: v::ibv_qp_attr = std::mem::zeroed();
-        a.qp_state = v::ibv_qp_state::IBV_QPS_RTR;
-        a.path_mtu = port.active_mtu;
-        a.dest_qp_num = dest;
-        a.max_dest_rd_atomic = 1;
-        a.min_rnr_timer = 12;
-        a.ah_attr.port_num = 1;
-        a.ah_attr.dlid = peer.lid;
-        if roce {
-            a.ah_attr.is_global = 1;
-            a.ah_attr.grh.dgid.raw = peer.gid;
-            a.ah_attr.grh.sgid_index = gid_index as u8;
-            a.ah_attr.grh.hop_limit = 255;
-        }
-        let mask = m::IBV_QP_STATE
-            | m::IBV_QP_AV
-            | m::IBV_QP_PATH_MTU
-            | m::IBV_QP_DEST_QPN
-            | m::IBV_QP_RQ_PSN
-            | m::IBV_QP_MAX_DEST_RD_ATOMIC
-            | m::IBV_QP_MIN_RNR_TIMER;
-        if rc == 0 {
-            rc = (vb.modify_qp)(qp, &mut a, mask.0 as c_int);
-        }
-        let mut a: v::ibv_qp_attr = std::mem::zeroed();
-        a.qp_state = v::ibv_qp_state::IBV_QPS_RTS;
-        a.timeout = 20;
-        a.retry_cnt = 7;
-        a.rnr_retry = 7;
-        a.max_rd_atomic = 1;
-        let mask = m::IBV_QP_STATE
-            | m::IBV_QP_TIMEOUT
-            | m::IBV_QP_RETRY_CNT
-            | m::IBV_QP_RNR_RETRY
-            | m::IBV_QP_SQ_PSN
-            | m::IBV_QP_MAX_QP_RD_ATOMIC;
-        if rc == 0 {
-            rc = (vb.modify_qp)(qp, &mut a, mask.0 as c_int);
-        }
-        let _ = ctx;
+    let grh = roce.then_some(rc::Grh { dgid: peer.gid, sgid_index: gid_index as u8, hop_limit: 255 });
+    let rtr = rc::Rtr {
+        ah_attr: rc::ah(1, peer.lid, grh),
+        path_mtu: port.active_mtu,
+        dest_qp_num: dest,
+        rq_psn: 0,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 12,
+    };
+    let rts = rc::Rts { sq_psn: 0, timeout: 20, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1 };
+    for (mut a, mask) in [rc::init(1, FULL), rtr.attr(), rts.attr()] {
+        // SAFETY: qp is live; modify_qp reads the attributes named in the mask.
+        let rc = unsafe { (vb.modify_qp)(qp, &mut a, mask) };
         if rc != 0 {
             return Err(format!("ibv_modify_qp failed with error {}", std::io::Error::from_raw_os_error(rc)));
         }
@@ -744,8 +705,8 @@ fn run_rank(o: &Opts, rank: usize, n: usize, dir: &Path) -> Result<(), String> {
     publish(dir, rank, &me);
     let next = wait_for(dir, (rank + 1) % n)?;
     let prev = wait_for(dir, (rank + n - 1) % n)?;
-    connect(&vb, ctx, ring.to_next, &port, gid.0, next.qp_from_prev, &next)?;
-    connect(&vb, ctx, ring.from_prev, &port, gid.0, prev.qp_to_next, &prev)?;
+    connect(&vb, ring.to_next, &port, gid.0, next.qp_from_prev, &next)?;
+    connect(&vb, ring.from_prev, &port, gid.0, prev.qp_to_next, &prev)?;
     // Writes from prev arrive on from_prev and consume its receive WQEs.
     ring.post_recvs(ring.from_prev, 2 * n);
     let mut bar = Barrier::open(dir, rank, n)?;
@@ -767,6 +728,11 @@ fn run_rank(o: &Opts, rank: usize, n: usize, dir: &Path) -> Result<(), String> {
     let mut got = Vec::new();
     let mut mine = vec![0u8; chunk];
     let mut theirs = vec![0u8; chunk];
+    // Chunk c of a local buffer into the same place of the neighbour's buffer at `dst`.
+    let write_chunk = |c: usize, src: u64, lkey: u32, dst: u64, rkey: u32, imm: u32| {
+        let off = (c * chunk) as u64;
+        ring.post_write(src + off, chunk, lkey, dst + off, rkey, imm)
+    };
     for it in 0..o.iters {
         if it > 0 {
             // Fresh input each iteration so every pass is checked, not just the first.
@@ -776,14 +742,7 @@ fn run_rank(o: &Opts, rank: usize, n: usize, dir: &Path) -> Result<(), String> {
         // reduce-scatter: at step s send chunk (r-s), receive chunk (r-s-1) into tmp and add.
         for s in 0..n.saturating_sub(1) {
             let c = (rank + n - s) % n;
-            ring.post_write(
-                buf.addr + (c * chunk) as u64,
-                chunk,
-                lkey_buf,
-                next.tmp_addr + (c * chunk) as u64,
-                next.tmp_rkey,
-                base | s as u32,
-            );
+            write_chunk(c, buf.addr, lkey_buf, next.tmp_addr, next.tmp_rkey, base | s as u32);
             pending += 1;
             ring.wait(rank, base | s as u32, &mut pending, &mut got)?;
             let rc = (rank + 2 * n - s - 1) % n;
@@ -804,14 +763,7 @@ fn run_rank(o: &Opts, rank: usize, n: usize, dir: &Path) -> Result<(), String> {
         for s in 0..n.saturating_sub(1) {
             let c = (rank + 1 + n - s) % n;
             let imm = base | 0x8000 | s as u32;
-            ring.post_write(
-                out.addr + (c * chunk) as u64,
-                chunk,
-                lkey_out,
-                next.out_addr + (c * chunk) as u64,
-                next.out_rkey,
-                imm,
-            );
+            write_chunk(c, out.addr, lkey_out, next.out_addr, next.out_rkey, imm);
             pending += 1;
             ring.wait(rank, imm, &mut pending, &mut got)?;
         }

@@ -58,14 +58,7 @@ fn nccl_style_consumer_injected_relaxed_ordering_einval_is_recorded_and_warned()
     let o = w.cmd(nccl_style()).output().unwrap();
     assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
     let out = stdout(&o);
-    for f in [
-        "ibv_reg_mr@IBVERBS_1.1",
-        "ibv_reg_mr_iova2@IBVERBS_1.8",
-        "ibv_reg_dmabuf_mr@IBVERBS_1.12",
-        "ibv_dereg_mr@IBVERBS_1.1",
-    ] {
-        assert!(out.contains(&format!("{f} from libmrshim.so\n")), "{out}");
-    }
+    assert_wrapped(&out, &NCCL_REG_SYMS);
     assert!(out.contains("ibv_alloc_pd@IBVERBS_1.1 from libibverbs.so"), "{out}");
     assert!(out.contains("iova2 failed errno=22\n"), "the caller sees the device's errno: {out}");
     let recs = records(&w.dir.join("r0.jsonl"));

@@ -173,3 +173,48 @@ fn fi_pingpong_verbs_rxm_rdm_endpoints_eager_and_rendezvous() {
     pingpong("fi-rdm-16", "verbs;ofi_rxm", "rdm", "16", "100");
     pingpong("fi-rdm-64k", "verbs;ofi_rxm", "rdm", "65536", "20");
 }
+
+/// Multicast and ECE are not simulated, but pyverbs (rdma-core's Python tests) and others link
+/// them: the program loads and each call fails as rdma-core does on hardware without them —
+/// argument errors first, then EOPNOTSUPP; leaving a group never joined EADDRNOTAVAIL; the
+/// peer's ECE is none. And a bound id has its device's PD in `id->pd`, as rdma-core's (pyverbs'
+/// test_rdmacm makes QPs and AHs on it; it was NULL).
+#[test]
+fn multicast_and_ece_calls_load_and_report_unsupported_and_a_bound_id_has_a_pd() {
+    let w = SimWorld::new("rdmacm-absent");
+    let prog = w.dir.join("rdmacm_absent");
+    cc(&["-O1", "-o", prog.to_str().unwrap(), src_c("rdmacm_absent.c").to_str().unwrap(), "-lrdmacm", "-libverbs"]);
+    let o = run(&mut stack_cmd(&w, Mode::Plain, 0, prog.to_str().unwrap(), &[]));
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    let (inval, nosup) = (libc::EINVAL, libc::EOPNOTSUPP);
+    assert_eq!(
+        stdout(&o),
+        format!(
+            "bind 0 0\nverbs=1 pd=1 pd_on_verbs=1\njoin -1 {nosup}\njoin_null -1 {inval}\njoin_ex -1 {nosup}\njoin_ex_no_flags -1 {inval}\n\
+             join_ex_reserved -1 {nosup}\nleave -1 {}\nset_local_ece -1 {nosup}\nset_local_ece_no_vendor -1 {inval}\n\
+             get_remote_ece 0 0\nremote_ece 0 0 0\n",
+            libc::EADDRNOTAVAIL
+        )
+    );
+    assert!(stderr(&o).contains("multicast is not simulated"), "{}", stderr(&o));
+}
+
+/// RDMA_OPTION_ID_ACK_TIMEOUT (rdma-core's test_rdmacm_async_traffic sets it and checks the QP):
+/// each side's value is its QP's `timeout` once connected; a UD id refuses it (EINVAL), as the
+/// kernel's rdma_set_ack_timeout.
+#[test]
+fn ack_timeout_option_is_the_connected_qps_timeout() {
+    let w = SimWorld::new("rdmacm-ack-timeout");
+    let prog = w.dir.join("rdmacm_ack_timeout");
+    cc(&[
+        "-O1",
+        "-o",
+        prog.to_str().unwrap(),
+        src_c("rdmacm_ack_timeout.c").to_str().unwrap(),
+        "-lrdmacm",
+        "-libverbs",
+    ]);
+    let o = run(&mut stack_cmd(&w, Mode::Plain, 0, prog.to_str().unwrap(), &[]));
+    assert!(o.status.success(), "{}\n{}", stdout(&o), stderr(&o));
+    assert_eq!(stdout(&o), format!("ud_ack_timeout {}\nactive_qp_timeout 21\npassive_qp_timeout 19\n", libc::EINVAL));
+}

@@ -34,54 +34,25 @@ unsafe fn end(ctx: *mut v::ibv_context, pd: *mut v::ibv_pd, size: usize) -> End 
 /// # Safety
 /// `ctx` is an open device context and `a` a QP of it.
 unsafe fn connect(ctx: *mut v::ibv_context, a: *mut v::ibv_qp, dest: u32) {
-    // SAFETY: per the contract; every attribute struct is ours, zeroed (valid for these C
-    // structs) before use.
-    unsafe {
-        use v::ibv_qp_attr_mask as m;
-        let mut at: v::ibv_qp_attr = std::mem::zeroed();
-        at.qp_state = v::ibv_qp_state::IBV_QPS_INIT;
-        at.port_num = 1;
-        at.qp_access_flags = FULL as u32;
-        assert_eq!(
-            ibv_modify_qp(
-                a,
-                &mut at,
-                (m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT | m::IBV_QP_ACCESS_FLAGS).0 as i32
-            ),
-            0
-        );
+    use v::rc;
+    // SAFETY: per the contract; the GID is ours, zeroed (valid for the C union) before use.
+    let gid = unsafe {
         let mut gid: v::ibv_gid = std::mem::zeroed();
         ibv_query_gid(ctx, 1, 3, &mut gid);
-        let mut at: v::ibv_qp_attr = std::mem::zeroed();
-        at.qp_state = v::ibv_qp_state::IBV_QPS_RTR;
-        at.path_mtu = 5;
-        at.dest_qp_num = dest;
-        at.max_dest_rd_atomic = 1;
-        at.ah_attr.is_global = 1;
-        at.ah_attr.port_num = 1;
-        at.ah_attr.grh.dgid = gid;
-        at.ah_attr.grh.sgid_index = 3;
-        let mask = m::IBV_QP_STATE
-            | m::IBV_QP_AV
-            | m::IBV_QP_PATH_MTU
-            | m::IBV_QP_DEST_QPN
-            | m::IBV_QP_RQ_PSN
-            | m::IBV_QP_MAX_DEST_RD_ATOMIC
-            | m::IBV_QP_MIN_RNR_TIMER;
-        assert_eq!(ibv_modify_qp(a, &mut at, mask.0 as i32), 0);
-        let mut at: v::ibv_qp_attr = std::mem::zeroed();
-        at.qp_state = v::ibv_qp_state::IBV_QPS_RTS;
-        at.timeout = 14;
-        at.retry_cnt = 7;
-        at.rnr_retry = 7;
-        at.max_rd_atomic = 1;
-        let mask = m::IBV_QP_STATE
-            | m::IBV_QP_SQ_PSN
-            | m::IBV_QP_TIMEOUT
-            | m::IBV_QP_RETRY_CNT
-            | m::IBV_QP_RNR_RETRY
-            | m::IBV_QP_MAX_QP_RD_ATOMIC;
-        assert_eq!(ibv_modify_qp(a, &mut at, mask.0 as i32), 0);
+        gid.raw
+    };
+    let rtr = rc::Rtr {
+        ah_attr: rc::ah(1, 0, Some(rc::Grh { dgid: gid, sgid_index: 3, hop_limit: 0 })),
+        path_mtu: 5,
+        dest_qp_num: dest,
+        rq_psn: 0,
+        max_dest_rd_atomic: 1,
+        min_rnr_timer: 0,
+    };
+    let rts = rc::Rts { sq_psn: 0, timeout: 14, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1 };
+    for (mut at, mask) in [rc::init(1, FULL as u32), rtr.attr(), rts.attr()] {
+        // SAFETY: per the contract; the attribute struct is ours.
+        assert_eq!(unsafe { ibv_modify_qp(a, &mut at, mask) }, 0);
     }
 }
 

@@ -101,7 +101,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut v::ibv_device) -> *mut v::ibv
         vctx.create_srq_ex = Some(crate::srq::op_create_srq_ex);
         let c = &mut vctx.context;
         c.device = dev;
-        c.cmd_fd = -1;
+        c.cmd_fd = cmd_fd();
         c.async_fd = fds[0];
         c.num_comp_vectors = NUM_COMP_VECTORS;
         c.abi_compat = usize::MAX as *mut c_void; // __VERBS_ABI_IS_EXTENDED
@@ -117,6 +117,15 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut v::ibv_device) -> *mut v::ibv
     })
 }
 
+/// The context's command descriptor: rdma-core's is /dev/infiniband/uverbsN opened read-write,
+/// close-on-exec. Nothing goes through it here, but programs hold it as a real descriptor —
+/// pyverbs dup()s it to import the context elsewhere (ibv_import_device then reports
+/// EOPNOTSUPP) — so it is /dev/null opened the same way; -1 only if that cannot be opened.
+fn cmd_fd() -> c_int {
+    // SAFETY: open with a NUL-terminated path.
+    unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) }
+}
+
 pub unsafe extern "C" fn ibv_close_device(c: *mut v::ibv_context) -> c_int {
     ffi(libc::EINVAL, || {
         // SAFETY: c came from ibv_open_device; we take back the Box leaked there.
@@ -126,6 +135,9 @@ pub unsafe extern "C" fn ibv_close_device(c: *mut v::ibv_context) -> c_int {
         unsafe {
             libc::close(b.vctx.context.async_fd);
             libc::close(b.events.0);
+            if b.vctx.context.cmd_fd >= 0 {
+                libc::close(b.vctx.context.cmd_fd);
+            }
         }
         0
     })
@@ -345,7 +357,7 @@ thread_local! {
 }
 
 /// Pages pinned by this process (the kernel's mm->pinned_vm).
-static PINNED: AtomicU64 = AtomicU64::new(0);
+pub(crate) static PINNED: AtomicU64 = AtomicU64::new(0);
 
 type RegIova2 = unsafe extern "C" fn(*mut v::ibv_pd, *mut c_void, usize, u64, c_uint) -> *mut v::ibv_mr;
 
@@ -435,7 +447,7 @@ fn has_cap_ipc_lock() -> bool {
         .is_some_and(|caps| caps & (1 << 14) != 0) // bit 14: CAP_IPC_LOCK
 }
 
-fn limits() -> Limits {
+pub(crate) fn limits() -> Limits {
     let reg = registry().expect("registry");
     // SAFETY: getrlimit fills a local struct.
     let mut rl: libc::rlimit = unsafe { std::mem::zeroed() };
@@ -478,6 +490,7 @@ fn new_mr(
         },
         pinned_pages,
         alias,
+        dmabuf: false,
     };
     Box::into_raw(Box::new(mr)).cast()
 }
@@ -492,16 +505,25 @@ fn reg_va(entry: Call, pd: *mut v::ibv_pd, addr: u64, len: u64, iova: u64, acces
     if let Some(e) = fault::check(&reg.config.faults, entry, &Facts { access, length: len, device_memory }) {
         return Err(e);
     }
-    let req = Request { addr, length: len, iova, access };
-    let walk = memory::check_va(&req, &limits(), &maps, reg.config.peer_memory, reg.config.device_mem_errno)?;
-    let (base, alias, pinned) = match walk {
+    let (base, alias, pinned) = reach_va(&maps, &Request { addr, length: len, iova, access }, limits())?;
+    Ok(new_mr(pd, addr, len, iova, access, base, pinned, alias))
+}
+
+/// How the NIC reaches a registered range: the local pointer for its address, a mapping the
+/// simulator made for it (GPU memory: (addr, len)), pages pinned.
+pub(crate) type Reach = (usize, Option<(usize, usize)>, u64);
+
+/// How the NIC reaches [addr, addr+len) of a registration (or a rereg's new translation).
+pub(crate) fn reach_va(maps: &[memory::Mapping], req: &Request, lim: Limits) -> Result<Reach, i32> {
+    let reg = registry().map_err(|_| libc::EINVAL)?;
+    let walk = memory::check_va(req, &lim, maps, reg.config.peer_memory, reg.config.device_mem_errno)?;
+    Ok(match walk {
         Walk::Device => {
-            let (alias, ptr) = gpu_alias(&maps, addr, len).ok_or(libc::EFAULT)?;
+            let (alias, ptr) = gpu_alias(maps, req.addr, req.length).ok_or(libc::EFAULT)?;
             (ptr, Some(alias), 0)
         }
-        _ => (addr as usize, None, memory::pages(addr, len)),
-    };
-    Ok(new_mr(pd, addr, len, iova, access, base, pinned, alias))
+        _ => (req.addr as usize, None, memory::pages(req.addr, req.length)),
+    })
 }
 
 /// Peer memory: reach simulated GPU memory through its memfd (the application's own mapping is
@@ -582,7 +604,10 @@ fn reg_dmabuf(
         return Err(libc::EINVAL);
     }
     let base = p as usize + (offset - start) as usize;
-    Ok(new_mr(pd, offset, len, iova, access, base, 0, Some((p as usize, maplen))))
+    let mr = new_mr(pd, offset, len, iova, access, base, 0, Some((p as usize, maplen)));
+    // SAFETY: new_mr returns our live Mr.
+    unsafe { (*mr.cast::<Mr>()).dmabuf = true };
+    Ok(mr)
 }
 
 pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut v::ibv_mr) -> c_int {
@@ -602,39 +627,6 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut v::ibv_mr) -> c_int {
         }
         0
     })
-}
-
-/// rdma-core's ibv_rereg_mr return codes (enum ibv_rereg_mr_err_code).
-const REREG_MR_ERR_INPUT: c_int = -1;
-const REREG_MR_ERR_CMD: c_int = -4;
-const REREG_MR_FLAGS: c_int = 0x7; // CHANGE_TRANSLATION | CHANGE_PD | CHANGE_ACCESS
-
-/// rdma-core's own input checks, then the command, which the simulated device does not offer
-/// (as a provider without rereg_mr): IBV_REREG_MR_ERR_CMD with errno EOPNOTSUPP.
-#[no_mangle]
-pub unsafe extern "C" fn ibv_rereg_mr(
-    mr: *mut v::ibv_mr,
-    flags: c_int,
-    pd: *mut v::ibv_pd,
-    addr: *mut c_void,
-    len: usize,
-    access: c_int,
-) -> c_int {
-    const CHANGE_TRANSLATION: c_int = 1;
-    const CHANGE_PD: c_int = 2;
-    if mr.is_null() || flags & !REREG_MR_FLAGS != 0 {
-        return errno_ret(libc::EINVAL, REREG_MR_ERR_INPUT);
-    }
-    if (flags & CHANGE_TRANSLATION != 0 && (addr.is_null() || len == 0)) || (flags & CHANGE_PD != 0 && pd.is_null()) {
-        return errno_ret(libc::EINVAL, REREG_MR_ERR_INPUT);
-    }
-    if access & v::ibv_access_flags::IBV_ACCESS_ON_DEMAND.0 as c_int != 0 && flags & CHANGE_TRANSLATION != 0 {
-        return errno_ret(libc::EINVAL, REREG_MR_ERR_INPUT);
-    }
-    if flags == 0 {
-        return 0;
-    }
-    errno_ret(libc::EOPNOTSUPP, REREG_MR_ERR_CMD)
 }
 
 // ---------------------------------------------------------------- completion queues
@@ -720,9 +712,13 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut v::ibv_cq) -> c_int {
 }
 
 /// Like mlx5: the new size is rounded up to 2^n - 1 and reported in `cq->cqe`; smaller than
-/// the completions not polled yet is EINVAL. (The simulated CQ's queue grows on demand, so only
-/// the reported size changes.)
+/// the completions not polled yet is EINVAL. Those include the completions of everything posted
+/// before the call, as on hardware, whose NIC has executed it by the time the command reaches
+/// the firmware: the simulated NIC is let through its queues first. (The simulated CQ's queue
+/// grows on demand, so only the reported size changes.)
 pub unsafe extern "C" fn ibv_resize_cq(cq: *mut v::ibv_cq, cqe: c_int) -> c_int {
+    // SAFETY: cq is the caller's CQ, made on one of our contexts.
+    unsafe { ctx((*cq).context) }.engine.settle();
     // SAFETY: cq is the caller's CQ.
     let pending = unsafe { outer::<Cq, _>(cq) }.inner.pending();
     if !(1..=crate::device::MAX_CQE).contains(&cqe) || (cqe as usize) < pending {

@@ -45,7 +45,16 @@ impl CqInner {
     }
 
     pub fn push_all(&self, wcs: impl IntoIterator<Item = ibv_wc>) {
+        self.push_all_unless(&AtomicBool::new(false), wcs);
+    }
+
+    /// Pushes unless `gone` is set, checked under the queue's lock: [`CqInner::forget_qp`] after
+    /// setting it leaves no entry of that QP behind, whichever thread pushes.
+    pub fn push_all_unless(&self, gone: &AtomicBool, wcs: impl IntoIterator<Item = ibv_wc>) {
         let mut q = self.entries.lock().unwrap();
+        if gone.load(Ordering::SeqCst) {
+            return;
+        }
         let before = q.len();
         q.extend(wcs);
         let added = q.len() > before;
@@ -55,6 +64,15 @@ impl CqInner {
         if added {
             self.notify();
         }
+    }
+
+    /// Drops the completions of a destroyed QP, as libmlx5's `mlx5_destroy_qp` cleans its CQs
+    /// (`__mlx5_cq_clean`): after `ibv_destroy_qp` returns, polling never yields one — a
+    /// consumer would take its `wr_id` for an object it freed with the QP.
+    pub fn forget_qp(&self, qpn: u32) {
+        let mut q = self.entries.lock().unwrap();
+        q.retain(|wc| wc.qp_num != qpn);
+        self.queued.store(q.len(), Ordering::SeqCst);
     }
 
     pub fn arm(&self) {

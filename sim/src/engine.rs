@@ -171,9 +171,44 @@ pub struct QpInner {
     pub max_recv_wr: u32,
     /// The longest message one WR may carry (UD: the port's MTU).
     pub max_msg: u32,
-    pub send_cq: Arc<CqInner>,
-    pub recv_cq: Arc<CqInner>,
+    pub send_cq: QpCq,
+    pub recv_cq: QpCq,
     pub st: Mutex<QpState>,
+}
+
+/// A QP's view of one of its CQs: pushes stop once the QP is destroyed (an engine thread may
+/// still hold the QP then), and [`QpCq::forget`] removes what it had queued.
+pub struct QpCq {
+    cq: Arc<CqInner>,
+    gone: Arc<AtomicBool>,
+}
+
+impl std::ops::Deref for QpCq {
+    type Target = CqInner;
+    fn deref(&self) -> &CqInner {
+        &self.cq
+    }
+}
+
+impl QpCq {
+    pub fn push(&self, wc: ibv_wc) {
+        self.push_all([wc]);
+    }
+
+    pub fn push_all(&self, wcs: impl IntoIterator<Item = ibv_wc>) {
+        self.cq.push_all_unless(&self.gone, wcs);
+    }
+
+    #[cfg(test)]
+    pub fn clone_cq(&self) -> Arc<CqInner> {
+        self.cq.clone()
+    }
+
+    /// At ibv_destroy_qp: nothing of this QP is pushed from now on, nothing it queued is left.
+    pub fn forget(&self, qpn: u32) {
+        self.gone.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.cq.forget_qp(qpn);
+    }
 }
 
 impl QpState {
@@ -199,6 +234,7 @@ impl QpInner {
         send_cq: Arc<CqInner>,
         recv_cq: Arc<CqInner>,
     ) -> QpInner {
+        let gone = Arc::new(AtomicBool::new(false));
         QpInner {
             qpn,
             pd,
@@ -208,8 +244,8 @@ impl QpInner {
             max_send_wr: caps.0,
             max_recv_wr: caps.1,
             max_msg: if ty == QpType::Ud { caps.2 } else { crate::device::MAX_MSG_SZ },
-            send_cq,
-            recv_cq,
+            send_cq: QpCq { cq: send_cq, gone: gone.clone() },
+            recv_cq: QpCq { cq: recv_cq, gone },
             st: Mutex::new(QpState {
                 state: qps::IBV_QPS_RESET,
                 attrs: QpAttrs::default(),
@@ -334,6 +370,9 @@ pub struct Engine {
     /// atomic add, like a real doorbell's MMIO write, not a syscall and a wake-up.
     doorbells: AtomicU64,
     asleep: AtomicBool,
+    /// The doorbell count the progress thread had read when it began its last finished
+    /// transmit round: everything posted up to that doorbell has been processed ([`settle`]).
+    transmitted: AtomicU64,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -409,6 +448,7 @@ impl Engine {
             stop: AtomicBool::new(false),
             doorbells: AtomicU64::new(0),
             asleep: AtomicBool::new(false),
+            transmitted: AtomicU64::new(0),
             thread: Mutex::new(None),
         });
         let e2 = e.clone();
@@ -421,11 +461,33 @@ impl Engine {
     /// [`Progress::sleep_unless_rung`]: either it sees this doorbell's count before blocking,
     /// or this sees it asleep and wakes it.
     pub fn kick(&self) {
-        self.doorbells.fetch_add(1, Ordering::SeqCst);
+        self.ring();
+    }
+
+    /// [`kick`], returning the doorbell count including this one.
+    fn ring(&self) -> u64 {
+        let n = self.doorbells.fetch_add(1, Ordering::SeqCst) + 1;
         if self.asleep.load(Ordering::SeqCst) && self.asleep.swap(false, Ordering::SeqCst) {
             let one: u64 = 1;
             // SAFETY: writes 8 bytes to our eventfd.
             unsafe { libc::write(self.wake_fd, (&one as *const u64).cast(), 8) };
+        }
+        n
+    }
+
+    /// Returns once the progress thread has gone through every work request posted before the
+    /// call. A verbs command that goes through the kernel to the firmware (resizing a CQ) finds
+    /// the WQEs posted before it executed on real hardware, which takes about a microsecond
+    /// each; the simulated NIC is a thread that a loaded machine may not have run yet. At most
+    /// a second: a stopped or starved thread does not hang the caller.
+    pub fn settle(&self) {
+        let target = self.ring();
+        let until = Instant::now() + Duration::from_secs(1);
+        while self.transmitted.load(Ordering::SeqCst) < target
+            && !self.stop.load(Ordering::Acquire)
+            && Instant::now() < until
+        {
+            std::thread::sleep(Duration::from_micros(50));
         }
     }
 
@@ -492,6 +554,7 @@ impl Progress {
             let rung = self.e.doorbells.load(Ordering::SeqCst);
             let busy = self.transmit();
             self.flush_out();
+            self.e.transmitted.store(rung, Ordering::SeqCst);
             self.conns.retain(|c| {
                 if c.dead {
                     // SAFETY: closing a connection descriptor owned by this thread.

@@ -13,6 +13,8 @@ pub enum Call {
     RegMrIova2,
     RegDmabufMr,
     Reg,
+    /// `ibv_rereg_mr`'s command (its input checks come first).
+    ReregMr,
     AllocPd,
     CreateCq,
     CreateQp,
@@ -26,6 +28,7 @@ const CALLS: &[(&str, Call)] = &[
     ("reg_mr_iova2", Call::RegMrIova2),
     ("reg_dmabuf_mr", Call::RegDmabufMr),
     ("reg", Call::Reg),
+    ("rereg_mr", Call::ReregMr),
     ("alloc_pd", Call::AllocPd),
     ("create_cq", Call::CreateCq),
     ("create_qp", Call::CreateQp),
@@ -52,7 +55,7 @@ pub struct Facts {
 }
 
 pub const HELP: &str = "rules separated by ';', each CALL:ERRNO[:COND,...]; CALL is one of reg_mr, reg_mr_iova, \
-reg_mr_iova2, reg_dmabuf_mr, reg (any registration), alloc_pd, create_cq, create_qp, modify_qp, open_device; \
+reg_mr_iova2, reg_dmabuf_mr, reg (any registration), rereg_mr, alloc_pd, create_cq, create_qp, modify_qp, open_device; \
 ERRNO a name like EINVAL or a number; COND is nth=N, from=N, relaxed, access=0xMASK, min_len=SIZE, max_len=SIZE \
 (SIZE may end in K, M or G), device, host; e.g. reg_mr_iova2:EINVAL:relaxed";
 

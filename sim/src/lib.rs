@@ -22,6 +22,7 @@ pub mod objects;
 pub mod post;
 pub mod qp;
 pub mod qpex;
+pub mod rereg;
 pub mod simlog;
 pub mod srq;
 pub mod sysview;

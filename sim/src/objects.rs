@@ -30,6 +30,8 @@ pub struct Mr {
     pub pinned_pages: u64,
     /// A mapping the simulator made to reach the memory (dmabuf or GPU memory): (addr, len).
     pub alias: Option<(usize, usize)>,
+    /// Registered with ibv_reg_dmabuf_mr (rdma-core's IBV_MR_TYPE_DMABUF_MR: no rereg).
+    pub dmabuf: bool,
 }
 
 #[repr(C)]

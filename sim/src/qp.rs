@@ -149,6 +149,9 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut v::ibv_qp) -> c_int {
         // SAFETY: its context is ours.
         let cx = unsafe { ctx(b.qpx.qp_base.context) };
         cx.engine.qps.lock().unwrap().remove(&b.inner.qpn);
+        // Before the number can be handed out again: the CQs then hold none of this QP's.
+        b.inner.send_cq.forget(b.inner.qpn);
+        b.inner.recv_cq.forget(b.inner.qpn);
         cx.engine.release_qpn(b.inner.qpn);
         b.inner.send_cq.users.fetch_sub(1, Ordering::AcqRel);
         b.inner.recv_cq.users.fetch_sub(1, Ordering::AcqRel);
@@ -423,7 +426,19 @@ mod tests {
             assert!(!qp.is_null());
             assert_eq!(ibv_destroy_cq(cq), libc::EBUSY, "a live QP uses the CQ");
             let held = (*qp.cast::<Qp>()).inner.clone();
+            // A completion queued before the destroy, one the engine pushes after it: the
+            // application polls neither (libmlx5 cleans the CQ of a destroyed QP's entries; a
+            // consumer would take their wr_id for an object it freed with the QP — libfabric's
+            // ofi_rxm reposted a receive on a closed endpoint and crashed).
+            let cqi = held.send_cq.clone_cq();
+            held.send_cq.push(held.wc(7, v::ibv_wc_status::IBV_WC_SUCCESS, 0, 0));
+            assert_eq!(cqi.pending(), 1);
             assert_eq!(ibv_destroy_qp(qp), 0);
+            assert_eq!(cqi.pending(), 0, "the destroyed QP's completion is gone");
+            held.recv_cq.push(held.wc(8, v::ibv_wc_status::IBV_WC_SUCCESS, 0, 0));
+            held.send_cq.push_all([held.wc(9, v::ibv_wc_status::IBV_WC_SUCCESS, 0, 0)]);
+            assert_eq!(cqi.pending(), 0, "nothing is queued for a destroyed QP");
+            drop(cqi);
             assert_eq!(ibv_destroy_cq(cq), 0, "only the engine's clone of the destroyed QP is left");
             drop(held);
             assert_eq!(ibv_dealloc_pd(pd), 0);

@@ -15,8 +15,8 @@ pub const PCI_DEVICE: &str = "0x1021";
 pub const UVERBS_MAJOR: u32 = 231;
 pub const UVERBS_MINOR_BASE: u32 = 192;
 
-/// The network interface a RoCE GID names in `gid_attrs/ndevs` (UCX reads it to name the port;
-/// there is no such interface in the kernel).
+/// The network interface a RoCE GID names in `gid_attrs/ndevs` (UCX reads it to name the port).
+/// It exists only in `mrshim sim --netns`'s network namespace, which makes it from these files.
 pub fn netdev_name(dev: &Device) -> String {
     format!("mrsim{}", dev.index)
 }
@@ -81,8 +81,9 @@ pub fn write(root: &Path, devices: &[&Device]) -> io::Result<()> {
                 put(root, &format!("{ib}/ports/1/gid_attrs/ndevs/{i}"), &netdev_name(d))?;
             }
         }
-        // No device/net/<ifname>: there is no such interface in the kernel, and tools that see
-        // the directory ask `ip addr show <ifname>` for its address (rdma-core's tests do).
+        // No device/net/<ifname> here: tools that see the directory ask `ip addr show <ifname>`
+        // for its address (rdma-core's tests do), so only `mrshim sim --netns`, which creates
+        // the interface, adds the link.
         // The driver: a link whose name tools read (there is no mlx5_core in the kernel).
         let _ = std::fs::remove_file(root.join(format!("{ib}/device/driver")));
         std::os::unix::fs::symlink("/sys/bus/pci/drivers/mlx5_core", root.join(format!("{ib}/device/driver")))?;

@@ -50,6 +50,37 @@ fn kernel_rules_give_the_kernels_errno() {
     );
 }
 
+/// ibv_rereg_mr: libibverbs' input checks (IBV_REREG_MR_ERR_INPUT, EINVAL; a dmabuf MR too),
+/// then the command: access and PD changed in place, a new translation with new keys, a failed
+/// one (unmapped memory: IBV_REREG_MR_ERR_CMD, EFAULT) leaving the MR as it was; with the
+/// `rereg_mr` fault a provider without the command.
+#[test]
+fn rereg_checks_input_then_carries_the_command_out() {
+    let prog = c_program("simcheck", &["-libverbs"]);
+    let run = |sim: Sim| {
+        let out = sim.cmd(&prog).args(["reg", "rereg"]).output().unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    assert_eq!(
+        run(Sim::new()),
+        "rereg_unknown_flag ret=-1 errno=22\n\
+         rereg_access_without_flag ret=-1 errno=22\n\
+         rereg_translation_without_length ret=-1 errno=22\n\
+         rereg_access ret=0 errno=0\n\
+         rereg_bad_access ret=-4 errno=22\n\
+         rereg_pd ret=0 errno=0\n\
+         rereg_pd_is_new 1\n\
+         rereg_translation ret=0 errno=0\n\
+         rereg_translation_moved 1 new_keys 1\n\
+         rereg_translation_unmapped ret=-4 errno=14\n\
+         rereg_unmapped_kept 1\n\
+         rereg_dmabuf ret=-1 errno=22\n"
+    );
+    let without = run(Sim::new().with("MRSHIM_SIM_FAULTS", "rereg_mr:EOPNOTSUPP"));
+    assert!(without.contains("rereg_access ret=-4 errno=95\nrereg_bad_access ret=-4 errno=95\nrereg_pd ret=-4 errno=95\nrereg_pd_is_new 0\n"), "{without}");
+}
+
 #[test]
 fn dmabuf_registration() {
     let want = [

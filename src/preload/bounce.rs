@@ -4,7 +4,7 @@
 //! in them — which walk the application's WR lists and completions and hand the crate plain
 //! values.
 
-use mrshim_bounce::fixes::{self, ShadowMr};
+use mrshim_bounce::fixes::{self, FixKind, ShadowMr};
 use mrshim_bounce::live::{self, Completion};
 use mrshim_bounce::patch::{self, ContextOps, QpxOps, Slots};
 use mrshim_bounce::{Memory, Shadow};
@@ -87,6 +87,16 @@ pub unsafe fn adopt_addr(mr: usize, caller_addr: u64, exported_fd: Option<i32>) 
 /// Whether any MR may need a fix-up before its deregistration.
 pub fn any_fixups() -> bool {
     fixes::any()
+}
+
+/// The strategy that registered `mr` another way than its struct says, if any (rereg.rs).
+pub fn fixed_by(mr: usize) -> Option<mrshim_retry::strategy::Strategy> {
+    use mrshim_retry::strategy::Strategy;
+    fixes::fixed_by(mr).map(|k| match k {
+        FixKind::ByAddress => Strategy::DmabufToVa,
+        FixKind::ByDmabuf => Strategy::VaToDmabuf,
+        FixKind::Bounce => Strategy::Bounce,
+    })
 }
 
 /// Before the real ibv_dereg_mr: give rdma-core its MR back. Returns what to do after (with

@@ -204,7 +204,7 @@ unsafe fn version_ok(strtab: usize, versym: usize, verdef: usize, i: u32, versio
 pub type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 pub type DlvsymFn = unsafe extern "C" fn(*mut c_void, *const c_char, *const c_char) -> *mut c_void;
 
-/// The slots the trampolines in hooks.rs jump through (0 until resolved).
+/// The slots the trampolines in dlsym.rs jump through (0 until resolved).
 pub static REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
 pub static REAL_DLVSYM: AtomicUsize = AtomicUsize::new(0);
 
@@ -277,6 +277,14 @@ pub fn object_base(addr: usize) -> usize {
     }
     // SAFETY: dladdr succeeded, so info is filled.
     unsafe { info.assume_init() }.dli_fbase as usize
+}
+
+/// Is `addr` inside an object the loader still has mapped?
+pub fn still_loaded(addr: usize) -> bool {
+    // SAFETY: an all-zero Dl_info is a valid value; dladdr only fills it.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr reads no memory at addr; it looks it up in the link maps.
+    unsafe { libc::dladdr(addr as *const c_void, &mut info) != 0 }
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! symbol name and version, whether `dlsym` (no version) means it, its C signature, our
 //! wrapper, and the [`Call`] its records name. Everything per entry point is derived from it:
 //! [`Entry`] and its name/version table and lookup (real.rs), the real-function pointer types,
-//! `wrapper()` and the versioned exports (hooks.rs), the entry point a record names
+//! `wrapper()` (wrappers.rs) and the versioned exports (hooks.rs), the entry point a record names
 //! (`Entry::call`).
 //!
 //! `for_each_entry!(m)` hands the table to the macro `m` (the X-macro pattern): the modules that
@@ -10,10 +10,11 @@
 //!
 //! build.rs reads the rows of this table for the IBVERBS version nodes of the export list.
 //!
-//! Adding an entry point: one line here and its wrapper in hooks.rs.
+//! Adding an entry point: one line here and its wrapper (in wrappers.rs, or a file of its own
+//! that wrappers.rs imports, as rereg.rs).
 
 /// Columns: Entry variant, symbol, version, default version for `dlsym`, C signature, wrapper
-/// (in hooks.rs), the `Call` it records as (None: followed, not recorded).
+/// (resolved in wrappers.rs), the `Call` it records as (None: followed, not recorded).
 macro_rules! for_each_entry {
     ($m:ident) => {
         $m! {
@@ -38,6 +39,9 @@ macro_rules! for_each_entry {
             DeregMr10, "ibv_dereg_mr", "IBVERBS_1.0", versioned,
                 unsafe extern "C" fn(*mut c_void) -> c_int,
                 dereg_mr_1_0, Some(Call::DeregMr);
+            ReregMr, "ibv_rereg_mr", "IBVERBS_1.1", default,
+                unsafe extern "C" fn(*mut c_void, c_int, *mut c_void, *mut c_void, usize, c_int) -> c_int,
+                ibv_rereg_mr, Some(Call::ReregMr);
             // Not registrations: the bounce layer follows ibv_qp_ex objects (docs/bounce.md).
             QpToQpEx, "ibv_qp_to_qp_ex", "IBVERBS_1.6", default,
                 unsafe extern "C" fn(*mut c_void) -> *mut c_void,

@@ -1,10 +1,18 @@
-//! The thin unsafe layer of libmrshim.so: exported hooks (all in hooks.rs), the real-symbol
-//! lookup (elf.rs, real.rs), process-level glue (constructor, fork, exit) here.
-//! Everything with a decision in it lives in the mrshim-core crate.
+//! The thin unsafe layer of libmrshim.so. Exports (listed in hooks.rs): the dlsym/dlvsym
+//! trampolines (dlsym.rs), the verbs wrappers (wrappers.rs) and the real functions behind them
+//! (backend.rs), dlclose (unload.rs); real-symbol lookup (elf.rs, real.rs, entry.rs); the bounce
+//! layer's FFI (bounce.rs) and the GPU runtimes' copy engines (gpu/); process-level glue
+//! (constructor, fork, exit) and the hook flag here.
+//!
+//! The decisions live in plain-Rust crates: one call's path, records, counters and warnings in
+//! mrshim-core; strategies, injection and learning in mrshim-retry; bounce regions, coherence
+//! and when to wrap a context in mrshim-bounce; GPU ABI facts and self-test verdicts in
+//! gpu/abi.rs (plain, unit-tested). What stays here reads or writes C structures, calls
+//! C functions, or is a table of them.
 
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 compile_error!(
-    "libmrshim.so supports x86_64 and aarch64 only: its dlsym/dlvsym trampolines (hooks.rs) are \
+    "libmrshim.so supports x86_64 and aarch64 only: its dlsym/dlvsym trampolines (dlsym.rs) are \
      per-architecture assembly that must not add a stack frame (docs/shim.md)"
 );
 
@@ -39,14 +47,17 @@ macro_rules! glibc_base {
     };
 }
 
+mod backend;
 pub mod bounce;
-pub mod copy;
+mod dlsym;
 pub mod elf;
 mod entry;
 pub mod gpu;
 pub mod hooks;
 pub mod real;
+mod rereg;
 pub mod unload;
+mod wrappers;
 
 use std::cell::Cell;
 
@@ -129,7 +140,6 @@ mod process {
             // inside the shim (fork is not called from a hook).
             unsafe {
                 mrshim_core::after_fork_child();
-                super::copy::after_fork_child();
                 super::gpu::after_fork_child();
                 mrshim_bounce::after_fork_child();
             }

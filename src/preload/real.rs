@@ -11,7 +11,7 @@
 //! * slots 1.. belong to the objects an application's lookup found (a handle-based
 //!   `dlsym`/`dlvsym`, or RTLD_DEFAULT from a plugin's own scope: that is how NCCL's privately
 //!   opened copy is found), keyed by the object's load address (`dladdr`). The lookup hands back
-//!   that slot's wrappers (hooks.rs), so the wrapper itself says which copy it stands for.
+//!   that slot's wrappers (wrappers.rs), so the wrapper itself says which copy it stands for.
 //!
 //! A copy's internal calls (`ibv_reg_mr` → `ibv_reg_mr_iova2` through its PLT) land in our
 //! exports, which are slot 0's; they are nested inside the outer wrapper, which left its slot in
@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::*};
 for_each_entry!(define_entries);
 
 /// How many library instances the shim tells apart at once (slot 0 + 7 looked-up copies); the
-/// per-slot wrappers in hooks.rs are instantiated for each.
+/// per-slot wrappers in wrappers.rs are instantiated for each.
 pub const SLOTS: usize = 8;
 
 /// One library instance's real functions.
@@ -101,15 +101,15 @@ fn remember_siblings(slot: usize, handle: *mut c_void) {
     }
 }
 
-/// After a `dlclose`: forget every remembered function whose library is gone (unload.rs), and
+/// After a `dlclose`: forget every remembered function whose library is gone (called by unload.rs), and
 /// free the slot of a copy that is gone.
 pub fn forget_unmapped() {
     for (i, slot) in TABLE.iter().enumerate() {
         let base = slot.base.load(Acquire);
-        let gone = i > 0 && base != 0 && !super::unload::still_loaded(base);
+        let gone = i > 0 && base != 0 && !elf::still_loaded(base);
         for p in &slot.ptrs {
             let a = p.load(Acquire);
-            if a != 0 && (gone || !super::unload::still_loaded(a)) {
+            if a != 0 && (gone || !elf::still_loaded(a)) {
                 // only if nobody stored a new one meanwhile
                 let _ = p.compare_exchange(a, 0, AcqRel, Relaxed);
             }

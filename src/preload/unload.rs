@@ -46,11 +46,3 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
     }
     rc
 }
-
-/// Is `addr` inside an object the loader still has mapped?
-pub fn still_loaded(addr: usize) -> bool {
-    // SAFETY: an all-zero Dl_info is a valid value; dladdr only fills it.
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: dladdr reads no memory at addr; it looks it up in the link maps.
-    unsafe { libc::dladdr(addr as *const c_void, &mut info) != 0 }
-}

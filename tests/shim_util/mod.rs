@@ -125,6 +125,22 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// The registration entry points (name@version) NCCL's net_ib looks up with `dlvsym`.
+pub const NCCL_REG_SYMS: [&str; 4] = [
+    "ibv_reg_mr@IBVERBS_1.1",
+    "ibv_reg_mr_iova2@IBVERBS_1.8",
+    "ibv_reg_dmabuf_mr@IBVERBS_1.12",
+    "ibv_dereg_mr@IBVERBS_1.1",
+];
+
+/// tests/c/nccl_style prints where each `dlvsym` lookup landed: every one of `syms` must have
+/// landed in libmrshim.so's wrappers.
+pub fn assert_wrapped(out: &str, syms: &[&str]) {
+    for f in syms {
+        assert!(out.contains(&format!("{f} from libmrshim.so\n")), "{f}: {out}");
+    }
+}
+
 /// Every line of a log, parsed (panics on a line that is not a record).
 /// The records of one log. Every line the shim wrote in any test must also validate against the
 /// JSON Schema shipped in docs/ (generated from crates/record), so the schema users get is checked

@@ -180,6 +180,8 @@ pub struct Collector {
     seen_by_source: HashMap<(String, u32, String, Option<i32>), [u64; 4]>,
     /// Failures not counted because another kind of output of the same process already had them.
     pub duplicates: u64,
+    /// `ibv_rereg_mr` records: all, refused by mrshim, failed.
+    pub rereg: [u64; 3],
 }
 
 fn rank_set_insert(s: &mut BTreeSet<i64>, r: Option<i64>) {
@@ -222,6 +224,14 @@ impl Collector {
                     self.groups.insert(key, g);
                 }
             }
+        }
+        let [n, refused, failed] = self.rereg;
+        if n > 0 {
+            self.note(format!(
+                "ibv_rereg_mr: {n} calls, {failed} failed, {refused} refused by mrshim (MRs a retry strategy \
+                 registered another way, e.g. bounce regions: the application gets IBV_REREG_MR_ERR_CMD/EOPNOTSUPP \
+                 and registers again; not a registration failure)"
+            ));
         }
         // kernel lines stand for failures only when the user-space side of them is not in the input
         if self.groups.iter().any(|(k, _)| !k.ok && k.lib != Lib::Kernel) {
@@ -273,6 +283,11 @@ impl Collector {
                     Fact::Started { world_size, job_id } => self.procs.started(file, pid, &h, world_size, job_id),
                     Fact::Exit { calls } => self.procs.get(file, pid, &h).summary = Some(calls),
                     Fact::Dereg { time_ns, rank } => self.point(&h, rank, Some(time_ns), None, Mark::Dereg),
+                    Fact::Rereg { result } => {
+                        self.rereg[0] += 1;
+                        self.rereg[1] += u64::from(result == "refused");
+                        self.rereg[2] += u64::from(result == "error");
+                    }
                     Fact::Done => {
                         let run = self.runs.entry((file, pid)).or_default();
                         run.done = true;

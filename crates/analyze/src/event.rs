@@ -184,6 +184,12 @@ pub enum Fact {
         time_ns: u64,
         rank: Option<i64>,
     },
+    /// An `ibv_rereg_mr` record: `result` `ok`, `error` (also a failed call of its own) or
+    /// `refused` (by mrshim, on an MR a retry strategy made: the application falls back to
+    /// dereg + reg, no failure of its registrations).
+    Rereg {
+        result: String,
+    },
 }
 
 #[derive(Debug, Clone)]

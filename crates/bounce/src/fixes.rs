@@ -76,6 +76,29 @@ pub fn adopt(s: Shadow, m: ShadowMr, slots: &dyn Slots) -> u64 {
     shown
 }
 
+/// How a strategy registered an MR another way than its struct says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FixKind {
+    /// dmabuf-to-va: registered by address in place of the caller's dmabuf.
+    ByAddress,
+    /// va-to-dmabuf: registered through a dmabuf the shim exported.
+    ByDmabuf,
+    /// On a host shadow.
+    Bounce,
+}
+
+/// What registered `mr` another way, if a strategy did (ibv_rereg_mr refuses those).
+pub fn fixed_by(mr: usize) -> Option<FixKind> {
+    if !any() {
+        return None;
+    }
+    FIXES.lock().iter().find(|(m, _)| *m == mr).map(|(_, fix)| match fix {
+        Fix::Addr(_) => FixKind::ByAddress,
+        Fix::AddrFd(..) => FixKind::ByDmabuf,
+        Fix::Bounce(..) => FixKind::Bounce,
+    })
+}
+
 /// Before the real ibv_dereg_mr of `mr`: its fix-up, if it has one (then `mr->addr` must be
 /// set back to [`Fix::real_addr`], and [`Fix::after`] called with the real call's result).
 pub fn before_dereg(mr: usize) -> Option<Fix> {

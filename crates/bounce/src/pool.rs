@@ -1,5 +1,5 @@
 //! The shadows' and baselines' memory: private anonymous mappings, kept after deregistration for
-//! the next region of the same size (up to [`POOL_MAX`] bytes). A job that registers and
+//! the next region of the same size (up to `POOL_MAX` bytes). A job that registers and
 //! deregisters its buffers again and again (each iteration, each communicator) would otherwise
 //! fault in and zero every page each time. Only `try_lock`ed: a child forked while a parent
 //! thread held it maps afresh.

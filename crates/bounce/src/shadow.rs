@@ -1,6 +1,6 @@
 //! A host shadow built for a bounce attempt, before an MR backs it: the region's memory, filled
 //! with the application's bytes. The attempt registers it at [`Shadow::addr`]; then either the
-//! MR adopts it ([`crate::live::adopt`]) or it is [`Shadow::abandon`]ed.
+//! MR adopts it ([`crate::fixes::adopt`]) or it is [`Shadow::abandon`]ed.
 
 use crate::copy::{CopyEngine, HostCopy};
 use crate::dirty;

@@ -9,6 +9,7 @@ mod exec;
 mod generate;
 mod progress;
 mod sim;
+mod sim_netns;
 mod sim_view;
 
 #[derive(Parser)]

@@ -44,6 +44,12 @@ pub struct Args {
     /// UCX and Open MPI do)
     #[arg(long)]
     pub no_view: bool,
+    /// Also run CMD in a private network namespace where each simulated RoCE port has its
+    /// interface (mrsimN, 192.0.2.(10+N)/24, shown in /sys/class/net and the device's
+    /// device/net/) and lo is up; CMD then reaches no other network (start server and client
+    /// inside one `mrshim sim --netns`)
+    #[arg(long, conflicts_with = "no_view")]
+    pub netns: bool,
     /// The command and its arguments (after `--`)
     #[arg(
         trailing_var_arg = true,
@@ -149,7 +155,12 @@ pub fn run(a: Args) -> ExitCode {
         };
     }
     if !a.no_view {
-        if let Err(e) = crate::sim_view::enter(&dir) {
+        if let Err(e) = crate::sim_view::enter(&dir, a.netns) {
+            if a.netns {
+                // Asked for: running without the interfaces would not be what was asked.
+                eprintln!("mrshim sim: --netns: {e}");
+                return ExitCode::from(2);
+            }
             eprintln!(
                 "mrshim sim: no /sys/class/infiniband and /dev/infiniband view ({e}); libibverbs programs run, \
                  UCX and Open MPI will not see the devices"

@@ -3,7 +3,9 @@
 //! the host's /sys/class entries (bind mounts) plus `infiniband/` and `infiniband_verbs/`
 //! written by the simulator, and /dev likewise plus `infiniband/uverbsN` and `rdma_cm`
 //! character devices. Nothing of the host's /sys or /dev is modified: the mounts exist only in
-//! the namespace and vanish with its last process.
+//! the namespace and vanish with its last process. With `--netns` the command also gets a
+//! private network namespace in which each RoCE port has its interface (sim_netns.rs), shown
+//! in /sys/class/net and linked from `device/net/<ifname>`.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -42,11 +44,15 @@ fn mount(src: &Path, dst: &Path, fstype: Option<&str>, flags: libc::c_ulong, dat
 }
 
 /// Unshares the mount namespace (and the user namespace when not root, mapping the caller's
-/// own uid/gid so the command runs as itself) and stops mount propagation to the host.
-fn private_namespace() -> Result<(), String> {
+/// own uid/gid so the command runs as itself; and the network namespace with `netns`) and
+/// stops mount propagation to the host.
+fn private_namespace(netns: bool) -> Result<(), String> {
     // SAFETY: getters without preconditions.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     let mut flags = libc::CLONE_NEWNS;
+    if netns {
+        flags |= libc::CLONE_NEWNET;
+    }
     if uid != 0 {
         flags |= libc::CLONE_NEWUSER;
     }
@@ -130,15 +136,30 @@ pub fn write_to(lib_dir: &Path, dir: &Path) -> Result<(), String> {
     write_sysfs(lib_dir, dir)
 }
 
-/// Enters the namespace with the view. Already inside one (a nested `mrshim sim`, or a host
-/// with real RDMA devices): nothing to do.
-pub fn enter(lib_dir: &Path) -> Result<(), String> {
-    if Path::new("/sys/class/infiniband").exists() {
-        return Ok(());
+/// Enters the namespace with the view (and with `netns` the network namespace with the ports'
+/// interfaces). Already inside one (a nested `mrshim sim`, or a host with real RDMA devices):
+/// nothing to do — but `netns` then needs the interfaces to be there already.
+pub fn enter(lib_dir: &Path, netns: bool) -> Result<(), String> {
+    let sys = Path::new("/sys");
+    if sys.join("class/infiniband").exists() {
+        let missing = crate::sim_netns::from_sysfs(&sys.join("class/infiniband"))
+            .into_iter()
+            .find(|(_, d)| !sys.join("class/net").join(&d.name).exists());
+        return match missing {
+            Some((dev, d)) if netns => Err(format!(
+                "/sys/class/infiniband exists already (real devices, or a view made without --netns) and {dev}'s \
+                 interface {} does not: no network namespace made",
+                d.name
+            )),
+            _ => Ok(()),
+        };
     }
-    private_namespace()?;
+    private_namespace(netns)?;
     cover(Path::new("/sys/class"))?;
-    write_sysfs(lib_dir, Path::new("/sys"))?;
+    write_sysfs(lib_dir, sys)?;
+    if netns {
+        port_interfaces(sys)?;
+    }
     cover(Path::new("/dev"))?;
     let ib = Path::new("/dev/infiniband");
     std::fs::create_dir_all(ib).map_err(|e| format!("{}: {e}", ib.display()))?;
@@ -146,6 +167,32 @@ pub fn enter(lib_dir: &Path) -> Result<(), String> {
         char_device(&ib.join(format!("uverbs{i}")), (231, 192 + i as u32))?;
     }
     char_device(&ib.join("rdma_cm"), RDMA_CM_DEV)
+}
+
+/// Creates the ports' interfaces in this (new) network namespace and shows that namespace's
+/// interfaces in /sys/class/net and /sys/devices/virtual/net — sysfs shows the network
+/// namespace of whoever mounted it, so a fresh sysfs mounted here is bound over the host's
+/// two directories, then detached — plus `device/net/<ifname>` links for each port.
+fn port_interfaces(sys: &Path) -> Result<(), String> {
+    let ib = sys.join("class/infiniband");
+    let devs = crate::sim_netns::from_sysfs(&ib);
+    crate::sim_netns::create(&devs.iter().map(|(_, d)| d).collect::<Vec<_>>())?;
+    let fresh = sys.join("class/.mrshim-sysfs");
+    std::fs::create_dir(&fresh).map_err(|e| format!("{}: {e}", fresh.display()))?;
+    mount(Path::new("sysfs"), &fresh, Some("sysfs"), libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC, None)?;
+    for rel in ["class/net", "devices/virtual/net"] {
+        mount(&fresh.join(rel), &sys.join(rel), None, libc::MS_BIND, None)?;
+    }
+    // SAFETY: umount2 with a NUL-terminated path.
+    check(unsafe { libc::umount2(cstr(&fresh).as_ptr(), libc::MNT_DETACH) }, "detaching the fresh sysfs")?;
+    let _ = std::fs::remove_dir(&fresh);
+    for (dev, d) in &devs {
+        let net = ib.join(dev).join("device/net");
+        std::fs::create_dir_all(&net)
+            .and_then(|_| std::os::unix::fs::symlink(sys.join("devices/virtual/net").join(&d.name), net.join(&d.name)))
+            .map_err(|e| format!("{}: {e}", net.display()))?;
+    }
+    Ok(())
 }
 
 /// How many devices the view holds: the uverbsN entries the simulator wrote.

@@ -70,16 +70,24 @@ pub const FIELDS: &[&str] = &[
     "used_length",
     "used_access",
     "used_mem_kind",
+    "rereg_flags",
+    "new_addr",
+    "new_length",
+    "new_access",
+    "new_pd",
+    "rereg_ret",
+    "rereg_ret_name",
 ];
 
 /// What a line describes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
     /// The process's effective configuration, first line of every log.
     Config,
     /// One registration call (or one retry attempt of it).
+    #[default]
     Reg,
     /// One `ibv_dereg_mr`.
     Dereg,
@@ -89,6 +97,27 @@ pub enum Kind {
     Summary,
     /// The shim caught a panic of its own; the call it interrupted went to the real function.
     Error,
+    /// One `ibv_rereg_mr`: the MR before, the change asked for, the result.
+    Rereg,
+}
+
+impl Kind {
+    /// Every kind, in declaration order.
+    pub const ALL: [Kind; 7] =
+        [Kind::Config, Kind::Reg, Kind::Dereg, Kind::Policy, Kind::Summary, Kind::Error, Kind::Rereg];
+
+    /// The name a record carries (what serde writes; a test checks it).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Kind::Config => "config",
+            Kind::Reg => "reg",
+            Kind::Dereg => "dereg",
+            Kind::Policy => "policy",
+            Kind::Summary => "summary",
+            Kind::Error => "error",
+            Kind::Rereg => "rereg",
+        }
+    }
 }
 
 /// Where the registered address lives, as far as the shim can tell.
@@ -288,6 +317,27 @@ pub struct Reg {
     pub used_access: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub used_mem_kind: Option<MemKind>,
+    /// Rereg records: the `flags` argument (CHANGE_TRANSLATION 1, CHANGE_PD 2, CHANGE_ACCESS 4).
+    /// `addr`, `length`, `access` and `pd` are the MR before the call, as the shim knew it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rereg_flags: Option<i32>,
+    /// Rereg records: the new translation asked for (with CHANGE_TRANSLATION).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub new_addr: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub new_length: Option<u64>,
+    /// Rereg records: the new access flags asked for (with CHANGE_ACCESS).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub new_access: Option<u32>,
+    /// Rereg records: the new protection domain asked for (with CHANGE_PD).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub new_pd: Option<String>,
+    /// Rereg records: what `ibv_rereg_mr` returned (0, or `enum ibv_rereg_mr_err_code`: -1 .. -5).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rereg_ret: Option<i32>,
+    /// Rereg records: the name of a non-zero `rereg_ret` (`IBV_REREG_MR_ERR_CMD`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rereg_ret_name: Option<String>,
 }
 
 /// Per-process totals, written as the `summary` of a [`Kind::Summary`] line.
@@ -349,7 +399,14 @@ impl Reg {
 
 #[cfg(test)]
 mod mem_kind_names {
-    use super::MemKind;
+    use super::{Kind, MemKind};
+
+    #[test]
+    fn kind_names_are_what_serde_writes() {
+        for k in Kind::ALL {
+            assert_eq!(serde_json::to_string(&k).unwrap(), format!("\"{}\"", k.name()));
+        }
+    }
 
     #[test]
     fn names_are_what_serde_writes_and_read_back() {

@@ -56,6 +56,13 @@ fn full() -> Reg {
         used_length: Some(1),
         used_access: Some(1),
         used_mem_kind: Some(MemKind::HostAnon),
+        rereg_flags: Some(1),
+        new_addr: s(),
+        new_length: Some(1),
+        new_access: Some(1),
+        new_pd: s(),
+        rereg_ret: Some(-4),
+        rereg_ret_name: s(),
         ..Reg::default()
     }
 }
@@ -94,7 +101,7 @@ fn documented() -> BTreeSet<String> {
 fn the_documentation_table_lists_exactly_the_fields() {
     let doc = documented();
     // the line-kind table names kinds, not fields (`summary` and `error` are both)
-    let kinds = ["config", "reg", "dereg", "policy"];
+    let kinds = ["config", "reg", "dereg", "policy", "rereg"];
     for f in FIELDS {
         assert!(doc.contains(*f), "docs/record-schema.md does not document `{f}`");
     }

@@ -7,7 +7,8 @@
 //! once, then retry attempts), [`record`] (records and counters), [`report`] (stderr lines and
 //! the exit summary), [`mr_table`] (live MRs and registered bytes), [`line`] (the fast record
 //! writer), [`log`] (the log file), [`config`], [`ident`], [`maps`], [`limits`], [`clock`],
-//! [`rescue`] (the retry engine wired to the shim), [`internal`] (the panic catcher).
+//! [`rescue`] (the retry engine wired to the shim), [`internal`] (the panic catcher), [`rereg`]
+//! (`ibv_rereg_mr`: [`Shim::rereg`]).
 //! Here: the per-process [`Shim`] state, its construction and its fork handling.
 
 pub mod call;
@@ -27,6 +28,7 @@ pub mod maps;
 mod mr_table;
 mod record;
 pub mod report;
+pub mod rereg;
 pub mod rescue;
 
 pub use call::{Backend, Call, DevName, Meta, Outcome, RegArgs, Staged, StagedShadow};
@@ -40,8 +42,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
 
 #[derive(Default)]
 struct Stats {
-    calls: [AtomicU64; 5],
-    failures: [AtomicU64; 5],
+    calls: [AtomicU64; Call::ALL.len()],
+    failures: [AtomicU64; Call::ALL.len()],
     probes: AtomicU64,
     errnos: ForkLock<BTreeMap<(Call, i32), u64>>,
     bytes_total: AtomicU64,
@@ -179,13 +181,14 @@ impl Shim {
         }
     }
 
-    /// Registered bytes after a successful registration or deregistration of `mr`.
-    pub(crate) fn count_ok(&self, call: Call, length: u64, mr: usize, seq: u64, track: bool) -> u64 {
+    /// Registered bytes after a successful registration or deregistration of `mr` (`live`: the
+    /// MR as the application asked for it).
+    pub(crate) fn count_ok(&self, call: Call, mr: usize, live: mr_table::Live, track: bool) -> u64 {
         if call == Call::DeregMr {
-            self.mrs.remove(mr, length, track)
+            self.mrs.remove(mr, live.len, track)
         } else {
-            self.stats.bytes_total.fetch_add(length, Relaxed);
-            self.mrs.insert(mr, length, seq, track)
+            self.stats.bytes_total.fetch_add(live.len, Relaxed);
+            self.mrs.insert(mr, live, track)
         }
     }
 
@@ -207,7 +210,7 @@ impl Shim {
             return;
         }
         self.stats.calls[call.index()].fetch_add(1, Relaxed);
-        self.count_ok(call, length, mr, 0, false);
+        self.count_ok(call, mr, mr_table::Live { len: length, ..Default::default() }, false);
     }
 
     pub(crate) fn next_seq(&self) -> u64 {

@@ -1,14 +1,14 @@
-//! The hot-path record writer: one `reg`/`dereg` line straight into a reusable byte buffer, no
+//! The hot-path record writer: one `reg`/`dereg`/`rereg` line straight into a reusable byte buffer, no
 //! allocation per record. It must produce exactly what `serde_json` would for the same
 //! `mrshim_record::Reg` (checked by the tests below, field by field, by parsing it back).
 
 use mrshim_record::{Kind, MemKind, Reg, SCHEMA_VERSION};
 use std::sync::Arc;
 
-/// Everything a `reg`/`dereg` line holds, borrowed.
+/// Everything a `reg`/`dereg`/`rereg` line holds, borrowed.
 #[derive(Debug, Clone, Default)]
 pub struct RegLine<'a> {
-    pub dereg: bool,
+    pub kind: Kind,
     pub seq: u64,
     pub time_ns: u64,
     pub host: &'a str,
@@ -50,6 +50,14 @@ pub struct RegLine<'a> {
     pub used_length: Option<u64>,
     pub used_access: Option<u32>,
     pub used_mem_kind: Option<MemKind>,
+    /// `ibv_rereg_mr`: its flags, the changes asked for, its return code and that code's name.
+    pub rereg_flags: Option<i32>,
+    pub new_addr: Option<u64>,
+    pub new_length: Option<u64>,
+    pub new_access: Option<u32>,
+    pub new_pd: Option<u64>,
+    pub rereg_ret: Option<i32>,
+    pub rereg_ret_name: Option<&'a str>,
     /// How the record relates to the application's call (retry attempts, refusals, injection).
     pub meta: crate::Meta<'a>,
 }
@@ -74,11 +82,11 @@ macro_rules! k {
 
 /// Upper bound of a line without its variable strings (checked by the tests below); each
 /// variable string adds at most six bytes per byte (`\u00XX`) plus quotes.
-const FIXED_MAX: usize = 2048;
+const FIXED_MAX: usize = 2304;
 
 /// Writes into a slice already long enough for the line (see [`RegLine::bound`]): plain indexed
 /// copies, no capacity check or growth per field (a Vec's were most of the formatting cost).
-struct W<'b> {
+struct LineWriter<'b> {
     b: &'b mut [u8],
     n: usize,
 }
@@ -86,7 +94,7 @@ struct W<'b> {
 const HEX: &[u8; 16] = b"0123456789abcdef";
 const DIGIT_PAIRS: &[u8; 200] = b"00010203040506070809101112131415161718192021222324252627282930313233343536373839404142434445464748495051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899";
 
-impl W<'_> {
+impl LineWriter<'_> {
     #[inline(always)]
     fn put(&mut self, s: &[u8]) {
         let e = self.n + s.len();
@@ -101,12 +109,12 @@ impl W<'_> {
         self.n += 1;
     }
     #[inline(always)]
-    fn u(&mut self, k: &[u8], v: u64) {
+    fn uint(&mut self, k: &[u8], v: u64) {
         self.put(k);
         self.dec(v);
     }
     #[inline(always)]
-    fn i(&mut self, k: &[u8], v: i64) {
+    fn int(&mut self, k: &[u8], v: i64) {
         self.put(k);
         if v < 0 {
             self.byte(b'-');
@@ -114,25 +122,25 @@ impl W<'_> {
         self.dec(v.unsigned_abs());
     }
     #[inline(always)]
-    fn ou(&mut self, k: &[u8], v: Option<u64>) {
+    fn opt_uint(&mut self, k: &[u8], v: Option<u64>) {
         if let Some(v) = v {
-            self.u(k, v);
+            self.uint(k, v);
         }
     }
     #[inline(always)]
-    fn b(&mut self, k: &[u8], v: bool) {
+    fn boolean(&mut self, k: &[u8], v: bool) {
         self.put(k);
         self.put(if v { b"true" } else { b"false" });
     }
     #[inline(always)]
-    fn s(&mut self, k: &[u8], v: &str) {
+    fn string(&mut self, k: &[u8], v: &str) {
         self.put(k);
         self.escape(v);
     }
     #[inline(always)]
-    fn os(&mut self, k: &[u8], v: Option<&str>) {
+    fn opt_string(&mut self, k: &[u8], v: Option<&str>) {
         if let Some(v) = v {
-            self.s(k, v);
+            self.string(k, v);
         }
     }
     /// A string the shim itself chose (call, kind, errno and strategy names): never needs
@@ -146,7 +154,7 @@ impl W<'_> {
         self.byte(b'"');
     }
     #[inline(always)]
-    fn olit(&mut self, k: &[u8], v: Option<&str>) {
+    fn opt_lit(&mut self, k: &[u8], v: Option<&str>) {
         if let Some(v) = v {
             self.lit(k, v);
         }
@@ -241,6 +249,7 @@ impl RegLine<'_> {
             self.device.unwrap_or(""),
             self.mem_region.as_deref().unwrap_or(""),
             self.errno_name.unwrap_or(""),
+            self.rereg_ret_name.unwrap_or(""),
             m.strategy.unwrap_or(""),
             m.change.unwrap_or(""),
         ];
@@ -259,37 +268,37 @@ impl RegLine<'_> {
     /// bytes (a reused scratch buffer: no zeroing per record); returns its length.
     pub fn write_into(&self, b: &mut [u8]) -> usize {
         // The one bounds check: every write below stays within bound() (tested with the
-        // longest values), so W writes without checking each field.
+        // longest values), so LineWriter writes without checking each field.
         if b.len() < self.bound() {
             return 0;
         }
-        let mut w = W { b, n: 0 };
+        let mut w = LineWriter { b, n: 0 };
         w.put(b"{\"v\":");
         w.dec(SCHEMA_VERSION as u64);
-        w.lit(k!("kind"), if self.dereg { "dereg" } else { "reg" });
-        w.u(k!("seq"), self.seq);
-        w.u(k!("time_ns"), self.time_ns);
-        w.s(k!("host"), self.host);
-        w.u(k!("pid"), self.pid as u64);
-        w.u(k!("tid"), self.tid as u64);
+        w.lit(k!("kind"), self.kind.name());
+        w.uint(k!("seq"), self.seq);
+        w.uint(k!("time_ns"), self.time_ns);
+        w.string(k!("host"), self.host);
+        w.uint(k!("pid"), self.pid as u64);
+        w.uint(k!("tid"), self.tid as u64);
         if let Some(r) = self.rank {
-            w.i(k!("rank"), r);
+            w.int(k!("rank"), r);
         }
         if let Some(r) = self.local_rank {
-            w.i(k!("local_rank"), r);
+            w.int(k!("local_rank"), r);
         }
         w.lit(k!("call"), self.call);
-        w.olit(k!("symbol_version"), self.symbol_version);
-        w.os(k!("device"), self.device);
+        w.opt_lit(k!("symbol_version"), self.symbol_version);
+        w.opt_string(k!("device"), self.device);
         w.hex(k!("pd"), self.pd);
         w.hex(k!("addr"), self.addr);
-        w.ou(k!("length"), self.length);
-        w.ou(k!("addr_page_offset"), self.addr_page_offset);
-        w.ou(k!("addr_align"), self.addr_align);
+        w.opt_uint(k!("length"), self.length);
+        w.opt_uint(k!("addr_page_offset"), self.addr_page_offset);
+        w.opt_uint(k!("addr_align"), self.addr_align);
         w.hex(k!("iova"), self.iova);
-        w.ou(k!("iova_page_offset"), self.iova_page_offset);
+        w.opt_uint(k!("iova_page_offset"), self.iova_page_offset);
         if let Some(a) = self.access {
-            w.u(k!("access"), a as u64);
+            w.uint(k!("access"), a as u64);
             w.put(k!("access_names"));
             w.byte(b'[');
             let mut first = true;
@@ -318,52 +327,63 @@ impl RegLine<'_> {
             }
             w.byte(b']');
         }
-        w.b(k!("relaxed_ordering"), self.access.unwrap_or(0) & mrshim_verbs::access::RELAXED_ORDERING != 0);
+        w.boolean(k!("relaxed_ordering"), self.access.unwrap_or(0) & mrshim_verbs::access::RELAXED_ORDERING != 0);
         if let Some(fd) = self.dmabuf_fd {
-            w.i(k!("dmabuf_fd"), fd as i64);
+            w.int(k!("dmabuf_fd"), fd as i64);
         }
-        w.ou(k!("dmabuf_offset"), self.dmabuf_offset);
+        w.opt_uint(k!("dmabuf_offset"), self.dmabuf_offset);
         if let Some(kd) = self.mem_kind {
             w.lit(k!("mem_kind"), kd.name());
         }
-        w.os(k!("mem_region"), self.mem_region.as_deref());
+        w.opt_string(k!("mem_region"), self.mem_region.as_deref());
         if let Some(f) = self.mem_fully_mapped {
-            w.b(k!("mem_fully_mapped"), f);
+            w.boolean(k!("mem_fully_mapped"), f);
         }
-        w.ou(k!("memlock_soft"), self.memlock_soft);
-        w.ou(k!("memlock_hard"), self.memlock_hard);
-        w.u(k!("registered_bytes"), self.registered_bytes);
-        w.ou(k!("registered_bytes_after"), self.registered_bytes_after);
+        w.opt_uint(k!("memlock_soft"), self.memlock_soft);
+        w.opt_uint(k!("memlock_hard"), self.memlock_hard);
+        w.uint(k!("registered_bytes"), self.registered_bytes);
+        w.opt_uint(k!("registered_bytes_after"), self.registered_bytes_after);
         w.lit(k!("result"), result(self.meta.refused, self.ok));
         w.hex(k!("mr"), self.mr);
-        w.ou(k!("lkey"), self.lkey.map(u64::from));
-        w.ou(k!("rkey"), self.rkey.map(u64::from));
+        w.opt_uint(k!("lkey"), self.lkey.map(u64::from));
+        w.opt_uint(k!("rkey"), self.rkey.map(u64::from));
         if let Some(e) = self.errno {
-            w.i(k!("errno"), e as i64);
+            w.int(k!("errno"), e as i64);
         }
-        w.olit(k!("errno_name"), self.errno_name);
-        w.u(k!("duration_ns"), self.duration_ns);
+        w.opt_lit(k!("errno_name"), self.errno_name);
+        w.uint(k!("duration_ns"), self.duration_ns);
         if self.probe {
-            w.b(k!("probe"), true);
+            w.boolean(k!("probe"), true);
         }
         let m = &self.meta;
         if m.injected {
-            w.b(k!("injected"), true);
+            w.boolean(k!("injected"), true);
         }
-        w.u(k!("attempt"), m.attempt as u64);
-        w.ou(k!("parent_seq"), m.parent_seq);
-        w.olit(k!("strategy"), m.strategy);
-        w.os(k!("change"), m.change);
+        w.uint(k!("attempt"), m.attempt as u64);
+        w.opt_uint(k!("parent_seq"), m.parent_seq);
+        w.opt_lit(k!("strategy"), m.strategy);
+        w.opt_string(k!("change"), m.change);
         if m.learned {
-            w.b(k!("learned"), true);
+            w.boolean(k!("learned"), true);
         }
-        w.ou(k!("reg_seq"), self.reg_seq);
+        w.opt_uint(k!("reg_seq"), self.reg_seq);
         w.hex(k!("used_addr"), self.used_addr);
-        w.ou(k!("used_length"), self.used_length);
-        w.ou(k!("used_access"), self.used_access.map(u64::from));
+        w.opt_uint(k!("used_length"), self.used_length);
+        w.opt_uint(k!("used_access"), self.used_access.map(u64::from));
         if let Some(kd) = self.used_mem_kind {
             w.lit(k!("used_mem_kind"), kd.name());
         }
+        if let Some(f) = self.rereg_flags {
+            w.int(k!("rereg_flags"), f as i64);
+        }
+        w.hex(k!("new_addr"), self.new_addr);
+        w.opt_uint(k!("new_length"), self.new_length);
+        w.opt_uint(k!("new_access"), self.new_access.map(u64::from));
+        w.hex(k!("new_pd"), self.new_pd);
+        if let Some(r) = self.rereg_ret {
+            w.int(k!("rereg_ret"), r as i64);
+        }
+        w.opt_lit(k!("rereg_ret_name"), self.rereg_ret_name);
         w.put(b"}\n");
         w.n
     }
@@ -373,7 +393,7 @@ impl RegLine<'_> {
         let hex = |v: Option<u64>| v.map(|v| format!("{v:#x}"));
         Reg {
             v: SCHEMA_VERSION,
-            kind: Some(if self.dereg { Kind::Dereg } else { Kind::Reg }),
+            kind: Some(self.kind),
             seq: self.seq,
             time_ns: self.time_ns,
             host: self.host.into(),
@@ -422,6 +442,13 @@ impl RegLine<'_> {
             used_length: self.used_length,
             used_access: self.used_access,
             used_mem_kind: self.used_mem_kind,
+            rereg_flags: self.rereg_flags,
+            new_addr: hex(self.new_addr),
+            new_length: self.new_length,
+            new_access: self.new_access,
+            new_pd: hex(self.new_pd),
+            rereg_ret: self.rereg_ret,
+            rereg_ret_name: self.rereg_ret_name.map(Into::into),
             ..Reg::default()
         }
     }

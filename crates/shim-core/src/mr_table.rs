@@ -26,9 +26,19 @@ impl std::hash::Hasher for PtrHash {
     }
 }
 
-type MrMap = HashMap<usize, (u64, u64), std::hash::BuildHasherDefault<PtrHash>>;
+/// One live MR as the application sees it: what it registered (or rereg'ed it to) and the seq of
+/// its registration.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Live {
+    pub len: u64,
+    pub seq: u64,
+    pub addr: u64,
+    pub access: u32,
+}
 
-/// Live MRs registered through the shim: length and the seq of their registration.
+type MrMap = HashMap<usize, Live, std::hash::BuildHasherDefault<PtrHash>>;
+
+/// Live MRs registered through the shim.
 pub(crate) struct MrTable {
     shards: [ForkLock<MrMap>; SHARDS],
     bytes: AtomicU64,
@@ -47,10 +57,13 @@ impl MrTable {
         &self.shards[(mr >> 4) % SHARDS]
     }
     /// `track`: remember the MR (for `reg_seq` in dereg records); else only count bytes.
-    pub(crate) fn insert(&self, mr: usize, len: u64, seq: u64, track: bool) -> u64 {
+    pub(crate) fn insert(&self, mr: usize, live: Live, track: bool) -> u64 {
         if track {
-            self.shard(mr).lock().insert(mr, (len, seq));
+            self.shard(mr).lock().insert(mr, live);
         }
+        self.add_bytes(live.len)
+    }
+    fn add_bytes(&self, len: u64) -> u64 {
         let now = self.bytes.fetch_add(len, Relaxed).wrapping_add(len);
         // a plain load first: the peak is rarely exceeded, and fetch_max is a CAS loop
         if (now as i64) > 0 && now > self.peak.load(Relaxed) {
@@ -59,18 +72,42 @@ impl MrTable {
         clamp(now)
     }
     /// Removes `mr`'s entry without changing the byte count (see `remove`, `put_back`).
-    pub(crate) fn take(&self, mr: usize) -> Option<(u64, u64)> {
+    pub(crate) fn take(&self, mr: usize) -> Option<Live> {
         self.shard(mr).lock().remove(&mr)
     }
-    pub(crate) fn put_back(&self, mr: usize, entry: (u64, u64)) {
+    pub(crate) fn put_back(&self, mr: usize, entry: Live) {
         self.shard(mr).lock().insert(mr, entry);
+    }
+    pub(crate) fn get(&self, mr: usize) -> Option<Live> {
+        self.shard(mr).lock().get(&mr).copied()
+    }
+    /// An `ibv_rereg_mr` took effect: `mr`'s entry (if tracked) becomes `change(entry)`, the byte
+    /// count follows the length (`old_len`: the MR's length before, as the caller knew it, for an
+    /// untracked MR). Returns the registered bytes after.
+    pub(crate) fn follow(&self, mr: usize, old_len: u64, change: impl FnOnce(Live) -> Live) -> u64 {
+        let (old, new) = {
+            let mut shard = self.shard(mr).lock();
+            match shard.get_mut(&mr) {
+                Some(e) => {
+                    let old = e.len;
+                    *e = change(*e);
+                    (old, e.len)
+                }
+                None => (old_len, change(Live { len: old_len, ..Live::default() }).len),
+            }
+        };
+        if new >= old {
+            self.add_bytes(new - old)
+        } else {
+            clamp(self.bytes.fetch_sub(old - new, Relaxed).wrapping_sub(old - new))
+        }
     }
     /// Returns the registered bytes after removing `mr` (`len_hint`: its length as the MR says,
     /// used when not tracking).
     pub(crate) fn remove(&self, mr: usize, len_hint: u64, track: bool) -> u64 {
         let len = if track {
             match self.shard(mr).lock().remove(&mr) {
-                Some((len, _)) => len,
+                Some(e) => e.len,
                 None => return self.current(),
             }
         } else {
@@ -104,5 +141,26 @@ fn clamp(v: u64) -> u64 {
         0
     } else {
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rereg_moves_the_entry_and_the_byte_count() {
+        let t = MrTable::new();
+        t.insert(0x100, Live { len: 4096, seq: 3, addr: 0x1000, access: 1 }, true);
+        t.insert(0x200, Live { len: 100, ..Live::default() }, false);
+        assert_eq!(t.current(), 4196);
+        let after = t.follow(0x100, 0, |e| Live { addr: 0x9000, len: 8192, ..e });
+        assert_eq!(after, 8292);
+        assert_eq!(t.get(0x100), Some(Live { len: 8192, seq: 3, addr: 0x9000, access: 1 }));
+        assert_eq!(t.peak.load(Relaxed), 8292);
+        // untracked: the caller's length before
+        assert_eq!(t.follow(0x200, 100, |e| Live { len: 50, ..e }), 8242);
+        assert_eq!(t.get(0x200), None);
+        assert_eq!(t.remove(0x100, 0, true), 50);
     }
 }

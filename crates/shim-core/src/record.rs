@@ -31,7 +31,7 @@ pub(crate) struct Done<'a> {
     pub t0: u64,
     pub dur: u64,
     /// Dereg: the MR table's entry, taken out before the real call.
-    pub before: Option<(u64, u64)>,
+    pub before: Option<crate::mr_table::Live>,
     /// Registered bytes before the call (None: as the table says now).
     pub registered_before: Option<u64>,
     pub meta: Meta<'a>,
@@ -194,13 +194,15 @@ impl Shim {
         let recording = self.log.enabled();
         let registered_after = match (call, d.before) {
             // taken out of the table already: only the byte count changes
-            (Call::DeregMr, Some((len, _))) if out.ok() => self.mrs.remove(a.mr, len, false),
+            (Call::DeregMr, Some(e)) if out.ok() => self.mrs.remove(a.mr, e.len, false),
             (Call::DeregMr, Some(entry)) => {
                 self.mrs.put_back(a.mr, entry);
                 registered_before
             }
             _ if out.ok() && !probe => {
-                self.count_ok(call, a.length, if call == Call::DeregMr { a.mr } else { out.mr }, d.seq, recording)
+                // the table keeps the MR as the application asked for it (a rescue's too)
+                let live = crate::mr_table::Live { len: a.length, seq: d.seq, addr: asked.addr, access: asked.access };
+                self.count_ok(call, if call == Call::DeregMr { a.mr } else { out.mr }, live, recording)
             }
             _ => registered_before,
         };
@@ -216,7 +218,7 @@ impl Shim {
         let dereg = call == Call::DeregMr;
         let t0 = d.t0;
         let mut l = line::RegLine {
-            dereg,
+            kind: if dereg { Kind::Dereg } else { Kind::Reg },
             seq: d.seq,
             time_ns: self.clock.wall_ns(t0),
             host: &self.host,
@@ -238,7 +240,7 @@ impl Shim {
         };
         if dereg {
             l.mr = Some(a.mr as u64);
-            l.reg_seq = d.before.map(|b| b.1);
+            l.reg_seq = d.before.map(|b| b.seq);
             if a.addr != 0 || a.length != 0 {
                 l.addr = Some(a.addr);
                 l.length = Some(a.length);
@@ -285,6 +287,11 @@ impl Shim {
             l.errno = Some(out.err);
             l.errno_name = mrshim_verbs::errno::name(out.err);
         }
+        self.emit_line(&l);
+    }
+
+    /// Writes `l` through the thread's scratch buffer (a fresh one while it is busy or gone).
+    pub(crate) fn emit_line(&self, l: &line::RegLine) {
         let written = LINE.try_with(|b| {
             let Ok(mut b) = b.try_borrow_mut() else { return false };
             let need = l.bound();

@@ -64,7 +64,7 @@ impl Shim {
                 a.iova.unwrap_or(a.addr),
                 a.dmabuf_fd.unwrap_or(-1)
             ),
-            Call::DeregMr => format!("mr={:#x}", a.mr),
+            Call::DeregMr | Call::ReregMr => format!("mr={:#x}", a.mr),
         };
         let e = match mrshim_verbs::errno::name(out.err) {
             Some(n) => format!("{n} ({})", out.err),

@@ -418,3 +418,107 @@ fn retry_records_keep_the_request_and_name_what_was_used() {
         assert_eq!(r.used_mem_kind, Some(MemKind::HostAnon));
     }
 }
+
+/// The real ibv_rereg_mr of the tests: answers `ret`/`errno`, counts its calls, MR keys 7/8.
+struct FakeRereg {
+    ret: i32,
+    errno: i32,
+    calls: std::cell::Cell<u32>,
+}
+
+impl rereg::ReregBackend for FakeRereg {
+    fn invoke(&self) -> (i32, i32) {
+        self.calls.set(self.calls.get() + 1);
+        (self.ret, self.errno)
+    }
+    fn keys(&self) -> Option<(u32, u32)> {
+        Some((7, 8))
+    }
+    fn device_name(&self) -> Option<DevName> {
+        Some(DevName::new(b"mrsim0"))
+    }
+}
+
+#[test]
+fn a_rereg_is_recorded_old_to_new_and_the_dereg_follows_the_mr() {
+    let d = tmpdir("rereg");
+    let s = shim_with(&[("MRSHIM_LOG", d.to_str().unwrap())]);
+    let f = Fake::new();
+    let reg =
+        RegArgs { call: Some(Call::RegMr), pd: 0xabc0, addr: 0x10000, length: 4096, access: 7, ..Default::default() };
+    let mr = s.call(&reg, &f).mr;
+    let a = rereg::ReregArgs {
+        mr,
+        flags: 5, // CHANGE_TRANSLATION | CHANGE_ACCESS
+        pd: 0,
+        addr: 0x40000,
+        length: 16384,
+        access: 3,
+        mr_addr: 0x10000,
+        mr_length: 4096,
+        mr_pd: 0xabc0,
+    };
+    let real = FakeRereg { ret: 0, errno: 0, calls: Default::default() };
+    assert_eq!(s.rereg(&a, None, &real), rereg::ReregOutcome { ret: 0, errno: 0 });
+    assert_eq!(real.calls.get(), 1);
+    let dereg =
+        RegArgs { call: Some(Call::DeregMr), mr, pd: 0xabc0, addr: 0x40000, length: 16384, ..Default::default() };
+    assert!(s.call(&dereg, &f).ok());
+    let recs = lines(&only_file(&d));
+    let r = &recs[2];
+    assert_eq!((r.kind, r.call.as_str(), r.result.as_str(), r.seq), (Some(Kind::Rereg), "ibv_rereg_mr", "ok", 2));
+    assert_eq!(
+        (r.addr.as_deref(), r.length, r.access, r.pd.as_deref()),
+        (Some("0x10000"), Some(4096), Some(7), Some("0xabc0"))
+    );
+    assert_eq!(
+        (r.new_addr.as_deref(), r.new_length, r.new_access, r.new_pd.as_deref()),
+        (Some("0x40000"), Some(16384), Some(3), None)
+    );
+    assert_eq!((r.rereg_flags, r.rereg_ret, r.rereg_ret_name.as_deref(), r.errno), (Some(5), Some(0), None, None));
+    assert_eq!((r.lkey, r.rkey, r.reg_seq, r.device.as_deref()), (Some(7), Some(8), Some(1), Some("mrsim0")));
+    assert_eq!((r.registered_bytes, r.registered_bytes_after), (4096, Some(16384)));
+    // the dereg gives back what the MR is now
+    let r = &recs[3];
+    assert_eq!(
+        (r.kind, r.reg_seq, r.registered_bytes, r.registered_bytes_after),
+        (Some(Kind::Dereg), Some(1), 16384, Some(0))
+    );
+}
+
+#[test]
+fn a_rereg_of_an_mr_a_strategy_altered_is_refused_without_calling_the_provider() {
+    let d = tmpdir("rereg-refused");
+    let s = shim_with(&[("MRSHIM_LOG", d.to_str().unwrap())]);
+    let a = rereg::ReregArgs {
+        mr: 0x5000,
+        flags: 1,
+        addr: 0x40000,
+        length: 4096,
+        mr_addr: 0x10000,
+        mr_length: 4096,
+        ..Default::default()
+    };
+    let real = FakeRereg { ret: 0, errno: 0, calls: Default::default() };
+    let bounce = Some(rereg::Altered(mrshim_retry::strategy::Strategy::Bounce));
+    let out = s.rereg(&a, bounce, &real);
+    assert_eq!((out.ret, out.errno, real.calls.get()), (-4, libc::EOPNOTSUPP, 0));
+    // CHANGE_PD alone too; input libibverbs rejects itself, and flags 0, go to the real function
+    assert_eq!(s.rereg(&rereg::ReregArgs { flags: 2, pd: 0x77, ..a.clone() }, bounce, &real).ret, -4);
+    assert_eq!(real.calls.get(), 0);
+    s.rereg(&rereg::ReregArgs { flags: 1, addr: 0, ..a.clone() }, bounce, &real);
+    s.rereg(&rereg::ReregArgs { flags: 0, ..a.clone() }, bounce, &real);
+    assert_eq!(real.calls.get(), 2);
+    // a registered dmabuf: rdma-core's own answer for dmabuf MRs
+    let dmabuf = Some(rereg::Altered(mrshim_retry::strategy::Strategy::DmabufToVa));
+    assert_eq!(s.rereg(&a, dmabuf, &real), rereg::ReregOutcome { ret: -1, errno: libc::EINVAL });
+    let recs = lines(&only_file(&d));
+    let r = &recs[1];
+    assert_eq!((r.kind, r.result.as_str(), r.strategy.as_deref()), (Some(Kind::Rereg), "refused", Some("bounce")));
+    assert_eq!((r.rereg_ret, r.rereg_ret_name.as_deref()), (Some(-4), Some("IBV_REREG_MR_ERR_CMD")));
+    assert_eq!((r.errno, r.errno_name.as_deref()), (Some(libc::EOPNOTSUPP), Some("EOPNOTSUPP")));
+    assert!(r.change.as_deref().unwrap().contains("host shadow"), "{:?}", r.change);
+    assert_eq!((r.addr.as_deref(), r.new_addr.as_deref()), (Some("0x10000"), Some("0x40000")));
+    // refusals are not failures of the application's calls
+    assert_eq!(s.summary().by_call["ibv_rereg_mr"].failures, 0);
+}

@@ -9,10 +9,13 @@ pub enum Call {
     RegMrIova2,
     RegDmabufMr,
     DeregMr,
+    /// Recorded, never retried or injected: it changes an MR, it makes none.
+    ReregMr,
 }
 
 impl Call {
-    pub const ALL: [Call; 5] = [Call::RegMr, Call::RegMrIova, Call::RegMrIova2, Call::RegDmabufMr, Call::DeregMr];
+    pub const ALL: [Call; 6] =
+        [Call::RegMr, Call::RegMrIova, Call::RegMrIova2, Call::RegDmabufMr, Call::DeregMr, Call::ReregMr];
     /// The registrations: what retries and injected failures apply to.
     pub const REGISTRATIONS: [Call; 4] = [Call::RegMr, Call::RegMrIova, Call::RegMrIova2, Call::RegDmabufMr];
 
@@ -23,6 +26,7 @@ impl Call {
             Call::RegMrIova2 => "ibv_reg_mr_iova2",
             Call::RegDmabufMr => "ibv_reg_dmabuf_mr",
             Call::DeregMr => "ibv_dereg_mr",
+            Call::ReregMr => "ibv_rereg_mr",
         }
     }
 
@@ -53,6 +57,7 @@ mod tests {
             assert_eq!(Call::parse_registration(&c.name()[4..]), Some(c));
         }
         assert_eq!(Call::parse_registration("ibv_dereg_mr"), None);
+        assert_eq!(Call::parse_registration("ibv_rereg_mr"), None);
         assert!(Call::ALL.iter().enumerate().all(|(i, c)| c.index() == i));
     }
 }

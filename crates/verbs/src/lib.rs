@@ -5,25 +5,36 @@
 pub use ibverbs_sys as sys;
 pub use ibverbs_sys::*;
 
-// bindgen output: its bitfield accessors carry no SAFETY comments of ours.
-#[allow(
-    non_camel_case_types,
-    non_snake_case,
-    non_upper_case_globals,
-    dead_code,
-    clippy::all,
-    clippy::undocumented_unsafe_blocks,
-    unsafe_op_in_unsafe_fn
-)]
-mod extra {
-    include!(concat!(env!("OUT_DIR"), "/extra.rs"));
+/// `$vis mod $name`: the bindgen output `$file` of the calling crate's build script (see
+/// crates/bindgen), with the lints generated code does not meet allowed (its names are C's, its
+/// bitfield accessors carry no SAFETY comments of ours).
+#[macro_export]
+macro_rules! bindgen_module {
+    ($vis:vis mod $name:ident = $file:literal) => {
+        #[allow(
+            non_camel_case_types,
+            non_snake_case,
+            non_upper_case_globals,
+            dead_code,
+            clippy::all,
+            clippy::undocumented_unsafe_blocks,
+            unsafe_op_in_unsafe_fn
+        )]
+        $vis mod $name {
+            include!(concat!(env!("OUT_DIR"), "/", $file));
+        }
+    };
 }
+
+bindgen_module!(mod extra = "extra.rs");
 pub use extra::{ibv_wc, verbs_context};
 pub mod access;
 pub mod call;
 pub use call::Call;
 pub mod errno;
 pub mod fault_rule;
+pub mod rc;
+pub mod rereg;
 pub mod units;
 
 /// Constants from verbs.h that ibverbs-sys does not carry.

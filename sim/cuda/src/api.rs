@@ -4,7 +4,9 @@
 use crate::abi::*;
 use crate::runtime::cu;
 use crate::runtime::{self, rt};
+use crate::stream::Op;
 use crate::{abi, attrs, context};
+use simgpu::{heap::Heap, Fault};
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -27,6 +29,25 @@ fn out<T>(p: *mut T, v: T) -> Result<(), CUresult> {
     // SAFETY: non-NULL out-pointer the caller passed for a T, per the API contract.
     unsafe { p.write_unaligned(v) };
     Ok(())
+}
+
+/// Makes something and hands it out through `p`, checked first: with a NULL `p` nothing is made
+/// (there would be no handle to free it with).
+fn out_new<T>(p: *mut T, make: impl FnOnce() -> Result<T, CUresult>) -> Result<(), CUresult> {
+    if p.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    out(p, make()?)
+}
+
+/// An asynchronous copy or set on stream `s`: `op` is checked against the heap now (its failure
+/// is the call's), then runs as the stream's next work.
+fn on_stream(s: CUstream, op: impl FnOnce(&Heap) -> Result<Op, Fault>) -> CUresult {
+    ffi(|| {
+        let r = rt()?;
+        let t = r.target(s as usize)?;
+        r.run(t, op(&r.heap).map_err(cu)?)
+    })
 }
 
 /// Copies `s` into a caller's buffer of `len` bytes, truncated and NUL-terminated.
@@ -144,12 +165,11 @@ pub extern "C" fn cuDeviceGetAttribute(v: *mut c_int, attr: c_uint, dev: CUdevic
 #[no_mangle]
 pub extern "C" fn cuCtxCreate_v2(pctx: *mut CUcontext, _flags: c_uint, dev: CUdevice) -> CUresult {
     ffi(|| {
-        if pctx.is_null() {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        let h = rt()?.create_ctx(dev)?;
-        context::push(h);
-        out(pctx, h as CUcontext)
+        out_new(pctx, || {
+            let h = rt()?.create_ctx(dev)?;
+            context::push(h);
+            Ok(h as CUcontext)
+        })
     })
 }
 
@@ -248,13 +268,7 @@ pub extern "C" fn cuDevicePrimaryCtxRelease(dev: CUdevice) -> CUresult {
 
 #[no_mangle]
 pub extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytes: usize) -> CUresult {
-    ffi(|| {
-        if dptr.is_null() {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        let d = rt()?.alloc(bytes as u64)?;
-        out(dptr, d)
-    })
+    ffi(|| out_new(dptr, || rt()?.alloc(bytes as u64)))
 }
 
 #[no_mangle]
@@ -322,38 +336,22 @@ pub extern "C" fn cuMemsetD8_v2(dst: CUdeviceptr, v: u8, n: usize) -> CUresult {
 
 #[no_mangle]
 pub extern "C" fn cuMemcpyHtoDAsync_v2(dst: CUdeviceptr, src: *const c_void, n: usize, s: CUstream) -> CUresult {
-    ffi(|| {
-        let r = rt()?;
-        let t = r.target(s as usize)?;
-        r.run(t, r.heap.htod(dst, src as usize, n as u64).map_err(cu)?)
-    })
+    on_stream(s, |h| h.htod(dst, src as usize, n as u64))
 }
 
 #[no_mangle]
 pub extern "C" fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream) -> CUresult {
-    ffi(|| {
-        let r = rt()?;
-        let t = r.target(s as usize)?;
-        r.run(t, r.heap.dtoh(dst as usize, src, n as u64).map_err(cu)?)
-    })
+    on_stream(s, |h| h.dtoh(dst as usize, src, n as u64))
 }
 
 #[no_mangle]
 pub extern "C" fn cuMemcpyDtoDAsync_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream) -> CUresult {
-    ffi(|| {
-        let r = rt()?;
-        let t = r.target(s as usize)?;
-        r.run(t, r.heap.dtod(dst, src, n as u64).map_err(cu)?)
-    })
+    on_stream(s, |h| h.dtod(dst, src, n as u64))
 }
 
 #[no_mangle]
 pub extern "C" fn cuMemsetD8Async(dst: CUdeviceptr, v: u8, n: usize, s: CUstream) -> CUresult {
-    ffi(|| {
-        let r = rt()?;
-        let t = r.target(s as usize)?;
-        r.run(t, r.heap.memset8(dst, v, n as u64).map_err(cu)?)
-    })
+    on_stream(s, |h| h.memset8(dst, v, n as u64))
 }
 
 /// dmabuf export of a whole allocation (or a prefix of it): `dptr` must be where the
@@ -428,13 +426,7 @@ pub extern "C" fn cuPointerGetAttributes(
 
 #[no_mangle]
 pub extern "C" fn cuStreamCreate(ps: *mut CUstream, flags: c_uint) -> CUresult {
-    ffi(|| {
-        if ps.is_null() {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        let h = rt()?.create_stream(flags)?;
-        out(ps, h as CUstream)
-    })
+    ffi(|| out_new(ps, || Ok(rt()?.create_stream(flags)? as CUstream)))
 }
 
 #[no_mangle]

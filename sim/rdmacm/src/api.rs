@@ -8,8 +8,8 @@ use crate::cm::{self, lock, ChanBox, Cm, Ev, IdBox, IdSt, St, K_CONN, K_LISTEN};
 use crate::devices;
 use crate::ports;
 use crate::proto::{self, is_ud, msg_from, publish_route, send};
-use crate::wire::{Kind, REJ_CONSUMER_DEFINED, REJ_INVALID_SERVICE_ID};
-use crate::{err, ffi};
+use crate::wire::{Kind, Msg, REJ_CONSUMER_DEFINED, REJ_INVALID_SERVICE_ID};
+use crate::{err, ffi, status};
 use mrshim_verbs as v;
 use std::os::raw::{c_int, c_void};
 use std::ptr::null_mut;
@@ -27,6 +27,11 @@ pub(crate) unsafe fn token(id: *mut a::rdma_cm_id) -> u64 {
 unsafe fn chan_token(ch: *mut a::rdma_event_channel) -> u64 {
     // SAFETY: channels come from rdma_create_event_channel: a ChanBox.
     unsafe { (*ch.cast::<ChanBox>()).token }
+}
+
+/// The shape of the calls that return `int`: `f` behind the panic boundary; 0, or -1 with errno.
+fn int_call(f: impl FnOnce() -> Result<(), i32>) -> c_int {
+    ffi(-1, || status(f()))
 }
 
 #[no_mangle]
@@ -136,22 +141,20 @@ pub(crate) fn destroy(cm: &mut Cm, t: u64) {
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_id(id: *mut a::rdma_cm_id) -> c_int {
-    ffi(-1, || {
-        // SAFETY: the caller's id.
-        let t = unsafe { token(id) };
+    // SAFETY: the caller's id.
+    let t = unsafe { token(id) };
+    int_call(|| {
         let mut cm = lock();
-        if !cm.ids.contains_key(&t) {
-            return err(libc::EINVAL, -1);
-        }
+        cm.id(t)?;
         destroy(&mut cm, t);
-        0
+        Ok(())
     })
 }
 
 /// Binds id `t` to `addr` (port 0: an ephemeral one).
 fn bind(cm: &mut Cm, t: u64, mut addr: Addr) -> Result<(), i32> {
     let d = devices::get()?;
-    let s = cm.ids.get(&t).ok_or(libc::EINVAL)?;
+    let s = cm.id(t)?;
     if s.st != St::Idle {
         return Err(libc::EINVAL);
     }
@@ -173,22 +176,24 @@ fn bind(cm: &mut Cm, t: u64, mut addr: Addr) -> Result<(), i32> {
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_bind_addr(id: *mut a::rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
-    ffi(-1, || {
-        // SAFETY: the caller's id and sockaddr.
-        let (t, a) = unsafe { (token(id), Addr::from_sockaddr(addr)) };
-        let r = a.and_then(|a| bind(&mut lock(), t, a));
-        r.map_or_else(|e| err(e, -1), |_| 0)
+    // SAFETY: the caller's id.
+    let t = unsafe { token(id) };
+    int_call(|| {
+        // SAFETY: the caller's sockaddr.
+        let a = unsafe { Addr::from_sockaddr(addr) }?;
+        bind(&mut lock(), t, a)
     })
+}
+
+/// An id operation that queues an event: `body`, then, on a synchronous id, waiting for that
+/// event.
+fn queued(t: u64, body: impl FnOnce() -> Result<(), i32>) -> Result<(), i32> {
+    body()?;
+    complete(t)
 }
 
 /// For a synchronous id: waits for the event the call started and turns it into the result, as
 /// rdma-core's librdmacm does (REJECTED: ECONNREFUSED; other failures: their status).
-/// An id operation that queues an event: `body`, then, on a synchronous id, waiting for that
-/// event; 0, or -1 with errno.
-fn queued(t: u64, body: impl FnOnce() -> Result<(), i32>) -> c_int {
-    body().and_then(|_| complete(t)).map_or_else(|e| err(e, -1), |_| 0)
-}
-
 pub(crate) fn complete(t: u64) -> Result<(), i32> {
     let chan = {
         let cm = lock();
@@ -199,7 +204,7 @@ pub(crate) fn complete(t: u64) -> Result<(), i32> {
     };
     let ev = cm::get_event(chan)?;
     let cm = lock();
-    let Some(s) = cm.ids.get(&t) else { return Err(libc::EINVAL) };
+    let s = cm.id(t)?;
     // SAFETY: the id's public struct; its previous event is ours and replaced.
     let id = unsafe { &mut (*s.ptr).id };
     if !id.event.is_null() {
@@ -240,15 +245,16 @@ pub unsafe extern "C" fn rdma_resolve_addr(
     dst: *mut libc::sockaddr,
     timeout_ms: c_int,
 ) -> c_int {
-    ffi(-1, || {
-        // SAFETY: the caller's id and sockaddrs.
-        let (t, dst, src) =
-            unsafe { (token(id), Addr::from_sockaddr(dst), (!src.is_null()).then(|| Addr::from_sockaddr(src))) };
+    // SAFETY: the caller's id.
+    let t = unsafe { token(id) };
+    int_call(|| {
+        // SAFETY: the caller's sockaddrs.
+        let (dst, src) = unsafe { (Addr::from_sockaddr(dst), (!src.is_null()).then(|| Addr::from_sockaddr(src))) };
         queued(t, || {
             let dst = dst?;
             let d = devices::get()?;
             let mut cm = lock();
-            let st = cm.ids.get(&t).ok_or(libc::EINVAL)?.st;
+            let st = cm.id(t)?.st;
             match (st, src) {
                 (St::Idle, Some(s)) => bind(&mut cm, t, s?)?,
                 (St::Idle, None) => bind(&mut cm, t, Addr::any(dst.family()))?,
@@ -284,12 +290,12 @@ pub unsafe extern "C" fn rdma_resolve_addr(
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_resolve_route(id: *mut a::rdma_cm_id, _timeout_ms: c_int) -> c_int {
-    ffi(-1, || {
-        // SAFETY: the caller's id.
-        let t = unsafe { token(id) };
+    // SAFETY: the caller's id.
+    let t = unsafe { token(id) };
+    int_call(|| {
         queued(t, || {
             let mut cm = lock();
-            let s = cm.ids.get_mut(&t).ok_or(libc::EINVAL)?;
+            let s = cm.id_mut(t)?;
             if s.st != St::AddrResolved {
                 return Err(libc::EINVAL);
             }
@@ -305,43 +311,40 @@ pub unsafe extern "C" fn rdma_resolve_route(id: *mut a::rdma_cm_id, _timeout_ms:
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_listen(id: *mut a::rdma_cm_id, backlog: c_int) -> c_int {
-    ffi(-1, || {
-        // SAFETY: the caller's id.
-        let t = unsafe { token(id) };
-        let r = (|| {
-            let d = devices::get()?;
-            let mut cm = lock();
-            let s = cm.ids.get(&t).ok_or(libc::EINVAL)?;
-            if s.st == St::Listen {
-                return Ok(());
-            }
-            if s.st != St::Bound {
-                return Err(libc::EINVAL);
-            }
-            let path = ports::listen_path(&d.rundir, s.ps, &s.src.unwrap());
-            let fd = unix_socket()?;
-            let _ = std::fs::remove_file(&path);
-            let (sa, len) = sockaddr_un(&path)?;
-            // SAFETY: bind/listen on our new socket with our address.
-            let ok = unsafe {
-                libc::bind(fd, (&sa as *const libc::sockaddr_un).cast(), len) == 0
-                    && libc::listen(fd, backlog.clamp(1, 4096)) == 0
-            };
-            if !ok {
-                let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
-                // SAFETY: our socket.
-                unsafe { libc::close(fd) };
-                return Err(e);
-            }
-            // accept4 in on_listen loops until EAGAIN.
-            set_nonblock(fd);
-            let s = cm.ids.get_mut(&t).unwrap();
-            s.listen = Some((fd, path));
-            s.st = St::Listen;
-            cm.watch(t, fd, K_LISTEN);
-            Ok(())
-        })();
-        r.map_or_else(|e| err(e, -1), |_| 0)
+    // SAFETY: the caller's id.
+    let t = unsafe { token(id) };
+    int_call(|| {
+        let d = devices::get()?;
+        let mut cm = lock();
+        let s = cm.id(t)?;
+        if s.st == St::Listen {
+            return Ok(());
+        }
+        if s.st != St::Bound {
+            return Err(libc::EINVAL);
+        }
+        let path = ports::listen_path(&d.rundir, s.ps, &s.src.unwrap());
+        let fd = unix_socket()?;
+        let _ = std::fs::remove_file(&path);
+        let (sa, len) = sockaddr_un(&path)?;
+        // SAFETY: bind/listen on our new socket with our address.
+        let ok = unsafe {
+            libc::bind(fd, (&sa as *const libc::sockaddr_un).cast(), len) == 0
+                && libc::listen(fd, backlog.clamp(1, 4096)) == 0
+        };
+        if !ok {
+            let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+            // SAFETY: our socket.
+            unsafe { libc::close(fd) };
+            return Err(e);
+        }
+        // accept4 in on_listen loops until EAGAIN.
+        set_nonblock(fd);
+        let s = cm.ids.get_mut(&t).unwrap();
+        s.listen = Some((fd, path));
+        s.st = St::Listen;
+        cm.watch(t, fd, K_LISTEN);
+        Ok(())
     })
 }
 
@@ -411,15 +414,34 @@ fn private_of(p: *const c_void, len: u8, kind: Kind) -> Result<Vec<u8>, i32> {
     Ok(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len as usize) }.to_vec())
 }
 
+/// The REQ or REP (SIDR REQ/REP) id `s` sends: its QP's number (without one, the number the
+/// parameters name), its PSN, rdma_cm's Q_Key, the negotiated RDMA read resources and retry
+/// counts, and the private data.
+fn conn_msg(s: &IdSt, kind: Kind, qp: *mut v::ibv_qp, p: Option<&a::rdma_conn_param>, private: Vec<u8>) -> Msg {
+    let mut m = msg_from(s, kind);
+    // SAFETY: the id's QP, if any, is the caller's.
+    m.qpn = if qp.is_null() { p.map_or(0, |p| p.qp_num) } else { unsafe { (*qp).qp_num } };
+    m.psn = s.psn;
+    m.qkey = crate::abi::RDMA_UDP_QKEY;
+    m.responder_resources = s.responder_resources;
+    m.initiator_depth = s.initiator_depth;
+    m.retry_count = s.retry_count;
+    m.rnr_retry_count = s.rnr_retry_count;
+    m.private = private;
+    m
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn rdma_connect(id: *mut a::rdma_cm_id, param: *mut a::rdma_conn_param) -> c_int {
-    ffi(-1, || {
-        // SAFETY: the caller's id and optional parameters.
-        let (t, p) = unsafe { (token(id), param.as_ref()) };
+    // SAFETY: the caller's id.
+    let t = unsafe { token(id) };
+    int_call(|| {
+        // SAFETY: the caller's optional parameters.
+        let p = unsafe { param.as_ref() };
         queued(t, || {
             let d = devices::get()?;
             let mut cm = lock();
-            let s = cm.ids.get_mut(&t).ok_or(libc::EINVAL)?;
+            let s = cm.id_mut(t)?;
             if s.st != St::RouteResolved {
                 return Err(libc::EINVAL);
             }
@@ -434,17 +456,8 @@ pub unsafe extern "C" fn rdma_connect(id: *mut a::rdma_cm_id, param: *mut a::rdm
             }
             // SAFETY: the id's public struct; its QP, if any, is the caller's.
             let qp = unsafe { (*s.ptr).id.qp };
-            let mut m = msg_from(s, kind);
-            // SAFETY: as above.
-            m.qpn = if qp.is_null() { p.map_or(0, |p| p.qp_num) } else { unsafe { (*qp).qp_num } };
-            m.psn = s.psn;
-            m.qkey = crate::abi::RDMA_UDP_QKEY;
-            m.responder_resources = s.responder_resources;
-            m.initiator_depth = s.initiator_depth;
-            m.retry_count = s.retry_count;
-            m.rnr_retry_count = s.rnr_retry_count;
+            let mut m = conn_msg(s, kind, qp, p, private);
             m.srq = p.map_or(0, |p| p.srq);
-            m.private = private;
             let Some(fd) = connect_listener(&d.rundir, s.ps, &s.dst.unwrap()) else {
                 // Nobody listens: the peer's CM refuses (REJ: invalid service ID; SIDR:
                 // unsupported).
@@ -467,12 +480,14 @@ pub unsafe extern "C" fn rdma_connect(id: *mut a::rdma_cm_id, param: *mut a::rdm
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_accept(id: *mut a::rdma_cm_id, param: *mut a::rdma_conn_param) -> c_int {
-    ffi(-1, || {
-        // SAFETY: the caller's id and optional parameters.
-        let (t, p) = unsafe { (token(id), param.as_ref()) };
+    // SAFETY: the caller's id.
+    let t = unsafe { token(id) };
+    int_call(|| {
+        // SAFETY: the caller's optional parameters.
+        let p = unsafe { param.as_ref() };
         queued(t, || {
             let mut cm = lock();
-            let s = cm.ids.get_mut(&t).ok_or(libc::EINVAL)?;
+            let s = cm.id_mut(t)?;
             if s.st != St::ReqRecv {
                 return Err(libc::EINVAL);
             }
@@ -491,16 +506,7 @@ pub unsafe extern "C" fn rdma_accept(id: *mut a::rdma_cm_id, param: *mut a::rdma
             if !qp.is_null() && !ud {
                 crate::qp::connect(s, qp)?;
             }
-            let mut m = msg_from(s, kind);
-            // SAFETY: as above.
-            m.qpn = if qp.is_null() { p.map_or(0, |p| p.qp_num) } else { unsafe { (*qp).qp_num } };
-            m.psn = s.psn;
-            m.qkey = crate::abi::RDMA_UDP_QKEY;
-            m.responder_resources = s.responder_resources;
-            m.initiator_depth = s.initiator_depth;
-            m.retry_count = s.retry_count;
-            m.rnr_retry_count = s.rnr_retry_count;
-            m.private = private;
+            let m = conn_msg(s, kind, qp, p, private);
             let fd = s.conn.ok_or(libc::ECONNRESET)?;
             send(fd, &m)?;
             s.st = if ud { St::Connected } else { St::Accept };
@@ -511,56 +517,53 @@ pub unsafe extern "C" fn rdma_accept(id: *mut a::rdma_cm_id, param: *mut a::rdma
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_reject(id: *mut a::rdma_cm_id, data: *const c_void, len: u8) -> c_int {
-    ffi(-1, || {
-        // SAFETY: the caller's id.
-        let t = unsafe { token(id) };
-        let r = (|| {
-            let mut cm = lock();
-            let s = cm.ids.get_mut(&t).ok_or(libc::EINVAL)?;
-            if s.st != St::ReqRecv {
-                return Err(libc::EINVAL);
-            }
-            let ud = is_ud(s.ps);
-            let kind = if ud { Kind::SidrRep } else { Kind::Rej };
-            let mut m = msg_from(s, kind);
-            m.private = private_of(data, len, kind)?;
-            m.status = if ud { proto::SIDR_REJECT } else { REJ_CONSUMER_DEFINED };
-            if let Some(fd) = s.conn {
-                send(fd, &m)?;
-            }
-            s.st = St::Idle;
-            Ok(())
-        })();
-        r.map_or_else(|e| err(e, -1), |_| 0)
+    // SAFETY: the caller's id.
+    let t = unsafe { token(id) };
+    int_call(|| {
+        let mut cm = lock();
+        let s = cm.id_mut(t)?;
+        if s.st != St::ReqRecv {
+            return Err(libc::EINVAL);
+        }
+        let ud = is_ud(s.ps);
+        let kind = if ud { Kind::SidrRep } else { Kind::Rej };
+        let mut m = msg_from(s, kind);
+        m.private = private_of(data, len, kind)?;
+        m.status = if ud { proto::SIDR_REJECT } else { REJ_CONSUMER_DEFINED };
+        if let Some(fd) = s.conn {
+            send(fd, &m)?;
+        }
+        s.st = St::Idle;
+        Ok(())
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_notify(id: *mut a::rdma_cm_id, _event: c_int) -> c_int {
-    ffi(-1, || {
-        // SAFETY: the caller's id.
-        let t = unsafe { token(id) };
+    // SAFETY: the caller's id.
+    let t = unsafe { token(id) };
+    int_call(|| {
         let mut cm = lock();
-        match cm.ids.get(&t).map(|s| s.st) {
+        match cm.id(t)?.st {
             // Data arrived before the RTU: the connection is established (IB_EVENT_COMM_EST).
-            Some(St::Accept) => {
-                cm.ids.get_mut(&t).unwrap().st = St::Connected;
+            St::Accept => {
+                cm.id_mut(t)?.st = St::Connected;
                 cm.notify(t, et::RDMA_CM_EVENT_ESTABLISHED, 0);
-                0
+                Ok(())
             }
-            Some(St::Connected) => 0,
-            _ => err(libc::EINVAL, -1),
+            St::Connected => Ok(()),
+            _ => Err(libc::EINVAL),
         }
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_disconnect(id: *mut a::rdma_cm_id) -> c_int {
-    ffi(-1, || {
-        // SAFETY: the caller's id.
-        let t = unsafe { token(id) };
+    // SAFETY: the caller's id.
+    let t = unsafe { token(id) };
+    int_call(|| {
         let mut cm = lock();
-        let Some(s) = cm.ids.get_mut(&t) else { return err(libc::EINVAL, -1) };
+        let s = cm.id_mut(t)?;
         // As rdma-core's librdmacm: the id's QP goes to ERR first, whatever the connection's
         // state, so its posted work requests complete as flushed.
         // SAFETY: the id's public struct; its QP, if any.
@@ -574,32 +577,30 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut a::rdma_cm_id) -> c_int {
                     let _ = send(fd, &msg_from(s, Kind::Dreq));
                 }
                 s.st = St::DiscSent;
-                0
+                Ok(())
             }
             // The peer disconnected first, or we already did: the kernel answers 0 too.
-            St::Disconnected | St::DiscSent | St::Connected => 0,
-            _ => err(libc::EINVAL, -1),
+            St::Disconnected | St::DiscSent | St::Connected => Ok(()),
+            _ => Err(libc::EINVAL),
         }
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_establish(id: *mut a::rdma_cm_id) -> c_int {
-    ffi(-1, || {
-        // SAFETY: the caller's id.
-        let t = unsafe { token(id) };
+    // SAFETY: the caller's id.
+    let t = unsafe { token(id) };
+    int_call(|| {
         let mut cm = lock();
-        let Some(s) = cm.ids.get_mut(&t) else { return err(libc::EINVAL, -1) };
+        let s = cm.id_mut(t)?;
         if s.st != St::RepRecv {
-            return err(libc::EINVAL, -1);
+            return Err(libc::EINVAL);
         }
         if let Some(fd) = s.conn {
-            if let Err(e) = send(fd, &msg_from(s, Kind::Rtu)) {
-                return err(e, -1);
-            }
+            send(fd, &msg_from(s, Kind::Rtu))?;
         }
         s.st = St::Connected;
-        0
+        Ok(())
     })
 }
 
@@ -609,19 +610,13 @@ pub unsafe extern "C" fn rdma_init_qp_attr(
     attr: *mut v::ibv_qp_attr,
     mask: *mut c_int,
 ) -> c_int {
-    ffi(-1, || {
-        // SAFETY: the caller's id and output structs.
-        let (t, attr, mask) = unsafe { (token(id), &mut *attr, &mut *mask) };
-        let cm = lock();
-        let Some(s) = cm.ids.get(&t) else { return err(libc::EINVAL, -1) };
-        match crate::qp::attr(s, attr.qp_state) {
-            Ok((a, m)) => {
-                *attr = a;
-                *mask = m;
-                0
-            }
-            Err(e) => err(e, -1),
-        }
+    // SAFETY: the caller's id.
+    let t = unsafe { token(id) };
+    int_call(|| {
+        // SAFETY: the caller's output structs.
+        let (attr, mask) = unsafe { (&mut *attr, &mut *mask) };
+        (*attr, *mask) = crate::qp::attr(lock().id(t)?, attr.qp_state)?;
+        Ok(())
     })
 }
 
@@ -655,17 +650,16 @@ pub unsafe extern "C" fn rdma_ack_cm_event(ev: *mut a::rdma_cm_event) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_migrate_id(id: *mut a::rdma_cm_id, ch: *mut a::rdma_event_channel) -> c_int {
-    ffi(-1, || {
-        // SAFETY: the caller's id and optional channel.
-        let (t, to) = unsafe { (token(id), (!ch.is_null()).then(|| chan_token(ch))) };
+    // SAFETY: the caller's id.
+    let t = unsafe { token(id) };
+    int_call(|| {
+        // SAFETY: the caller's optional channel.
+        let to = (!ch.is_null()).then(|| unsafe { chan_token(ch) });
         let mut cm = lock();
-        let Some(from) = cm.ids.get(&t).map(|s| s.chan) else { return err(libc::EINVAL, -1) };
+        let from = cm.id(t)?.chan;
         let to = match to {
             Some(c) => c,
-            None => match cm.new_chan(true) {
-                Ok(c) => c,
-                Err(e) => return err(e, -1),
-            },
+            None => cm.new_chan(true)?,
         };
         cm.move_id(t, to);
         let sync = cm.chans.get(&to).is_some_and(|c| c.private);
@@ -673,7 +667,7 @@ pub unsafe extern "C" fn rdma_migrate_id(id: *mut a::rdma_cm_id, ch: *mut a::rdm
         if cm.chans.get(&from).is_some_and(|c| c.private) && !cm.ids.values().any(|o| o.chan == from) {
             cm.drop_chan(from);
         }
-        0
+        Ok(())
     })
 }
 
@@ -702,27 +696,29 @@ pub unsafe extern "C" fn rdma_set_option(
     val: *mut c_void,
     len: usize,
 ) -> c_int {
-    ffi(-1, || {
-        // SAFETY: the caller's id.
-        let t = unsafe { token(id) };
+    // SAFETY: the caller's id.
+    let t = unsafe { token(id) };
+    int_call(|| {
         let mut cm = lock();
-        let Some(s) = cm.ids.get_mut(&t) else { return err(libc::EINVAL, -1) };
+        let s = cm.id_mut(t)?;
         let lv = level as u32;
         let nm = name as u32;
         match (lv, nm) {
-            (a::RDMA_OPTION_ID, a::RDMA_OPTION_ID_TOS) | (a::RDMA_OPTION_ID, a::RDMA_OPTION_ID_ACK_TIMEOUT)
-                if len == 1 =>
-            {
-                0
+            (a::RDMA_OPTION_ID, a::RDMA_OPTION_ID_TOS) if len == 1 => Ok(()),
+            // The kernel's rdma_set_ack_timeout: RC ids only.
+            (a::RDMA_OPTION_ID, a::RDMA_OPTION_ID_ACK_TIMEOUT) if len == 1 && !is_ud(s.ps) => {
+                // SAFETY: the caller's byte.
+                s.ack_timeout = Some(unsafe { *val.cast::<u8>() });
+                Ok(())
             }
-            (a::RDMA_OPTION_ID, a::RDMA_OPTION_ID_REUSEADDR) if len == 4 => 0,
+            (a::RDMA_OPTION_ID, a::RDMA_OPTION_ID_REUSEADDR) if len == 4 => Ok(()),
             (a::RDMA_OPTION_ID, a::RDMA_OPTION_ID_AFONLY) if len == 4 => {
                 // SAFETY: the caller's int.
                 s.afonly = unsafe { *val.cast::<c_int>() } != 0;
-                0
+                Ok(())
             }
-            (a::RDMA_OPTION_ID, _) | (a::RDMA_OPTION_IB, a::RDMA_OPTION_IB_PATH) => err(libc::EINVAL, -1),
-            _ => err(libc::ENOSYS, -1),
+            (a::RDMA_OPTION_ID, _) | (a::RDMA_OPTION_IB, a::RDMA_OPTION_IB_PATH) => Err(libc::EINVAL),
+            _ => Err(libc::ENOSYS),
         }
     })
 }

@@ -83,6 +83,8 @@ pub struct IdSt {
     /// CQs and completion channels rdma_create_qp made (destroyed with the QP).
     pub own_cqs: bool,
     pub afonly: bool,
+    /// RDMA_OPTION_ID_ACK_TIMEOUT: the QP's `timeout` at RTS instead of the default.
+    pub ack_timeout: Option<u8>,
 }
 
 pub struct Chan {
@@ -148,6 +150,16 @@ pub fn random_psn() -> u32 {
 }
 
 impl Cm {
+    /// Id `t`'s state; EINVAL for an id that is not (or no longer) ours.
+    pub fn id(&self, t: u64) -> Result<&IdSt, i32> {
+        self.ids.get(&t).ok_or(libc::EINVAL)
+    }
+
+    /// As [`Cm::id`], to change it.
+    pub fn id_mut(&mut self, t: u64) -> Result<&mut IdSt, i32> {
+        self.ids.get_mut(&t).ok_or(libc::EINVAL)
+    }
+
     pub fn token(&mut self) -> u64 {
         self.next += 1;
         self.next

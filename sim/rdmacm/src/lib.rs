@@ -5,9 +5,11 @@
 //!
 //! Layers: addr/wire/ports are plain logic (unit-tested); devices opens the simulated devices;
 //! cm holds ids, channels and events; proto turns CM messages into events; qp moves an id's QP
-//! through its states; api, qp_api, addrinfo and ep are the exported C functions.
+//! through its states; api, qp_api, addrinfo and ep are the exported C functions; absent the
+//! ones that fail as on hardware without the feature (multicast, ECE).
 
 pub mod abi;
+pub mod absent;
 pub mod addr;
 pub mod addrinfo;
 pub mod api;
@@ -28,6 +30,11 @@ pub fn err<T>(e: i32, v: T) -> T {
     // SAFETY: __errno_location returns this thread's errno slot.
     unsafe { *libc::__errno_location() = e };
     v
+}
+
+/// 0, or -1 with errno `e` (the C result of a call that returns `int`).
+pub fn status(r: Result<(), i32>) -> std::os::raw::c_int {
+    r.map_or_else(|e| err(e, -1), |_| 0)
 }
 
 /// Runs an exported function's body; a panic becomes `fail` (errno EIO) instead of unwinding

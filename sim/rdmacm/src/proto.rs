@@ -7,7 +7,7 @@ use crate::abi::{self as a, rdma_cm_event_type as et, rdma_port_space as ps};
 use crate::cm::{Cm, Ev, IdBox, IdSt, St, K_CONN};
 use crate::devices;
 use crate::wire::{Kind, Msg, REJ_INVALID_SERVICE_ID};
-use mrshim_verbs as v;
+use mrshim_verbs::{self as v, rc};
 use std::os::fd::RawFd;
 
 pub fn is_ud(ps_: u32) -> bool {
@@ -40,20 +40,14 @@ pub fn msg_from(s: &IdSt, kind: Kind) -> Msg {
 
 /// The address vector from id `s`'s port to its peer (`gid`/`lid` of the peer).
 pub fn ah_attr(s: &IdSt, gid: [u8; 16], lid: u16) -> v::ibv_ah_attr {
-    // SAFETY: ibv_ah_attr is plain old data; all-zero is valid.
-    let mut ah: v::ibv_ah_attr = unsafe { std::mem::zeroed() };
-    ah.port_num = 1;
     let dev = devices::get().ok().and_then(|d| s.dev.map(|i| &d.devs[i]));
     match dev {
         Some(d) if d.roce => {
-            ah.is_global = 1;
-            ah.grh.dgid.raw = gid;
-            ah.grh.sgid_index = d.gid_index(&s.src.map_or(crate::addr::Ip::V4([0; 4]), |a| a.ip));
-            ah.grh.hop_limit = 64;
+            let sgid_index = d.gid_index(&s.src.map_or(crate::addr::Ip::V4([0; 4]), |a| a.ip));
+            rc::ah(1, 0, Some(rc::Grh { dgid: gid, sgid_index, hop_limit: 64 }))
         }
-        _ => ah.dlid = lid,
+        _ => rc::ah(1, lid, None),
     }
-    ah
 }
 
 /// Fills the id's public route (addresses, GIDs, P_Key, its device and port) from its state.
@@ -62,6 +56,12 @@ pub fn publish_route(s: &mut IdSt, dgid: [u8; 16], with_path: bool) {
     // SAFETY: the id's public struct, owned by this library; written under the CM lock.
     let id = unsafe { &mut (*s.ptr).id };
     if let Some(i) = s.dev {
+        // As rdma-core's ucma_get_device: an id bound to a device has its context and the
+        // device's PD (programs create their QPs and AHs on `id->pd`); a QP made through the
+        // id later puts its own PD there.
+        if id.pd.is_null() || id.verbs != d.devs[i].ctx {
+            id.pd = d.devs[i].default_pd();
+        }
         id.verbs = d.devs[i].ctx;
         id.port_num = 1;
     }
@@ -375,6 +375,7 @@ impl IdSt {
             ep_qp: None,
             own_cqs: false,
             afonly: false,
+            ack_timeout: None,
         }
     }
 }

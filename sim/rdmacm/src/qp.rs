@@ -8,7 +8,7 @@ use crate::abi::RDMA_UDP_QKEY;
 use crate::cm::IdSt;
 use crate::devices;
 use crate::proto::{ah_attr, is_ud};
-use mrshim_verbs::{self as v, ibv_qp_attr_mask as m, ibv_qp_state as qps};
+use mrshim_verbs::{self as v, ibv_qp_attr_mask as m, ibv_qp_state as qps, rc};
 
 /// Timeout (4.096 us * 2^14 = 67 ms) and RNR timer (code 12 = 0.64 ms) rdma_cm programs.
 const LOCAL_ACK_TIMEOUT: u8 = 14;
@@ -17,74 +17,52 @@ const MIN_RNR_TIMER: u8 = 12;
 /// The attributes for moving id `s`'s QP to `state`: EINVAL when the id is not far enough
 /// (RTR/RTS of a connected QP need the peer's REQ or REP).
 pub fn attr(s: &IdSt, state: u32) -> Result<(v::ibv_qp_attr, i32), i32> {
-    // SAFETY: ibv_qp_attr is plain old data; all-zero is valid.
-    let mut a: v::ibv_qp_attr = unsafe { std::mem::zeroed() };
-    a.qp_state = state;
-    let bits = |ms: &[v::ibv_qp_attr_mask]| ms.iter().fold(0, |acc, x| acc | x.0) as i32;
     let ud = is_ud(s.ps);
     match state {
-        qps::IBV_QPS_INIT => {
+        qps::IBV_QPS_INIT if ud => {
+            let mut a = rc::attr(state);
             a.pkey_index = 0;
             a.port_num = 1;
-            if ud {
-                a.qkey = RDMA_UDP_QKEY;
-                return Ok((a, bits(&[m::IBV_QP_STATE, m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT, m::IBV_QP_QKEY])));
-            }
-            a.qp_access_flags = 0;
-            Ok((a, bits(&[m::IBV_QP_STATE, m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT, m::IBV_QP_ACCESS_FLAGS])))
+            a.qkey = RDMA_UDP_QKEY;
+            Ok((a, rc::mask(&[m::IBV_QP_STATE, m::IBV_QP_PKEY_INDEX, m::IBV_QP_PORT, m::IBV_QP_QKEY])))
         }
-        qps::IBV_QPS_RTR if ud => Ok((a, bits(&[m::IBV_QP_STATE]))),
+        qps::IBV_QPS_INIT => Ok(rc::init(1, 0)),
+        qps::IBV_QPS_RTR if ud => Ok((rc::attr(state), rc::mask(&[m::IBV_QP_STATE]))),
         qps::IBV_QPS_RTS if ud => {
+            let mut a = rc::attr(state);
             a.sq_psn = s.psn;
-            Ok((a, bits(&[m::IBV_QP_STATE, m::IBV_QP_SQ_PSN])))
+            Ok((a, rc::mask(&[m::IBV_QP_STATE, m::IBV_QP_SQ_PSN])))
         }
         qps::IBV_QPS_RTR => {
             let r = s.remote.as_ref().ok_or(libc::EINVAL)?;
             let local_mtu = devices::get().ok().and_then(|d| s.dev.map(|i| d.devs[i].mtu)).unwrap_or(r.mtu as u32);
-            a.path_mtu = local_mtu.min(r.mtu as u32).max(1);
-            a.dest_qp_num = r.qpn;
-            a.rq_psn = r.psn;
-            a.ah_attr = ah_attr(s, r.gid, r.lid);
-            a.max_dest_rd_atomic = s.responder_resources;
-            a.min_rnr_timer = MIN_RNR_TIMER;
+            let (mut a, mask) = rc::Rtr {
+                ah_attr: ah_attr(s, r.gid, r.lid),
+                path_mtu: local_mtu.min(r.mtu as u32).max(1),
+                dest_qp_num: r.qpn,
+                rq_psn: r.psn,
+                max_dest_rd_atomic: s.responder_resources,
+                min_rnr_timer: MIN_RNR_TIMER,
+            }
+            .attr();
             // RDMA READ is allowed when the peer may have reads outstanding (as the IB CM does;
             // the simulated device offers no atomics).
             a.qp_access_flags = v::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0
                 | if s.responder_resources > 0 { v::ibv_access_flags::IBV_ACCESS_REMOTE_READ.0 } else { 0 };
-            Ok((
-                a,
-                bits(&[
-                    m::IBV_QP_STATE,
-                    m::IBV_QP_AV,
-                    m::IBV_QP_PATH_MTU,
-                    m::IBV_QP_DEST_QPN,
-                    m::IBV_QP_RQ_PSN,
-                    m::IBV_QP_MAX_DEST_RD_ATOMIC,
-                    m::IBV_QP_MIN_RNR_TIMER,
-                    m::IBV_QP_ACCESS_FLAGS,
-                ]),
-            ))
+            Ok((a, mask | rc::mask(&[m::IBV_QP_ACCESS_FLAGS])))
         }
         qps::IBV_QPS_RTS => {
             if s.remote.is_none() {
                 return Err(libc::EINVAL);
             }
-            a.sq_psn = s.psn;
-            a.timeout = LOCAL_ACK_TIMEOUT;
-            a.retry_cnt = s.retry_count;
-            a.rnr_retry = s.rnr_retry_count;
-            a.max_rd_atomic = s.initiator_depth;
-            Ok((
-                a,
-                bits(&[
-                    m::IBV_QP_STATE,
-                    m::IBV_QP_TIMEOUT,
-                    m::IBV_QP_RETRY_CNT,
-                    m::IBV_QP_RNR_RETRY,
-                    m::IBV_QP_SQ_PSN,
-                    m::IBV_QP_MAX_QP_RD_ATOMIC,
-                ]),
-            ))
+            let rts = rc::Rts {
+                sq_psn: s.psn,
+                timeout: s.ack_timeout.unwrap_or(LOCAL_ACK_TIMEOUT),
+                retry_cnt: s.retry_count,
+                rnr_retry: s.rnr_retry_count,
+                max_rd_atomic: s.initiator_depth,
+            };
+            Ok(rts.attr())
         }
         _ => Err(libc::EINVAL),
     }
@@ -116,9 +94,7 @@ pub(crate) fn init(s: &IdSt, qp: *mut v::ibv_qp) -> Result<(), i32> {
 }
 
 pub(crate) fn to_error(qp: *mut v::ibv_qp) {
-    // SAFETY: ibv_qp_attr is plain old data; all-zero is valid.
-    let mut a: v::ibv_qp_attr = unsafe { std::mem::zeroed() };
-    a.qp_state = qps::IBV_QPS_ERR;
+    let mut a = rc::attr(qps::IBV_QPS_ERR);
     // SAFETY: the id's QP and our attribute struct.
     unsafe { v::ibv_modify_qp(qp, &mut a, m::IBV_QP_STATE.0 as i32) };
 }

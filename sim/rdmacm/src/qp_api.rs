@@ -6,7 +6,7 @@
 use crate::abi as a;
 use crate::api::token;
 use crate::cm::lock;
-use crate::{devices, err, ffi};
+use crate::{devices, err, ffi, status};
 use mrshim_verbs as v;
 use std::os::raw::c_int;
 use std::ptr::null_mut;
@@ -52,7 +52,7 @@ fn create(idp: *mut a::rdma_cm_id, mut pd: *mut v::ibv_pd, attr: &mut v::ibv_qp_
     // SAFETY: the caller's id.
     let t = unsafe { token(idp) };
     let mut cm = lock();
-    let s = cm.ids.get_mut(&t).ok_or(libc::EINVAL)?;
+    let s = cm.id_mut(t)?;
     // SAFETY: the id's public struct.
     let id = unsafe { &mut (*s.ptr).id };
     let d = devices::get()?;
@@ -124,7 +124,7 @@ pub unsafe extern "C" fn rdma_create_qp(
     ffi(-1, || {
         // SAFETY: the caller's attributes.
         let Some(attr) = (unsafe { attr.as_mut() }) else { return err(libc::EINVAL, -1) };
-        create(id, pd, attr).map_or_else(|e| err(e, -1), |_| 0)
+        status(create(id, pd, attr))
     })
 }
 

@@ -171,6 +171,32 @@ static int reg_checks(const char *which) {
         report("repeat_relaxed_reg_mr", ibv_reg_mr(pd, b, 4096, FULL | IBV_ACCESS_RELAXED_ORDERING));
         report("repeat_big", ibv_reg_mr(pd, b, 1 << 20, FULL));
     }
+    if (!strcmp(which, "rereg")) { /* not in "all": its records are no registrations */
+#define REREG(n, call) do { errno = 0; int r_ = (call); printf("%s ret=%d errno=%d\n", n, r_, r_ ? errno : 0); } while (0)
+        struct ibv_mr *mr = ibv_reg_mr(pd, b, 4096, IBV_ACCESS_LOCAL_WRITE);
+        struct ibv_pd *pd2 = ibv_alloc_pd(ctx);
+        REREG("rereg_unknown_flag", ibv_rereg_mr(mr, 8, NULL, NULL, 0, 0));
+        REREG("rereg_access_without_flag", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, pd2, NULL, 0, FULL));
+        REREG("rereg_translation_without_length", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, b, 0, 0));
+        REREG("rereg_access", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, FULL));
+        REREG("rereg_bad_access", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, IBV_ACCESS_REMOTE_WRITE));
+        REREG("rereg_pd", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, pd2, NULL, 0, 0));
+        printf("rereg_pd_is_new %d\n", mr->pd == pd2);
+        uint32_t key = mr->lkey;
+        REREG("rereg_translation", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, b + 8192, 8192, 0));
+        printf("rereg_translation_moved %d new_keys %d\n", mr->addr == b + 8192 && mr->length == 8192, mr->lkey != key);
+        char *u = mmap(NULL, pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        munmap(u, pg);
+        REREG("rereg_translation_unmapped", ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, u, pg, 0));
+        printf("rereg_unmapped_kept %d\n", mr->addr == b + 8192 && mr->lkey != key);
+        ibv_dereg_mr(mr);
+        int m = memfd_create("mrshim-dmabuf-rereg", 0);
+        ftruncate(m, 65536);
+        struct ibv_mr *dm = ibv_reg_dmabuf_mr(pd, 0, 65536, 0x100000, m, FULL);
+        REREG("rereg_dmabuf", ibv_rereg_mr(dm, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, FULL));
+        ibv_dereg_mr(dm);
+#undef REREG
+    }
     return 0;
 }
 
@@ -739,8 +765,70 @@ static int dmabuf_data(void) {
     return 0;
 }
 
+/* rdma-core's test_resize_cq: a UD QP fills its CQ with send completions and the CQ is resized
+ * below them at once, without polling; the NIC has executed the sends by the time the command
+ * reaches the device, so that is EINVAL. Then the same after polling them. */
+static int resize_checks(void) {
+    ibv_query_port(ctx, 1, &port);
+    struct ibv_cq *cq = ibv_create_cq(ctx, 3, NULL, NULL, 0);
+    struct ibv_qp_init_attr ia = { .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UD,
+        .cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1 } };
+    struct ibv_qp *qp = cq ? ibv_create_qp(pd, &ia) : NULL;
+    char *buf = page_buf(4096);
+    struct ibv_mr *mr = ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+    struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1, .qkey = 0x11111111 };
+    int bad = !qp || !mr || ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY);
+    a.qp_state = IBV_QPS_RTR;
+    bad = bad || ibv_modify_qp(qp, &a, IBV_QP_STATE);
+    a.qp_state = IBV_QPS_RTS;
+    a.sq_psn = 0;
+    bad = bad || ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+    union ibv_gid gid;
+    ibv_query_gid(ctx, 1, 3, &gid);
+    struct ibv_ah_attr ah_attr = { .is_global = port.link_layer == IBV_LINK_LAYER_ETHERNET, .dlid = port.lid, .port_num = 1,
+                                   .grh = { .dgid = gid, .sgid_index = 3, .hop_limit = 1 } };
+    struct ibv_ah *ah = bad ? NULL : ibv_create_ah(pd, &ah_attr);
+    if (!ah) { fprintf(stderr, "ud setup failed %d\n", errno); return 4; }
+    int rc = ibv_resize_cq(cq, 1);
+    printf("shrink_empty=%d cqe=%d\n", rc, cq->cqe);
+    rc = ibv_resize_cq(cq, 7);
+    printf("grow=%d cqe=%d\n", rc, cq->cqe);
+    int sends = cq->cqe - 1;
+    for (int i = 0; i < sends; i++) {
+        struct ibv_sge sg = { .addr = (uintptr_t)buf, .length = 64, .lkey = mr->lkey };
+        struct ibv_send_wr wr = { .wr_id = i, .sg_list = &sg, .num_sge = 1, .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *b;
+        wr.wr.ud.ah = ah;
+        wr.wr.ud.remote_qpn = qp->qp_num;
+        wr.wr.ud.remote_qkey = 0x11111111;
+        if (ibv_post_send(qp, &wr, &b)) { fprintf(stderr, "post failed %d\n", errno); return 4; }
+    }
+    printf("shrink_below_unpolled=%d\n", ibv_resize_cq(cq, 1));
+    for (int i = 0; i < sends; i++) wait1(cq);
+    rc = ibv_resize_cq(cq, 1);
+    printf("polled=%d shrink_after_poll=%d cqe=%d\n", sends, rc, cq->cqe);
+    return 0;
+}
+
+/* The context's cmd_fd is a real read-write, close-on-exec descriptor, as rdma-core's
+ * /dev/infiniband/uverbsN: pyverbs dup()s it to import the context, which then reports
+ * EOPNOTSUPP; closing the device closes it. */
+static int cmdfd_checks(void) {
+    int fd = ctx->cmd_fd;
+    int fl = fcntl(fd, F_GETFL), fdfl = fcntl(fd, F_GETFD);
+    printf("cmd_fd_open=%d rdwr=%d cloexec=%d\n", fl >= 0, fl >= 0 && (fl & O_ACCMODE) == O_RDWR, fdfl >= 0 && (fdfl & FD_CLOEXEC));
+    int d = dup(fd);
+    errno = 0;
+    struct ibv_context *imported = ibv_import_device(d);
+    printf("dup=%d import=%s errno=%d\n", d >= 0, imported ? "context" : "NULL", errno);
+    close(d);
+    ibv_dealloc_pd(pd);
+    int rc = ibv_close_device(ctx);
+    printf("close=%d closed=%d\n", rc, fcntl(fd, F_GETFD) < 0 && errno == EBADF);
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    if (argc < 2) { fprintf(stderr, "usage: simcheck reg SCENARIO|all | transport | qpstate | multi | read-order | qpex | bench-bw SIZE ITERS | bench-post BATCHES | fuzz SEED ROUNDS | dmabuf-data\n"); return 2; }
+    if (argc < 2) { fprintf(stderr, "usage: simcheck reg SCENARIO|all | transport | qpstate | multi | read-order | qpex | resize | cmdfd | bench-bw SIZE ITERS | bench-post BATCHES | fuzz SEED ROUNDS | dmabuf-data\n"); return 2; }
     open_dev();
     if (!strcmp(argv[1], "reg")) return reg_checks(argc > 2 ? argv[2] : "all");
     if (!strcmp(argv[1], "transport")) return transport_checks();
@@ -748,6 +836,8 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "multi")) return multi_checks();
     if (!strcmp(argv[1], "read-order")) return read_order_checks();
     if (!strcmp(argv[1], "qpex")) return qpex_checks();
+    if (!strcmp(argv[1], "resize")) return resize_checks();
+    if (!strcmp(argv[1], "cmdfd")) return cmdfd_checks();
     if (!strcmp(argv[1], "bench-bw") && argc > 3) return bench_bw((size_t)atol(argv[2]), atol(argv[3]));
     if (!strcmp(argv[1], "bench-post") && argc > 2) return bench_post(atoi(argv[2]));
     if (!strcmp(argv[1], "dmabuf-data")) return dmabuf_data();

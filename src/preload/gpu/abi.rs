@@ -1,5 +1,5 @@
 //! What the GPU engines know about the runtimes' ABIs, and the decisions built on it — plain,
-//! unit-tested functions; the FFI layer (rtapi.rs, cuda in copy.rs) only asks them.
+//! unit-tested functions; the FFI layer (rtapi.rs, cuda.rs) only asks them.
 //!
 //! Confirmed publicly (ROCm/HIP and ROCm/clr headers, rocm-5.7.1 and rocm-6.x):
 //! - `hipMemoryType`: ROCm 5 Host=0 Device=1 Array=2 Unified=3 Managed=4; ROCm 6+

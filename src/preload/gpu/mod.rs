@@ -1,14 +1,16 @@
 //! The GPU runtimes the shim can copy through and export dmabufs from, each found only among
-//! the libraries the application already loaded: CUDA (copy.rs), HIP and MACA (rtapi.rs).
+//! the libraries the application already loaded: CUDA (cuda.rs), HIP and MACA (rtapi.rs).
 //! Which runtime owns an address is asked of each loaded runtime in turn; a runtime whose
 //! engine failed its self-test owns nothing it could be trusted with, and its memory is refused.
 
 pub mod abi;
+pub mod cuda;
 pub mod loaded;
+mod report;
 pub mod rtapi;
 
-use super::copy::Cuda;
 use abi::Family;
+use cuda::Cuda;
 use mrshim_bounce::CopyEngine;
 use rtapi::RtApi;
 
@@ -21,8 +23,9 @@ static MACA: mrshim_forklock::ForkOnce<Option<RtApi>> = mrshim_forklock::ForkOnc
 /// Only in a forked child, from its atfork child handler: the child has one thread, and no
 /// guard of that thread is alive.
 pub unsafe fn after_fork_child() {
-    // SAFETY: the caller's contract is ForkOnce::reset_in_child's.
+    // SAFETY: the caller's contract is ForkOnce::reset_in_child's (and cuda's).
     unsafe {
+        cuda::after_fork_child();
         HIP.reset_in_child();
         MACA.reset_in_child();
     }
@@ -53,35 +56,6 @@ pub fn maca() -> Option<&'static RtApi> {
 
 fn runtime_apis() -> impl Iterator<Item = &'static RtApi> {
     [hip(), maca()].into_iter().flatten()
-}
-
-/// The self-test's verdict, once per engine and process: one line, and a policy record when the
-/// engine is disabled.
-pub fn report_selftest(family: Family, r: &Result<(), String>) {
-    let name = family.name();
-    let shim = mrshim_core::shim_if_initialized();
-    let say = |level: &str, msg: String| match shim {
-        Some(s) => s.say(level, &msg),
-        None => mrshim_core::stderr_line(&format!("mrshim {level} {msg}")),
-    };
-    match r {
-        Ok(()) => say(
-            "INFO",
-            format!("{name} copy engine: self-test passed (pointer query and a round trip through its own allocation)"),
-        ),
-        Err(e) => {
-            say(
-                "WARN",
-                format!(
-                    "{name} copy engine disabled: self-test failed: {e}; registrations of {name} device memory are not \
-                     bounced (they fail with their original errno)"
-                ),
-            );
-            if let Some(s) = shim {
-                s.record_policy_note("copy_selftest", "bounce", &format!("{name} copy engine disabled: {e}"));
-            }
-        }
-    }
 }
 
 /// The GPU device current on the calling thread, as NCCL (cudaGetDevice), RCCL (hipGetDevice) and

@@ -279,7 +279,7 @@ impl RtApi {
     }
 
     /// Whether the engine may be used: the self-test, once, if this runtime needs it (MACA
-    /// always, HIP with MRSHIM_COPY_SELFTEST=on). The verdict is reported once (super::report).
+    /// always, HIP with MRSHIM_COPY_SELFTEST=on). The verdict is reported once (report.rs).
     pub fn trusted(&self) -> Result<(), String> {
         self.trusted
             .get_or_init(|| {
@@ -288,7 +288,7 @@ impl RtApi {
                     return Ok(());
                 }
                 let r = self.self_test();
-                super::report_selftest(self.family, &r);
+                super::report::report_selftest(self.family, &r);
                 r
             })
             .clone()

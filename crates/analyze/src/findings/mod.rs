@@ -67,13 +67,14 @@ pub struct RuledOut {
     pub reason: String,
 }
 
-type G<'a> = (&'a GroupKey, &'a Group);
+/// One group of calls (its key and counts), as the rules pass them around.
+type GroupRef<'a> = (&'a GroupKey, &'a Group);
 
 /// What the rules look at, computed once.
 pub struct View<'a> {
     pub c: &'a Collector,
-    pub fails: Vec<G<'a>>,
-    pub oks: Vec<G<'a>>,
+    pub fails: Vec<GroupRef<'a>>,
+    pub oks: Vec<GroupRef<'a>>,
     pub runs: Vec<Run>,
     pub prefix: &'static str,
 }
@@ -84,14 +85,14 @@ fn is_host_mem(m: Option<MemKind>) -> bool {
 fn unknown_mem(m: Option<MemKind>) -> bool {
     matches!(m, None | Some(MemKind::Unknown))
 }
-fn sum(gs: &[G]) -> u64 {
+fn sum(gs: &[GroupRef]) -> u64 {
     gs.iter().map(|g| g.1.count).sum()
 }
 
 impl<'a> View<'a> {
     pub fn new(c: &'a Collector) -> View<'a> {
-        let mut fails: Vec<G> = c.groups.iter().filter(|g| !g.0.ok).collect();
-        let mut oks: Vec<G> = c.groups.iter().filter(|g| g.0.ok).collect();
+        let mut fails: Vec<GroupRef> = c.groups.iter().filter(|g| !g.0.ok).collect();
+        let mut oks: Vec<GroupRef> = c.groups.iter().filter(|g| g.0.ok).collect();
         fails.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(b.0)));
         oks.sort_by(|a, b| b.1.count.cmp(&a.1.count).then(a.0.cmp(b.0)));
         let mccl = c.hosts.values().any(|h| h.libs.contains(&Lib::Mccl));
@@ -100,7 +101,7 @@ impl<'a> View<'a> {
     fn flag(&self, f: Flag) -> Option<&'a Evid> {
         self.c.hosts.values().find_map(|h| h.flags.get(&f).map(|x| &x.1))
     }
-    fn fail_where(&self, p: impl Fn(&GroupKey, &Group) -> bool) -> Vec<G<'a>> {
+    fn fail_where(&self, p: impl Fn(&GroupKey, &Group) -> bool) -> Vec<GroupRef<'a>> {
         self.fails.iter().copied().filter(|(k, g)| p(k, g)).collect()
     }
     fn ok_where(&self, p: impl Fn(&GroupKey) -> bool) -> u64 {
@@ -154,9 +155,9 @@ struct Cand<'a> {
     score: f64,
     /// The part of `score` from evidence in the input (not from priors).
     evidence: f64,
-    groups: Vec<G<'a>>,
+    groups: Vec<GroupRef<'a>>,
     /// Failures this category is a plausible cause of by prior only.
-    prior_groups: Vec<G<'a>>,
+    prior_groups: Vec<GroupRef<'a>>,
     known: Option<KnownRef>,
     facts: Vec<Evid>,
     why: Vec<String>,
@@ -193,7 +194,7 @@ impl<'a> Cand<'a> {
     }
 }
 
-fn errnos_of(gs: &[G]) -> Vec<(i32, u64)> {
+fn errnos_of(gs: &[GroupRef]) -> Vec<(i32, u64)> {
     let mut m: BTreeMap<i32, u64> = BTreeMap::new();
     for (k, g) in gs {
         if let Some(e) = k.errno {
@@ -205,7 +206,7 @@ fn errnos_of(gs: &[G]) -> Vec<(i32, u64)> {
     v
 }
 
-fn describe_errnos(gs: &[G]) -> String {
+fn describe_errnos(gs: &[GroupRef]) -> String {
     let v = errnos_of(gs);
     if v.is_empty() {
         return "an unreported errno".into();
@@ -213,7 +214,7 @@ fn describe_errnos(gs: &[G]) -> String {
     v.iter().map(|(e, _)| format!("{} ({})", errno::name(*e), errno::text(*e))).collect::<Vec<_>>().join(", ")
 }
 
-fn calls_of(gs: &[G]) -> Vec<String> {
+fn calls_of(gs: &[GroupRef]) -> Vec<String> {
     let mut m: BTreeMap<&str, u64> = BTreeMap::new();
     for (k, g) in gs {
         *m.entry(k.call.as_str()).or_default() += g.count;
@@ -419,7 +420,7 @@ pub fn diagnose(col: &Collector) -> (Vec<Finding>, Vec<RuledOut>) {
         }
     }
     let explained: BTreeSet<&GroupKey> = cands.iter().flat_map(|c| c.groups.iter().map(|g| g.0)).collect();
-    let rest: Vec<G> = v.fails.iter().copied().filter(|g| !explained.contains(g.0)).collect();
+    let rest: Vec<GroupRef> = v.fails.iter().copied().filter(|g| !explained.contains(g.0)).collect();
     if !rest.is_empty() && cands.is_empty() {
         let mut u = Cand::new("unknown");
         u.score = 0.5;

@@ -32,6 +32,20 @@ pub fn parse(line: &str, st: &mut ShimState, lineno: u64, emit: &mut dyn FnMut(E
             }
             Err(_) => lenient(line, kind, st, emit),
         },
+        "rereg" => match serde_json::from_str::<Reg>(line) {
+            Ok(r) => {
+                st.version(r.v, emit);
+                let fact = Fact::Rereg { result: r.result.clone() };
+                emit(Event::Fact { lib: Lib::Shim, host: Some(r.host.clone()), pid: Some(r.pid), fact });
+                // a rereg the provider failed is a failed call of the application's; a refusal
+                // (reg() skips it) or a success is not a registration
+                if r.result == "error" {
+                    reg(r, true, lineno, emit);
+                }
+                true
+            }
+            Err(_) => lenient(line, kind, st, emit),
+        },
         "config" | "summary" | "policy" | "error" => lenient(line, kind, st, emit),
         _ => {
             st.malformed += 1;
@@ -271,4 +285,29 @@ fn job_of(v: &Value) -> Fact {
         .or_else(|| env(JOB).map(|s| s.trim().to_string()))
         .filter(|s| !s.is_empty());
     Fact::Started { world_size, job_id }
+}
+
+#[cfg(test)]
+mod rereg_tests {
+    /// Rereg records are counted; a refusal is no failure, a provider's failure is the
+    /// application's failed call.
+    #[test]
+    fn rereg_records_are_counted_and_only_real_failures_fail() {
+        let base = r#"{"v":1,"kind":"rereg","seq":5,"time_ns":1,"host":"h","pid":7,"tid":7,"call":"ibv_rereg_mr","addr":"0x1000","length":4096,"duration_ns":1,"rereg_flags":1,"new_addr":"0x9000","new_length":8192"#;
+        let refused = format!(r#"{base},"result":"refused","errno":95,"strategy":"bounce","rereg_ret":-4}}"#);
+        let ok = format!(r#"{base},"result":"ok","rereg_ret":0}}"#);
+        let failed = format!(r#"{base},"result":"error","errno":95,"errno_name":"EOPNOTSUPP","rereg_ret":-4}}"#);
+        let run = |lines: &[&str]| {
+            let text = lines.join("\n") + "\n";
+            crate::analyze_readers(vec![("log".into(), Box::new(std::io::Cursor::new(text.into_bytes())))])
+        };
+        let a = run(&[&refused, &ok]);
+        assert_eq!(a.col.rereg, [2, 1, 0]);
+        assert!(a.col.groups.is_empty(), "neither is a registration: {:?}", a.col.groups);
+        assert!(a.col.notes.iter().any(|n| n.contains("1 refused by mrshim")), "{:?}", a.col.notes);
+        let a = run(&[&failed]);
+        assert_eq!(a.col.rereg, [1, 0, 1]);
+        let (k, g) = a.col.groups.iter().next().unwrap();
+        assert_eq!((k.call.as_str(), k.errno, k.ok, g.count), ("ibv_rereg_mr", Some(95), false, 1));
+    }
 }

@@ -315,14 +315,19 @@ fn host_table(o: &mut String, a: &Analysis) {
         return;
     }
     let (rows, left_out) = host_rows(a);
-    o.push_str("<h2>Hosts</h2>\n<div class=\"scroll\"><table id=\"hosts\"><thead><tr><th class=\"host\">host</th><th>ranks</th><th>calls</th><th>failed</th><th>rescued</th><th>killed</th><th class=\"host\">memlock</th><th class=\"host\">memory kinds</th><th class=\"host\">versions</th></tr></thead><tbody>");
+    // Versions come from doctor reports only: without one the column would be blank.
+    let with_versions = rows.iter().any(|h| !h.versions.is_empty());
+    o.push_str("<h2>Hosts</h2>\n<div class=\"scroll\"><table id=\"hosts\"><thead><tr><th class=\"host\">host</th><th>ranks</th><th>calls</th><th>failed</th><th>rescued</th><th>killed</th><th class=\"host\">memlock</th><th class=\"host\">memory kinds</th>");
+    if with_versions {
+        o.push_str("<th class=\"host\">versions</th>");
+    }
+    o.push_str("</tr></thead><tbody>");
     for (i, h) in rows.iter().enumerate() {
         let sep = i > 0 && !h.failing() && rows[i - 1].failing();
         let kinds: Vec<String> = h.mem_kinds.iter().map(|(k, n)| format!("{k} {n}")).collect();
-        let versions: Vec<String> = h.versions.iter().map(|(k, v)| format!("{k} {}", v.join("/"))).collect();
         let _ = write!(
             o,
-            "<tr class=\"{}{}\" data-host=\"{}\"><td class=\"host\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"wrap\">{}</td><td class=\"wrap\">{}</td><td class=\"wrap\">{}</td></tr>",
+            "<tr class=\"{}{}\" data-host=\"{}\"><td class=\"host\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"wrap\">{}</td><td class=\"wrap\">{}</td>",
             if h.failing() { "failing" } else { "healthy" },
             if sep { " sep" } else { "" },
             esc(&h.host),
@@ -333,9 +338,13 @@ fn host_table(o: &mut String, a: &Analysis) {
             h.rescued,
             h.killed,
             esc(&memlock_text(h)),
-            esc(&kinds.join(", ")),
-            esc(&versions.join("; "))
+            esc(&kinds.join(", "))
         );
+        if with_versions {
+            let versions: Vec<String> = h.versions.iter().map(|(k, v)| format!("{k} {}", v.join("/"))).collect();
+            let _ = write!(o, "<td class=\"wrap\">{}</td>", esc(&versions.join("; ")));
+        }
+        o.push_str("</tr>");
     }
     o.push_str("</tbody></table></div>\n");
     let healthy: Vec<&str> = a.hosts.iter().filter(|h| !h.failing()).map(|h| h.host.as_str()).collect();

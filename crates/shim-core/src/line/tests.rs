@@ -65,6 +65,13 @@ mod oracle {
             used_length: Some(u64::MAX),
             used_access: Some(u32::MAX),
             used_mem_kind: Some(MemKind::FileWritable),
+            rereg_flags: Some(i32::MIN),
+            new_addr: Some(u64::MAX),
+            new_length: Some(u64::MAX),
+            new_access: Some(u32::MAX),
+            new_pd: Some(u64::MAX),
+            rereg_ret: Some(i32::MIN),
+            rereg_ret_name: Some("IBV_REREG_MR_ERR_CMD_AND_DO_FORK_NEW"),
             meta,
             ..Default::default()
         };
@@ -88,9 +95,9 @@ mod oracle {
 
     #[test]
     fn minimal_and_full_lines_parse_back_exactly() {
-        check(&RegLine { host: "h", call: "ibv_dereg_mr", dereg: true, ok: true, ..Default::default() });
+        check(&RegLine { host: "h", call: "ibv_dereg_mr", kind: Kind::Dereg, ok: true, ..Default::default() });
         let full = RegLine {
-            dereg: false,
+            kind: Kind::Reg,
             seq: u64::MAX,
             time_ns: 1_796_236_603_877_497_093,
             host: "node-1.example",
@@ -130,6 +137,21 @@ mod oracle {
             ..Default::default()
         };
         check(&full);
+        check(&RegLine {
+            kind: Kind::Rereg,
+            call: "ibv_rereg_mr",
+            rereg_flags: Some(5),
+            new_addr: Some(0x7f00_0000_1000),
+            new_length: Some(8192),
+            new_access: Some(0x100007),
+            new_pd: None,
+            rereg_ret: Some(-4),
+            rereg_ret_name: Some("IBV_REREG_MR_ERR_CMD"),
+            errno: Some(95),
+            errno_name: Some("EOPNOTSUPP"),
+            meta: crate::Meta { strategy: Some("bounce"), change: Some("why"), refused: true, ..Default::default() },
+            ..full.clone()
+        });
         for k in [
             MemKind::HostAnon,
             MemKind::HostStack,
@@ -166,6 +188,20 @@ mod property {
 
     fn kind() -> impl Strategy<Value = Option<MemKind>> {
         proptest::option::of(proptest::sample::select(&MemKind::ALL[..]))
+    }
+
+    /// The line kinds the hand writer writes.
+    fn line_kind() -> impl Strategy<Value = Kind> {
+        proptest::sample::select(vec![Kind::Reg, Kind::Dereg, Kind::Rereg])
+    }
+
+    /// The `ibv_rereg_mr` fields: flags, new addr/length/access/pd, return code and its name.
+    type Rereg = (Option<i32>, Option<u64>, Option<u64>, Option<u32>, Option<u64>, Option<i32>, Option<String>);
+
+    fn rereg() -> impl Strategy<Value = Rereg> {
+        use proptest::option::of;
+        let u = any::<u64>;
+        (of(any::<i32>()), of(u()), of(u()), of(any::<u32>()), of(u()), of(any::<i32>()), of(name()))
     }
 
     fn text() -> impl Strategy<Value = String> {
@@ -208,7 +244,7 @@ mod property {
     }
 
     type Nums = (
-        (bool, u64, u64, u32, u32, Option<i64>, Option<i64>, Option<u64>),
+        (Kind, u64, u64, u32, u32, Option<i64>, Option<i64>, Option<u64>),
         (Option<u64>, Option<u64>, Option<u64>, Option<u64>, Option<u64>, Option<u64>, Option<u32>, Option<i32>),
         (Option<u64>, Option<bool>, Option<u64>, Option<u64>, u64, Option<u64>, bool, Option<u64>),
         (Option<u32>, Option<u32>, Option<i32>, u64, bool, Option<u64>, Option<u64>, Option<u64>),
@@ -219,7 +255,7 @@ mod property {
         use proptest::option::of;
         let u = any::<u64>;
         (
-            (any::<bool>(), u(), u(), any::<u32>(), any::<u32>(), of(any::<i64>()), of(any::<i64>()), of(u())),
+            (line_kind(), u(), u(), any::<u32>(), any::<u32>(), of(any::<i64>()), of(any::<i64>()), of(u())),
             (of(u()), of(u()), of(u()), of(u()), of(u()), of(u()), of(any::<u32>()), of(any::<i32>())),
             (of(u()), of(any::<bool>()), of(u()), of(u()), u(), of(u()), any::<bool>(), of(u())),
             (of(any::<u32>()), of(any::<u32>()), of(any::<i32>()), u(), any::<bool>(), of(u()), of(u()), of(u())),
@@ -229,20 +265,23 @@ mod property {
 
     proptest! {
         #[test]
-        fn every_field_parses_back_exactly(s in strings(), n in nums(), k in kind(), uk in kind()) {
-            let ((dereg, seq, time_ns, pid, tid, rank, local_rank, pd), a, b, c, d) = n;
+        fn every_field_parses_back_exactly(s in strings(), n in nums(), k in kind(), uk in kind(), rr in rereg()) {
+            let (rereg_flags, new_addr, new_length, new_access, new_pd, rereg_ret, rereg_ret_name) = rr;
+            let ((kind, seq, time_ns, pid, tid, rank, local_rank, pd), a, b, c, d) = n;
             let (addr, length, addr_page_offset, addr_align, iova, iova_page_offset, access, dmabuf_fd) = a;
             let (dmabuf_offset, mem_fully_mapped, memlock_soft, memlock_hard, registered_bytes, registered_bytes_after, ok, mr) = b;
             let (lkey, rkey, errno, duration_ns, probe, reg_seq, used_addr, used_length) = c;
             let (used_access, attempt, parent_seq, injected, learned, refused) = d;
             let l = RegLine {
-                dereg, seq, time_ns, host: &s.host, pid, tid, rank, local_rank, call: &s.call,
+                kind, seq, time_ns, host: &s.host, pid, tid, rank, local_rank, call: &s.call,
                 symbol_version: s.symbol_version.as_deref(), device: s.device.as_deref(), pd, addr, length,
                 addr_page_offset, addr_align, iova, iova_page_offset, access, dmabuf_fd, dmabuf_offset,
                 mem_kind: k, mem_region: s.mem_region.as_deref().map(Arc::from), mem_fully_mapped,
                 memlock_soft, memlock_hard, registered_bytes, registered_bytes_after, ok, mr, lkey, rkey,
                 errno, errno_name: s.errno_name.as_deref(), duration_ns, probe, reg_seq, used_addr,
                 used_length, used_access, used_mem_kind: uk,
+                rereg_flags, new_addr, new_length, new_access, new_pd, rereg_ret,
+                rereg_ret_name: rereg_ret_name.as_deref(),
                 meta: crate::Meta {
                     attempt, parent_seq, strategy: s.strategy.as_deref(), change: s.change.as_deref(),
                     injected, learned, refused,
@@ -264,7 +303,7 @@ mod numbers {
 
     fn dec(v: u64) -> String {
         let mut b = [0u8; 32];
-        let mut w = W { b: &mut b, n: 0 };
+        let mut w = LineWriter { b: &mut b, n: 0 };
         w.dec(v);
         let n = w.n;
         String::from_utf8(b[..n].to_vec()).unwrap()

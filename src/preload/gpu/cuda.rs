@@ -1,17 +1,12 @@
-//! Copy engines for host bounce buffers: move bytes between the application's buffer and its host
-//! shadow. One small trait; the GPU runtimes are the application's own, found with RTLD_NOLOAD,
-//! never linked or loaded by the shim.
-//!
-//! | engine | library | calls |
-//! |--------|---------|-------|
-//! | host   | —       | memcpy (host memory the NIC refused) |
-//! | CUDA   | libcuda.so.1 (RTLD_NOLOAD) | cuMemcpyDtoHAsync_v2 / cuMemcpyHtoDAsync_v2 on the shim's own CU_STREAM_NON_BLOCKING stream + cuStreamSynchronize, in the pointer's context (this file) |
-//! | HIP    | libamdhip64.so[.N] | hipMemcpyDtoHAsync / hipMemcpyHtoDAsync on a hipStreamNonBlocking stream per device (gpu/rtapi.rs) |
-//! | MACA   | libmcruntime.so | mcMemcpyAsync on an mcStreamNonBlocking stream per device, after its self-test (gpu/rtapi.rs) |
-//!
-//! The shim's own non-blocking stream never waits behind the application's work on the legacy
-//! stream, so a copy cannot deadlock against a long-running kernel. docs/bounce.md.
+//! The CUDA copy engine: libcuda.so.1 if the application loaded it (RTLD_NOLOAD, never linked
+//! or loaded by the shim); cuMemcpyDtoHAsync_v2 / cuMemcpyHtoDAsync_v2 on the shim's own
+//! CU_STREAM_NON_BLOCKING stream + cuStreamSynchronize, in the pointer's context. That stream
+//! never waits behind the application's work on the legacy stream, so a copy cannot deadlock
+//! against a long-running kernel. The other engines: host (crates/bounce), HIP and MACA
+//! (rtapi.rs); docs/bounce.md.
 
+use super::abi::{self, Attrs, Family, Observed};
+use super::report::report_selftest;
 use mrshim_bounce::CopyEngine;
 use std::ffi::{c_int, c_uint, c_void};
 
@@ -143,21 +138,19 @@ impl Cuda {
     /// With MRSHIM_COPY_SELFTEST=on, the engine proves itself once before first use: a scratch
     /// allocation in `addr`'s context, its pointer attributes, a host pointer's, a round trip.
     fn trusted(&'static self, addr: u64) -> Result<(), String> {
-        use super::gpu::abi::{self, Family};
         self.trusted
             .get_or_init(|| {
                 if !abi::selftest_wanted(Family::Cuda, std::env::var("MRSHIM_COPY_SELFTEST").ok().as_deref()) {
                     return Ok(());
                 }
                 let r = self.self_test(addr);
-                super::gpu::report_selftest(Family::Cuda, &r);
+                report_selftest(Family::Cuda, &r);
                 r
             })
             .clone()
     }
 
     fn self_test(&'static self, addr: u64) -> Result<(), String> {
-        use super::gpu::abi::{self, Attrs, Family, Observed};
         const N: usize = 4096;
         let e = self.engine_unchecked(addr)?;
         let mut scratch = 0u64;
