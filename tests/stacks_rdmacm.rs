@@ -56,8 +56,8 @@ fn pair(
         }
         let s = s.wait_with_output().unwrap();
         let who = format!("{name} {mode:?}");
-        assert!(c.status.success(), "{who} client: {}\n{}", stdout(&c), stderr(&c));
-        assert!(s.status.success(), "{who} server: {}\n{}", stdout(&s), stderr(&s));
+        assert!(c.status.success(), "{who} client ({}): {}\n{}", c.status, stdout(&c), stderr(&c));
+        assert!(s.status.success(), "{who} server ({}): {}\n{}", s.status, stdout(&s), stderr(&s));
         assert_stack_records(&w, mode, 2, &who);
         outs.push((s, c));
     }

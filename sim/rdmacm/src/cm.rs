@@ -335,6 +335,7 @@ impl Chan {
 /// The next event of channel `chan`: waits (without the lock) unless the channel's fd is
 /// non-blocking, then EAGAIN, like reading /dev/infiniband/rdma_cm.
 pub fn get_event(chan: u64) -> Result<*mut Ev, i32> {
+    let mut waited = false;
     loop {
         let epfd = {
             let mut cm = lock();
@@ -342,11 +343,26 @@ pub fn get_event(chan: u64) -> Result<*mut Ev, i32> {
                 return Ok(e);
             }
             match cm.chans.get(&chan) {
-                Some(c) => c.epfd,
-                None => return Err(libc::EINVAL),
+                // A descriptor of our own for the wait: the channel may be destroyed meanwhile.
+                // SAFETY: dup of the channel's live descriptor, under the lock that closes it.
+                Some(c) => std::os::fd::OwnedFd::from(unsafe {
+                    std::os::fd::BorrowedFd::borrow_raw(c.epfd)
+                        .try_clone_to_owned()
+                        .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?
+                }),
+                // librdmacm's read(2) on a channel another thread destroyed while this one
+                // waited never returns (the open file lives on under the read): rping's CM
+                // thread sits there while its main thread tears down and exits.
+                None if waited => loop {
+                    // SAFETY: pause(2) has no preconditions.
+                    unsafe { libc::pause() };
+                },
+                None => return Err(libc::EBADF),
             }
         };
-        // SAFETY: F_GETFL on the channel's descriptor.
+        let epfd = std::os::fd::AsRawFd::as_raw_fd(&epfd);
+        waited = true;
+        // SAFETY: F_GETFL on our descriptor (its status flags are the channel's).
         let nonblock = unsafe { libc::fcntl(epfd, libc::F_GETFL) } & libc::O_NONBLOCK != 0;
         // SAFETY: zeroed epoll_event is valid output space.
         let mut evs: [libc::epoll_event; 16] = unsafe { std::mem::zeroed() };
