@@ -344,12 +344,11 @@ pub fn get_event(chan: u64) -> Result<*mut Ev, i32> {
             }
             match cm.chans.get(&chan) {
                 // A descriptor of our own for the wait: the channel may be destroyed meanwhile.
-                // SAFETY: dup of the channel's live descriptor, under the lock that closes it.
-                Some(c) => std::os::fd::OwnedFd::from(unsafe {
-                    std::os::fd::BorrowedFd::borrow_raw(c.epfd)
-                        .try_clone_to_owned()
-                        .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?
-                }),
+                Some(c) => {
+                    // SAFETY: the channel's descriptor is open while we hold the lock that closes it.
+                    let live = unsafe { std::os::fd::BorrowedFd::borrow_raw(c.epfd) };
+                    live.try_clone_to_owned().map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?
+                }
                 // librdmacm's read(2) on a channel another thread destroyed while this one
                 // waited never returns (the open file lives on under the read): rping's CM
                 // thread sits there while its main thread tears down and exits.
