@@ -106,20 +106,5 @@ impl Shadow {
 
 /// True if [addr, addr+len) is readable memory of this process (/proc/self/maps).
 pub fn host_readable(addr: u64, len: u64) -> bool {
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-    let mut at = addr;
-    let end = addr + len;
-    for l in maps.lines() {
-        let mut f = l.split_whitespace();
-        let (Some(r), Some(perm)) = (f.next(), f.next()) else { continue };
-        let Some((s, e)) = r.split_once('-') else { continue };
-        let (Ok(s), Ok(e)) = (u64::from_str_radix(s, 16), u64::from_str_radix(e, 16)) else { continue };
-        if s <= at && at < e && perm.starts_with('r') {
-            at = e;
-            if at >= end {
-                return true;
-            }
-        }
-    }
-    false
+    mrshim_core::maps::readable(&mrshim_core::maps::read_self(), addr, len)
 }

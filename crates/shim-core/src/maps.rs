@@ -112,6 +112,25 @@ pub fn lookup(regions: &[Region], addr: u64, len: u64) -> Option<Lookup> {
     Some(Lookup { kind: r.kind(), path: Some(r.path.clone()), fully_mapped: covered >= want_end })
 }
 
+/// True if every byte of [addr, addr+len) is in readable mappings of `regions` (sorted, as
+/// [`parse`] returns them).
+pub fn readable(regions: &[Region], addr: u64, len: u64) -> bool {
+    let end = addr.saturating_add(len);
+    let mut at = addr;
+    let mut i = regions.partition_point(|r| r.end <= at);
+    while let Some(r) = regions.get(i) {
+        if r.start > at || !r.readable {
+            return false;
+        }
+        at = r.end;
+        if at >= end {
+            return true;
+        }
+        i += 1;
+    }
+    false
+}
+
 pub fn read_self() -> Vec<Region> {
     match std::fs::read_to_string("/proc/self/maps") {
         Ok(t) => parse(&t),
@@ -232,6 +251,18 @@ garbage line
         assert!(!lookup(&r, 0x7f00003ff000, 0x2000).unwrap().fully_mapped);
         // zero length counts as one byte
         assert!(lookup(&r, 0x7f0000000000, 0).unwrap().fully_mapped);
+    }
+
+    #[test]
+    fn readable_ranges() {
+        let r = parse(MAPS);
+        // across two adjacent readable mappings, and up to the last byte
+        assert!(readable(&r, 0x7f00001ff000, 0x2000));
+        assert!(readable(&r, 0x55d0c0000000, 0x3000));
+        // a gap after the second one, an unreadable mapping, nothing mapped
+        assert!(!readable(&r, 0x7f00003ff000, 0x2000));
+        assert!(!readable(&r, 0x7f6000000000, 8));
+        assert!(!readable(&r, 0x1000, 8));
     }
 
     #[test]
