@@ -106,11 +106,41 @@ mod x86_64 {
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64 {
+    /// Label `2:` of both trampolines: branch to glibc's function in `{slot}` with x30
+    /// untouched, resolving it through `{resolve}` first when it is not yet (x0-x2 and the frame
+    /// record saved around the call and restored before the branch; 0 if glibc has none).
+    macro_rules! to_glibc {
+        () => {
+            concat!(
+                "2:\n",
+                "adrp x16, {slot}\n",
+                "ldr x16, [x16, :lo12:{slot}]\n",
+                "cbz x16, 3f\n",
+                "br x16\n",
+                "3:\n",
+                "stp x29, x30, [sp, #-48]!\n",
+                "mov x29, sp\n",
+                "stp x0, x1, [sp, #16]\n",
+                "str x2, [sp, #32]\n",
+                "bl {resolve}\n",
+                "mov x16, x0\n",
+                "ldp x0, x1, [sp, #16]\n",
+                "ldr x2, [sp, #32]\n",
+                "ldp x29, x30, [sp], #48\n",
+                "cbz x16, 4f\n",
+                "br x16\n",
+                "4:\n",
+                "mov x0, #0\n",
+                "ret",
+            )
+        };
+    }
+
     use super::{dlsym_handle, dlvsym_default, dlvsym_handle, elf};
     use std::ffi::{c_char, c_void};
 
     /// `dlsym`. RTLD_DEFAULT (0) and RTLD_NEXT (-1) branch to glibc's dlsym with x30 untouched; if
-    /// it is not resolved yet, x0/x1 and the frame record (x29, x30) are saved around
+    /// it is not resolved yet, the arguments and the frame record (x29, x30) are saved around
     /// `elf::resolve` and restored before the branch, so glibc sees the caller's x30.
     #[unsafe(naked)]
     pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
@@ -119,24 +149,7 @@ mod aarch64 {
             "cmn x0, #1",
             "b.eq 2f",
             "b {handle}",
-            "2:",
-            "adrp x16, {slot}",
-            "ldr x16, [x16, :lo12:{slot}]",
-            "cbz x16, 3f",
-            "br x16",
-            "3:",
-            "stp x29, x30, [sp, #-32]!",
-            "mov x29, sp",
-            "stp x0, x1, [sp, #16]",
-            "bl {resolve}",
-            "mov x16, x0",
-            "ldp x0, x1, [sp, #16]",
-            "ldp x29, x30, [sp], #32",
-            "cbz x16, 4f",
-            "br x16",
-            "4:",
-            "mov x0, #0",
-            "ret",
+            to_glibc!(),
             handle = sym dlsym_handle,
             slot = sym elf::REAL_DLSYM,
             resolve = sym elf::resolve,
@@ -166,26 +179,7 @@ mod aarch64 {
             "cmn x0, #1",
             "b.eq 2f",
             "b {handle}",
-            "2:",
-            "adrp x16, {slot}",
-            "ldr x16, [x16, :lo12:{slot}]",
-            "cbz x16, 3f",
-            "br x16",
-            "3:",
-            "stp x29, x30, [sp, #-48]!",
-            "mov x29, sp",
-            "stp x0, x1, [sp, #16]",
-            "str x2, [sp, #32]",
-            "bl {resolve}",
-            "mov x16, x0",
-            "ldp x0, x1, [sp, #16]",
-            "ldr x2, [sp, #32]",
-            "ldp x29, x30, [sp], #48",
-            "cbz x16, 4f",
-            "br x16",
-            "4:",
-            "mov x0, #0",
-            "ret",
+            to_glibc!(),
             handle = sym dlvsym_handle,
             default = sym dlvsym_default,
             slot = sym elf::REAL_DLVSYM,
