@@ -256,7 +256,7 @@ unsafe extern "C" fn post_send(qp: *mut v::ibv_qp, wr: *mut v::ibv_send_wr, bad:
         }
         let read = |r: &v::ibv_send_wr| live::reads_into(r.opcode);
         // SAFETY: as above.
-        unsafe { each_wr(wr, |r| live::send_sges(ctx, qpn, read(r), r.sges())) };
+        unsafe { each_wr(wr, |r| live::send_sges(ctx, qpn, r.wr_id, read(r), false, r.sges())) };
     });
     // SAFETY: the provider's own post_send (saved from this slot) with the application's arguments.
     unsafe { provider::<PostSend>(o.ops()[0])(qp, wr, bad) }
@@ -352,8 +352,9 @@ unsafe extern "C" fn qx_rdma_read(q: *mut v::ibv_qp_ex, rkey: u32, raddr: u64) {
 
 unsafe extern "C" fn qx_set_sge(q: *mut v::ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
     let Some(n) = patch::qpx(q as usize) else { return };
-    // SAFETY: q is the application's live ibv_qp_ex.
-    guarded_copies("ibv_wr_set_sge", || n.set_sges(unsafe { qp_num(q) }, &[v::ibv_sge { addr, length, lkey }]));
+    // SAFETY: q is the application's live ibv_qp_ex; wr_id is the WR being built.
+    let (qpn, wr_id) = unsafe { (qp_num(q), (*q).wr_id) };
+    guarded_copies("ibv_wr_set_sge", || n.set_sges(qpn, wr_id, &[v::ibv_sge { addr, length, lkey }]));
     n.sges_set();
     // SAFETY: the provider's wr_set_sge with the application's arguments.
     unsafe { provider::<QxSge>(n.ops()[2])(q, lkey, addr, length) }
@@ -363,8 +364,9 @@ unsafe extern "C" fn qx_set_sge_list(q: *mut v::ibv_qp_ex, num: usize, list: *co
     let Some(n) = patch::qpx(q as usize) else { return };
     // SAFETY: the application's list of `num` SGEs, passed on to the provider below.
     let sges = unsafe { sge_slice(list, num.min(c_int::MAX as usize) as c_int) };
-    // SAFETY: q is the application's live ibv_qp_ex.
-    guarded_copies("ibv_wr_set_sge_list", || n.set_sges(unsafe { qp_num(q) }, sges));
+    // SAFETY: q is the application's live ibv_qp_ex; wr_id is the WR being built.
+    let (qpn, wr_id) = unsafe { (qp_num(q), (*q).wr_id) };
+    guarded_copies("ibv_wr_set_sge_list", || n.set_sges(qpn, wr_id, sges));
     n.sges_set();
     // SAFETY: the provider's wr_set_sge_list with the application's arguments.
     unsafe { provider::<QxSgeList>(n.ops()[3])(q, num, list) }

@@ -30,6 +30,7 @@ mod leaked;
 pub mod live;
 pub mod patch;
 mod pool;
+mod reads;
 pub mod region;
 pub mod shadow;
 

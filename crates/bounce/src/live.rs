@@ -3,12 +3,13 @@
 //! completion releases. Contract: docs/bounce.md.
 //!
 //! - send WRs (SEND / RDMA WRITE / WRITE_WITH_IMM): their ranges go application → shadow now;
-//!   RDMA READ into a region: shadow → application when a later completion of that QP is polled;
+//!   RDMA READ into a region: shadow → application when a completion proves it done (reads.rs);
 //! - receive WRs: before they are posted the application's writes are folded into the shadow and
 //!   baseline; their ranges wait for the RECV completion (shadow → application, up to byte_len);
 //! - any RECV / RECV_RDMA_WITH_IMM completion also copies what peers wrote into regions with
 //!   REMOTE_WRITE (the bytes that differ from the baseline) shadow → application.
 
+use crate::reads::PendingReads;
 use crate::region::{bump_epoch, Region};
 use mrshim_forklock::ForkLock;
 use mrshim_verbs::ibv_sge;
@@ -103,9 +104,9 @@ impl<K: std::hash::Hash + Eq> Pending<K> {
     }
 }
 
-/// Posted receives' ranges by (qp_num, wr_id); RDMA READs' by qp_num.
+/// Posted receives' ranges by (qp_num, wr_id); RDMA READs' by qp_num, in posting order.
 pub(crate) static PENDING_RECV: Pending<(u32, u64)> = Pending::new();
-pub(crate) static PENDING_READ: Pending<u32> = Pending::new();
+pub(crate) static PENDING_READ: PendingReads = PendingReads::new();
 
 /// Whether a post of this opcode tells a peer it may now read: a message its CPU receives (SEND
 /// and its variants) — how UCX's rendezvous (the RTS), Open MPI's fences, locks and barriers and
@@ -137,20 +138,19 @@ pub fn before_telling_peers() {
     each_remote(true, |r| r.fold_app_writes(false));
 }
 
-/// A send WR's SGEs (or one `ibv_wr_set_sge*` call of a WR being built): ranges in bounce
-/// regions of `ctx` go application → shadow now, or, for an RDMA READ (or an atomic's fetched
-/// value, `read` too), are remembered until a completion of QP `qpn` is polled.
-pub fn send_sges(ctx: usize, qpn: u32, read: bool, sges: &[ibv_sge]) {
+/// A send WR `wr_id` of QP `qpn` (or one `ibv_wr_set_sge*` call of a WR being built), every one
+/// posted: ranges in bounce regions of `ctx` go application → shadow now, or, for an RDMA READ,
+/// are remembered until a completion proves the READ done (reads.rs).
+/// `built`: a WR built with `ibv_wr_*` (reads.rs: not every such WR is seen).
+pub fn send_sges(ctx: usize, qpn: u32, wr_id: u64, read: bool, built: bool, sges: &[ibv_sge]) {
     let rs = ranges(ctx, sges);
-    if rs.is_empty() {
+    if read && !rs.is_empty() {
+        PENDING_READ.read(qpn, wr_id, rs, built);
         return;
     }
-    if read {
-        PENDING_READ.add(qpn, rs);
-    } else {
-        for (reg, off, n) in &rs {
-            reg.to_shadow(*off, *n);
-        }
+    PENDING_READ.posted(qpn, wr_id, built);
+    for (reg, off, n) in &rs {
+        reg.to_shadow(*off, *n);
     }
 }
 
@@ -196,9 +196,8 @@ pub fn completed(wcs: impl IntoIterator<Item = Completion>) {
                 }
                 peer_wrote = true;
             }
-        } else if let Some(rs) = PENDING_READ.take(&w.qp_num).filter(|_| w.ok) {
-            // RC completes in order: every READ posted on this QP before is done.
-            for (r, off, len) in rs {
+        } else {
+            for (r, off, len) in PENDING_READ.completed(w.qp_num, w.wr_id, w.ok) {
                 r.to_app(off, len);
             }
         }

@@ -178,8 +178,8 @@ impl Qpx {
     }
     /// `wr_set_sge(_list)` of QP `qpn`: the ranges in bounce regions are copied to the shadow
     /// now, or for an RDMA READ remembered until its completion is polled.
-    pub fn set_sges(&self, qpn: u32, sges: &[ibv_sge]) {
-        live::send_sges(self.ctx.load(Ordering::Acquire), qpn, self.reading.load(Ordering::Acquire), sges);
+    pub fn set_sges(&self, qpn: u32, wr_id: u64, sges: &[ibv_sge]) {
+        live::send_sges(self.ctx.load(Ordering::Acquire), qpn, wr_id, self.reading.load(Ordering::Acquire), true, sges);
     }
     /// After `wr_set_sge(_list)`: the WR is complete.
     pub fn sges_set(&self) {

@@ -150,13 +150,13 @@ fn a_send_copies_now_and_a_read_waits_for_a_completion_of_its_qp() {
     // SAFETY: the region's live shadow, 8192 bytes.
     let shadow = |i: usize| unsafe { *((sh + i) as *const u8) };
     app[100..200].fill(5);
-    live::send_sges(ctx, 7, false, &[sge(app[100..].as_ptr(), 100, 0x401)]);
+    live::send_sges(ctx, 7, 0, false, false, &[sge(app[100..].as_ptr(), 100, 0x401)]);
     assert_eq!((shadow(99), shadow(100), shadow(199), shadow(200)), (0, 5, 5, 0), "exactly the SGE's range");
     app[300] = 9;
-    live::send_sges(ctx + 1, 7, false, &[sge(app[300..].as_ptr(), 1, 0x401)]);
-    live::send_sges(ctx, 7, false, &[sge(app[8000..].as_ptr(), 400, 0x401)]);
+    live::send_sges(ctx + 1, 7, 0, false, false, &[sge(app[300..].as_ptr(), 1, 0x401)]);
+    live::send_sges(ctx, 7, 0, false, false, &[sge(app[8000..].as_ptr(), 400, 0x401)]);
     assert_eq!(shadow(300), 0, "another context's lkey, or a range past the region: not ours");
-    live::send_sges(ctx, 7, true, &[sge(app[1000..].as_ptr(), 10, 0x401)]);
+    live::send_sges(ctx, 7, 0, true, false, &[sge(app[1000..].as_ptr(), 10, 0x401)]);
     // SAFETY: as above: the NIC writes what the READ fetched.
     unsafe { std::ptr::write_bytes((sh + 1000) as *mut u8, 0x33, 10) };
     let wc = |qp_num, ok| Completion { qp_num, wr_id: 0, ok, recv: false, byte_len: 0 };
@@ -165,6 +165,50 @@ fn a_send_copies_now_and_a_read_waits_for_a_completion_of_its_qp() {
     live::completed([wc(7, true)]);
     assert!(app[1000..1010].iter().all(|&b| b == 0x33) && app[1010] == 0, "the READ's range, once complete");
     dereg(&slots, 0xe000, true);
+}
+
+#[test]
+fn a_read_is_released_only_by_a_completion_of_a_wr_posted_no_earlier() {
+    let _one = serial();
+    let slots = FakeSlots::default();
+    let ctx = 0x4_8000;
+    slots.ctx.lock().unwrap().insert(ctx, [1, 2, 3]);
+    let mut app = vec![0u8; 8192];
+    let sh = live_region(&slots, &mut app, LOCAL_WRITE, ctx, 0x481, 0xe800);
+    let lands = |at: usize, v: u8| {
+        // SAFETY: the region's live shadow, 8192 bytes: the NIC writes what a READ fetched.
+        unsafe { std::ptr::write_bytes((sh + at) as *mut u8, v, 16) };
+    };
+    let wc = |wr_id, ok| Completion { qp_num: 7, wr_id, ok, recv: false, byte_len: 0 };
+    // A SEND (wr_id 1) is still outstanding when READ 2 is posted: its completion proves
+    // nothing about the READ, whose data has not landed yet.
+    live::send_sges(ctx, 7, 1, false, false, &[sge(app[4000..].as_ptr(), 16, 0x481)]);
+    live::send_sges(ctx, 7, 2, true, false, &[sge(app[1000..].as_ptr(), 16, 0x481)]);
+    live::completed(ctx, [wc(1, true)]);
+    lands(1000, 0x33);
+    assert_eq!(app[1000], 0, "released by the completion of a WR posted before it");
+    live::completed(ctx, [wc(2, true)]);
+    assert!(app[1000..1016].iter().all(|&b| b == 0x33), "released by its own completion");
+    // An unsignaled READ (3) is proven done by a later WR's completion (4), and only by that.
+    live::send_sges(ctx, 7, 3, true, false, &[sge(app[2000..].as_ptr(), 16, 0x481)]);
+    live::send_sges(ctx, 7, 4, false, false, &[]);
+    lands(2000, 0x44);
+    live::completed(ctx, [wc(2, true)]);
+    assert_eq!(app[2000], 0, "an old wr_id proves nothing");
+    live::completed(ctx, [wc(4, true)]);
+    assert!(app[2000..2016].iter().all(|&b| b == 0x44), "a later WR's completion");
+    // A failed completion: the QP is in error, the READ never lands, nothing is copied.
+    live::send_sges(ctx, 7, 5, true, false, &[sge(app[3000..].as_ptr(), 16, 0x481)]);
+    lands(3000, 0x55);
+    live::completed(ctx, [wc(5, false)]);
+    live::completed(ctx, [wc(5, true)]);
+    assert_eq!(app[3000], 0, "dropped with the failed QP");
+    // Built with ibv_wr_*: a completion naming no WR seen may be an unseen later one.
+    live::send_sges(ctx, 7, 6, true, true, &[sge(app[5000..].as_ptr(), 16, 0x481)]);
+    lands(5000, 0x66);
+    live::completed(ctx, [wc(99, true)]);
+    assert!(app[5000..5016].iter().all(|&b| b == 0x66), "released as before on such a QP");
+    dereg(&slots, 0xe800, true);
 }
 
 #[test]
