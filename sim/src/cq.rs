@@ -40,14 +40,6 @@ impl CqInner {
         self.cq_ptr.store(p, Ordering::Release);
     }
 
-    pub fn push(&self, wc: ibv_wc) {
-        self.push_all([wc]);
-    }
-
-    pub fn push_all(&self, wcs: impl IntoIterator<Item = ibv_wc>) {
-        self.push_all_unless(&AtomicBool::new(false), wcs);
-    }
-
     /// Pushes unless `gone` is set, checked under the queue's lock: [`CqInner::forget_qp`] after
     /// setting it leaves no entry of that QP behind, whichever thread pushes.
     pub fn push_all_unless(&self, gone: &AtomicBool, wcs: impl IntoIterator<Item = ibv_wc>) {
