@@ -391,3 +391,25 @@ pub fn get_event(chan: u64) -> Result<*mut Ev, i32> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// rping's CM thread waits again right after DISCONNECTED while its main thread destroys the
+    /// channel: as with librdmacm's read(2), that wait never returns (and never fails with EBADF);
+    /// a call on a channel already gone is EBADF.
+    #[test]
+    fn a_wait_outlives_the_channel_destroyed_under_it() {
+        let chan = lock().new_chan(false).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(get_event(chan).map(|_| ()));
+        });
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        lock().drop_chan(chan);
+        let r = rx.recv_timeout(std::time::Duration::from_millis(500));
+        assert!(r.is_err(), "the waiting thread returned {r:?}");
+        assert_eq!(get_event(chan).map(|_| ()), Err(libc::EBADF));
+    }
+}
