@@ -184,29 +184,29 @@ fn a_read_is_released_only_by_a_completion_of_a_wr_posted_no_earlier() {
     // nothing about the READ, whose data has not landed yet.
     live::send_sges(ctx, 7, 1, false, false, &[sge(app[4000..].as_ptr(), 16, 0x481)]);
     live::send_sges(ctx, 7, 2, true, false, &[sge(app[1000..].as_ptr(), 16, 0x481)]);
-    live::completed(ctx, [wc(1, true)]);
+    live::completed([wc(1, true)]);
     lands(1000, 0x33);
     assert_eq!(app[1000], 0, "released by the completion of a WR posted before it");
-    live::completed(ctx, [wc(2, true)]);
+    live::completed([wc(2, true)]);
     assert!(app[1000..1016].iter().all(|&b| b == 0x33), "released by its own completion");
     // An unsignaled READ (3) is proven done by a later WR's completion (4), and only by that.
     live::send_sges(ctx, 7, 3, true, false, &[sge(app[2000..].as_ptr(), 16, 0x481)]);
     live::send_sges(ctx, 7, 4, false, false, &[]);
     lands(2000, 0x44);
-    live::completed(ctx, [wc(2, true)]);
+    live::completed([wc(2, true)]);
     assert_eq!(app[2000], 0, "an old wr_id proves nothing");
-    live::completed(ctx, [wc(4, true)]);
+    live::completed([wc(4, true)]);
     assert!(app[2000..2016].iter().all(|&b| b == 0x44), "a later WR's completion");
     // A failed completion: the QP is in error, the READ never lands, nothing is copied.
     live::send_sges(ctx, 7, 5, true, false, &[sge(app[3000..].as_ptr(), 16, 0x481)]);
     lands(3000, 0x55);
-    live::completed(ctx, [wc(5, false)]);
-    live::completed(ctx, [wc(5, true)]);
+    live::completed([wc(5, false)]);
+    live::completed([wc(5, true)]);
     assert_eq!(app[3000], 0, "dropped with the failed QP");
     // Built with ibv_wr_*: a completion naming no WR seen may be an unseen later one.
     live::send_sges(ctx, 7, 6, true, true, &[sge(app[5000..].as_ptr(), 16, 0x481)]);
     lands(5000, 0x66);
-    live::completed(ctx, [wc(99, true)]);
+    live::completed([wc(99, true)]);
     assert!(app[5000..5016].iter().all(|&b| b == 0x66), "released as before on such a QP");
     dereg(&slots, 0xe800, true);
 }
