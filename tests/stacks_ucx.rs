@@ -157,5 +157,6 @@ fn ucp_rc_get_and_tag_bandwidth_through_bounce_buffers() {
             .filter(|r| r.strategy.as_deref() == Some("bounce") && r.result == "ok")
             .count();
         assert!(bounced >= 2, "{name}: both sides' buffers through bounce: {bounced} ({fin})");
+        eprintln!("{name} through bounce: {fin}");
     }
 }

@@ -45,12 +45,12 @@ pub use shadow::{host_readable, Memory, Shadow};
 /// Only from the atfork child handler: the child's one thread, not inside the shim.
 pub unsafe fn after_fork_child() {
     // SAFETY: the caller's contract; no guard of these locks is alive in this thread (the
-    // REGIONS guard below is taken after REGIONS itself was recovered, and each region's sync
-    // lock is recovered while only REGIONS is held).
+    // REGIONS guard below is taken after REGIONS itself was recovered, and each region's mappings'
+    // sync lock is recovered while only REGIONS is held).
     unsafe {
         live::REGIONS.recover_in_child(Vec::new);
         for r in live::REGIONS.lock().iter() {
-            r.sync.recover_in_child(Default::default);
+            r.maps.sync.recover_in_child(Default::default);
         }
         fixes::FIXES.recover_in_child(Vec::new);
         pool::POOL.recover_in_child(Vec::new);

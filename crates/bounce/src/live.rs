@@ -10,7 +10,7 @@
 //!   REMOTE_WRITE (the bytes that differ from the baseline) shadow → application.
 
 use crate::reads::PendingReads;
-use crate::region::{bump_epoch, Region};
+use crate::region::{bump_epoch, Extent, Region};
 use mrshim_forklock::ForkLock;
 use mrshim_verbs::ibv_sge;
 use std::collections::HashMap;
@@ -135,7 +135,7 @@ pub fn fetches(op: mrshim_verbs::ibv_wr_opcode::Type) -> bool {
 /// opcodes are not known yet): what the application wrote to regions peers read reaches their
 /// shadows. Every time: the application may write between two posts with no verb in between.
 pub fn before_telling_peers() {
-    each_remote(true, |r| r.fold_app_writes(false));
+    each_remote(true, |r, e| r.fold(e, false));
 }
 
 /// A send WR `wr_id` of QP `qpn` (or one `ibv_wr_set_sge*` call of a WR being built), every one
@@ -157,7 +157,7 @@ pub fn send_sges(ctx: usize, qpn: u32, wr_id: u64, read: bool, built: bool, sges
 /// Before a list of receive WRs is posted: what peers write after it must be told apart from
 /// what the application wrote (a no-op when nothing was posted or polled since the last fold).
 pub fn before_recv() {
-    each_remote(false, |r| r.fold_app_writes(true));
+    each_remote(false, |r, e| r.fold(e, true));
 }
 
 /// One receive WR: its ranges in bounce regions wait for its completion.
@@ -203,7 +203,7 @@ pub fn completed(wcs: impl IntoIterator<Item = Completion>) {
         }
     }
     if peer_wrote {
-        each_remote(false, Region::sync_peer_writes);
+        each_remote(false, Region::sync_peer);
     }
 }
 
@@ -211,11 +211,20 @@ pub fn completed(wcs: impl IntoIterator<Item = Completion>) {
 /// peer's write through another context than the region's, and the message after which a peer
 /// reads may leave through another (Open MPI's one-sided component has its own UCX context; the
 /// fence or barrier that announces a put or allows a get comes through the point-to-point one).
-fn each_remote(read: bool, f: impl Fn(&Region)) {
+fn each_remote(read: bool, f: impl Fn(&Region, &Extent)) {
     // a snapshot: `f` copies region bytes, other threads' posts need not wait for that
     let all: Vec<Arc<Region>> =
         REGIONS.lock().iter().filter(|r| if read { r.remote_read } else { r.remote_write }).cloned().collect();
+    // Regions that share a tracked span fold and sync it once (region.rs, Maps).
+    let mut done: Vec<usize> = Vec::new();
     for r in &all {
-        f(r);
+        let Some(e) = r.extent() else { continue };
+        if e.track.is_some() {
+            if done.contains(&e.view.shadow) {
+                continue;
+            }
+            done.push(e.view.shadow);
+        }
+        f(r, &e);
     }
 }

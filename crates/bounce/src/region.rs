@@ -34,16 +34,40 @@ pub(crate) struct Scratch {
 /// pages on a NIC: Open MPI's one-sided component and UCX register a window once per device,
 /// a peer puts through one MR and gets through another, and with a shadow each the get would
 /// read bytes the put never reached. Back to the pool with the last region.
+///
+/// What the regions sharing them have in common lives here too: the lock that serialises their
+/// syncs (they copy the same bytes) and, for host memory, the kernel's tracking of the first
+/// region's buffer (`span`). Where that is tracked, every region of the mappings folds and syncs
+/// the whole span, once: an inner region's own compare would read all of its bytes at every
+/// SEND (UCX registers each buffer once per device), the span's scan reads only written pages.
 pub(crate) struct Maps {
     pub(crate) shadow: Mapping,
     pub(crate) baseline: Mapping,
+    /// The first region's buffer, shadow and baseline.
+    pub(crate) span: View,
+    /// The kernel tracks writes to `span` (host memory, crates/dirty).
+    pub(crate) track: Option<mrshim_dirty::Id>,
+    /// Serialises the syncs of the regions sharing these mappings; holds what they reuse.
+    pub(crate) sync: ForkLock<Scratch>,
 }
 
 impl Drop for Maps {
     fn drop(&mut self) {
+        if let Some(id) = self.track {
+            dirty::untrack(id);
+        }
         unmap(self.shadow);
         unmap(self.baseline);
     }
+}
+
+/// A stretch of the application's buffer with the shadow and baseline bytes that mirror it.
+#[derive(Clone, Copy)]
+pub(crate) struct View {
+    pub(crate) app: u64,
+    pub(crate) shadow: usize,
+    pub(crate) baseline: usize,
+    pub(crate) len: usize,
 }
 
 pub struct Region {
@@ -66,20 +90,8 @@ pub struct Region {
     pub(crate) remote_write: bool,
     pub(crate) remote_read: bool,
     pub(crate) engine: Box<dyn CopyEngine>,
-    /// Serialises the whole-region syncs; holds what they reuse (device copy, changed runs).
-    pub(crate) sync: ForkLock<Scratch>,
     /// The [`EPOCH`] of the last fold: receives posted back to back fold once.
     pub(crate) folded: AtomicU64,
-    /// The kernel tracks writes to the application's pages (host memory, crates/dirty).
-    pub(crate) track: Option<mrshim_dirty::Id>,
-}
-
-impl Drop for Region {
-    fn drop(&mut self) {
-        if let Some(id) = self.track {
-            dirty::untrack(id);
-        }
-    }
 }
 
 /// Pages touched by changed runs (what brings a resting tracked range back to tracking).
@@ -96,130 +108,150 @@ pub fn bump_epoch() {
     EPOCH.fetch_add(1, Ordering::AcqRel);
 }
 
+/// What a fold or sync of a region covers: see [`Region::extent`].
+pub(crate) struct Extent {
+    pub(crate) view: View,
+    pub(crate) track: Option<mrshim_dirty::Id>,
+}
+
 impl Region {
     /// The offset and length of [addr, addr+len) in this region, if it lies wholly inside.
     pub(crate) fn range(&self, addr: u64, len: u64) -> Option<(u64, usize)> {
         let end = addr.checked_add(len)?;
         (addr >= self.iova && end <= self.iova + self.len).then(|| (addr - self.iova, len as usize))
     }
+    fn own(&self) -> View {
+        View { app: self.app, shadow: self.shadow, baseline: self.baseline, len: self.len as usize }
+    }
+    /// What folds and syncs of this region cover: its mappings' tracked span (which contains the
+    /// region, and is the same for every region sharing the mappings) while that buffer is
+    /// mapped, else the region itself; None when the region's own buffer is gone too.
+    pub(crate) fn extent(&self) -> Option<Extent> {
+        if let Some(id) = self.maps.track {
+            if self.mapped(&self.maps.span) {
+                return Some(Extent { view: self.maps.span, track: Some(id) });
+            }
+        }
+        let own = self.own();
+        self.mapped(&own).then_some(Extent { view: own, track: None })
+    }
     /// Application → shadow. For regions peers write, through the baseline: it holds exactly
     /// what the shadow was given, so a peer's write that lands meanwhile still shows as a change.
     pub(crate) fn to_shadow(&self, off: u64, n: usize) {
-        self.through_baseline(off, n, |ba, sh, o, k| {
+        self.through_baseline(&self.own(), off, n, |ba, sh, app, k| {
             let dst = ba.unwrap_or(sh);
-            // SAFETY: [o, o+k) is within the region: the shadow (or baseline) mapping and the
+            // SAFETY: [app, app+k) is within the region: the shadow (or baseline) mapping and the
             // application's buffer it was prepared for both cover it.
-            if let Err(e) = unsafe { self.engine.to_host(dst as *mut u8, self.app + o, k) } {
+            if let Err(e) = unsafe { self.engine.to_host(dst as *mut u8, app, k) } {
                 warn_once(&format!("{} engine: {e}", self.engine.name()));
             }
             if let Some(ba) = ba {
-                // SAFETY: both mappings cover the region's length; [o, o+k) is within it.
+                // SAFETY: both mappings cover the region's length; [ba, ba+k) is within it.
                 unsafe { std::ptr::copy_nonoverlapping(ba as *const u8, sh as *mut u8, k) };
             }
         });
     }
-    /// Shadow → application. For regions peers write, through the baseline: a snapshot first,
-    /// then the application gets exactly the snapshot, so bytes a peer writes while this runs
-    /// differ from the baseline and go over at the next sync instead of being lost.
+    /// Shadow → application, [off, off+n) of this region.
     pub(crate) fn to_app(&self, off: u64, n: usize) {
-        self.through_baseline(off, n, |ba, sh, o, k| {
+        self.to_app_in(&self.own(), off, n);
+    }
+    /// Shadow → application, [off, off+n) of `v`. For regions peers write, through the baseline:
+    /// a snapshot first, then the application gets exactly the snapshot, so bytes a peer writes
+    /// while this runs differ from the baseline and go over at the next sync instead of being
+    /// lost.
+    fn to_app_in(&self, v: &View, off: u64, n: usize) {
+        self.through_baseline(v, off, n, |ba, sh, app, k| {
             if let Some(ba) = ba {
                 // SAFETY: as in to_shadow.
                 unsafe { std::ptr::copy_nonoverlapping(sh as *const u8, ba as *mut u8, k) };
             }
             // SAFETY: as in to_shadow; the shim's mappings never overlap the application's buffer.
-            if let Err(e) = unsafe { self.engine.to_app(self.app + o, ba.unwrap_or(sh) as *const u8, k) } {
+            if let Err(e) = unsafe { self.engine.to_app(app, ba.unwrap_or(sh) as *const u8, k) } {
                 warn_once(&format!("{} engine: {e}", self.engine.name()));
             }
         });
     }
-    /// Runs `step(baseline, shadow, offset, len)` over [off, off+n): for host memory in 16 KiB
-    /// steps, so the second copy of each step reads the baseline from cache; in one step for a
-    /// GPU runtime (each of its copies is a call and a stream sync). No baseline: one step.
-    fn through_baseline(&self, off: u64, n: usize, mut step: impl FnMut(Option<usize>, usize, u64, usize)) {
+    /// Runs `step(baseline, shadow, application, len)` over [off, off+n) of `v`: for host memory
+    /// in 16 KiB steps, so the second copy of each step reads the baseline from cache; in one
+    /// step for a GPU runtime (each of its copies is a call and a stream sync). No baseline: one
+    /// step.
+    fn through_baseline(&self, v: &View, off: u64, n: usize, mut step: impl FnMut(Option<usize>, usize, u64, usize)) {
         const STEP: usize = 16 << 10;
         let unit = if self.has_baseline() && self.engine.app_is_host() { STEP } else { n.max(1) };
         let mut done = 0;
         while done < n {
             let k = unit.min(n - done);
             let o = off as usize + done;
-            step(self.has_baseline().then_some(self.baseline + o), self.shadow + o, o as u64, k);
+            step(self.has_baseline().then_some(v.baseline + o), v.shadow + o, v.app + o as u64, k);
             done += k;
         }
     }
     pub(crate) fn has_baseline(&self) -> bool {
         self.maps.baseline.1 != 0
     }
-    /// Whether the application's host buffer is still mapped. A registration may outlive it:
-    /// UCX's registration cache keeps an MR after the buffer was freed until it processes the
-    /// unmap event, and the NIC keeps the pinned pages meanwhile; the shim must not touch the
-    /// hole (one msync(MS_ASYNC), which only checks the mappings). Device memory: the engine's
-    /// copies report errors themselves.
-    fn app_mapped(&self) -> bool {
+    /// Whether the application's host buffer under `v` is still mapped. A registration may
+    /// outlive it: UCX's registration cache keeps an MR after the buffer was freed until it
+    /// processes the unmap event, and the NIC keeps the pinned pages meanwhile; the shim must not
+    /// touch the hole (one msync(MS_ASYNC), which only checks the mappings). Device memory: the
+    /// engine's copies report errors themselves.
+    fn mapped(&self, v: &View) -> bool {
         if !self.engine.app_is_host() {
             return true;
         }
-        let start = self.app & !(PAGE as u64 - 1);
+        let start = v.app & !(PAGE as u64 - 1);
         // SAFETY: MS_ASYNC only validates that [start, app+len) is mapped; nothing is written.
-        unsafe { libc::msync(start as *mut libc::c_void, (self.app + self.len - start) as usize, libc::MS_ASYNC) == 0 }
-    }
-    /// The runs where the shadow (or, with `now`, the given view of the application's buffer)
-    /// differs from the baseline, into `runs`.
-    fn changed(&self, now: Option<&[u8]>, runs: &mut Vec<(usize, usize)>) {
-        let len = self.len as usize;
-        // SAFETY: shadow and baseline are live mappings of at least len bytes; only read here.
-        let (sh, ba) = unsafe {
-            (
-                std::slice::from_raw_parts(self.shadow as *const u8, len),
-                std::slice::from_raw_parts(self.baseline as *const u8, len),
-            )
-        };
-        runs.clear();
-        mrshim_core::diff::for_each_run(now.unwrap_or(sh), ba, |a, b| runs.push((a, b)));
+        unsafe { libc::msync(start as *mut libc::c_void, (v.app + v.len as u64 - start) as usize, libc::MS_ASYNC) == 0 }
     }
     /// Before a receive is posted (regions peers write) and before a post that may tell a peer
     /// to read (regions peers read): bytes the application changed in its buffer since the last
     /// sync go to the shadow (and the baseline), so that what a peer writes next is told apart
     /// from them even where it writes the value the shadow held before, and what a peer reads
-    /// after hearing from us is what the application wrote before it spoke. Host memory is
-    /// compared in place, only the pages written since the last fold where the kernel tracks
-    /// them; device memory through one copy into a scratch buffer kept for the next time.
+    /// after hearing from us is what the application wrote before it spoke.
     /// `once_per_epoch`: receives posted back to back fold once (docs/bounce.md).
     pub(crate) fn fold_app_writes(&self, once_per_epoch: bool) {
+        if let Some(e) = self.extent() {
+            self.fold(&e, once_per_epoch);
+        }
+    }
+    /// [`Self::fold_app_writes`] over `e`. Host memory is compared in place, only the pages
+    /// written since the last fold where the kernel tracks them; device memory through one copy
+    /// into a scratch buffer kept for the next time.
+    pub(crate) fn fold(&self, e: &Extent, once_per_epoch: bool) {
         let epoch = EPOCH.load(Ordering::Acquire);
-        if once_per_epoch && self.folded.load(Ordering::Acquire) == epoch || !self.app_mapped() {
+        if once_per_epoch && self.folded.load(Ordering::Acquire) == epoch {
             return;
         }
-        let len = self.len as usize;
-        let mut guard = self.sync.lock();
+        let v = e.view;
+        let mut guard = self.maps.sync.lock();
         let Scratch { bytes, runs, pages } = &mut *guard;
         let now: &[u8] = if self.engine.app_is_host() {
-            // SAFETY: host memory the region covers, readable for len bytes (checked when the
+            // SAFETY: host memory the extent covers, readable for len bytes (checked when the
             // shadow was prepared, mapped as just checked); racing writes by the application are
             // what a NIC would see too.
-            unsafe { std::slice::from_raw_parts(self.app as *const u8, len) }
+            unsafe { std::slice::from_raw_parts(v.app as *const u8, v.len) }
         } else {
-            bytes.resize(len, 0);
+            bytes.resize(v.len, 0);
             // SAFETY: the scratch buffer was just sized to len; the region covers [app, app+len).
-            if let Err(e) = unsafe { self.engine.to_host(bytes.as_mut_ptr(), self.app, len) } {
-                return warn_once(&format!("{} engine: {e}", self.engine.name()));
+            if let Err(err) = unsafe { self.engine.to_host(bytes.as_mut_ptr(), v.app, v.len) } {
+                return warn_once(&format!("{} engine: {err}", self.engine.name()));
             }
             bytes
         };
         pages.clear();
-        match self.track.map(|id| (id, dirty::written(id, pages))) {
+        runs.clear();
+        match e.track.map(|id| (id, dirty::written(id, pages))) {
             Some((_, mrshim_dirty::Answer::Written)) => {
-                runs.clear();
+                let end = v.app + v.len as u64;
                 for &(a, b) in pages.iter() {
-                    // the written pages, clipped to the region, as offsets into it
-                    let (a, b) = (a.max(self.app) - self.app, b.min(self.app + self.len).saturating_sub(self.app));
+                    // the written pages, clipped to the extent, as offsets into it
+                    let (a, b) = (a.max(v.app) - v.app, b.min(end).saturating_sub(v.app));
                     if a < b {
-                        self.changed_in(now, a as usize, b as usize, runs);
+                        changed_in(&v, now, a as usize, b as usize, runs);
                     }
                 }
             }
             answer => {
-                self.changed(Some(now), runs);
+                changed_in(&v, now, 0, v.len, runs);
                 if let Some((id, _)) = answer {
                     dirty::compared(id, changed_pages(runs));
                 }
@@ -229,31 +261,41 @@ impl Region {
             // SAFETY: shadow and baseline are live, each [a, b) is within len, and neither
             // aliases `now` (the application's buffer or the scratch copy).
             unsafe {
-                std::ptr::copy_nonoverlapping(now[a..].as_ptr(), (self.shadow + a) as *mut u8, b - a);
-                std::ptr::copy_nonoverlapping(now[a..].as_ptr(), (self.baseline + a) as *mut u8, b - a);
+                std::ptr::copy_nonoverlapping(now[a..].as_ptr(), (v.shadow + a) as *mut u8, b - a);
+                std::ptr::copy_nonoverlapping(now[a..].as_ptr(), (v.baseline + a) as *mut u8, b - a);
             }
         }
         self.folded.store(epoch, Ordering::Release);
     }
-    /// The runs in [a, b) where `now` differs from the baseline, appended to `runs`.
-    fn changed_in(&self, now: &[u8], a: usize, b: usize, runs: &mut Vec<(usize, usize)>) {
-        // SAFETY: the baseline is a live mapping of at least len >= b bytes; only read here.
-        let ba = unsafe { std::slice::from_raw_parts((self.baseline + a) as *const u8, b - a) };
-        mrshim_core::diff::for_each_run(&now[a..b], ba, |x, y| runs.push((a + x, a + y)));
-    }
     /// Copies to the application only the bytes a peer changed in the shadow since the last sync,
     /// so what the application wrote to its buffer meanwhile is not overwritten.
+    #[cfg(test)]
     pub(crate) fn sync_peer_writes(&self) {
-        let mut one_at_a_time = self.sync.lock();
-        let runs = &mut one_at_a_time.runs;
-        self.changed(None, runs);
-        if runs.is_empty() || !self.app_mapped() {
-            return;
-        }
-        for &(a, b) in runs.iter() {
-            self.to_app(a as u64, b - a);
+        if let Some(e) = self.extent() {
+            self.sync_peer(&e);
         }
     }
+    /// [`Self::sync_peer_writes`] over `e`.
+    pub(crate) fn sync_peer(&self, e: &Extent) {
+        let v = e.view;
+        let mut one_at_a_time = self.maps.sync.lock();
+        let runs = &mut one_at_a_time.runs;
+        // SAFETY: the shadow is a live mapping covering the extent; only read here.
+        let sh = unsafe { std::slice::from_raw_parts(v.shadow as *const u8, v.len) };
+        runs.clear();
+        changed_in(&v, sh, 0, v.len, runs);
+        for &(a, b) in runs.iter() {
+            self.to_app_in(&v, a as u64, b - a);
+        }
+    }
+}
+
+/// The runs in [a, b) where `now` (the extent's bytes, application or shadow) differs from its
+/// baseline, appended to `runs`.
+fn changed_in(v: &View, now: &[u8], a: usize, b: usize, runs: &mut Vec<(usize, usize)>) {
+    // SAFETY: the baseline is a live mapping covering the extent, b <= len; only read here.
+    let ba = unsafe { std::slice::from_raw_parts((v.baseline + a) as *const u8, b - a) };
+    mrshim_core::diff::for_each_run(&now[a..b], ba, |x, y| runs.push((a + x, a + y)));
 }
 
 /// The one loud line for copies that did not happen (later ones are not repeated): the

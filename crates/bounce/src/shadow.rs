@@ -6,7 +6,7 @@ use crate::copy::{CopyEngine, HostCopy};
 use crate::dirty;
 use crate::live;
 use crate::pool::{map_anon, unmap};
-use crate::region::{Maps, Region};
+use crate::region::{Maps, Region, View};
 use mrshim_forklock::ForkLock;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -61,7 +61,7 @@ impl Shadow {
         let remote_write = access & mrshim_verbs::access::REMOTE_WRITE != 0;
         let remote_read = access & mrshim_verbs::access::REMOTE_READ != 0;
         let host = engine.app_is_host();
-        let region = |shadow, baseline, maps, track| Region {
+        let region = |shadow, baseline, maps| Region {
             ctx: 0,
             lkey: 0,
             iova,
@@ -73,15 +73,13 @@ impl Shadow {
             remote_write,
             remote_read,
             engine,
-            sync: ForkLock::new(Default::default()),
             folded: AtomicU64::new(u64::MAX),
-            track,
         };
         if let Some(r) = live::containing(app, len) {
             // Peers may have written the shared shadow since its last sync: only the bytes the
             // application changed go over (a fold), not the whole buffer.
             let d = (app - r.app) as usize;
-            let region = region(r.shadow + d, r.baseline + d, r.maps.clone(), None);
+            let region = region(r.shadow + d, r.baseline + d, r.maps.clone());
             region.fold_app_writes(false);
             return Ok(Shadow { region });
         }
@@ -90,10 +88,17 @@ impl Shadow {
         let with_baseline = remote_write || remote_read;
         let p = map_anon(maplen, "shadow")?;
         let b = if with_baseline { map_anon(maplen, "baseline").inspect_err(|_| unmap((p, maplen)))? } else { 0 };
-        let maps = Arc::new(Maps { shadow: (p, maplen), baseline: (b, if with_baseline { maplen } else { 0 }) });
         // Tracked before the first copy: a write after it is either in the copy or reported.
         let track = if with_baseline && host { dirty::track(app, len) } else { None };
-        let region = region(p + off as usize, b + off as usize, maps, track);
+        let (shadow, baseline) = (p + off as usize, b + off as usize);
+        let maps = Arc::new(Maps {
+            shadow: (p, maplen),
+            baseline: (b, if with_baseline { maplen } else { 0 }),
+            span: View { app, shadow, baseline, len: len as usize },
+            track,
+            sync: ForkLock::new(Default::default()),
+        });
+        let region = region(shadow, baseline, maps);
         region.to_shadow(0, len as usize);
         Ok(Shadow { region })
     }

@@ -463,3 +463,43 @@ fn a_registration_inside_a_live_region_shares_its_shadow() {
     assert_eq!(unsafe { *((sh + 4096 + 3) as *const u8) }, 42);
     dereg(&slots, 0x8100, true);
 }
+
+/// UCX registers a buffer again for its other device: the inner region folds and syncs through
+/// the outer one's tracked span, and goes on doing so after the outer region is deregistered
+/// (the shared mappings and the kernel's tracking live as long as either region).
+#[test]
+fn an_inner_region_folds_and_syncs_through_the_tracked_span_it_shares() {
+    use mrshim_verbs::access::{REMOTE_READ, REMOTE_WRITE};
+    let _one = serial();
+    let slots = FakeSlots::default();
+    let ctx = 0x9_0000;
+    slots.ctx.lock().unwrap().insert(ctx, [1, 2, 3]);
+    let mut app = vec![0u8; 1 << 20];
+    let access = LOCAL_WRITE | REMOTE_READ | REMOTE_WRITE;
+    let sh = live_region(&slots, &mut app, access, ctx, 0x901, 0x9100);
+    let p = app[65536..].as_ptr() as u64;
+    let inner = Shadow::prepare(p, 65536, p, access, || Memory::Host).unwrap();
+    assert_eq!(inner.addr() as usize, sh + 65536);
+    fixes::adopt(inner, ShadowMr { mr: 0x9200, ctx, lkey: 0x902, addr: (sh + 65536) as u64 }, &slots);
+    // SAFETY: the live shared shadow, 1 MiB.
+    let at = |i: usize| unsafe { *((sh + i) as *const u8) };
+    // SAFETY: as above; what a peer's RDMA WRITE does.
+    let peer = |i: usize, v: u8| unsafe { *((sh + i) as *mut u8) = v };
+    let recv = Completion { qp_num: 9, wr_id: 0, ok: true, recv: true, byte_len: 0 };
+    for round in 1..4u8 {
+        app[65536 + 7] = round;
+        app[3] = round;
+        live::before_telling_peers();
+        assert_eq!((at(65536 + 7), at(3)), (round, round), "round {round}: the application's writes");
+        peer(65536 + 100, round);
+        live::completed([recv]);
+        assert_eq!(app[65536 + 100], round, "round {round}: the peer's write");
+        let r = live::REGIONS.lock().iter().find(|r| r.lkey == 0x902).cloned().unwrap();
+        let e = r.extent().unwrap();
+        assert!(e.track.is_some() && e.view.len == 1 << 20, "round {round}: the tracked span, not a compare of its own");
+        if round == 1 {
+            dereg(&slots, 0x9100, true);
+        }
+    }
+    dereg(&slots, 0x9200, true);
+}
