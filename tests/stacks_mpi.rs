@@ -114,9 +114,11 @@ fn bounce_every_buffer(scheme: &str) {
     let max = "67108864";
     match scheme {
         "eager" => env.push("UCX_RNDV_THRESH=inf".into()),
-        // Receives reposted 24 at a time (UCX's most): the post_recv fold, which also brings the
-        // application's writes to the shadow, then rarely runs between a refill and the RTS, so
-        // the rndv GET case depends on the fold before post_send alone.
+        // Receives reposted 24 at a time (UCX's most): fewer post_recv folds (which also bring
+        // the application's writes to the shadow) between a refill and the RTS. On main's bounce
+        // layer before issue 18 the GET case failed at 2 KiB, iteration 1; the PUT and eager
+        // cases failed at MPI_Put (fence). The fold before post_send alone is tested in
+        // crates/bounce (`a_send_brings_what_the_application_wrote_to_every_region_peers_read`).
         _ => env.extend([
             format!("UCX_RNDV_SCHEME={scheme}"),
             "UCX_RNDV_THRESH=1024".into(),
