@@ -283,6 +283,9 @@ unsafe extern "C" fn poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut mrshim_verbs
     // SAFETY: the provider's own poll_cq.
     let got = unsafe { provider::<PollCq>(o.ops()[2])(cq, n, wc) };
     if got <= 0 || !live::any_region() {
+        if got == 0 && live::any_region() {
+            guarded_copies("ibv_poll_cq", live::empty_poll);
+        }
         return got;
     }
     // SAFETY: the provider filled `got` entries; both ibv_wc types share rdma-core's layout.

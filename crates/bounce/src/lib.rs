@@ -13,6 +13,7 @@
 //! | [`region`] | one region: shadow, baseline, copies either way, epochs, folds, peer syncs |
 //! | [`shadow`] | a shadow before its MR exists: build, fill, abandon; which engine |
 //! | [`live`] | live regions, SGE ranges, pending receives/READs, what a completion releases |
+//! | [`idle`] | when spinning on empty polls brings over peers' unannounced writes |
 //! | [`fixes`] | MRs with a changed `addr` and what their deregistration needs |
 //! | [`patch`] | when a context's / `ibv_qp_ex`'s ops are wrapped and restored |
 //! | [`copy`] | the copy engine trait and the host engine |
@@ -26,6 +27,7 @@
 pub mod copy;
 mod dirty;
 pub mod fixes;
+pub mod idle;
 mod leaked;
 pub mod live;
 pub mod patch;

@@ -9,6 +9,7 @@
 //! - any RECV / RECV_RDMA_WITH_IMM completion also copies what peers wrote into regions with
 //!   REMOTE_WRITE (the bytes that differ from the baseline) shadow → application.
 
+use crate::idle::{self, Backoff};
 use crate::reads::PendingReads;
 use crate::region::{bump_epoch, Extent, Region};
 use mrshim_forklock::ForkLock;
@@ -16,6 +17,7 @@ use mrshim_verbs::ibv_sge;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 pub(crate) static REGIONS: ForkLock<Vec<Arc<Region>>> = ForkLock::new(Vec::new());
 /// Number of live bounce regions: the post/poll wrappers' fast path checks it.
@@ -183,6 +185,7 @@ pub struct Completion {
 /// Completions just polled: what they release reaches the application.
 pub fn completed(wcs: impl IntoIterator<Item = Completion>) {
     bump_epoch();
+    idle::with(Backoff::completion);
     let mut peer_wrote = false;
     for w in wcs {
         if w.recv {
@@ -207,11 +210,23 @@ pub fn completed(wcs: impl IntoIterator<Item = Completion>) {
     }
 }
 
+/// A poll that returned no completion: now and then, what peers wrote that no completion
+/// announced reaches the application (idle.rs).
+pub fn empty_poll() {
+    if !idle::with(|b| b.empty_poll(Instant::now)) {
+        return;
+    }
+    let start = Instant::now();
+    let mut found = false;
+    each_remote(false, |r, e| found |= r.sync_unannounced(e));
+    idle::with(|b| b.passed(found, start, Instant::now()));
+}
+
 /// Every bounce region peers can write (`read`: read), in any context: a process may learn of a
 /// peer's write through another context than the region's, and the message after which a peer
 /// reads may leave through another (Open MPI's one-sided component has its own UCX context; the
 /// fence or barrier that announces a put or allows a get comes through the point-to-point one).
-fn each_remote(read: bool, f: impl Fn(&Region, &Extent)) {
+fn each_remote(read: bool, mut f: impl FnMut(&Region, &Extent)) {
     // a snapshot: `f` copies region bytes, other threads' posts need not wait for that
     let all: Vec<Arc<Region>> =
         REGIONS.lock().iter().filter(|r| if read { r.remote_read } else { r.remote_write }).cloned().collect();

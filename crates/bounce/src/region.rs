@@ -288,6 +288,84 @@ impl Region {
             self.to_app_in(&v, a as u64, b - a);
         }
     }
+    /// Peers' writes that no completion announced, while the application spins on empty polls
+    /// (idle.rs): like [`Self::sync_peer`], what a peer changed in the shadow since the last sync
+    /// goes to the application. Whether it found any.
+    ///
+    /// The shadow is read from its end down, in 4 KiB chunks (each compared first, only changed
+    /// ones read again, in aligned 8-byte loads from the top): a NIC writes a message in address
+    /// order, so what is read holds a prefix of a write in flight, never a later byte without the
+    /// earlier ones — a program that polls a message's last byte sees the whole message once it
+    /// sees that byte, as without bounce.
+    pub(crate) fn sync_unannounced(&self, e: &Extent) -> bool {
+        const CHUNK: usize = 4096;
+        let v = e.view;
+        let mut guard = self.maps.sync.lock();
+        let Scratch { bytes, runs, .. } = &mut *guard;
+        bytes.resize(v.len, 0);
+        runs.clear();
+        let mut end = v.len;
+        while end > 0 {
+            let start = end.saturating_sub(CHUNK);
+            // SAFETY: shadow and baseline are live mappings covering the extent; read only.
+            let (sh, ba) = unsafe {
+                (
+                    std::slice::from_raw_parts((v.shadow + start) as *const u8, end - start),
+                    std::slice::from_raw_parts((v.baseline + start) as *const u8, end - start),
+                )
+            };
+            if sh != ba {
+                // SAFETY: [start, end) of the shadow is readable (above).
+                unsafe { snapshot_from_end(sh.as_ptr(), &mut bytes[start..end]) };
+                let at = runs.len();
+                mrshim_core::diff::for_each_run(&bytes[start..end], ba, |x, y| runs.push((start + x, start + y)));
+                runs[at..].reverse();
+            }
+            end = start;
+        }
+        runs.reverse();
+        let found = !runs.is_empty();
+        for &(a, b) in runs.iter() {
+            // SAFETY: the baseline covers the extent; the scratch buffer is the shim's own.
+            unsafe { std::ptr::copy_nonoverlapping(bytes[a..].as_ptr(), (v.baseline + a) as *mut u8, b - a) };
+            // The run's last byte last: another thread polling it sees the rest first.
+            let split = if b - a > 1 && self.engine.app_is_host() { b - 1 } else { b };
+            for (x, y) in [(a, split), (split, b)] {
+                // SAFETY: [x, y) is within the extent, which the application's buffer covers.
+                if let Err(err) = unsafe { self.engine.to_app(v.app + x as u64, (v.baseline + x) as *const u8, y - x) }
+                {
+                    warn_once(&format!("{} engine: {err}", self.engine.name()));
+                }
+            }
+        }
+        found
+    }
+}
+
+/// Copies `src[..dst.len()]` into `dst` reading from the end down, in aligned 8-byte loads
+/// (single-copy atomic on x86_64 and aarch64) between byte loads at the unaligned ends.
+///
+/// # Safety
+/// `src` must be readable for `dst.len()` bytes.
+unsafe fn snapshot_from_end(src: *const u8, dst: &mut [u8]) {
+    let mut i = dst.len();
+    let at = |i: usize| src as usize + i;
+    while i > 0 && at(i) % 8 != 0 {
+        i -= 1;
+        // SAFETY: i < len, within what the caller guarantees readable.
+        dst[i] = unsafe { std::ptr::read_volatile(src.add(i)) };
+    }
+    while i >= 8 {
+        i -= 8;
+        // SAFETY: [i, i+8) is readable and src+i is 8-aligned (the loop above stopped there).
+        let w = unsafe { std::ptr::read_volatile(src.add(i).cast::<u64>()) };
+        dst[i..i + 8].copy_from_slice(&w.to_ne_bytes());
+    }
+    while i > 0 {
+        i -= 1;
+        // SAFETY: as in the first loop.
+        dst[i] = unsafe { std::ptr::read_volatile(src.add(i)) };
+    }
 }
 
 /// The runs in [a, b) where `now` (the extent's bytes, application or shadow) differs from its

@@ -496,10 +496,39 @@ fn an_inner_region_folds_and_syncs_through_the_tracked_span_it_shares() {
         assert_eq!(app[65536 + 100], round, "round {round}: the peer's write");
         let r = live::REGIONS.lock().iter().find(|r| r.lkey == 0x902).cloned().unwrap();
         let e = r.extent().unwrap();
-        assert!(e.track.is_some() && e.view.len == 1 << 20, "round {round}: the tracked span, not a compare of its own");
+        assert!(
+            e.track.is_some() && e.view.len == 1 << 20,
+            "round {round}: the tracked span, not a compare of its own"
+        );
         if round == 1 {
             dereg(&slots, 0x9100, true);
         }
     }
     dereg(&slots, 0x9200, true);
+}
+
+/// ucx_perftest's put_bw, NCCL's FIFO: a peer's plain RDMA WRITE, announced by nothing, reaches
+/// the application while it spins on empty polls — only the bytes the peer changed, so what the
+/// application wrote meanwhile stays.
+#[test]
+fn a_write_no_completion_announces_arrives_while_polls_come_back_empty() {
+    use mrshim_verbs::access::REMOTE_WRITE;
+    let _one = serial();
+    let slots = FakeSlots::default();
+    let ctx = 0xa_0000;
+    slots.ctx.lock().unwrap().insert(ctx, [1, 2, 3]);
+    let mut app = vec![0u8; 8195];
+    let sh = live_region(&slots, &mut app[3..], LOCAL_WRITE | REMOTE_WRITE, ctx, 0xa01, 0xa100);
+    live::completed([]);
+    // SAFETY: the live shadow, 8192 bytes; what a peer's RDMA WRITE does.
+    unsafe { std::ptr::write_bytes((sh + 1000) as *mut u8, 7, 4000) };
+    app[3 + 6000] = 9;
+    let start = std::time::Instant::now();
+    while app[3 + 4999] != 7 {
+        assert!(start.elapsed() < std::time::Duration::from_secs(5), "never arrived");
+        live::empty_poll();
+    }
+    assert!(app[3 + 1000..3 + 5000].iter().all(|&b| b == 7) && app[3 + 999] == 0 && app[3 + 5000] == 0);
+    assert_eq!(app[3 + 6000], 9, "the application's own write stays");
+    dereg(&slots, 0xa100, true);
 }
