@@ -38,7 +38,7 @@ impl Backoff {
     /// whether a pass is due.
     pub fn empty_poll(&mut self, now: impl FnOnce() -> Instant) -> bool {
         self.empties = self.empties.wrapping_add(1);
-        if self.empties % CHECK_EVERY != 0 {
+        if !self.empties.is_multiple_of(CHECK_EVERY) {
             return false;
         }
         let now = now();

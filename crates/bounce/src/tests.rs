@@ -524,7 +524,9 @@ fn a_write_no_completion_announces_arrives_while_polls_come_back_empty() {
     unsafe { std::ptr::write_bytes((sh + 1000) as *mut u8, 7, 4000) };
     app[3 + 6000] = 9;
     let start = std::time::Instant::now();
-    while app[3 + 4999] != 7 {
+    let flag = app[3 + 4999..].as_ptr();
+    // SAFETY: the application's live buffer; read as a program polling it does.
+    while unsafe { std::ptr::read_volatile(flag) } != 7 {
         assert!(start.elapsed() < std::time::Duration::from_secs(5), "never arrived");
         live::empty_poll();
     }
