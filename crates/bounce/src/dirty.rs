@@ -66,6 +66,13 @@ pub fn written(id: Id, out: &mut Vec<(u64, u64)>) -> Answer {
     TRACKER.lock().as_mut().map_or(Answer::Everything, |t| t.written(id, out))
 }
 
+/// The shim is about to write [start, start+len) of the tracked range `id` (dirty crate).
+pub fn unprotect(id: Id, start: u64, len: u64) {
+    if let Some(t) = TRACKER.lock().as_mut() {
+        t.unprotect(id, start, len);
+    }
+}
+
 pub fn compared(id: Id, changed_pages: usize) {
     if let Some(t) = TRACKER.lock().as_mut() {
         t.compared(id, changed_pages);

@@ -65,6 +65,12 @@ impl Backoff {
     }
 }
 
+/// Nanoseconds since the first call: a monotonic clock cheap to store in an atomic.
+pub fn now_ns() -> u64 {
+    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
 thread_local! {
     static THREAD: Cell<Backoff> = const { Cell::new(Backoff { empties: 0, next: None, gap: Duration::ZERO, rest: None }) };
 }

@@ -233,7 +233,9 @@ fn each_remote(read: bool, mut f: impl FnMut(&Region, &Extent)) {
     // Regions that share a tracked span fold and sync it once (region.rs, Maps).
     let mut done: Vec<usize> = Vec::new();
     for r in &all {
-        let Some(e) = r.extent() else { continue };
+        // before a SEND (`read`): tracking may start now (Region::start_tracking)
+        let e = if read { r.start_tracking().or_else(|| r.extent()) } else { r.extent() };
+        let Some(e) = e else { continue };
         if e.track.is_some() {
             if done.contains(&e.view.shadow) {
                 continue;

@@ -11,10 +11,11 @@
 
 use crate::copy::CopyEngine;
 use crate::dirty;
+use crate::idle;
 use crate::pool::{unmap, Mapping};
 use mrshim_forklock::ForkLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 const PAGE: usize = 4096;
 
@@ -45,15 +46,19 @@ pub(crate) struct Maps {
     pub(crate) baseline: Mapping,
     /// The first region's buffer, shadow and baseline.
     pub(crate) span: View,
-    /// The kernel tracks writes to `span` (host memory, crates/dirty).
-    pub(crate) track: Option<mrshim_dirty::Id>,
+    /// Whether the kernel tracks writes to `span` (host memory, crates/dirty): decided at the
+    /// first fold before a SEND ([`Region::start_tracking`]).
+    pub(crate) track: OnceLock<Option<mrshim_dirty::Id>>,
+    /// When a sync last brought peers' writes over (ns on [`clock`]): idle.rs passes skip
+    /// mappings a completion synced a moment ago.
+    pub(crate) synced: AtomicU64,
     /// Serialises the syncs of the regions sharing these mappings; holds what they reuse.
     pub(crate) sync: ForkLock<Scratch>,
 }
 
 impl Drop for Maps {
     fn drop(&mut self) {
-        if let Some(id) = self.track {
+        if let Some(&Some(id)) = self.track.get() {
             dirty::untrack(id);
         }
         unmap(self.shadow);
@@ -127,13 +132,37 @@ impl Region {
     /// region, and is the same for every region sharing the mappings) while that buffer is
     /// mapped, else the region itself; None when the region's own buffer is gone too.
     pub(crate) fn extent(&self) -> Option<Extent> {
-        if let Some(id) = self.maps.track {
+        if let Some(id) = self.tracked() {
             if self.mapped(&self.maps.span) {
                 return Some(Extent { view: self.maps.span, track: Some(id) });
             }
         }
         let own = self.own();
         self.mapped(&own).then_some(Extent { view: own, track: None })
+    }
+    fn tracked(&self) -> Option<mrshim_dirty::Id> {
+        self.maps.track.get().copied().flatten()
+    }
+    /// At a fold before a SEND, the first one of these mappings: the kernel tracks the
+    /// application's writes to the span from now on, where it can (host memory with a
+    /// baseline). Folds before SENDs run at every SEND, so they are what tracking pays for;
+    /// regions only folded at post_recv (once per batch of receives) and written wholesale by
+    /// the shim at each completion (NCCL-style rings) would pay a fault per page and gain
+    /// little. The extent of this first fold: the span compared whole (writes before the kernel
+    /// protected the pages are not reported), or None when tracking did not start now.
+    pub(crate) fn start_tracking(&self) -> Option<Extent> {
+        if self.maps.track.get().is_some() {
+            return None;
+        }
+        let trackable = self.has_baseline() && self.engine.app_is_host();
+        let span = self.maps.span;
+        let mut started = false;
+        self.maps.track.get_or_init(|| {
+            let id = if trackable { dirty::track(span.app, span.len as u64) } else { None };
+            started = id.is_some();
+            id
+        });
+        (started && self.mapped(&span)).then_some(Extent { view: span, track: None })
     }
     /// Application → shadow. For regions peers write, through the baseline: it holds exactly
     /// what the shadow was given, so a peer's write that lands meanwhile still shows as a change.
@@ -160,6 +189,7 @@ impl Region {
     /// while this runs differ from the baseline and go over at the next sync instead of being
     /// lost.
     fn to_app_in(&self, v: &View, off: u64, n: usize) {
+        self.will_write_app(v.app + off, n);
         self.through_baseline(v, off, n, |ba, sh, app, k| {
             if let Some(ba) = ba {
                 // SAFETY: as in to_shadow.
@@ -184,6 +214,17 @@ impl Region {
             let o = off as usize + done;
             step(self.has_baseline().then_some(v.baseline + o), v.shadow + o, v.app + o as u64, k);
             done += k;
+        }
+    }
+    /// Before the shim writes [app, app+n) of the application's buffer: where the kernel tracks
+    /// it, the pages lose their write protection in one call instead of one fault each (a
+    /// fault costs 0.7–2.7 µs a page on this VM: 5 ms for each 8 MiB a peer wrote). Below two
+    /// pages the faults cost no more than the call.
+    fn will_write_app(&self, app: u64, n: usize) {
+        if let Some(id) = self.tracked() {
+            if n >= 2 * PAGE {
+                dirty::unprotect(id, app, n as u64);
+            }
         }
     }
     pub(crate) fn has_baseline(&self) -> bool {
@@ -279,6 +320,7 @@ impl Region {
     pub(crate) fn sync_peer(&self, e: &Extent) {
         let v = e.view;
         let mut one_at_a_time = self.maps.sync.lock();
+        self.maps.synced.store(idle::now_ns(), Ordering::Release);
         let runs = &mut one_at_a_time.runs;
         // SAFETY: the shadow is a live mapping covering the extent; only read here.
         let sh = unsafe { std::slice::from_raw_parts(v.shadow as *const u8, v.len) };
@@ -293,32 +335,44 @@ impl Region {
     /// goes to the application. Whether it found any.
     ///
     /// The shadow is read from its end down, in 4 KiB chunks (each compared first, only changed
-    /// ones read again, in aligned 8-byte loads from the top): a NIC writes a message in address
+    /// ones read again, in aligned 8-byte loads from the top, into a buffer on the stack): a NIC writes a message in address
     /// order, so what is read holds a prefix of a write in flight, never a later byte without the
     /// earlier ones — a program that polls a message's last byte sees the whole message once it
     /// sees that byte, as without bounce.
     pub(crate) fn sync_unannounced(&self, e: &Extent) -> bool {
         const CHUNK: usize = 4096;
         let v = e.view;
+        let now = idle::now_ns();
+        if now.saturating_sub(self.maps.synced.load(Ordering::Acquire)) < idle::FIRST.as_nanos() as u64 {
+            // a completion synced these mappings a moment ago (an NCCL-style ring between two
+            // messages): nothing to do for a thread that is merely waiting for the next one
+            return false;
+        }
         let mut guard = self.maps.sync.lock();
-        let Scratch { bytes, runs, .. } = &mut *guard;
-        bytes.resize(v.len, 0);
+        self.maps.synced.store(now, Ordering::Release);
+        let runs = &mut guard.runs;
         runs.clear();
+        let mut chunk = [0u8; CHUNK];
         let mut end = v.len;
         while end > 0 {
             let start = end.saturating_sub(CHUNK);
-            // SAFETY: shadow and baseline are live mappings covering the extent; read only.
+            let n = end - start;
+            // SAFETY: shadow and baseline are live mappings covering the extent; the baseline is
+            // only written by the shim, under the sync lock held here.
             let (sh, ba) = unsafe {
                 (
-                    std::slice::from_raw_parts((v.shadow + start) as *const u8, end - start),
-                    std::slice::from_raw_parts((v.baseline + start) as *const u8, end - start),
+                    std::slice::from_raw_parts((v.shadow + start) as *const u8, n),
+                    std::slice::from_raw_parts_mut((v.baseline + start) as *mut u8, n),
                 )
             };
             if sh != ba {
                 // SAFETY: [start, end) of the shadow is readable (above).
-                unsafe { snapshot_from_end(sh.as_ptr(), &mut bytes[start..end]) };
+                unsafe { snapshot_from_end(sh.as_ptr(), &mut chunk[..n]) };
                 let at = runs.len();
-                mrshim_core::diff::for_each_run(&bytes[start..end], ba, |x, y| runs.push((start + x, start + y)));
+                mrshim_core::diff::for_each_run(&chunk[..n], ba, |x, y| runs.push((start + x, start + y)));
+                for &(x, y) in &runs[at..] {
+                    ba[x - start..y - start].copy_from_slice(&chunk[x - start..y - start]);
+                }
                 runs[at..].reverse();
             }
             end = start;
@@ -326,8 +380,7 @@ impl Region {
         runs.reverse();
         let found = !runs.is_empty();
         for &(a, b) in runs.iter() {
-            // SAFETY: the baseline covers the extent; the scratch buffer is the shim's own.
-            unsafe { std::ptr::copy_nonoverlapping(bytes[a..].as_ptr(), (v.baseline + a) as *mut u8, b - a) };
+            self.will_write_app(v.app + a as u64, b - a);
             // The run's last byte last: another thread polling it sees the rest first.
             let split = if b - a > 1 && self.engine.app_is_host() { b - 1 } else { b };
             for (x, y) in [(a, split), (split, b)] {

@@ -3,7 +3,6 @@
 //! MR adopts it ([`crate::fixes::adopt`]) or it is [`Shadow::abandon`]ed.
 
 use crate::copy::{CopyEngine, HostCopy};
-use crate::dirty;
 use crate::live;
 use crate::pool::{map_anon, unmap};
 use crate::region::{Maps, Region, View};
@@ -60,7 +59,6 @@ impl Shadow {
         };
         let remote_write = access & mrshim_verbs::access::REMOTE_WRITE != 0;
         let remote_read = access & mrshim_verbs::access::REMOTE_READ != 0;
-        let host = engine.app_is_host();
         let region = |shadow, baseline, maps| Region {
             ctx: 0,
             lkey: 0,
@@ -88,14 +86,13 @@ impl Shadow {
         let with_baseline = remote_write || remote_read;
         let p = map_anon(maplen, "shadow")?;
         let b = if with_baseline { map_anon(maplen, "baseline").inspect_err(|_| unmap((p, maplen)))? } else { 0 };
-        // Tracked before the first copy: a write after it is either in the copy or reported.
-        let track = if with_baseline && host { dirty::track(app, len) } else { None };
         let (shadow, baseline) = (p + off as usize, b + off as usize);
         let maps = Arc::new(Maps {
             shadow: (p, maplen),
             baseline: (b, if with_baseline { maplen } else { 0 }),
             span: View { app, shadow, baseline, len: len as usize },
-            track,
+            track: Default::default(),
+            synced: Default::default(),
             sync: ForkLock::new(Default::default()),
         });
         let region = region(shadow, baseline, maps);

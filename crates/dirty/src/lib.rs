@@ -45,6 +45,10 @@ pub trait Pages {
     /// Appends the page-aligned ranges of [start, start+len) written since they were last
     /// scanned, and protects them again.
     fn scan(&mut self, start: u64, len: u64, out: &mut Vec<(u64, u64)>) -> Result<(), String>;
+    /// Clears the protection of the pages of [start, start+len) (page-aligned) ahead of a write
+    /// the caller is about to make: the next scan reports them written, and the write costs no
+    /// fault per page.
+    fn unprotect(&mut self, start: u64, len: u64);
 }
 
 /// Smallest range worth a kernel range of its own: below it a compare costs about as much as
@@ -209,6 +213,19 @@ impl<P: Pages> Tracker<P> {
                 }
                 Answer::Written
             }
+        }
+    }
+
+    /// The caller is about to write [start, start+len) of `id` itself (the shim copying a peer's
+    /// bytes into the application's buffer): its whole pages lose their protection in one call
+    /// instead of one fault each. Counted as written at the next scan, as the faults would be.
+    pub fn unprotect(&mut self, id: Id, start: u64, len: u64) {
+        let Some(r) = self.ranges.iter().find(|r| r.id == id && r.mode != Mode::Broken) else { return };
+        let Some(k) = self.pages.as_mut() else { return };
+        let s = start.max(r.start) & !(PAGE - 1);
+        let e = start.saturating_add(len).min(r.end).next_multiple_of(PAGE).min(r.end);
+        if s < e {
+            k.unprotect(s, e - s);
         }
     }
 

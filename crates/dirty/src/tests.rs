@@ -32,6 +32,13 @@ impl Pages for Model {
         }
         Ok(())
     }
+    fn unprotect(&mut self, start: u64, len: u64) {
+        for p in (start..start + len).step_by(PAGE as usize) {
+            if self.armed.contains(&p) {
+                self.dirty.insert(p);
+            }
+        }
+    }
     fn disarm(&mut self, start: u64, len: u64) {
         for p in (start..start + len).step_by(PAGE as usize) {
             self.armed.remove(&p);

@@ -24,6 +24,8 @@ const UFFDIO_REGISTER_MODE_WP: u64 = 1 << 1;
 const UFFDIO_API: u64 = 0xc018_aa3f;
 const UFFDIO_REGISTER: u64 = 0xc020_aa00;
 const UFFDIO_UNREGISTER: u64 = 0x8010_aa01;
+// _IOWR(0xaa, 0x06, struct uffdio_writeprotect { struct uffdio_range; __u64 mode; })
+const UFFDIO_WRITEPROTECT: u64 = 0xc018_aa06;
 // _IOWR('f', 16, struct pm_scan_arg)
 const PAGEMAP_SCAN: u64 = 0xc060_6610;
 const PM_SCAN_WP_MATCHING: u64 = 1 << 0;
@@ -190,6 +192,17 @@ impl Pages for Kernel {
         let mut r = [start, len];
         // SAFETY: UFFDIO_UNREGISTER of a range we registered; also clears its protection.
         unsafe { libc::ioctl(self.uffd, UFFDIO_UNREGISTER as _, r.as_mut_ptr()) };
+    }
+
+    fn unprotect(&mut self, start: u64, len: u64) {
+        if self.ours().is_err() {
+            return;
+        }
+        // mode 0: clear the protection (and wake no one: asynchronous faults never wait)
+        let mut wp = [start, len, 0u64];
+        // SAFETY: UFFDIO_WRITEPROTECT of a range we registered; it changes no byte of it. A
+        // failure leaves the pages protected: the caller's write then faults, as without this.
+        unsafe { libc::ioctl(self.uffd, UFFDIO_WRITEPROTECT as _, wp.as_mut_ptr()) };
     }
 
     fn scan(&mut self, start: u64, len: u64, out: &mut Vec<(u64, u64)>) -> Result<(), String> {
