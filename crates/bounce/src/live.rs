@@ -147,6 +147,9 @@ pub fn before_telling_peers() {
 pub fn send_sges(ctx: usize, qpn: u32, wr_id: u64, read: bool, built: bool, sges: &[ibv_sge]) {
     let rs = ranges(ctx, sges);
     if read && !rs.is_empty() {
+        for (reg, off, n) in &rs {
+            reg.being_read_into(*off, *n);
+        }
         PENDING_READ.read(qpn, wr_id, rs, built);
         return;
     }

@@ -180,6 +180,22 @@ impl Region {
             }
         });
     }
+    /// An RDMA READ (or a fetching atomic) into [off, off+n) was posted: the NIC writes the
+    /// shadow there and its completion brings the bytes over. What the application holds there
+    /// now is to be replaced, so it becomes the baseline: a fold before that completion (a SEND
+    /// on another QP, a post_recv) must not take it for a change of the application's and copy
+    /// it over the READ's data in the shadow (seen: the receiver's 0xa5 fill, MPI rndv GET).
+    pub(crate) fn being_read_into(&self, off: u64, n: usize) {
+        if !self.has_baseline() {
+            return;
+        }
+        let _one_at_a_time = self.maps.sync.lock();
+        // SAFETY: [off, off+n) is within the region: the baseline mapping and the application's
+        // buffer both cover it.
+        if let Err(e) = unsafe { self.engine.to_host((self.baseline + off as usize) as *mut u8, self.app + off, n) } {
+            warn_once(&format!("{} engine: {e}", self.engine.name()));
+        }
+    }
     /// Shadow → application, [off, off+n) of this region.
     pub(crate) fn to_app(&self, off: u64, n: usize) {
         self.to_app_in(&self.own(), off, n);

@@ -534,3 +534,27 @@ fn a_write_no_completion_announces_arrives_while_polls_come_back_empty() {
     assert_eq!(app[3 + 6000], 9, "the application's own write stays");
     dereg(&slots, 0xa100, true);
 }
+
+/// MPI rndv GET: the receiver fills its buffer, then RDMA-READs into it. A fold before the
+/// READ's completion (a SEND on another QP, a post_recv) must not take the fill for the
+/// application's new data and copy it over what the READ brought into the shadow.
+#[test]
+fn a_fold_before_a_reads_completion_keeps_what_the_read_brought() {
+    use mrshim_verbs::access::{REMOTE_READ, REMOTE_WRITE};
+    let _one = serial();
+    let slots = FakeSlots::default();
+    let ctx = 0xb_0000;
+    slots.ctx.lock().unwrap().insert(ctx, [1, 2, 3]);
+    let mut app = vec![0u8; 1 << 17];
+    let sh = live_region(&slots, &mut app, LOCAL_WRITE | REMOTE_READ | REMOTE_WRITE, ctx, 0xb01, 0xb100);
+    app[..8192].fill(0xa5);
+    live::send_sges(ctx, 11, 1, true, false, &[sge(app.as_ptr(), 8192, 0xb01)]);
+    // SAFETY: the live shadow; what the NIC does with the READ's response.
+    unsafe { std::ptr::write_bytes(sh as *mut u8, 0x6b, 8192) };
+    live::completed([Completion { qp_num: 12, wr_id: 9, ok: true, recv: false, byte_len: 0 }]);
+    live::before_telling_peers();
+    live::before_recv();
+    live::completed([Completion { qp_num: 11, wr_id: 1, ok: true, recv: false, byte_len: 0 }]);
+    assert!(app[..8192].iter().all(|&b| b == 0x6b), "the READ's bytes, not the fill");
+    dereg(&slots, 0xb100, true);
+}
