@@ -90,6 +90,22 @@ fn a_fold_reports_exactly_the_pages_written_since_the_last_one() {
     assert_eq!(written(&mut t, id), (Answer::Written, vec![]), "nothing since");
 }
 
+/// The shim's own writes into a tracked range: unprotected in one call, clipped to the range,
+/// reported at the next fold like writes.
+#[test]
+fn unprotected_pages_are_reported_at_the_next_fold() {
+    let mut t = tracker();
+    let id = t.track(BASE, LEN).unwrap();
+    assert_eq!(written(&mut t, id), (Answer::Written, vec![]));
+    t.unprotect(id, BASE + 3 * PAGE + 10, 2 * PAGE);
+    t.unprotect(id, BASE + LEN - PAGE, 5 * PAGE);
+    t.unprotect(id + 1, BASE, PAGE);
+    assert_eq!(
+        written(&mut t, id),
+        (Answer::Written, vec![(BASE + 3 * PAGE, BASE + 6 * PAGE), (BASE + LEN - PAGE, BASE + LEN)])
+    );
+}
+
 #[test]
 fn small_overlapping_or_refused_ranges_are_not_tracked() {
     let mut t = tracker();

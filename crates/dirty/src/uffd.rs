@@ -294,6 +294,10 @@ mod tests {
         // SAFETY: pages 20..22 of v.
         unsafe { libc::madvise((a + 20 * PAGE) as *mut libc::c_void, 2 * PAGE as usize, libc::MADV_DONTNEED) };
         assert_eq!(scan(&mut k), vec![(a + 20 * PAGE, a + 22 * PAGE)]);
+        // unprotected ahead of the shim's own write: reported as written, like a write
+        k.unprotect(a + 30 * PAGE, 3 * PAGE);
+        assert_eq!(scan(&mut k), vec![(a + 30 * PAGE, a + 33 * PAGE)]);
+        assert_eq!(scan(&mut k), vec![], "protected again by the scan");
         k.disarm(a, n as u64);
     }
 }
