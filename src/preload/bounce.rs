@@ -283,8 +283,8 @@ unsafe extern "C" fn poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut mrshim_verbs
     // SAFETY: the provider's own poll_cq.
     let got = unsafe { provider::<PollCq>(o.ops()[2])(cq, n, wc) };
     if got <= 0 || !live::any_region() {
-        if got == 0 && live::any_region() {
-            guarded_copies("ibv_poll_cq", live::empty_poll);
+        if got == 0 && live::any_region() && live::empty_poll() {
+            guarded_copies("ibv_poll_cq", live::idle_pass);
         }
         return got;
     }

@@ -59,6 +59,7 @@ pub unsafe fn after_fork_child() {
         patch::PATCHING.recover_in_child(|| ());
         live::PENDING_RECV.map.recover_in_child(|| None);
         live::PENDING_READ.map.recover_in_child(|| None);
+        idle::STATE.recover_in_child(idle::Backoff::new);
         dirty::after_fork_child();
     }
 }

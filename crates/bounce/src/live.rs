@@ -9,13 +9,13 @@
 //! - any RECV / RECV_RDMA_WITH_IMM completion also copies what peers wrote into regions with
 //!   REMOTE_WRITE (the bytes that differ from the baseline) shadow → application.
 
-use crate::idle::{self, Backoff};
+use crate::idle;
 use crate::reads::PendingReads;
 use crate::region::{bump_epoch, Extent, Region};
 use mrshim_forklock::ForkLock;
 use mrshim_verbs::ibv_sge;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -188,7 +188,7 @@ pub struct Completion {
 /// Completions just polled: what they release reaches the application.
 pub fn completed(wcs: impl IntoIterator<Item = Completion>) {
     bump_epoch();
-    idle::with(Backoff::completion);
+    idle::completion();
     let mut peer_wrote = false;
     for w in wcs {
         if w.recv {
@@ -209,20 +209,32 @@ pub fn completed(wcs: impl IntoIterator<Item = Completion>) {
         }
     }
     if peer_wrote {
+        LAST_PEER_SYNC.store(idle::now_ns(), Ordering::Release);
         each_remote(false, Region::sync_peer);
     }
 }
 
-/// A poll that returned no completion: now and then, what peers wrote that no completion
-/// announced reaches the application (idle.rs).
-pub fn empty_poll() {
-    if !idle::with(|b| b.empty_poll(Instant::now)) {
+/// When a RECV-side completion last synced every region (ns, idle::now_ns).
+static LAST_PEER_SYNC: AtomicU64 = AtomicU64::new(0);
+
+/// A poll that returned no completion: whether an [`idle_pass`] is due (idle.rs). Only this
+/// thread's counter, most of the time: the wrappers call it on every empty poll.
+#[inline]
+pub fn empty_poll() -> bool {
+    idle::empty_poll()
+}
+
+/// What peers wrote that no completion announced reaches the application (idle.rs).
+pub fn idle_pass() {
+    if idle::now_ns().saturating_sub(LAST_PEER_SYNC.load(Ordering::Acquire)) < idle::FIRST.as_nanos() as u64 {
+        // a completion synced every region a moment ago (an NCCL-style ring between two
+        // messages, polled by another thread): nothing to do for a thread that merely waits
         return;
     }
     let start = Instant::now();
     let mut found = false;
     each_remote(false, |r, e| found |= r.sync_unannounced(e));
-    idle::with(|b| b.passed(found, start, Instant::now()));
+    idle::passed(found, start, Instant::now());
 }
 
 /// Every bounce region peers can write (`read`: read), in any context: a process may learn of a
@@ -237,8 +249,7 @@ fn each_remote(read: bool, mut f: impl FnMut(&Region, &Extent)) {
     let mut done: Vec<usize> = Vec::new();
     for r in &all {
         // before a SEND (`read`): tracking may start now (Region::start_tracking)
-        let e = if read { r.start_tracking().or_else(|| r.extent()) } else { r.extent() };
-        let Some(e) = e else { continue };
+        let e = if read { r.start_tracking().unwrap_or_else(|| r.extent()) } else { r.extent() };
         if e.track.is_some() {
             if done.contains(&e.view.shadow) {
                 continue;

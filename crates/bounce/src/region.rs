@@ -11,7 +11,6 @@
 
 use crate::copy::CopyEngine;
 use crate::dirty;
-use crate::idle;
 use crate::pool::{unmap, Mapping};
 use mrshim_forklock::ForkLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -49,9 +48,6 @@ pub(crate) struct Maps {
     /// Whether the kernel tracks writes to `span` (host memory, crates/dirty): decided at the
     /// first fold before a SEND ([`Region::start_tracking`]).
     pub(crate) track: OnceLock<Option<mrshim_dirty::Id>>,
-    /// When a sync last brought peers' writes over (ns on [`clock`]): idle.rs passes skip
-    /// mappings a completion synced a moment ago.
-    pub(crate) synced: AtomicU64,
     /// Serialises the syncs of the regions sharing these mappings; holds what they reuse.
     pub(crate) sync: ForkLock<Scratch>,
 }
@@ -129,16 +125,23 @@ impl Region {
         View { app: self.app, shadow: self.shadow, baseline: self.baseline, len: self.len as usize }
     }
     /// What folds and syncs of this region cover: its mappings' tracked span (which contains the
-    /// region, and is the same for every region sharing the mappings) while that buffer is
-    /// mapped, else the region itself; None when the region's own buffer is gone too.
-    pub(crate) fn extent(&self) -> Option<Extent> {
-        if let Some(id) = self.tracked() {
-            if self.mapped(&self.maps.span) {
-                return Some(Extent { view: self.maps.span, track: Some(id) });
-            }
+    /// region, and is the same for every region sharing the mappings), else the region itself.
+    /// No system call: whether the buffer is still mapped is asked ([`Self::usable`]) only where
+    /// the application's bytes are about to be touched — most syncs find nothing to copy.
+    pub(crate) fn extent(&self) -> Extent {
+        match self.tracked() {
+            Some(id) => Extent { view: self.maps.span, track: Some(id) },
+            None => Extent { view: self.own(), track: None },
+        }
+    }
+    /// `e` while its buffer is mapped; a span whose buffer is partly gone (the outer region's
+    /// buffer freed) falls back to this region alone; None when this region's is gone too.
+    fn usable(&self, e: &Extent) -> Option<Extent> {
+        if self.mapped(&e.view) {
+            return Some(Extent { view: e.view, track: e.track });
         }
         let own = self.own();
-        self.mapped(&own).then_some(Extent { view: own, track: None })
+        (e.track.is_some() && self.mapped(&own)).then_some(Extent { view: own, track: None })
     }
     fn tracked(&self) -> Option<mrshim_dirty::Id> {
         self.maps.track.get().copied().flatten()
@@ -162,7 +165,7 @@ impl Region {
             started = id.is_some();
             id
         });
-        (started && self.mapped(&span)).then_some(Extent { view: span, track: None })
+        started.then_some(Extent { view: span, track: None })
     }
     /// Application → shadow. For regions peers write, through the baseline: it holds exactly
     /// what the shadow was given, so a peer's write that lands meanwhile still shows as a change.
@@ -266,9 +269,7 @@ impl Region {
     /// after hearing from us is what the application wrote before it spoke.
     /// `once_per_epoch`: receives posted back to back fold once (docs/bounce.md).
     pub(crate) fn fold_app_writes(&self, once_per_epoch: bool) {
-        if let Some(e) = self.extent() {
-            self.fold(&e, once_per_epoch);
-        }
+        self.fold(&self.extent(), once_per_epoch);
     }
     /// [`Self::fold_app_writes`] over `e`. Host memory is compared in place, only the pages
     /// written since the last fold where the kernel tracks them; device memory through one copy
@@ -278,6 +279,7 @@ impl Region {
         if once_per_epoch && self.folded.load(Ordering::Acquire) == epoch {
             return;
         }
+        let Some(e) = self.usable(e) else { return };
         let v = e.view;
         let mut guard = self.maps.sync.lock();
         let Scratch { bytes, runs, pages } = &mut *guard;
@@ -328,20 +330,28 @@ impl Region {
     /// so what the application wrote to its buffer meanwhile is not overwritten.
     #[cfg(test)]
     pub(crate) fn sync_peer_writes(&self) {
-        if let Some(e) = self.extent() {
-            self.sync_peer(&e);
-        }
+        self.sync_peer(&self.extent());
     }
     /// [`Self::sync_peer_writes`] over `e`.
     pub(crate) fn sync_peer(&self, e: &Extent) {
         let v = e.view;
         let mut one_at_a_time = self.maps.sync.lock();
-        self.maps.synced.store(idle::now_ns(), Ordering::Release);
         let runs = &mut one_at_a_time.runs;
         // SAFETY: the shadow is a live mapping covering the extent; only read here.
         let sh = unsafe { std::slice::from_raw_parts(v.shadow as *const u8, v.len) };
         runs.clear();
         changed_in(&v, sh, 0, v.len, runs);
+        if runs.is_empty() {
+            return;
+        }
+        match self.usable(e) {
+            Some(u) if u.view.app == v.app => {}
+            Some(own) => {
+                drop(one_at_a_time);
+                return self.sync_peer(&own);
+            }
+            None => return,
+        }
         for &(a, b) in runs.iter() {
             self.to_app_in(&v, a as u64, b - a);
         }
@@ -357,15 +367,9 @@ impl Region {
     /// sees that byte, as without bounce.
     pub(crate) fn sync_unannounced(&self, e: &Extent) -> bool {
         const CHUNK: usize = 4096;
+        let Some(e) = self.usable(e) else { return false };
         let v = e.view;
-        let now = idle::now_ns();
-        if now.saturating_sub(self.maps.synced.load(Ordering::Acquire)) < idle::FIRST.as_nanos() as u64 {
-            // a completion synced these mappings a moment ago (an NCCL-style ring between two
-            // messages): nothing to do for a thread that is merely waiting for the next one
-            return false;
-        }
         let mut guard = self.maps.sync.lock();
-        self.maps.synced.store(now, Ordering::Release);
         let runs = &mut guard.runs;
         runs.clear();
         let mut chunk = [0u8; CHUNK];

@@ -92,7 +92,6 @@ impl Shadow {
             baseline: (b, if with_baseline { maplen } else { 0 }),
             span: View { app, shadow, baseline, len: len as usize },
             track: Default::default(),
-            synced: Default::default(),
             sync: ForkLock::new(Default::default()),
         });
         let region = region(shadow, baseline, maps);
