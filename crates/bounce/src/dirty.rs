@@ -35,7 +35,8 @@ fn enabled_by_setting() -> bool {
 }
 
 /// Tracks the application's pages of [app, app+len) if they are private anonymous memory and
-/// the kernel can; call before the region's first full copy.
+/// the kernel can; the caller compares the whole range once after it (writes before the pages
+/// were protected are not reported).
 pub fn track(app: u64, len: u64) -> Option<Id> {
     let end = app.checked_add(len)?;
     let maps = std::fs::read_to_string("/proc/self/maps").ok()?;

@@ -1,5 +1,5 @@
 //! One bounce region: the application's buffer, its host shadow (what the NIC reads and writes)
-//! and, for regions peers can write, a baseline — what the shadow held after the last copy either
+//! and, for regions peers can write or read, a baseline — what the shadow held after the last copy either
 //! way — so that the bytes a peer wrote are told apart from what the application wrote meanwhile.
 //!
 //! Epochs: [`bump_epoch`] is called for every post_send and every poll that returns completions
