@@ -6,6 +6,7 @@
 
 mod shim_util;
 use shim_util::*;
+use std::path::PathBuf;
 use std::process::Stdio;
 
 /// 1 KiB goes eager, 1 MiB rendezvous: the threshold is set, not left to UCX's heuristics.
@@ -33,8 +34,15 @@ fn ucx_info_lists_rc_verbs_and_ud_verbs_on_both_devices() {
 /// ucx_perftest server and client (client retried until the server listens); asserts both
 /// succeed, prints nothing alarming, and the client's final line reports every iteration.
 fn perftest(name: &str, env: &[(&str, &str)], args: &[&str], iters: u32) {
+    perftest_in(&MODES, name, env, args, iters);
+}
+
+/// [`perftest`] in the given modes only; returns the last one's client "Final:" line and its
+/// directory (logs).
+fn perftest_in(modes: &[Mode], name: &str, env: &[(&str, &str)], args: &[&str], iters: u32) -> (String, PathBuf) {
     require("ucx_perftest", "ucx-utils");
-    for mode in MODES {
+    let mut last = (String::new(), PathBuf::new());
+    for &mode in modes {
         let mut w = SimWorld::new(&format!("ucx-{name}-{mode:?}"));
         for (k, v) in env {
             w = w.with(k, *v);
@@ -51,7 +59,10 @@ fn perftest(name: &str, env: &[(&str, &str)], args: &[&str], iters: u32) {
         // Up to a minute: a loaded CI machine starts UCX slowly.
         for _ in 0..300 {
             std::thread::sleep(std::time::Duration::from_millis(200));
-            let mut cargs = vec!["127.0.0.1", "-p", &port, "-n", &n, "-w", "5"];
+            let mut cargs = vec!["127.0.0.1", "-p", &port, "-n", &n];
+            if !args.contains(&"-w") {
+                cargs.extend(["-w", "5"]);
+            }
             cargs.extend_from_slice(args);
             let o = run(&mut stack_cmd(&w, mode, 1, "ucx_perftest", &cargs));
             if o.status.success() || !stderr(&o).contains("connect() failed") {
@@ -73,7 +84,9 @@ fn perftest(name: &str, env: &[(&str, &str)], args: &[&str], iters: u32) {
         let cols: Vec<&str> = fin.split_whitespace().collect();
         assert_eq!(cols[1], n, "{who}: {fin}");
         assert_stack_records(&w, mode, 2, &who);
+        last = (fin.to_string(), w.dir.clone());
     }
+    last
 }
 
 #[test]
@@ -121,4 +134,34 @@ fn ucp_ud_tag_eager_rndv() {
     let env = [("UCX_TLS", "ud_verbs"), ("UCX_NET_DEVICES", "mlx5_1:1"), ("UCX_RNDV_THRESH", RNDV_THRESH)];
     perftest("ucp-ud-tag-lat-eager", &env, &["-t", "tag_lat", "-s", "1024"], 200);
     perftest("ucp-ud-tag-bw-rndv", &env, &["-t", "tag_bw", "-s", "1048576"], 20);
+}
+
+/// Issue 18: with the device refusing every registration UCX makes (relaxed ordering), every
+/// buffer of ucx_perftest is a bounce region; UCP get (the peer RDMA-READs the shadow), tag
+/// bandwidth through rendezvous and put bandwidth complete. Put: the receiver polls the last
+/// byte of its buffer for a plain RDMA WRITE no completion announces, while it spins on empty
+/// CQ polls (crates/bounce idle.rs). One run, no warm-up: between runs ucx_perftest resets that
+/// byte with no verb and the peer's next write brings back the value it held before, which no
+/// copy can tell from "unchanged" (docs/bounce.md, not supported). Figures: docs/bounce.md.
+#[test]
+fn ucp_rc_get_tag_and_put_bandwidth_through_bounce_buffers() {
+    let env = [
+        ("UCX_TLS", "rc"),
+        ("UCX_NET_DEVICES", "mlx5_1:1"),
+        ("UCX_RNDV_THRESH", RNDV_THRESH),
+        ("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed"),
+        ("MRSHIM_RETRY", "bounce"),
+        ("MRSHIM_WARN", "off"),
+    ];
+    for (name, t, warmup) in [("get", "ucp_get", "5"), ("tag", "tag_bw", "5"), ("put", "ucp_put_bw", "0")] {
+        let args = ["-t", t, "-s", "1048576", "-w", warmup];
+        let (fin, dir) = perftest_in(&[Mode::Shim], &format!("ucp-rc-{name}-bounce"), &env, &args, 50);
+        let bounced = files(&dir.join("logs"))
+            .iter()
+            .flat_map(|f| records(f))
+            .filter(|r| r.strategy.as_deref() == Some("bounce") && r.result == "ok")
+            .count();
+        assert!(bounced >= 2, "{name}: both sides' buffers through bounce: {bounced} ({fin})");
+        eprintln!("{name} through bounce: {fin}");
+    }
 }

@@ -248,8 +248,14 @@ unsafe extern "C" fn post_send(qp: *mut v::ibv_qp, wr: *mut v::ibv_send_wr, bad:
     guarded_copies("ibv_post_send", || {
         debug_panic();
         mrshim_bounce::region::bump_epoch();
-        let read = |r: &v::ibv_send_wr| r.opcode == v::ibv_wr_opcode::IBV_WR_RDMA_READ;
+        let mut announces = false;
         // SAFETY: the application's WR list, passed on to the provider below.
+        unsafe { each_wr(wr, |r| announces |= live::announces(r.opcode)) };
+        if announces {
+            live::before_telling_peers();
+        }
+        let read = |r: &v::ibv_send_wr| live::reads_into(r.opcode);
+        // SAFETY: as above.
         unsafe { each_wr(wr, |r| live::send_sges(ctx, qpn, r.wr_id, read(r), false, r.sges())) };
     });
     // SAFETY: the provider's own post_send (saved from this slot) with the application's arguments.
@@ -262,7 +268,7 @@ unsafe extern "C" fn post_recv(qp: *mut v::ibv_qp, wr: *mut v::ibv_recv_wr, bad:
     let Some(o) = patch::context_orig(ctx) else { return libc::EINVAL };
     guarded_copies("ibv_post_recv", || {
         debug_panic();
-        live::before_recv(ctx);
+        live::before_recv();
         // SAFETY: as in post_send.
         unsafe { each_wr(wr, |r| live::recv_sges(ctx, qpn, r.wr_id, r.sges())) };
     });
@@ -277,13 +283,16 @@ unsafe extern "C" fn poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut mrshim_verbs
     // SAFETY: the provider's own poll_cq.
     let got = unsafe { provider::<PollCq>(o.ops()[2])(cq, n, wc) };
     if got <= 0 || !live::any_region() {
+        if got == 0 && live::any_region() && live::empty_poll() {
+            guarded_copies("ibv_poll_cq", live::idle_pass);
+        }
         return got;
     }
     // SAFETY: the provider filled `got` entries; both ibv_wc types share rdma-core's layout.
     let wcs = unsafe { std::slice::from_raw_parts(wc.cast::<v::ibv_wc>(), got as usize) };
     guarded_copies("ibv_poll_cq", || {
         debug_panic();
-        live::completed(ctx, wcs.iter().map(completion));
+        live::completed(wcs.iter().map(completion));
     });
     got
 }
@@ -331,6 +340,8 @@ unsafe fn qp_num(q: *mut v::ibv_qp_ex) -> u32 {
 unsafe extern "C" fn qx_start(q: *mut v::ibv_qp_ex) {
     let Some(n) = patch::qpx(q as usize) else { return };
     n.start();
+    // The batch's opcodes are not known yet: fold as for a post that may tell peers to read.
+    guarded_copies("ibv_wr_start", live::before_telling_peers);
     // SAFETY: the provider's wr_start with the application's QP.
     unsafe { provider::<QxStart>(n.ops()[0])(q) }
 }

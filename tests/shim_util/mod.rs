@@ -252,14 +252,18 @@ pub fn sim_log(p: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(p).unwrap_or_default().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
-/// Every registration the device saw has exactly one shim record with the same arguments and keys.
+/// Every registration the device saw has exactly one shim record with the same arguments and keys
+/// (for a retry, what the shim used in place of the request: `used_*`).
 pub fn assert_records_match_device(recs: &[mrshim_record::Reg], dev: &[serde_json::Value], who: &str) {
     let mut regs: Vec<&mrshim_record::Reg> = recs.iter().filter(|r| r.kind == Some(mrshim_record::Kind::Reg)).collect();
     assert!(!dev.is_empty(), "{who}: the device saw no registration");
     assert_eq!(regs.len(), dev.len(), "{who}: one record per registration");
+    let addr = |r: &mrshim_record::Reg| r.used_addr.clone().or_else(|| r.addr.clone());
+    let length = |r: &mrshim_record::Reg| r.used_length.or(r.length);
+    let access = |r: &mrshim_record::Reg| r.used_access.or(r.access);
     // Threads registering at once (UCX's) may log in a different order on each side: compare
     // the two as sets, each sorted by what identifies a call.
-    regs.sort_by_key(|r| (r.addr.clone(), r.length, r.access, r.lkey, r.errno));
+    regs.sort_by_key(|r| (addr(r), length(r), access(r), r.lkey, r.errno));
     let mut dev: Vec<&serde_json::Value> = dev.iter().collect();
     dev.sort_by_key(|d| {
         let n = |k: &str| d[k].as_u64();
@@ -272,10 +276,10 @@ pub fn assert_records_match_device(recs: &[mrshim_record::Reg], dev: &[serde_jso
         )
     });
     for (r, d) in regs.iter().zip(dev) {
-        assert_eq!(r.addr.as_deref(), d["addr"].as_str(), "{who}: {d}");
-        assert_eq!(r.length, d["length"].as_u64(), "{who}: {d}");
+        assert_eq!(addr(r).as_deref(), d["addr"].as_str(), "{who}: {d}");
+        assert_eq!(length(r), d["length"].as_u64(), "{who}: {d}");
         assert_eq!(r.iova.as_deref(), d["iova"].as_str(), "{who}: {d}");
-        assert_eq!(r.access.map(u64::from), d["access"].as_u64(), "{who}: {d}");
+        assert_eq!(access(r).map(u64::from), d["access"].as_u64(), "{who}: {d}");
         assert_eq!(r.result, d["result"].as_str().unwrap(), "{who}: {d}");
         if r.result == "ok" {
             assert_eq!(r.lkey.map(u64::from), d["lkey"].as_u64(), "{who}: {d}");
@@ -314,8 +318,13 @@ pub const MODES: [Mode; 3] = [Mode::Plain, Mode::Shim, Mode::Retry];
 /// devices in /sys/class and /dev; with the shim, its records go to `<dir>/logs/` (rank
 /// `rank`) and the device's own log to `<dir>/sim-r<rank>.jsonl`.
 pub fn stack_cmd(w: &SimWorld, mode: Mode, rank: u32, prog: &str, args: &[&str]) -> Command {
+    stack_cmd_within(w, mode, rank, prog, args, 150)
+}
+
+/// [`stack_cmd`], killed after `secs` seconds.
+pub fn stack_cmd_within(w: &SimWorld, mode: Mode, rank: u32, prog: &str, args: &[&str], secs: u32) -> Command {
     let mut c = cmd("timeout");
-    c.args(["-k", "5", "150"]).arg(mrshim_bin()).args(["sim", "--", "env"]);
+    c.args(["-k", "5", &secs.to_string()]).arg(mrshim_bin()).args(["sim", "--", "env"]);
     c.env("MRSHIM_SIM_RUNDIR", w.dir.join("run"));
     for (k, v) in &w.env {
         c.env(k, v);

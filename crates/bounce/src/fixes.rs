@@ -5,7 +5,6 @@
 
 use crate::live;
 use crate::patch::{self, Slots};
-use crate::pool::unmap;
 use crate::region::Region;
 use crate::shadow::Shadow;
 use mrshim_forklock::ForkLock;
@@ -132,8 +131,7 @@ impl Fix {
             Fix::Bounce(_, r) => {
                 live::remove(&r);
                 patch::unpatch_if_unused(slots, r.ctx);
-                unmap(r.map);
-                unmap(r.base_map);
+                // The mappings go with the last reference (a pending range may hold one).
             }
         }
     }

@@ -13,17 +13,21 @@
 //! | [`region`] | one region: shadow, baseline, copies either way, epochs, folds, peer syncs |
 //! | [`shadow`] | a shadow before its MR exists: build, fill, abandon; which engine |
 //! | [`live`] | live regions, SGE ranges, pending receives/READs, what a completion releases |
+//! | [`idle`] | when spinning on empty polls brings over peers' unannounced writes |
 //! | [`fixes`] | MRs with a changed `addr` and what their deregistration needs |
 //! | [`patch`] | when a context's / `ibv_qp_ex`'s ops are wrapped and restored |
 //! | [`copy`] | the copy engine trait and the host engine |
 //! | `pool` | mmap pool for shadows and baselines |
+//! | `dirty` | the one tracker of the application's writes (crates/dirty) |
 //!
 //! The verbs objects themselves (context ops, `ibv_qp_ex` pointers, `ibv_mr` fields, WR lists,
 //! work completions) are read and written by libmrshim.so's FFI layer (src/preload/bounce.rs):
 //! this crate sees plain values and the [`patch::Slots`] trait.
 
 pub mod copy;
+mod dirty;
 pub mod fixes;
+pub mod idle;
 mod leaked;
 pub mod live;
 pub mod patch;
@@ -43,18 +47,20 @@ pub use shadow::{host_readable, Memory, Shadow};
 /// Only from the atfork child handler: the child's one thread, not inside the shim.
 pub unsafe fn after_fork_child() {
     // SAFETY: the caller's contract; no guard of these locks is alive in this thread (the
-    // REGIONS guard below is taken after REGIONS itself was recovered, and each region's sync
-    // lock is recovered while only REGIONS is held).
+    // REGIONS guard below is taken after REGIONS itself was recovered, and each region's mappings'
+    // sync lock is recovered while only REGIONS is held).
     unsafe {
         live::REGIONS.recover_in_child(Vec::new);
         for r in live::REGIONS.lock().iter() {
-            r.sync.recover_in_child(Default::default);
+            r.maps.sync.recover_in_child(Default::default);
         }
         fixes::FIXES.recover_in_child(Vec::new);
         pool::POOL.recover_in_child(Vec::new);
         patch::PATCHING.recover_in_child(|| ());
         live::PENDING_RECV.map.recover_in_child(|| None);
         live::PENDING_READ.map.recover_in_child(|| None);
+        idle::STATE.recover_in_child(idle::Backoff::new);
+        dirty::after_fork_child();
     }
 }
 

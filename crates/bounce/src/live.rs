@@ -9,13 +9,15 @@
 //! - any RECV / RECV_RDMA_WITH_IMM completion also copies what peers wrote into regions with
 //!   REMOTE_WRITE (the bytes that differ from the baseline) shadow → application.
 
+use crate::idle;
 use crate::reads::PendingReads;
-use crate::region::{bump_epoch, Region};
+use crate::region::{bump_epoch, Extent, Region};
 use mrshim_forklock::ForkLock;
 use mrshim_verbs::ibv_sge;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 pub(crate) static REGIONS: ForkLock<Vec<Arc<Region>>> = ForkLock::new(Vec::new());
 /// Number of live bounce regions: the post/poll wrappers' fast path checks it.
@@ -46,6 +48,13 @@ pub(crate) fn remove(r: &Arc<Region>) {
     lkey_slot(r.lkey).fetch_sub(1, Ordering::AcqRel);
     LIVE.fetch_sub(1, Ordering::AcqRel);
 }
+/// A live region with a baseline whose buffer contains [app, app+len): a new region there shares
+/// its shadow.
+pub(crate) fn containing(app: u64, len: u64) -> Option<Arc<Region>> {
+    let regions = REGIONS.lock();
+    regions.iter().find(|r| r.has_baseline() && r.app <= app && app + len <= r.app + r.len).cloned()
+}
+
 /// Whether `ctx` still has a bounce region.
 pub(crate) fn in_context(ctx: usize) -> bool {
     REGIONS.lock().iter().any(|r| r.ctx == ctx)
@@ -101,6 +110,36 @@ impl<K: std::hash::Hash + Eq> Pending<K> {
 pub(crate) static PENDING_RECV: Pending<(u32, u64)> = Pending::new();
 pub(crate) static PENDING_READ: PendingReads = PendingReads::new();
 
+/// Whether a post of this opcode tells a peer it may now read: a message its CPU receives (SEND
+/// and its variants) — how UCX's rendezvous (the RTS), Open MPI's fences, locks and barriers and
+/// libfabric's rendezvous say "come and get it". RDMA WRITE and WRITE_WITH_IMM do not: folding
+/// every REMOTE_READ region at each of them would cost NCCL-style rings, which stream data with
+/// them and never read, a compare of every region per message (docs/bounce.md, Cost).
+pub fn announces(op: mrshim_verbs::ibv_wr_opcode::Type) -> bool {
+    use mrshim_verbs::ibv_wr_opcode::*;
+    matches!(op, IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_SEND_WITH_INV | IBV_WR_TSO)
+}
+
+/// Whether the NIC writes this WR's local SGEs when its response comes: an RDMA READ's data, an
+/// atomic's original value (copied to the application at the completion).
+pub fn reads_into(op: mrshim_verbs::ibv_wr_opcode::Type) -> bool {
+    op == mrshim_verbs::ibv_wr_opcode::IBV_WR_RDMA_READ || fetches(op)
+}
+
+/// Opcodes whose local SGE the NIC writes when the response comes (an atomic's original value):
+/// copied to the application at the completion, like an RDMA READ's.
+pub fn fetches(op: mrshim_verbs::ibv_wr_opcode::Type) -> bool {
+    use mrshim_verbs::ibv_wr_opcode::*;
+    op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD
+}
+
+/// Before a post that may tell a peer to read (see [`announces`]; at `ibv_wr_start`, whose
+/// opcodes are not known yet): what the application wrote to regions peers read reaches their
+/// shadows. Every time: the application may write between two posts with no verb in between.
+pub fn before_telling_peers() {
+    each_remote(true, |r, e| r.fold(e, false));
+}
+
 /// A send WR `wr_id` of QP `qpn` (or one `ibv_wr_set_sge*` call of a WR being built), every one
 /// posted: ranges in bounce regions of `ctx` go application → shadow now, or, for an RDMA READ,
 /// are remembered until a completion proves the READ done (reads.rs).
@@ -108,6 +147,9 @@ pub(crate) static PENDING_READ: PendingReads = PendingReads::new();
 pub fn send_sges(ctx: usize, qpn: u32, wr_id: u64, read: bool, built: bool, sges: &[ibv_sge]) {
     let rs = ranges(ctx, sges);
     if read && !rs.is_empty() {
+        for (reg, off, n) in &rs {
+            reg.being_read_into(*off, *n);
+        }
         PENDING_READ.read(qpn, wr_id, rs, built);
         return;
     }
@@ -117,11 +159,10 @@ pub fn send_sges(ctx: usize, qpn: u32, wr_id: u64, read: bool, built: bool, sges
     }
 }
 
-/// Before a list of receive WRs is posted in `ctx`: what peers write after it must be told
-/// apart from what the application wrote (a no-op when nothing was posted or polled since the
-/// last fold).
-pub fn before_recv(ctx: usize) {
-    each_writable(ctx, Region::fold_app_writes);
+/// Before a list of receive WRs is posted: what peers write after it must be told apart from
+/// what the application wrote (a no-op when nothing was posted or polled since the last fold).
+pub fn before_recv() {
+    each_remote(false, |r, e| r.fold(e, true));
 }
 
 /// One receive WR: its ranges in bounce regions wait for its completion.
@@ -144,9 +185,10 @@ pub struct Completion {
     pub byte_len: u32,
 }
 
-/// Completions just polled in `ctx`: what they release reaches the application.
-pub fn completed(ctx: usize, wcs: impl IntoIterator<Item = Completion>) {
+/// Completions just polled: what they release reaches the application.
+pub fn completed(wcs: impl IntoIterator<Item = Completion>) {
     bump_epoch();
+    idle::completion();
     let mut peer_wrote = false;
     for w in wcs {
         if w.recv {
@@ -167,15 +209,53 @@ pub fn completed(ctx: usize, wcs: impl IntoIterator<Item = Completion>) {
         }
     }
     if peer_wrote {
-        each_writable(ctx, Region::sync_peer_writes);
+        LAST_PEER_SYNC.store(idle::now_ns(), Ordering::Release);
+        each_remote(false, Region::sync_peer);
     }
 }
 
-/// Every bounce region of `ctx` that peers can write.
-fn each_writable(ctx: usize, f: impl Fn(&Region)) {
+/// When a RECV-side completion last synced every region (ns, idle::now_ns).
+static LAST_PEER_SYNC: AtomicU64 = AtomicU64::new(0);
+
+/// A poll that returned no completion: whether an [`idle_pass`] is due (idle.rs). Only this
+/// thread's counter, most of the time: the wrappers call it on every empty poll.
+#[inline]
+pub fn empty_poll() -> bool {
+    idle::empty_poll()
+}
+
+/// What peers wrote that no completion announced reaches the application (idle.rs).
+pub fn idle_pass() {
+    if idle::now_ns().saturating_sub(LAST_PEER_SYNC.load(Ordering::Acquire)) < idle::FIRST.as_nanos() as u64 {
+        // a completion synced every region a moment ago (an NCCL-style ring between two
+        // messages, polled by another thread): nothing to do for a thread that merely waits
+        return;
+    }
+    let start = Instant::now();
+    let mut found = false;
+    each_remote(false, |r, e| found |= r.sync_unannounced(e));
+    idle::passed(found, start, Instant::now());
+}
+
+/// Every bounce region peers can write (`read`: read), in any context: a process may learn of a
+/// peer's write through another context than the region's, and the message after which a peer
+/// reads may leave through another (Open MPI's one-sided component has its own UCX context; the
+/// fence or barrier that announces a put or allows a get comes through the point-to-point one).
+fn each_remote(read: bool, mut f: impl FnMut(&Region, &Extent)) {
     // a snapshot: `f` copies region bytes, other threads' posts need not wait for that
-    let mine: Vec<Arc<Region>> = REGIONS.lock().iter().filter(|r| r.ctx == ctx && r.remote_write).cloned().collect();
-    for r in &mine {
-        f(r);
+    let all: Vec<Arc<Region>> =
+        REGIONS.lock().iter().filter(|r| if read { r.remote_read } else { r.remote_write }).cloned().collect();
+    // Regions that share a tracked span fold and sync it once (region.rs, Maps).
+    let mut done: Vec<usize> = Vec::new();
+    for r in &all {
+        // before a SEND (`read`): tracking may start now (Region::start_tracking)
+        let e = if read { r.start_tracking().unwrap_or_else(|| r.extent()) } else { r.extent() };
+        if e.track.is_some() {
+            if done.contains(&e.view.shadow) {
+                continue;
+            }
+            done.push(e.view.shadow);
+        }
+        f(r, &e);
     }
 }

@@ -20,21 +20,7 @@ pub(crate) fn map_anon(n: usize, what: &str) -> Result<usize, String> {
             return Ok(pool.swap_remove(i).0);
         }
     }
-    // SAFETY: a new mapping nobody else references; no address hint.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            n,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(format!("mmap of a {n}-byte {what} failed: {}", std::io::Error::last_os_error()));
-    }
-    Ok(p as usize)
+    mrshim_dirty::map_private(n).map_err(|e| format!("mmap of a {n}-byte {what} failed: {e}"))
 }
 
 /// Back to the pool (stale contents: a region fills all of its bytes before use, and its MR

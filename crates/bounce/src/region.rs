@@ -1,16 +1,22 @@
 //! One bounce region: the application's buffer, its host shadow (what the NIC reads and writes)
-//! and, for regions peers can write, a baseline — what the shadow held after the last copy either
+//! and, for regions peers can write or read, a baseline — what the shadow held after the last copy either
 //! way — so that the bytes a peer wrote are told apart from what the application wrote meanwhile.
 //!
 //! Epochs: [`bump_epoch`] is called for every post_send and every poll that returns completions
 //! in a context with bounce regions; the application reacts to those, so its buffer may have
 //! changed since. Receives posted back to back with neither in between fold the application's
-//! writes once (`Region::fold_app_writes`).
+//! writes once ([`Region::fold_app_writes`]). Folds before a post that may tell a peer to read
+//! take no such shortcut: the application can write between two posts with no verb in between;
+//! what makes them cheap is the kernel's write tracking of host memory (crates/dirty).
 
 use crate::copy::CopyEngine;
-use crate::pool::Mapping;
+use crate::dirty;
+use crate::pool::{unmap, Mapping};
 use mrshim_forklock::ForkLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+const PAGE: usize = 4096;
 
 /// Kept from one sync to the next (under `Region::sync`): no allocation per message.
 #[derive(Default)]
@@ -19,6 +25,50 @@ pub(crate) struct Scratch {
     bytes: Vec<u8>,
     /// The changed runs of the last compare.
     runs: Vec<(usize, usize)>,
+    /// The pages the kernel reported written.
+    pages: Vec<(u64, u64)>,
+}
+
+/// The mappings behind a shadow (and its baseline, length 0 when there is none). Registrations
+/// of memory inside an existing bounce region share them, as MRs of the same memory share its
+/// pages on a NIC: Open MPI's one-sided component and UCX register a window once per device,
+/// a peer puts through one MR and gets through another, and with a shadow each the get would
+/// read bytes the put never reached. Back to the pool with the last region.
+///
+/// What the regions sharing them have in common lives here too: the lock that serialises their
+/// syncs (they copy the same bytes) and, for host memory, the kernel's tracking of the first
+/// region's buffer (`span`). Where that is tracked, every region of the mappings folds and syncs
+/// the whole span, once: an inner region's own compare would read all of its bytes at every
+/// SEND (UCX registers each buffer once per device), the span's scan reads only written pages.
+pub(crate) struct Maps {
+    pub(crate) shadow: Mapping,
+    pub(crate) baseline: Mapping,
+    /// The first region's buffer, shadow and baseline.
+    pub(crate) span: View,
+    /// Whether the kernel tracks writes to `span` (host memory, crates/dirty): decided at the
+    /// first fold before a SEND ([`Region::start_tracking`]).
+    pub(crate) track: OnceLock<Option<mrshim_dirty::Id>>,
+    /// Serialises the syncs of the regions sharing these mappings; holds what they reuse.
+    pub(crate) sync: ForkLock<Scratch>,
+}
+
+impl Drop for Maps {
+    fn drop(&mut self) {
+        if let Some(&Some(id)) = self.track.get() {
+            dirty::untrack(id);
+        }
+        unmap(self.shadow);
+        unmap(self.baseline);
+    }
+}
+
+/// A stretch of the application's buffer with the shadow and baseline bytes that mirror it.
+#[derive(Clone, Copy)]
+pub(crate) struct View {
+    pub(crate) app: u64,
+    pub(crate) shadow: usize,
+    pub(crate) baseline: usize,
+    pub(crate) len: usize,
 }
 
 pub struct Region {
@@ -32,17 +82,22 @@ pub struct Region {
     /// Host pointer for `iova`.
     pub(crate) shadow: usize,
     /// What the shadow held after the last copy either way: bytes that differ from it now were
-    /// written by a peer (so only those go to the application's buffer). Kept only for regions
-    /// peers can write.
+    /// written by a peer (so only those go to the application's buffer), bytes of the
+    /// application's buffer that differ from it were written by the application (so only those
+    /// go to the shadow). Kept only for regions peers can write or read.
     pub(crate) baseline: usize,
-    pub(crate) map: Mapping,
-    pub(crate) base_map: Mapping,
+    /// The shadow's and baseline's mappings, shared by every region of the same memory.
+    pub(crate) maps: Arc<Maps>,
     pub(crate) remote_write: bool,
+    pub(crate) remote_read: bool,
     pub(crate) engine: Box<dyn CopyEngine>,
-    /// Serialises the whole-region syncs; holds what they reuse (device copy, changed runs).
-    pub(crate) sync: ForkLock<Scratch>,
     /// The [`EPOCH`] of the last fold: receives posted back to back fold once.
     pub(crate) folded: AtomicU64,
+}
+
+/// Pages touched by changed runs (what brings a resting tracked range back to tracking).
+fn changed_pages(runs: &[(usize, usize)]) -> usize {
+    runs.iter().map(|&(a, b)| (b - 1) / PAGE - a / PAGE + 1).sum()
 }
 
 /// See the module doc.
@@ -54,116 +109,344 @@ pub fn bump_epoch() {
     EPOCH.fetch_add(1, Ordering::AcqRel);
 }
 
+/// What a fold or sync of a region covers: see [`Region::extent`].
+pub(crate) struct Extent {
+    pub(crate) view: View,
+    pub(crate) track: Option<mrshim_dirty::Id>,
+}
+
 impl Region {
     /// The offset and length of [addr, addr+len) in this region, if it lies wholly inside.
     pub(crate) fn range(&self, addr: u64, len: u64) -> Option<(u64, usize)> {
         let end = addr.checked_add(len)?;
         (addr >= self.iova && end <= self.iova + self.len).then(|| (addr - self.iova, len as usize))
     }
+    fn own(&self) -> View {
+        View { app: self.app, shadow: self.shadow, baseline: self.baseline, len: self.len as usize }
+    }
+    /// What folds and syncs of this region cover: its mappings' tracked span (which contains the
+    /// region, and is the same for every region sharing the mappings), else the region itself.
+    /// No system call: whether the buffer is still mapped is asked ([`Self::usable`]) only where
+    /// the application's bytes are about to be touched — most syncs find nothing to copy.
+    pub(crate) fn extent(&self) -> Extent {
+        match self.tracked() {
+            Some(id) => Extent { view: self.maps.span, track: Some(id) },
+            None => Extent { view: self.own(), track: None },
+        }
+    }
+    /// `e` while its buffer is mapped; a span whose buffer is partly gone (the outer region's
+    /// buffer freed) falls back to this region alone; None when this region's is gone too.
+    fn usable(&self, e: &Extent) -> Option<Extent> {
+        if self.mapped(&e.view) {
+            return Some(Extent { view: e.view, track: e.track });
+        }
+        let own = self.own();
+        (e.track.is_some() && self.mapped(&own)).then_some(Extent { view: own, track: None })
+    }
+    fn tracked(&self) -> Option<mrshim_dirty::Id> {
+        self.maps.track.get().copied().flatten()
+    }
+    /// At a fold before a SEND, the first one of these mappings: the kernel tracks the
+    /// application's writes to the span from now on, where it can (host memory with a
+    /// baseline). Folds before SENDs run at every SEND, so they are what tracking pays for;
+    /// regions only folded at post_recv (once per batch of receives) and written wholesale by
+    /// the shim at each completion (NCCL-style rings) would pay a fault per page and gain
+    /// little. The extent of this first fold: the span compared whole (writes before the kernel
+    /// protected the pages are not reported), or None when tracking did not start now.
+    pub(crate) fn start_tracking(&self) -> Option<Extent> {
+        if self.maps.track.get().is_some() {
+            return None;
+        }
+        let trackable = self.has_baseline() && self.engine.app_is_host();
+        let span = self.maps.span;
+        let mut started = false;
+        self.maps.track.get_or_init(|| {
+            let id = if trackable { dirty::track(span.app, span.len as u64) } else { None };
+            started = id.is_some();
+            id
+        });
+        started.then_some(Extent { view: span, track: None })
+    }
     /// Application → shadow. For regions peers write, through the baseline: it holds exactly
     /// what the shadow was given, so a peer's write that lands meanwhile still shows as a change.
     pub(crate) fn to_shadow(&self, off: u64, n: usize) {
-        self.through_baseline(off, n, |ba, sh, o, k| {
+        self.through_baseline(&self.own(), off, n, |ba, sh, app, k| {
             let dst = ba.unwrap_or(sh);
-            // SAFETY: [o, o+k) is within the region: the shadow (or baseline) mapping and the
+            // SAFETY: [app, app+k) is within the region: the shadow (or baseline) mapping and the
             // application's buffer it was prepared for both cover it.
-            if let Err(e) = unsafe { self.engine.to_host(dst as *mut u8, self.app + o, k) } {
+            if let Err(e) = unsafe { self.engine.to_host(dst as *mut u8, app, k) } {
                 warn_once(&format!("{} engine: {e}", self.engine.name()));
             }
             if let Some(ba) = ba {
-                // SAFETY: both mappings cover the region's length; [o, o+k) is within it.
+                // SAFETY: both mappings cover the region's length; [ba, ba+k) is within it.
                 unsafe { std::ptr::copy_nonoverlapping(ba as *const u8, sh as *mut u8, k) };
             }
         });
     }
-    /// Shadow → application. For regions peers write, through the baseline: a snapshot first,
-    /// then the application gets exactly the snapshot, so bytes a peer writes while this runs
-    /// differ from the baseline and go over at the next sync instead of being lost.
+    /// An RDMA READ (or a fetching atomic) into [off, off+n) was posted: the NIC writes the
+    /// shadow there and its completion brings the bytes over. What the application holds there
+    /// now is to be replaced, so it becomes the baseline: a fold before that completion (a SEND
+    /// on another QP, a post_recv) must not take it for a change of the application's and copy
+    /// it over the READ's data in the shadow (seen: the receiver's 0xa5 fill, MPI rndv GET).
+    pub(crate) fn being_read_into(&self, off: u64, n: usize) {
+        if !self.has_baseline() {
+            return;
+        }
+        let _one_at_a_time = self.maps.sync.lock();
+        // SAFETY: [off, off+n) is within the region: the baseline mapping and the application's
+        // buffer both cover it.
+        if let Err(e) = unsafe { self.engine.to_host((self.baseline + off as usize) as *mut u8, self.app + off, n) } {
+            warn_once(&format!("{} engine: {e}", self.engine.name()));
+        }
+    }
+    /// Shadow → application, [off, off+n) of this region.
     pub(crate) fn to_app(&self, off: u64, n: usize) {
-        self.through_baseline(off, n, |ba, sh, o, k| {
+        self.to_app_in(&self.own(), off, n);
+    }
+    /// Shadow → application, [off, off+n) of `v`. For regions peers write, through the baseline:
+    /// a snapshot first, then the application gets exactly the snapshot, so bytes a peer writes
+    /// while this runs differ from the baseline and go over at the next sync instead of being
+    /// lost.
+    fn to_app_in(&self, v: &View, off: u64, n: usize) {
+        self.will_write_app(v.app + off, n);
+        self.through_baseline(v, off, n, |ba, sh, app, k| {
             if let Some(ba) = ba {
                 // SAFETY: as in to_shadow.
                 unsafe { std::ptr::copy_nonoverlapping(sh as *const u8, ba as *mut u8, k) };
             }
             // SAFETY: as in to_shadow; the shim's mappings never overlap the application's buffer.
-            if let Err(e) = unsafe { self.engine.to_app(self.app + o, ba.unwrap_or(sh) as *const u8, k) } {
+            if let Err(e) = unsafe { self.engine.to_app(app, ba.unwrap_or(sh) as *const u8, k) } {
                 warn_once(&format!("{} engine: {e}", self.engine.name()));
             }
         });
     }
-    /// Runs `step(baseline, shadow, offset, len)` over [off, off+n): for host memory in 16 KiB
-    /// steps, so the second copy of each step reads the baseline from cache; in one step for a
-    /// GPU runtime (each of its copies is a call and a stream sync). No baseline: one step.
-    fn through_baseline(&self, off: u64, n: usize, mut step: impl FnMut(Option<usize>, usize, u64, usize)) {
+    /// Runs `step(baseline, shadow, application, len)` over [off, off+n) of `v`: for host memory
+    /// in 16 KiB steps, so the second copy of each step reads the baseline from cache; in one
+    /// step for a GPU runtime (each of its copies is a call and a stream sync). No baseline: one
+    /// step.
+    fn through_baseline(&self, v: &View, off: u64, n: usize, mut step: impl FnMut(Option<usize>, usize, u64, usize)) {
         const STEP: usize = 16 << 10;
-        let unit = if self.remote_write && self.engine.app_is_host() { STEP } else { n.max(1) };
+        let unit = if self.has_baseline() && self.engine.app_is_host() { STEP } else { n.max(1) };
         let mut done = 0;
         while done < n {
             let k = unit.min(n - done);
             let o = off as usize + done;
-            step(self.remote_write.then_some(self.baseline + o), self.shadow + o, o as u64, k);
+            step(self.has_baseline().then_some(v.baseline + o), v.shadow + o, v.app + o as u64, k);
             done += k;
         }
     }
-    /// The runs where the shadow (or, with `now`, the given view of the application's buffer)
-    /// differs from the baseline, into `runs`.
-    fn changed(&self, now: Option<&[u8]>, runs: &mut Vec<(usize, usize)>) {
-        let len = self.len as usize;
-        // SAFETY: shadow and baseline are live mappings of at least len bytes; only read here.
-        let (sh, ba) = unsafe {
-            (
-                std::slice::from_raw_parts(self.shadow as *const u8, len),
-                std::slice::from_raw_parts(self.baseline as *const u8, len),
-            )
-        };
-        runs.clear();
-        mrshim_core::diff::for_each_run(now.unwrap_or(sh), ba, |a, b| runs.push((a, b)));
+    /// Before the shim writes [app, app+n) of the application's buffer: where the kernel tracks
+    /// it, the pages lose their write protection in one call instead of one fault each (a
+    /// fault costs 0.7–2.7 µs a page on this VM: 5 ms for each 8 MiB a peer wrote). Below two
+    /// pages the faults cost no more than the call.
+    fn will_write_app(&self, app: u64, n: usize) {
+        if let Some(id) = self.tracked() {
+            if n >= 2 * PAGE {
+                dirty::unprotect(id, app, n as u64);
+            }
+        }
     }
-    /// Before a receive is posted: bytes the application changed in its buffer since the last
+    pub(crate) fn has_baseline(&self) -> bool {
+        self.maps.baseline.1 != 0
+    }
+    /// Whether the application's host buffer under `v` is still mapped. A registration may
+    /// outlive it: UCX's registration cache keeps an MR after the buffer was freed until it
+    /// processes the unmap event, and the NIC keeps the pinned pages meanwhile; the shim must not
+    /// touch the hole (one msync(MS_ASYNC), which only checks the mappings). Device memory: the
+    /// engine's copies report errors themselves.
+    fn mapped(&self, v: &View) -> bool {
+        if !self.engine.app_is_host() {
+            return true;
+        }
+        let start = v.app & !(PAGE as u64 - 1);
+        // SAFETY: MS_ASYNC only validates that [start, app+len) is mapped; nothing is written.
+        unsafe { libc::msync(start as *mut libc::c_void, (v.app + v.len as u64 - start) as usize, libc::MS_ASYNC) == 0 }
+    }
+    /// Before a receive is posted (regions peers write) and before a post that may tell a peer
+    /// to read (regions peers read): bytes the application changed in its buffer since the last
     /// sync go to the shadow (and the baseline), so that what a peer writes next is told apart
-    /// from them even where it writes the value the shadow held before. Host memory is compared
-    /// in place; device memory through one copy into a scratch buffer kept for the next time.
-    pub(crate) fn fold_app_writes(&self) {
+    /// from them even where it writes the value the shadow held before, and what a peer reads
+    /// after hearing from us is what the application wrote before it spoke.
+    /// `once_per_epoch`: receives posted back to back fold once (docs/bounce.md).
+    pub(crate) fn fold_app_writes(&self, once_per_epoch: bool) {
+        self.fold(&self.extent(), once_per_epoch);
+    }
+    /// [`Self::fold_app_writes`] over `e`. Host memory is compared in place, only the pages
+    /// written since the last fold where the kernel tracks them; device memory through one copy
+    /// into a scratch buffer kept for the next time.
+    pub(crate) fn fold(&self, e: &Extent, once_per_epoch: bool) {
         let epoch = EPOCH.load(Ordering::Acquire);
-        if self.folded.load(Ordering::Acquire) == epoch {
+        if once_per_epoch && self.folded.load(Ordering::Acquire) == epoch {
             return;
         }
-        let len = self.len as usize;
-        let mut guard = self.sync.lock();
-        let Scratch { bytes, runs } = &mut *guard;
+        let Some(e) = self.usable(e) else { return };
+        let v = e.view;
+        let mut guard = self.maps.sync.lock();
+        let Scratch { bytes, runs, pages } = &mut *guard;
         let now: &[u8] = if self.engine.app_is_host() {
-            // SAFETY: host memory the region covers, readable for len bytes (checked when the
-            // shadow was prepared); racing writes by the application are what a NIC would see too.
-            unsafe { std::slice::from_raw_parts(self.app as *const u8, len) }
+            // SAFETY: host memory the extent covers, readable for len bytes (checked when the
+            // shadow was prepared, mapped as just checked); racing writes by the application are
+            // what a NIC would see too.
+            unsafe { std::slice::from_raw_parts(v.app as *const u8, v.len) }
         } else {
-            bytes.resize(len, 0);
+            bytes.resize(v.len, 0);
             // SAFETY: the scratch buffer was just sized to len; the region covers [app, app+len).
-            if let Err(e) = unsafe { self.engine.to_host(bytes.as_mut_ptr(), self.app, len) } {
-                return warn_once(&format!("{} engine: {e}", self.engine.name()));
+            if let Err(err) = unsafe { self.engine.to_host(bytes.as_mut_ptr(), v.app, v.len) } {
+                return warn_once(&format!("{} engine: {err}", self.engine.name()));
             }
             bytes
         };
-        self.changed(Some(now), runs);
+        pages.clear();
+        runs.clear();
+        match e.track.map(|id| (id, dirty::written(id, pages))) {
+            Some((_, mrshim_dirty::Answer::Written)) => {
+                let end = v.app + v.len as u64;
+                for &(a, b) in pages.iter() {
+                    // the written pages, clipped to the extent, as offsets into it
+                    let (a, b) = (a.max(v.app) - v.app, b.min(end).saturating_sub(v.app));
+                    if a < b {
+                        changed_in(&v, now, a as usize, b as usize, runs);
+                    }
+                }
+            }
+            answer => {
+                changed_in(&v, now, 0, v.len, runs);
+                if let Some((id, _)) = answer {
+                    dirty::compared(id, changed_pages(runs));
+                }
+            }
+        }
         for &(a, b) in runs.iter() {
             // SAFETY: shadow and baseline are live, each [a, b) is within len, and neither
             // aliases `now` (the application's buffer or the scratch copy).
             unsafe {
-                std::ptr::copy_nonoverlapping(now[a..].as_ptr(), (self.shadow + a) as *mut u8, b - a);
-                std::ptr::copy_nonoverlapping(now[a..].as_ptr(), (self.baseline + a) as *mut u8, b - a);
+                std::ptr::copy_nonoverlapping(now[a..].as_ptr(), (v.shadow + a) as *mut u8, b - a);
+                std::ptr::copy_nonoverlapping(now[a..].as_ptr(), (v.baseline + a) as *mut u8, b - a);
             }
         }
         self.folded.store(epoch, Ordering::Release);
     }
     /// Copies to the application only the bytes a peer changed in the shadow since the last sync,
     /// so what the application wrote to its buffer meanwhile is not overwritten.
+    #[cfg(test)]
     pub(crate) fn sync_peer_writes(&self) {
-        let mut one_at_a_time = self.sync.lock();
+        self.sync_peer(&self.extent());
+    }
+    /// [`Self::sync_peer_writes`] over `e`.
+    pub(crate) fn sync_peer(&self, e: &Extent) {
+        let v = e.view;
+        let mut one_at_a_time = self.maps.sync.lock();
         let runs = &mut one_at_a_time.runs;
-        self.changed(None, runs);
+        // SAFETY: the shadow is a live mapping covering the extent; only read here.
+        let sh = unsafe { std::slice::from_raw_parts(v.shadow as *const u8, v.len) };
+        runs.clear();
+        changed_in(&v, sh, 0, v.len, runs);
+        if runs.is_empty() {
+            return;
+        }
+        match self.usable(e) {
+            Some(u) if u.view.app == v.app => {}
+            Some(own) => {
+                drop(one_at_a_time);
+                return self.sync_peer(&own);
+            }
+            None => return,
+        }
         for &(a, b) in runs.iter() {
-            self.to_app(a as u64, b - a);
+            self.to_app_in(&v, a as u64, b - a);
         }
     }
+    /// Peers' writes that no completion announced, while the application spins on empty polls
+    /// (idle.rs): like [`Self::sync_peer`], what a peer changed in the shadow since the last sync
+    /// goes to the application. Whether it found any.
+    ///
+    /// The shadow is read from its end down, in 4 KiB chunks (each compared first, only changed
+    /// ones read again, in aligned 8-byte loads from the top, into a buffer on the stack): a NIC writes a message in address
+    /// order, so what is read holds a prefix of a write in flight, never a later byte without the
+    /// earlier ones — a program that polls a message's last byte sees the whole message once it
+    /// sees that byte, as without bounce.
+    pub(crate) fn sync_unannounced(&self, e: &Extent) -> bool {
+        const CHUNK: usize = 4096;
+        let Some(e) = self.usable(e) else { return false };
+        let v = e.view;
+        let mut guard = self.maps.sync.lock();
+        let runs = &mut guard.runs;
+        runs.clear();
+        let mut chunk = [0u8; CHUNK];
+        let mut end = v.len;
+        while end > 0 {
+            let start = end.saturating_sub(CHUNK);
+            let n = end - start;
+            // SAFETY: shadow and baseline are live mappings covering the extent; the baseline is
+            // only written by the shim, under the sync lock held here.
+            let (sh, ba) = unsafe {
+                (
+                    std::slice::from_raw_parts((v.shadow + start) as *const u8, n),
+                    std::slice::from_raw_parts_mut((v.baseline + start) as *mut u8, n),
+                )
+            };
+            if sh != ba {
+                // SAFETY: [start, end) of the shadow is readable (above).
+                unsafe { snapshot_from_end(sh.as_ptr(), &mut chunk[..n]) };
+                let at = runs.len();
+                mrshim_core::diff::for_each_run(&chunk[..n], ba, |x, y| runs.push((start + x, start + y)));
+                for &(x, y) in &runs[at..] {
+                    ba[x - start..y - start].copy_from_slice(&chunk[x - start..y - start]);
+                }
+                runs[at..].reverse();
+            }
+            end = start;
+        }
+        runs.reverse();
+        let found = !runs.is_empty();
+        for &(a, b) in runs.iter() {
+            self.will_write_app(v.app + a as u64, b - a);
+            // The run's last byte last: another thread polling it sees the rest first.
+            let split = if b - a > 1 && self.engine.app_is_host() { b - 1 } else { b };
+            for (x, y) in [(a, split), (split, b)] {
+                // SAFETY: [x, y) is within the extent, which the application's buffer covers.
+                if let Err(err) = unsafe { self.engine.to_app(v.app + x as u64, (v.baseline + x) as *const u8, y - x) }
+                {
+                    warn_once(&format!("{} engine: {err}", self.engine.name()));
+                }
+            }
+        }
+        found
+    }
+}
+
+/// Copies `src[..dst.len()]` into `dst` reading from the end down, in aligned 8-byte loads
+/// (single-copy atomic on x86_64 and aarch64) between byte loads at the unaligned ends.
+///
+/// # Safety
+/// `src` must be readable for `dst.len()` bytes.
+unsafe fn snapshot_from_end(src: *const u8, dst: &mut [u8]) {
+    let mut i = dst.len();
+    let at = |i: usize| src as usize + i;
+    while i > 0 && at(i) % 8 != 0 {
+        i -= 1;
+        // SAFETY: i < len, within what the caller guarantees readable.
+        dst[i] = unsafe { std::ptr::read_volatile(src.add(i)) };
+    }
+    while i >= 8 {
+        i -= 8;
+        // SAFETY: [i, i+8) is readable and src+i is 8-aligned (the loop above stopped there).
+        let w = unsafe { std::ptr::read_volatile(src.add(i).cast::<u64>()) };
+        dst[i..i + 8].copy_from_slice(&w.to_ne_bytes());
+    }
+    while i > 0 {
+        i -= 1;
+        // SAFETY: as in the first loop.
+        dst[i] = unsafe { std::ptr::read_volatile(src.add(i)) };
+    }
+}
+
+/// The runs in [a, b) where `now` (the extent's bytes, application or shadow) differs from its
+/// baseline, appended to `runs`.
+fn changed_in(v: &View, now: &[u8], a: usize, b: usize, runs: &mut Vec<(usize, usize)>) {
+    // SAFETY: the baseline is a live mapping covering the extent, b <= len; only read here.
+    let ba = unsafe { std::slice::from_raw_parts((v.baseline + a) as *const u8, b - a) };
+    mrshim_core::diff::for_each_run(&now[a..b], ba, |x, y| runs.push((a + x, a + y)));
 }
 
 /// The one loud line for copies that did not happen (later ones are not repeated): the

@@ -3,10 +3,12 @@
 //! MR adopts it ([`crate::fixes::adopt`]) or it is [`Shadow::abandon`]ed.
 
 use crate::copy::{CopyEngine, HostCopy};
+use crate::live;
 use crate::pool::{map_anon, unmap};
-use crate::region::Region;
+use crate::region::{Maps, Region, View};
 use mrshim_forklock::ForkLock;
 use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 
 pub const PAGE: u64 = 4096;
 
@@ -55,34 +57,51 @@ impl Shadow {
                 });
             }
         };
-        let off = app % PAGE;
-        let maplen = ((off + len).div_ceil(PAGE) * PAGE) as usize;
         let remote_write = access & mrshim_verbs::access::REMOTE_WRITE != 0;
-        let p = map_anon(maplen, "shadow")?;
-        let b = if remote_write { map_anon(maplen, "baseline").inspect_err(|_| unmap((p, maplen)))? } else { 0 };
-        let region = Region {
+        let remote_read = access & mrshim_verbs::access::REMOTE_READ != 0;
+        let region = |shadow, baseline, maps| Region {
             ctx: 0,
             lkey: 0,
             iova,
             len,
             app,
-            shadow: p + off as usize,
-            baseline: b + off as usize,
-            map: (p, maplen),
-            base_map: (b, if remote_write { maplen } else { 0 }),
+            shadow,
+            baseline,
+            maps,
             remote_write,
+            remote_read,
             engine,
-            sync: ForkLock::new(Default::default()),
             folded: AtomicU64::new(u64::MAX),
         };
+        if let Some(r) = live::containing(app, len) {
+            // Peers may have written the shared shadow since its last sync: only the bytes the
+            // application changed go over (a fold), not the whole buffer.
+            let d = (app - r.app) as usize;
+            let region = region(r.shadow + d, r.baseline + d, r.maps.clone());
+            region.fold_app_writes(false);
+            return Ok(Shadow { region });
+        }
+        let off = app % PAGE;
+        let maplen = ((off + len).div_ceil(PAGE) * PAGE) as usize;
+        let with_baseline = remote_write || remote_read;
+        let p = map_anon(maplen, "shadow")?;
+        let b = if with_baseline { map_anon(maplen, "baseline").inspect_err(|_| unmap((p, maplen)))? } else { 0 };
+        let (shadow, baseline) = (p + off as usize, b + off as usize);
+        let maps = Arc::new(Maps {
+            shadow: (p, maplen),
+            baseline: (b, if with_baseline { maplen } else { 0 }),
+            span: View { app, shadow, baseline, len: len as usize },
+            track: Default::default(),
+            sync: ForkLock::new(Default::default()),
+        });
+        let region = region(shadow, baseline, maps);
         region.to_shadow(0, len as usize);
         Ok(Shadow { region })
     }
 
-    /// The attempt failed: its memory goes back to the pool.
+    /// The attempt failed: its memory goes back to the pool (unless shared with a live region).
     pub fn abandon(self) {
-        unmap(self.region.map);
-        unmap(self.region.base_map);
+        drop(self);
     }
 }
 

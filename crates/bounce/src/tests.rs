@@ -160,9 +160,9 @@ fn a_send_copies_now_and_a_read_waits_for_a_completion_of_its_qp() {
     // SAFETY: as above: the NIC writes what the READ fetched.
     unsafe { std::ptr::write_bytes((sh + 1000) as *mut u8, 0x33, 10) };
     let wc = |qp_num, ok| Completion { qp_num, wr_id: 0, ok, recv: false, byte_len: 0 };
-    live::completed(ctx, [wc(8, true)]);
+    live::completed([wc(8, true)]);
     assert_eq!(app[1000], 0, "another QP's completion releases nothing");
-    live::completed(ctx, [wc(7, true)]);
+    live::completed([wc(7, true)]);
     assert!(app[1000..1010].iter().all(|&b| b == 0x33) && app[1010] == 0, "the READ's range, once complete");
     dereg(&slots, 0xe000, true);
 }
@@ -184,29 +184,29 @@ fn a_read_is_released_only_by_a_completion_of_a_wr_posted_no_earlier() {
     // nothing about the READ, whose data has not landed yet.
     live::send_sges(ctx, 7, 1, false, false, &[sge(app[4000..].as_ptr(), 16, 0x481)]);
     live::send_sges(ctx, 7, 2, true, false, &[sge(app[1000..].as_ptr(), 16, 0x481)]);
-    live::completed(ctx, [wc(1, true)]);
+    live::completed([wc(1, true)]);
     lands(1000, 0x33);
     assert_eq!(app[1000], 0, "released by the completion of a WR posted before it");
-    live::completed(ctx, [wc(2, true)]);
+    live::completed([wc(2, true)]);
     assert!(app[1000..1016].iter().all(|&b| b == 0x33), "released by its own completion");
     // An unsignaled READ (3) is proven done by a later WR's completion (4), and only by that.
     live::send_sges(ctx, 7, 3, true, false, &[sge(app[2000..].as_ptr(), 16, 0x481)]);
     live::send_sges(ctx, 7, 4, false, false, &[]);
     lands(2000, 0x44);
-    live::completed(ctx, [wc(2, true)]);
+    live::completed([wc(2, true)]);
     assert_eq!(app[2000], 0, "an old wr_id proves nothing");
-    live::completed(ctx, [wc(4, true)]);
+    live::completed([wc(4, true)]);
     assert!(app[2000..2016].iter().all(|&b| b == 0x44), "a later WR's completion");
     // A failed completion: the QP is in error, the READ never lands, nothing is copied.
     live::send_sges(ctx, 7, 5, true, false, &[sge(app[3000..].as_ptr(), 16, 0x481)]);
     lands(3000, 0x55);
-    live::completed(ctx, [wc(5, false)]);
-    live::completed(ctx, [wc(5, true)]);
+    live::completed([wc(5, false)]);
+    live::completed([wc(5, true)]);
     assert_eq!(app[3000], 0, "dropped with the failed QP");
     // Built with ibv_wr_*: a completion naming no WR seen may be an unseen later one.
     live::send_sges(ctx, 7, 6, true, true, &[sge(app[5000..].as_ptr(), 16, 0x481)]);
     lands(5000, 0x66);
-    live::completed(ctx, [wc(99, true)]);
+    live::completed([wc(99, true)]);
     assert!(app[5000..5016].iter().all(|&b| b == 0x66), "released as before on such a QP");
     dereg(&slots, 0xe800, true);
 }
@@ -219,14 +219,14 @@ fn a_receive_completion_copies_up_to_its_byte_len() {
     slots.ctx.lock().unwrap().insert(ctx, [1, 2, 3]);
     let mut app = vec![0u8; 8192];
     let sh = live_region(&slots, &mut app, LOCAL_WRITE, ctx, 0x501, 0xf000);
-    live::before_recv(ctx);
+    live::before_recv();
     live::recv_sges(ctx, 3, 42, &[sge(app.as_ptr(), 256, 0x501), sge(app[4096..].as_ptr(), 256, 0x501)]);
     // SAFETY: the region's live shadow: the peer's message lands in both SGEs.
     unsafe { std::ptr::write_bytes(sh as *mut u8, 0x44, 8192) };
     let wc = |wr_id, ok| Completion { qp_num: 3, wr_id, ok, recv: true, byte_len: 300 };
-    live::completed(ctx, [wc(41, true)]);
+    live::completed([wc(41, true)]);
     assert_eq!(app[0], 0, "another WR's completion");
-    live::completed(ctx, [wc(42, true)]);
+    live::completed([wc(42, true)]);
     assert!(app[..256].iter().all(|&b| b == 0x44), "the first SGE, whole");
     assert!(app[4096..4096 + 44].iter().all(|&b| b == 0x44) && app[4096 + 44] == 0, "the second, up to byte_len");
     assert_eq!(app[256], 0, "between the SGEs: nothing");
@@ -245,8 +245,8 @@ fn a_failed_receive_copies_nothing_and_releases_its_ranges() {
     // SAFETY: the region's live shadow.
     unsafe { std::ptr::write_bytes(sh as *mut u8, 0x55, 16) };
     let wc = Completion { qp_num: 3, wr_id: 1, ok: false, recv: true, byte_len: 16 };
-    live::completed(ctx, [wc]);
-    live::completed(ctx, [Completion { ok: true, ..wc }]);
+    live::completed([wc]);
+    live::completed([Completion { ok: true, ..wc }]);
     assert_eq!(app[0], 0, "the error completion took the WR's ranges");
     dereg(&slots, 0x1_f000, true);
 }
@@ -262,7 +262,7 @@ fn a_peer_write_reaches_the_application_without_undoing_its_own_writes() {
     app[10] = 1; // the application's own write, after the last sync
                  // SAFETY: the region's live shadow: a peer's RDMA WRITE.
     unsafe { std::ptr::write_bytes((sh + 2000) as *mut u8, 0x66, 8) };
-    live::completed(ctx, [Completion { qp_num: 9, wr_id: 0, ok: true, recv: true, byte_len: 0 }]);
+    live::completed([Completion { qp_num: 9, wr_id: 0, ok: true, recv: true, byte_len: 0 }]);
     assert!(app[2000..2008].iter().all(|&b| b == 0x66), "the peer's bytes");
     assert_eq!(app[10], 1, "the application's byte stays");
     dereg(&slots, 0x2_f000, true);
@@ -377,15 +377,186 @@ fn receives_posted_back_to_back_fold_the_application_writes_once() {
     let shadow = |i: usize| unsafe { *((r.shadow + i) as *const u8) };
     // SAFETY: the application's own buffer, written through its pointer as a kernel would.
     unsafe { *(p as *mut u8) = 7 };
-    r.fold_app_writes();
-    r.fold_app_writes();
+    r.fold_app_writes(true);
+    r.fold_app_writes(true);
     assert_eq!(reads.load(Ordering::Acquire), 1, "the second receive, posted right after, reads nothing");
     assert_eq!(shadow(0), 7, "the application's write reached the shadow");
     // SAFETY: as above.
     unsafe { *((p + 1) as *mut u8) = 9 };
     bump_epoch(); // a post or a poll with completions in between
-    r.fold_app_writes();
+    r.fold_app_writes(true);
     assert_eq!(reads.load(Ordering::Acquire), 2);
     assert_eq!(shadow(1), 9);
     s.abandon();
+}
+
+/// Issue 18: a peer RDMA-READs a region after a SEND of ours (UCX's rndv GET after its RTS,
+/// MPI_Get after a fence): what the application wrote before that post must be in the shadow,
+/// in this context's regions and another's, tracked by the kernel (>= 64 KiB of private
+/// anonymous memory) or compared whole (smaller); RDMA WRITEs and READs fold nothing.
+#[test]
+fn a_send_brings_what_the_application_wrote_to_every_region_peers_read() {
+    use mrshim_verbs::access::REMOTE_READ;
+    use mrshim_verbs::ibv_wr_opcode::*;
+    let _one = serial();
+    let slots = FakeSlots::default();
+    let (ctx, other) = (0x7_0000, 0x7_8000);
+    slots.ctx.lock().unwrap().insert(ctx, [1, 2, 3]);
+    slots.ctx.lock().unwrap().insert(other, [1, 2, 3]);
+    let mut big = vec![0u8; 1 << 20];
+    let mut small = vec![0u8; 8192];
+    let mut unread = vec![0u8; 8192];
+    let sh_big = live_region(&slots, &mut big, LOCAL_WRITE | REMOTE_READ, ctx, 0x701, 0x7100);
+    let sh_small = live_region(&slots, &mut small, LOCAL_WRITE | REMOTE_READ | REMOTE_WRITE, other, 0x702, 0x7200);
+    let sh_unread = live_region(&slots, &mut unread, LOCAL_WRITE, ctx, 0x703, 0x7300);
+    // SAFETY: live shadows of the lengths above.
+    let at = |sh: usize, i: usize| unsafe { *((sh + i) as *const u8) };
+    for round in 1..4u8 {
+        big[5000] = round;
+        big[(1 << 20) - 1] = round;
+        small[7] = round;
+        unread[7] = round;
+        assert!(!live::announces(IBV_WR_RDMA_WRITE_WITH_IMM) && !live::announces(IBV_WR_RDMA_READ));
+        assert_eq!((at(sh_big, 5000), at(sh_small, 7)), (round - 1, round - 1), "no fold before the SEND");
+        assert!(live::announces(IBV_WR_SEND) && live::announces(IBV_WR_SEND_WITH_IMM));
+        live::before_telling_peers();
+        assert_eq!(
+            (at(sh_big, 5000), at(sh_big, (1 << 20) - 1), at(sh_small, 7)),
+            (round, round, round),
+            "round {round}"
+        );
+        assert_eq!(at(sh_unread, 7), 0, "a region peers cannot read is left alone");
+    }
+    assert!(live::reads_into(IBV_WR_ATOMIC_FETCH_AND_ADD) && live::reads_into(IBV_WR_RDMA_READ));
+    assert!(!live::reads_into(IBV_WR_SEND));
+    for mr in [0x7100, 0x7200, 0x7300] {
+        dereg(&slots, mr, true);
+    }
+}
+
+/// UCX registers a window once per device: a registration inside a live bounce region is
+/// registered on that region's shadow (a put through one MR is what a get through the other
+/// reads); it lets go of the shared mappings when abandoned.
+#[test]
+fn a_registration_inside_a_live_region_shares_its_shadow() {
+    use mrshim_verbs::access::REMOTE_READ;
+    let _one = serial();
+    let slots = FakeSlots::default();
+    let ctx = 0x8_0000;
+    slots.ctx.lock().unwrap().insert(ctx, [1, 2, 3]);
+    let mut app = vec![0u8; 16384];
+    let sh = live_region(&slots, &mut app, LOCAL_WRITE | REMOTE_READ | REMOTE_WRITE, ctx, 0x801, 0x8100);
+    app[4096 + 3] = 42;
+    let inner = Shadow::prepare(
+        app[4096..].as_ptr() as u64,
+        4096,
+        app[4096..].as_ptr() as u64,
+        LOCAL_WRITE | REMOTE_READ,
+        || Memory::Host,
+    )
+    .unwrap();
+    assert_eq!(inner.addr() as usize, sh + 4096, "the outer region's shadow, at the same offset");
+    // SAFETY: the outer region's live shadow.
+    assert_eq!(unsafe { *((sh + 4096 + 3) as *const u8) }, 42, "folded when it was registered");
+    inner.abandon();
+    // SAFETY: as above: still mapped, the outer region lives on.
+    assert_eq!(unsafe { *((sh + 4096 + 3) as *const u8) }, 42);
+    dereg(&slots, 0x8100, true);
+}
+
+/// UCX registers a buffer again for its other device: the inner region folds and syncs through
+/// the outer one's tracked span, and goes on doing so after the outer region is deregistered
+/// (the shared mappings and the kernel's tracking live as long as either region).
+#[test]
+fn an_inner_region_folds_and_syncs_through_the_tracked_span_it_shares() {
+    use mrshim_verbs::access::{REMOTE_READ, REMOTE_WRITE};
+    let _one = serial();
+    let slots = FakeSlots::default();
+    let ctx = 0x9_0000;
+    slots.ctx.lock().unwrap().insert(ctx, [1, 2, 3]);
+    let mut app = vec![0u8; 1 << 20];
+    let access = LOCAL_WRITE | REMOTE_READ | REMOTE_WRITE;
+    let sh = live_region(&slots, &mut app, access, ctx, 0x901, 0x9100);
+    let p = app[65536..].as_ptr() as u64;
+    let inner = Shadow::prepare(p, 65536, p, access, || Memory::Host).unwrap();
+    assert_eq!(inner.addr() as usize, sh + 65536);
+    fixes::adopt(inner, ShadowMr { mr: 0x9200, ctx, lkey: 0x902, addr: (sh + 65536) as u64 }, &slots);
+    // SAFETY: the live shared shadow, 1 MiB.
+    let at = |i: usize| unsafe { *((sh + i) as *const u8) };
+    // SAFETY: as above; what a peer's RDMA WRITE does.
+    let peer = |i: usize, v: u8| unsafe { *((sh + i) as *mut u8) = v };
+    let recv = Completion { qp_num: 9, wr_id: 0, ok: true, recv: true, byte_len: 0 };
+    for round in 1..4u8 {
+        app[65536 + 7] = round;
+        app[3] = round;
+        live::before_telling_peers();
+        assert_eq!((at(65536 + 7), at(3)), (round, round), "round {round}: the application's writes");
+        peer(65536 + 100, round);
+        live::completed([recv]);
+        assert_eq!(app[65536 + 100], round, "round {round}: the peer's write");
+        let r = live::REGIONS.lock().iter().find(|r| r.lkey == 0x902).cloned().unwrap();
+        let e = r.extent();
+        assert!(
+            e.track.is_some() && e.view.len == 1 << 20,
+            "round {round}: the tracked span, not a compare of its own"
+        );
+        if round == 1 {
+            dereg(&slots, 0x9100, true);
+        }
+    }
+    dereg(&slots, 0x9200, true);
+}
+
+/// ucx_perftest's put_bw, NCCL's FIFO: a peer's plain RDMA WRITE, announced by nothing, reaches
+/// the application while it spins on empty polls — only the bytes the peer changed, so what the
+/// application wrote meanwhile stays.
+#[test]
+fn a_write_no_completion_announces_arrives_while_polls_come_back_empty() {
+    use mrshim_verbs::access::REMOTE_WRITE;
+    let _one = serial();
+    let slots = FakeSlots::default();
+    let ctx = 0xa_0000;
+    slots.ctx.lock().unwrap().insert(ctx, [1, 2, 3]);
+    let mut app = vec![0u8; 8195];
+    let sh = live_region(&slots, &mut app[3..], LOCAL_WRITE | REMOTE_WRITE, ctx, 0xa01, 0xa100);
+    live::completed([]);
+    // SAFETY: the live shadow, 8192 bytes; what a peer's RDMA WRITE does.
+    unsafe { std::ptr::write_bytes((sh + 1000) as *mut u8, 7, 4000) };
+    app[3 + 6000] = 9;
+    let start = std::time::Instant::now();
+    let flag = app[3 + 4999..].as_ptr();
+    // SAFETY: the application's live buffer; read as a program polling it does.
+    while unsafe { std::ptr::read_volatile(flag) } != 7 {
+        assert!(start.elapsed() < std::time::Duration::from_secs(5), "never arrived");
+        if live::empty_poll() {
+            live::idle_pass();
+        }
+    }
+    assert!(app[3 + 1000..3 + 5000].iter().all(|&b| b == 7) && app[3 + 999] == 0 && app[3 + 5000] == 0);
+    assert_eq!(app[3 + 6000], 9, "the application's own write stays");
+    dereg(&slots, 0xa100, true);
+}
+
+/// MPI rndv GET: the receiver fills its buffer, then RDMA-READs into it. A fold before the
+/// READ's completion (a SEND on another QP, a post_recv) must not take the fill for the
+/// application's new data and copy it over what the READ brought into the shadow.
+#[test]
+fn a_fold_before_a_reads_completion_keeps_what_the_read_brought() {
+    use mrshim_verbs::access::{REMOTE_READ, REMOTE_WRITE};
+    let _one = serial();
+    let slots = FakeSlots::default();
+    let ctx = 0xb_0000;
+    slots.ctx.lock().unwrap().insert(ctx, [1, 2, 3]);
+    let mut app = vec![0u8; 1 << 17];
+    let sh = live_region(&slots, &mut app, LOCAL_WRITE | REMOTE_READ | REMOTE_WRITE, ctx, 0xb01, 0xb100);
+    app[..8192].fill(0xa5);
+    live::send_sges(ctx, 11, 1, true, false, &[sge(app.as_ptr(), 8192, 0xb01)]);
+    // SAFETY: the live shadow; what the NIC does with the READ's response.
+    unsafe { std::ptr::write_bytes(sh as *mut u8, 0x6b, 8192) };
+    live::completed([Completion { qp_num: 12, wr_id: 9, ok: true, recv: false, byte_len: 0 }]);
+    live::before_telling_peers();
+    live::before_recv();
+    live::completed([Completion { qp_num: 11, wr_id: 1, ok: true, recv: false, byte_len: 0 }]);
+    assert!(app[..8192].iter().all(|&b| b == 0x6b), "the READ's bytes, not the fill");
+    dereg(&slots, 0xb100, true);
 }

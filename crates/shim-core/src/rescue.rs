@@ -130,14 +130,22 @@ impl Env for ShimEnv<'_> {
         if let Some(stale) = self.staged.borrow_mut().replace(staged) {
             stale.abandon();
         }
-        let access = r.access & !mrshim_verbs::access::OPTIONAL_RANGE;
+        // A peer's atomic on the shadow would not be atomic with the application's own
+        // accesses to its buffer, nor reach it before a later completion: the shadow is
+        // registered without REMOTE_ATOMIC, so such an atomic fails at the peer with a remote
+        // access error instead of silently losing an update (docs/bounce.md).
+        let atomic = r.access & mrshim_verbs::access::REMOTE_ATOMIC;
+        let access = r.access & !mrshim_verbs::access::OPTIONAL_RANGE & !atomic;
         let n =
             Req { entry: Call::RegMrIova2, addr: shadow, iova: r.iova, access, dmabuf_fd: -1, dmabuf_offset: 0, ..*r };
         Ok((
             n,
             format!(
-                "host shadow at {shadow:#x} registered with iova {:#x} in place of {:#x} ({} bytes)",
-                r.iova, r.addr, r.length
+                "host shadow at {shadow:#x} registered with iova {:#x} in place of {:#x} ({} bytes){}",
+                r.iova,
+                r.addr,
+                r.length,
+                if atomic != 0 { ", without REMOTE_ATOMIC (peers' atomics are refused on bounce regions)" } else { "" }
             ),
         ))
     }

@@ -414,7 +414,7 @@ fn retry_records_keep_the_request_and_name_what_was_used() {
     for r in [by("bounce", false), by("bounce", true)] {
         assert_eq!(r.result, "ok");
         assert_eq!(r.used_addr.as_deref(), Some(shadow_addr.as_str()));
-        assert_eq!(r.used_access, Some(0xf), "the shadow goes without relaxed ordering");
+        assert_eq!(r.used_access, Some(0x7), "the shadow goes without relaxed ordering and REMOTE_ATOMIC");
         assert_eq!(r.used_mem_kind, Some(MemKind::HostAnon));
     }
 }
