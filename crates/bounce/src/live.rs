@@ -217,8 +217,8 @@ pub fn completed(wcs: impl IntoIterator<Item = Completion>) {
 /// When a RECV-side completion last synced every region (ns, idle::now_ns).
 static LAST_PEER_SYNC: AtomicU64 = AtomicU64::new(0);
 
-/// A poll that returned no completion: whether an [`idle_pass`] is due (idle.rs). Only this
-/// thread's counter, most of the time: the wrappers call it on every empty poll.
+/// A poll that returned no completion: whether an [`idle_pass`] is due (idle.rs). A counter,
+/// most of the time: the wrappers call it on every empty poll.
 #[inline]
 pub fn empty_poll() -> bool {
     idle::empty_poll()
