@@ -38,9 +38,8 @@ fn enabled_by_setting() -> bool {
 /// the kernel can; the caller compares the whole range once after it (writes before the pages
 /// were protected are not reported).
 pub fn track(app: u64, len: u64) -> Option<Id> {
-    let end = app.checked_add(len)?;
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    if !mrshim_dirty::maps::private_anonymous(&maps, app & !(mrshim_dirty::PAGE - 1), end) {
+    let start = app & !(mrshim_dirty::PAGE - 1);
+    if !mrshim_core::maps::private_anonymous(&mrshim_core::maps::read_self(), start, len.checked_add(app - start)?) {
         return None;
     }
     let mut g = TRACKER.lock();

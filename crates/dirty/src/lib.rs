@@ -11,7 +11,6 @@
 //! kernel cannot track, that overlaps another, that failed a scan, or whose writes cost more to
 //! track than to compare (the policy below) is never guessed about.
 
-pub mod maps;
 pub mod uffd;
 
 /// A new private anonymous read-write mapping of `n` bytes (the kind of memory the kernel can

@@ -9,7 +9,7 @@
 //! What it cannot see: writes that do not go through this process's page tables — DMA into
 //! pages pinned by a device (another MR, a GPU copy into host-registered memory, O_DIRECT I/O)
 //! and writes through another mapping of the same pages (hence private anonymous memory only,
-//! [`super::maps`]).
+//! which its caller checks: mrshim_core::maps::private_anonymous).
 
 use super::{Pages, PAGE};
 use std::ffi::c_int;

@@ -115,11 +115,27 @@ pub fn lookup(regions: &[Region], addr: u64, len: u64) -> Option<Lookup> {
 /// True if every byte of [addr, addr+len) is in readable mappings of `regions` (sorted, as
 /// [`parse`] returns them).
 pub fn readable(regions: &[Region], addr: u64, len: u64) -> bool {
+    covered(regions, addr, len, |r| r.readable)
+}
+
+/// True if every byte of [addr, addr+len) is in private anonymous mappings of `regions` (no file;
+/// `[heap]`, `[stack]`, `[anon:...]` names allowed): the only memory whose writes all go through
+/// this process's page tables, so the only memory the kernel's write tracking can vouch for
+/// (crates/dirty). A shared mapping or a file another process writes would bypass them.
+pub fn private_anonymous(regions: &[Region], addr: u64, len: u64) -> bool {
+    covered(regions, addr, len, |r| {
+        let p: &str = &r.path;
+        !r.shared && (p.is_empty() || p == "[heap]" || p == "[stack]" || p.starts_with("[anon:"))
+    })
+}
+
+/// True if [addr, addr+len) lies in adjacent mappings of `regions`, each of them `ok`.
+fn covered(regions: &[Region], addr: u64, len: u64, ok: impl Fn(&Region) -> bool) -> bool {
     let end = addr.saturating_add(len);
     let mut at = addr;
     let mut i = regions.partition_point(|r| r.end <= at);
     while let Some(r) = regions.get(i) {
-        if r.start > at || !r.readable {
+        if r.start > at || !ok(r) {
             return false;
         }
         at = r.end;
@@ -263,6 +279,23 @@ garbage line
         assert!(!readable(&r, 0x7f00003ff000, 0x2000));
         assert!(!readable(&r, 0x7f6000000000, 8));
         assert!(!readable(&r, 0x1000, 8));
+    }
+
+    #[test]
+    fn private_anonymous_mappings_only_and_no_holes() {
+        let r = parse(MAPS);
+        assert!(private_anonymous(&r, 0x55d0c1000000, 0x1000), "heap");
+        assert!(private_anonymous(&r, 0x7ffd00000000, 0x1000), "stack");
+        assert!(private_anonymous(&r, 0x7f00001ff000, 0x2000), "two adjacent anonymous mappings");
+        assert!(!private_anonymous(&r, 0x7f00003ff000, 0x2000), "a hole after them");
+        assert!(!private_anonymous(&r, 0x7f1000000000, 0x1000), "shared (anonymous huge pages)");
+        assert!(!private_anonymous(&r, 0x7f5000000000, 0x1000), "a device's shared mapping");
+        assert!(!private_anonymous(&r, 0x55d0c0002000, 0x100), "a file's private mapping");
+        let one = |line: &str| parse(&format!("7f0000000000-7f0000010000 {line}\n"));
+        assert!(!private_anonymous(&one("rw-p 00000000 00:01 4712 /memfd:x (deleted)"), 0x7f0000000000, 8), "memfd");
+        assert!(!private_anonymous(&one("rw-s 00000000 00:00 0"), 0x7f0000000000, 8), "shared, no name");
+        let named = one("rw-p 00000000 00:00 0 [anon:ucx]");
+        assert!(private_anonymous(&named, 0x7f0000000000, 0x10000), "a named anonymous mapping");
     }
 
     #[test]
