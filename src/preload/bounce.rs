@@ -250,13 +250,16 @@ unsafe extern "C" fn post_send(qp: *mut v::ibv_qp, wr: *mut v::ibv_send_wr, bad:
         mrshim_bounce::region::bump_epoch();
         let mut announces = false;
         // SAFETY: the application's WR list, passed on to the provider below.
-        unsafe { each_wr(wr, |r| announces |= live::announces(r.opcode)) };
+        unsafe {
+            each_wr(wr, |r| {
+                announces |= live::announces(r.opcode);
+                live::send_sges(ctx, qpn, r.wr_id, live::reads_into(r.opcode), false, r.sges());
+            })
+        };
+        // Before the provider posts any of them; after the WRs' own ranges, which this skips.
         if announces {
             live::before_telling_peers();
         }
-        let read = |r: &v::ibv_send_wr| live::reads_into(r.opcode);
-        // SAFETY: as above.
-        unsafe { each_wr(wr, |r| live::send_sges(ctx, qpn, r.wr_id, read(r), false, r.sges())) };
     });
     // SAFETY: the provider's own post_send (saved from this slot) with the application's arguments.
     unsafe { provider::<PostSend>(o.ops()[0])(qp, wr, bad) }
@@ -282,8 +285,11 @@ unsafe extern "C" fn poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut mrshim_verbs
     let Some(o) = patch::context_orig(ctx) else { return -1 };
     // SAFETY: the provider's own poll_cq.
     let got = unsafe { provider::<PollCq>(o.ops()[2])(cq, n, wc) };
-    if got <= 0 || !live::any_region() {
-        if got == 0 && live::any_region() && live::empty_poll() {
+    if got < 0 || !live::any_region() {
+        return got;
+    }
+    if got == 0 {
+        if mrshim_bounce::idle::empty_poll() {
             guarded_copies("ibv_poll_cq", live::idle_pass);
         }
         return got;

@@ -101,12 +101,6 @@ pub fn completion() {
     }
 }
 
-/// Nanoseconds since the first call: a monotonic clock cheap to store in an atomic.
-pub fn now_ns() -> u64 {
-    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,7 +15,7 @@ use crate::region::{bump_epoch, Extent, Region};
 use mrshim_forklock::ForkLock;
 use mrshim_verbs::ibv_sge;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -123,14 +123,8 @@ pub fn announces(op: mrshim_verbs::ibv_wr_opcode::Type) -> bool {
 /// Whether the NIC writes this WR's local SGEs when its response comes: an RDMA READ's data, an
 /// atomic's original value (copied to the application at the completion).
 pub fn reads_into(op: mrshim_verbs::ibv_wr_opcode::Type) -> bool {
-    op == mrshim_verbs::ibv_wr_opcode::IBV_WR_RDMA_READ || fetches(op)
-}
-
-/// Opcodes whose local SGE the NIC writes when the response comes (an atomic's original value):
-/// copied to the application at the completion, like an RDMA READ's.
-pub fn fetches(op: mrshim_verbs::ibv_wr_opcode::Type) -> bool {
     use mrshim_verbs::ibv_wr_opcode::*;
-    op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD
+    matches!(op, IBV_WR_RDMA_READ | IBV_WR_ATOMIC_CMP_AND_SWP | IBV_WR_ATOMIC_FETCH_AND_ADD)
 }
 
 /// Before a post that may tell a peer to read (see [`announces`]; at `ibv_wr_start`, whose
@@ -209,28 +203,13 @@ pub fn completed(wcs: impl IntoIterator<Item = Completion>) {
         }
     }
     if peer_wrote {
-        LAST_PEER_SYNC.store(idle::now_ns(), Ordering::Release);
         each_remote(false, Region::sync_peer);
     }
 }
 
-/// When a RECV-side completion last synced every region (ns, idle::now_ns).
-static LAST_PEER_SYNC: AtomicU64 = AtomicU64::new(0);
-
-/// A poll that returned no completion: whether an [`idle_pass`] is due (idle.rs). A counter,
-/// most of the time: the wrappers call it on every empty poll.
-#[inline]
-pub fn empty_poll() -> bool {
-    idle::empty_poll()
-}
-
-/// What peers wrote that no completion announced reaches the application (idle.rs).
+/// What peers wrote that no completion announced reaches the application, when
+/// [`idle::empty_poll`] says a pass is due.
 pub fn idle_pass() {
-    if idle::now_ns().saturating_sub(LAST_PEER_SYNC.load(Ordering::Acquire)) < idle::FIRST.as_nanos() as u64 {
-        // a completion synced every region a moment ago (an NCCL-style ring between two
-        // messages, polled by another thread): nothing to do for a thread that merely waits
-        return;
-    }
     let start = Instant::now();
     let mut found = false;
     each_remote(false, |r, e| found |= r.sync_unannounced(e));
@@ -245,17 +224,15 @@ fn each_remote(read: bool, mut f: impl FnMut(&Region, &Extent)) {
     // a snapshot: `f` copies region bytes, other threads' posts need not wait for that
     let all: Vec<Arc<Region>> =
         REGIONS.lock().iter().filter(|r| if read { r.remote_read } else { r.remote_write }).cloned().collect();
-    // Regions that share a tracked span fold and sync it once (region.rs, Maps).
-    let mut done: Vec<usize> = Vec::new();
+    // Regions that share a span (region.rs, Maps) fold and sync it once.
+    let mut done: Vec<(usize, usize)> = Vec::new();
     for r in &all {
         // before a SEND (`read`): tracking may start now (Region::start_tracking)
         let e = if read { r.start_tracking().unwrap_or_else(|| r.extent()) } else { r.extent() };
-        if e.track.is_some() {
-            if done.contains(&e.view.shadow) {
-                continue;
-            }
-            done.push(e.view.shadow);
+        if done.contains(&(e.view.shadow, e.view.len)) {
+            continue;
         }
+        done.push((e.view.shadow, e.view.len));
         f(r, &e);
     }
 }

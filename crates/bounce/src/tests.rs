@@ -69,6 +69,13 @@ fn live_region(slots: &FakeSlots, app: &mut [u8], access: u32, ctx: usize, lkey:
     addr as usize
 }
 
+/// Fake verbs objects with one context `ctx` (ops 1, 2, 3).
+fn with_context(ctx: usize) -> FakeSlots {
+    let slots = FakeSlots::default();
+    slots.ctx.lock().unwrap().insert(ctx, [1, 2, 3]);
+    slots
+}
+
 fn sge(addr: *const u8, length: u32, lkey: u32) -> ibv_sge {
     ibv_sge { addr: addr as u64, length, lkey }
 }
@@ -142,9 +149,8 @@ fn a_context_without_all_three_ops_is_left_alone() {
 #[test]
 fn a_send_copies_now_and_a_read_waits_for_a_completion_of_its_qp() {
     let _one = serial();
-    let slots = FakeSlots::default();
     let ctx = 0x4_0000;
-    slots.ctx.lock().unwrap().insert(ctx, [1, 2, 3]);
+    let slots = with_context(ctx);
     let mut app = vec![0u8; 8192];
     let sh = live_region(&slots, &mut app, LOCAL_WRITE, ctx, 0x401, 0xe000);
     // SAFETY: the region's live shadow, 8192 bytes.
@@ -170,9 +176,8 @@ fn a_send_copies_now_and_a_read_waits_for_a_completion_of_its_qp() {
 #[test]
 fn a_read_is_released_only_by_a_completion_of_a_wr_posted_no_earlier() {
     let _one = serial();
-    let slots = FakeSlots::default();
     let ctx = 0x4_8000;
-    slots.ctx.lock().unwrap().insert(ctx, [1, 2, 3]);
+    let slots = with_context(ctx);
     let mut app = vec![0u8; 8192];
     let sh = live_region(&slots, &mut app, LOCAL_WRITE, ctx, 0x481, 0xe800);
     let lands = |at: usize, v: u8| {
@@ -214,9 +219,8 @@ fn a_read_is_released_only_by_a_completion_of_a_wr_posted_no_earlier() {
 #[test]
 fn a_receive_completion_copies_up_to_its_byte_len() {
     let _one = serial();
-    let slots = FakeSlots::default();
     let ctx = 0x5_0000;
-    slots.ctx.lock().unwrap().insert(ctx, [1, 2, 3]);
+    let slots = with_context(ctx);
     let mut app = vec![0u8; 8192];
     let sh = live_region(&slots, &mut app, LOCAL_WRITE, ctx, 0x501, 0xf000);
     live::before_recv();
@@ -236,9 +240,8 @@ fn a_receive_completion_copies_up_to_its_byte_len() {
 #[test]
 fn a_failed_receive_copies_nothing_and_releases_its_ranges() {
     let _one = serial();
-    let slots = FakeSlots::default();
     let ctx = 0x6_0000;
-    slots.ctx.lock().unwrap().insert(ctx, [1, 2, 3]);
+    let slots = with_context(ctx);
     let mut app = vec![0u8; 4096];
     let sh = live_region(&slots, &mut app, LOCAL_WRITE, ctx, 0x601, 0x1_f000);
     live::recv_sges(ctx, 3, 1, &[sge(app.as_ptr(), 16, 0x601)]);
@@ -254,9 +257,8 @@ fn a_failed_receive_copies_nothing_and_releases_its_ranges() {
 #[test]
 fn a_peer_write_reaches_the_application_without_undoing_its_own_writes() {
     let _one = serial();
-    let slots = FakeSlots::default();
     let ctx = 0x7_0000;
-    slots.ctx.lock().unwrap().insert(ctx, [1, 2, 3]);
+    let slots = with_context(ctx);
     let mut app = vec![0u8; 4096];
     let sh = live_region(&slots, &mut app, LOCAL_WRITE | REMOTE_WRITE, ctx, 0x701, 0x2_f000);
     app[10] = 1; // the application's own write, after the last sync
@@ -441,9 +443,8 @@ fn a_send_brings_what_the_application_wrote_to_every_region_peers_read() {
 fn a_registration_inside_a_live_region_shares_its_shadow() {
     use mrshim_verbs::access::REMOTE_READ;
     let _one = serial();
-    let slots = FakeSlots::default();
     let ctx = 0x8_0000;
-    slots.ctx.lock().unwrap().insert(ctx, [1, 2, 3]);
+    let slots = with_context(ctx);
     let mut app = vec![0u8; 16384];
     let sh = live_region(&slots, &mut app, LOCAL_WRITE | REMOTE_READ | REMOTE_WRITE, ctx, 0x801, 0x8100);
     app[4096 + 3] = 42;
@@ -471,9 +472,8 @@ fn a_registration_inside_a_live_region_shares_its_shadow() {
 fn an_inner_region_folds_and_syncs_through_the_tracked_span_it_shares() {
     use mrshim_verbs::access::{REMOTE_READ, REMOTE_WRITE};
     let _one = serial();
-    let slots = FakeSlots::default();
     let ctx = 0x9_0000;
-    slots.ctx.lock().unwrap().insert(ctx, [1, 2, 3]);
+    let slots = with_context(ctx);
     let mut app = vec![0u8; 1 << 20];
     let access = LOCAL_WRITE | REMOTE_READ | REMOTE_WRITE;
     let sh = live_region(&slots, &mut app, access, ctx, 0x901, 0x9100);
@@ -514,9 +514,8 @@ fn an_inner_region_folds_and_syncs_through_the_tracked_span_it_shares() {
 fn a_write_no_completion_announces_arrives_while_polls_come_back_empty() {
     use mrshim_verbs::access::REMOTE_WRITE;
     let _one = serial();
-    let slots = FakeSlots::default();
     let ctx = 0xa_0000;
-    slots.ctx.lock().unwrap().insert(ctx, [1, 2, 3]);
+    let slots = with_context(ctx);
     let mut app = vec![0u8; 8195];
     let sh = live_region(&slots, &mut app[3..], LOCAL_WRITE | REMOTE_WRITE, ctx, 0xa01, 0xa100);
     live::completed([]);
@@ -528,7 +527,7 @@ fn a_write_no_completion_announces_arrives_while_polls_come_back_empty() {
     // SAFETY: the application's live buffer; read as a program polling it does.
     while unsafe { std::ptr::read_volatile(flag) } != 7 {
         assert!(start.elapsed() < std::time::Duration::from_secs(5), "never arrived");
-        if live::empty_poll() {
+        if crate::idle::empty_poll() {
             live::idle_pass();
         }
     }
@@ -544,9 +543,8 @@ fn a_write_no_completion_announces_arrives_while_polls_come_back_empty() {
 fn a_fold_before_a_reads_completion_keeps_what_the_read_brought() {
     use mrshim_verbs::access::{REMOTE_READ, REMOTE_WRITE};
     let _one = serial();
-    let slots = FakeSlots::default();
     let ctx = 0xb_0000;
-    slots.ctx.lock().unwrap().insert(ctx, [1, 2, 3]);
+    let slots = with_context(ctx);
     let mut app = vec![0u8; 1 << 17];
     let sh = live_region(&slots, &mut app, LOCAL_WRITE | REMOTE_READ | REMOTE_WRITE, ctx, 0xb01, 0xb100);
     app[..8192].fill(0xa5);
