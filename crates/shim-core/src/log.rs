@@ -474,6 +474,34 @@ mod tests {
     }
 
     #[test]
+    fn a_released_descriptor_is_never_written_again_and_the_log_is_reopened() {
+        let d = tmp("release");
+        let log = Log::new(LogDest::Path(format!("{}/x.jsonl", d.display())));
+        let first = || b"c\n".to_vec();
+        log.write_line(b"r1\n", &ctx(&first));
+        let fd = log.fd.load(SeqCst);
+        assert!(fd >= 0);
+        // what the preload's close hook does before the application's close(fd) ...
+        log.release(fd - 1, fd + 1);
+        // ... and the application's own file at that number
+        let app = d.join("app.txt");
+        let f = std::fs::File::create(&app).unwrap();
+        // SAFETY: both descriptors are valid; fd (the log's old one) is replaced by the app's file.
+        assert_eq!(unsafe { libc::dup2(f.as_raw_fd(), fd) }, fd);
+        log.write_line(b"r2\n", &ctx(&first));
+        assert_eq!(std::fs::read_to_string(&app).unwrap(), "", "nothing in the application's file");
+        assert_eq!(std::fs::read_to_string(d.join("x.jsonl")).unwrap(), "c\nr1\nr2\n");
+        assert_ne!(log.fd.load(SeqCst), fd);
+        assert_eq!((log.written.load(Relaxed), log.lost.load(Relaxed)), (3, 0));
+        // a range without the log's descriptor changes nothing
+        let now = log.fd.load(SeqCst);
+        log.release(0, now - 1);
+        assert_eq!(log.fd.load(SeqCst), now);
+        // SAFETY: fd is the application's copy made above; closing it is the test's own business.
+        unsafe { libc::close(fd) };
+    }
+
+    #[test]
     fn unwritable_destination_counts_lost() {
         let log = Log::new(LogDest::Path("/proc/definitely/not/here.jsonl".into()));
         let first = || b"c\n".to_vec();
