@@ -12,7 +12,13 @@ fn main() {
         _ => "GLIBC_2.2.5",
     };
     let out = format!("{}/libmrshim.map", std::env::var("OUT_DIR").unwrap());
-    let script = format!("{}{}", map.replace("GLIBC_2.2.5", base), verbs_nodes(&entries));
+    let mut map = map.replace("GLIBC_2.2.5", base);
+    // dup3 came in glibc 2.9 on x86_64; aarch64 has it since its first version
+    match base {
+        "GLIBC_2.2.5" => map.push_str("GLIBC_2.9 { global: dup3; } GLIBC_2.2.5;\n"),
+        _ => map = map.replace("dup2;", "dup2; dup3;"),
+    }
+    let script = format!("{map}{}", verbs_nodes(&entries));
     std::fs::write(&out, script).unwrap();
     println!("cargo:rustc-cdylib-link-arg=-Wl,--version-script={out}");
     println!("cargo:rerun-if-changed=src/preload/libmrshim.map");

@@ -15,6 +15,11 @@
 //!
 //! Throughput: 8 threads registering/deregistering with full logging; records on disk are
 //! counted: 0 lost.
+//!
+//! `MRSHIM_BENCH_BASE=/path/to/another/libmrshim.so` (e.g. main's release build) runs it too, in
+//! the same rounds, alternating with this one: a `base` row next to every row. At the end each
+//! goal is printed with PASS/FAIL, and the change against the last dated row of docs/perf.md
+//! (a change beyond the noise band is called a regression).
 
 use mrshim_test_support::{cc, shim_lib, sim_lib_dir};
 use std::path::{Path, PathBuf};
@@ -23,6 +28,8 @@ use std::process::Command;
 struct Env {
     dir: PathBuf,
     shim: PathBuf,
+    /// MRSHIM_BENCH_BASE: another libmrshim.so run side by side.
+    base: Option<PathBuf>,
     sim_lib: PathBuf,
     fake_lib: PathBuf,
     prog: PathBuf,
@@ -62,7 +69,11 @@ fn setup() -> Env {
         "-ldl",
         "-Wl,-z,lazy",
     ]);
-    Env { dir, shim, sim_lib, fake_lib, prog }
+    let base = std::env::var_os("MRSHIM_BENCH_BASE").filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(b) = &base {
+        assert!(b.exists(), "MRSHIM_BENCH_BASE={} does not exist", b.display());
+    }
+    Env { dir, shim, base, sim_lib, fake_lib, prog }
 }
 
 /// A configuration: its name and the shim's environment (None: no preload). `LOG` stands for
@@ -79,7 +90,20 @@ const OFF: Mode = Mode { name: "log off+summary", env: Some(&[("MRSHIM_LOG", "of
 const FULL: Mode = Mode { name: "full logging", env: Some(&[("MRSHIM_LOG", "LOG")]) };
 
 impl Env {
+    /// The preloads to compare: this build, then the base if there is one.
+    fn shims(&self) -> Vec<(&'static str, &Path)> {
+        let mut v = vec![("this", self.shim.as_path())];
+        if let Some(b) = &self.base {
+            v.push(("base", b.as_path()));
+        }
+        v
+    }
+
     fn run(&self, lib: &Path, mode: &Mode, args: &[&str], log: &Path) -> String {
+        self.run_with(&self.shim, lib, mode, args, log)
+    }
+
+    fn run_with(&self, shim: &Path, lib: &Path, mode: &Mode, args: &[&str], log: &Path) -> String {
         let mut c = Command::new(&self.prog);
         c.args(args)
             .env("LD_LIBRARY_PATH", lib)
@@ -93,7 +117,7 @@ impl Env {
         c.env("MRSHIM_SUMMARY", "off").env("MRSHIM_WARN", "off");
         if let Some(env) = mode.env {
             let _ = std::fs::remove_file(log);
-            c.env("LD_PRELOAD", &self.shim);
+            c.env("LD_PRELOAD", shim);
             if !env.iter().any(|(k, _)| *k == "MRSHIM_SUMMARY") {
                 c.env_remove("MRSHIM_SUMMARY");
             }
@@ -108,15 +132,23 @@ impl Env {
 
     /// (median reg ns, median dereg ns): the median over `reps` runs of each run's median.
     fn lat(&self, lib: &Path, mode: &Mode, iters: u32, reps: usize, log: &Path) -> (f64, f64) {
-        let mut r = vec![];
-        let mut d = vec![];
+        self.lat_each(lib, mode, iters, reps, log)[0]
+    }
+
+    /// `lat` for each of [`Env::shims`], their runs alternating (the direct mode: one).
+    fn lat_each(&self, lib: &Path, mode: &Mode, iters: u32, reps: usize, log: &Path) -> Vec<(f64, f64)> {
+        let shims = if mode.env.is_some() { self.shims() } else { vec![("this", self.shim.as_path())] };
+        let mut r = vec![vec![]; shims.len()];
+        let mut d = vec![vec![]; shims.len()];
         for _ in 0..reps {
-            let out = self.run(lib, mode, &["lat", &iters.to_string()], log);
-            let f: Vec<&str> = out.split_whitespace().collect();
-            r.push(f[1].parse::<f64>().unwrap());
-            d.push(f[3].parse::<f64>().unwrap());
+            for (i, (_, shim)) in shims.iter().enumerate() {
+                let out = self.run_with(shim, lib, mode, &["lat", &iters.to_string()], log);
+                let f: Vec<&str> = out.split_whitespace().collect();
+                r[i].push(f[1].parse::<f64>().unwrap());
+                d[i].push(f[3].parse::<f64>().unwrap());
+            }
         }
-        (median(r), median(d))
+        r.into_iter().zip(d).map(|(r, d)| (median(r), median(d))).collect()
     }
 
     /// Median ns of one write(2) of `bytes` to an O_APPEND file at `path`.
@@ -136,9 +168,10 @@ impl Env {
     }
 
     /// (calls per second, calls, records on disk)
-    fn thr(&self, lib: &Path, mode: &Mode, threads: u32, per: u32) -> (f64, u64, u64) {
+    fn thr(&self, shim: &Path, lib: &Path, mode: &Mode, threads: u32, per: u32) -> (f64, u64, u64) {
         let log = self.dir.join("thr.jsonl");
-        let out = self.run(lib, mode, &["thr", &threads.to_string(), &per.to_string()], &log);
+        let _ = std::fs::remove_file(&log);
+        let out = self.run_with(shim, lib, mode, &["thr", &threads.to_string(), &per.to_string()], &log);
         let f: Vec<&str> = out.split_whitespace().collect();
         let calls: u64 = f[1].parse().unwrap();
         let secs: f64 = f[3].parse().unwrap();
@@ -165,6 +198,19 @@ fn record_sizes(log: &Path) -> (usize, usize) {
     (size("\"kind\":\"reg\""), size("\"kind\":\"dereg\""))
 }
 
+/// What the goals and docs/perf.md's row are judged on, for one preload.
+#[derive(Default, Clone)]
+struct Figures {
+    /// Added ns (reg, dereg) on the fake library.
+    off: (f64, f64),
+    full_disk: (f64, f64),
+    full_shm: Option<(f64, f64)>,
+    /// 8 threads, fake library: median records/s, lost of all runs.
+    thr: (f64, u64),
+    /// Simulator, full logging: reg ratio.
+    sim_full: f64,
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -173,40 +219,61 @@ fn main() {
     let iters = 20000;
     let reps = 5;
     let log = e.dir.join("lat.jsonl");
+    let shims = e.shims();
+    let mut figs = vec![Figures::default(); shims.len()];
     println!("libmrshim.so benchmark ({iters} reg+dereg pairs per run, median of {reps} runs' medians)");
+    println!("this: {}", e.shim.display());
+    if let Some(b) = &e.base {
+        println!("base: {} (MRSHIM_BENCH_BASE; runs alternate with this one's)", b.display());
+    }
+    let label =
+        |i: usize, name: &str| if shims.len() > 1 { format!("{name} [{}]", shims[i].0) } else { name.to_string() };
 
     println!("\n== on the simulator (what a job sees) ==");
-    println!("{:<18} {:>10} {:>10} {:>9} {:>9}", "mode", "reg ns", "dereg ns", "reg x", "dereg x");
+    println!("{:<26} {:>10} {:>10} {:>9} {:>9}", "mode", "reg ns", "dereg ns", "reg x", "dereg x");
     let (dr, dd) = e.lat(&e.sim_lib, &DIRECT, iters, reps, &log);
-    println!("{:<18} {dr:>10.0} {dd:>10.0}", DIRECT.name);
+    println!("{:<26} {dr:>10.0} {dd:>10.0}", DIRECT.name);
     for m in [&PASS, &OFF_QUIET, &OFF, &FULL] {
-        let (r, d) = e.lat(&e.sim_lib, m, iters, reps, &log);
-        println!("{:<18} {r:>10.0} {d:>10.0} {:>9.3} {:>9.3}", m.name, r / dr, d / dd);
+        for (i, (r, d)) in e.lat_each(&e.sim_lib, m, iters, reps, &log).into_iter().enumerate() {
+            println!("{:<26} {r:>10.0} {d:>10.0} {:>9.3} {:>9.3}", label(i, m.name), r / dr, d / dd);
+            if m.name == FULL.name {
+                figs[i].sim_full = r / dr;
+            }
+        }
     }
 
     println!("\n== added ns per call, on the fake library (a registration costs ~100 ns there) ==");
-    println!("{:<26} {:>8} {:>9} {:>9} {:>10}  goal", "mode", "reg ns", "dereg ns", "reg +ns", "dereg +ns");
+    println!("{:<34} {:>8} {:>9} {:>9} {:>10}  goal", "mode", "reg ns", "dereg ns", "reg +ns", "dereg +ns");
     let (fr, fd) = e.lat(&e.fake_lib, &DIRECT, iters, reps, &log);
-    println!("{:<26} {fr:>8.0} {fd:>9.0}", DIRECT.name);
+    println!("{:<34} {fr:>8.0} {fd:>9.0}", DIRECT.name);
     let shm = Path::new("/dev/shm");
     let shm_log = shm.is_dir().then(|| shm.join(format!("mrshim-bench-{}.jsonl", std::process::id())));
+    let disk = e.dir.parent().unwrap().display().to_string();
     let mut rows: Vec<(String, &Mode, PathBuf, &str)> = vec![
         (PASS.name.into(), &PASS, log.clone(), ""),
         (OFF_QUIET.name.into(), &OFF_QUIET, log.clone(), "<= 50"),
         (OFF.name.into(), &OFF, log.clone(), "<= 50"),
-        (format!("{} ({})", FULL.name, e.dir.parent().unwrap().display()), &FULL, log.clone(), "<= 1000"),
+        (format!("{} ({disk})", FULL.name), &FULL, log.clone(), "<= 1000"),
     ];
     if let Some(l) = &shm_log {
         rows.push(("full logging (/dev/shm)".into(), &FULL, l.clone(), "<= 1000"));
     }
     for (name, m, l, goal) in &rows {
-        let (r, d) = e.lat(&e.fake_lib, m, iters, reps, l);
-        println!("{name:<26} {r:>8.0} {d:>9.0} {:>+9.0} {:>+10.0}  {goal}", r - fr, d - fd);
+        for (i, (r, d)) in e.lat_each(&e.fake_lib, m, iters, reps, l).into_iter().enumerate() {
+            let added = (r - fr, d - fd);
+            println!("{:<34} {r:>8.0} {d:>9.0} {:>+9.0} {:>+10.0}  {goal}", label(i, name), added.0, added.1);
+            match (m.name, l == &log) {
+                (n, _) if n == OFF_QUIET.name => figs[i].off = added,
+                (n, true) if n == FULL.name => figs[i].full_disk = added,
+                (n, false) if n == FULL.name => figs[i].full_shm = Some(added),
+                _ => {}
+            }
+        }
         if m.name == FULL.name {
             let (rb, db) = record_sizes(l);
             let (wr, wd) = (e.write_floor(l, rb, reps), e.write_floor(l, db, reps));
             println!(
-                "{:<26} {wr:>8.0} {wd:>9.0}   (one write(2) of a {rb}/{db}-byte line there: the kernel's part)",
+                "{:<34} {wr:>8.0} {wd:>9.0}   (one write(2) of a {rb}/{db}-byte line there: the kernel's part)",
                 "  write(2) floor"
             );
             let _ = std::fs::remove_file(l);
@@ -217,21 +284,132 @@ fn main() {
         "\n== 8 threads, full logging (records/s: median of 5 alternating runs, and the slowest; lost: all runs) =="
     );
     for (name, lib, per) in [("simulator", &e.sim_lib, 2000u32), ("fake library", &e.fake_lib, 50000u32)] {
-        let (mut direct, mut full, mut lost, mut calls) = (Vec::new(), Vec::new(), 0, 0);
+        let mut direct = Vec::new();
+        let mut full = vec![Vec::new(); shims.len()];
+        let (mut lost, mut calls) = (vec![0; shims.len()], vec![0; shims.len()]);
         for _ in 0..5 {
-            direct.push(e.thr(lib, &DIRECT, 8, per).0);
-            let (rate, c, lines) = e.thr(lib, &FULL, 8, per);
-            full.push(rate);
-            calls += c;
-            lost += c - lines;
+            direct.push(e.thr(&e.shim, lib, &DIRECT, 8, per).0);
+            for (i, (_, shim)) in shims.iter().enumerate() {
+                let (rate, c, lines) = e.thr(shim, lib, &FULL, 8, per);
+                full[i].push(rate);
+                calls[i] += c;
+                lost[i] += c - lines;
+            }
         }
-        let slowest = full.iter().copied().fold(f64::MAX, f64::min);
-        let (direct, full) = (median(direct), median(full));
+        let direct = median(direct);
+        for (i, full) in full.into_iter().enumerate() {
+            let slowest = full.iter().copied().fold(f64::MAX, f64::min);
+            let full = median(full);
+            println!(
+                "{:<20} direct {direct:>10.0} calls/s   full logging {full:>10.0} records/s (x{:.2} of direct, slowest {slowest:.0})   lost {} of {}",
+                label(i, name),
+                full / direct,
+                lost[i],
+                calls[i]
+            );
+            if lib == &e.fake_lib {
+                figs[i].thr = (full, lost[i]);
+            }
+        }
+    }
+
+    println!("\n== goals ==");
+    for (i, f) in figs.iter().enumerate() {
+        let who = shims[i].0;
+        let worst = |p: (f64, f64)| p.0.max(p.1);
+        let verdict = |ok: bool| if ok { "PASS" } else { "FAIL" };
         println!(
-            "{name:<13} direct {direct:>10.0} calls/s   full logging {full:>10.0} records/s (x{:.2} of direct, slowest {slowest:.0})   lost {lost} of {calls}",
-            full / direct
+            "[{who}] log off, added ns per call (reg / dereg): {:+.0} / {:+.0}  goal <= 50    {}",
+            f.off.0,
+            f.off.1,
+            verdict(worst(f.off) <= 50.0)
+        );
+        println!(
+            "[{who}] full logging ({disk}), added ns per call: {:+.0} / {:+.0}  goal <= 1000    {}",
+            f.full_disk.0,
+            f.full_disk.1,
+            verdict(worst(f.full_disk) <= 1000.0)
+        );
+        if let Some(shm) = f.full_shm {
+            println!(
+                "[{who}] full logging (/dev/shm), added ns per call: {:+.0} / {:+.0}  goal <= 1000    {}",
+                shm.0,
+                shm.1,
+                verdict(worst(shm) <= 1000.0)
+            );
+        }
+        println!(
+            "[{who}] 8 threads, fake library: {:.0} records/s, {} lost  goal >= 500000, 0 lost    {}",
+            f.thr.0,
+            f.thr.1,
+            verdict(f.thr.0 >= 500_000.0 && f.thr.1 == 0)
         );
     }
-    println!("goal: >= 500000 records/s from 8 threads, 0 lost");
+
+    let perf = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/perf.md");
+    match std::fs::read_to_string(&perf).ok().and_then(|t| last_row(&t)) {
+        Some((when, row)) => {
+            println!("\n== this run against the last dated row of docs/perf.md ({when}) ==");
+            let f = &figs[0];
+            let pairs = [
+                ("log off +ns reg", row.off.0, f.off.0),
+                ("log off +ns dereg", row.off.1, f.off.1),
+                ("full logging +ns reg", row.full_disk.0, f.full_disk.0),
+                ("full logging +ns dereg", row.full_disk.1, f.full_disk.1),
+            ];
+            for (what, then, now) in pairs {
+                // noise on this kind of machine: 20 % or 10 ns, whichever is larger
+                let band = (then.abs() * 0.2).max(10.0);
+                let note = if now > then + band {
+                    "REGRESSION beyond noise"
+                } else if now < then - band {
+                    "better"
+                } else {
+                    "within noise"
+                };
+                println!("{what:<26} {then:>+8.0} -> {now:>+8.0}  ({:+.0} ns)  {note}", now - then);
+            }
+            let (then, now) = (row.thr.0, f.thr.0);
+            let note = if now < then * 0.8 {
+                "REGRESSION beyond noise"
+            } else if now > then * 1.2 {
+                "better"
+            } else {
+                "within noise"
+            };
+            println!("{:<26} {then:>8.0} -> {now:>8.0}  (x{:.2})  {note}", "8 threads records/s", now / then.max(1.0));
+            println!("{:<26} {:>8.2} -> {:>8.2}", "simulator full logging x", row.sim_full, f.sim_full);
+        }
+        None => println!("\n(no dated row in {} to compare with)", perf.display()),
+    }
+    println!("Add this run as a dated row to docs/perf.md (the goals above, not prose).");
     let _ = std::fs::remove_dir_all(&e.dir);
+}
+
+/// The last row of docs/perf.md's libmrshim.so table: (its date cell, its figures). Columns as
+/// there: date | log off +ns reg / dereg | full logging disk | full logging tmpfs | 8 threads | sim x.
+fn last_row(text: &str) -> Option<(String, Figures)> {
+    let section = text.split("\n## ").find(|s| s.starts_with("libmrshim.so"))?;
+    let row = section.lines().filter(|l| l.starts_with("| 20")).last()?;
+    let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+    let nums = |c: &str| -> Vec<f64> {
+        c.replace(['(', ')', '/', ',', '+'], " ")
+            .split_whitespace()
+            .filter_map(|w| w.trim_end_matches('k').parse().ok())
+            .collect()
+    };
+    let pair = |c: &str| {
+        let n = nums(c);
+        (n.len() >= 2).then(|| (n[0], n[1]))
+    };
+    let thr_cell = cells.get(4)?;
+    let thr = nums(thr_cell).first().copied()? * if thr_cell.contains("k records") { 1000.0 } else { 1.0 };
+    let figs = Figures {
+        off: pair(cells.get(1)?)?,
+        full_disk: pair(cells.get(2)?)?,
+        full_shm: cells.get(3).and_then(|c| pair(c)),
+        thr: (thr, 0),
+        sim_full: cells.get(5).and_then(|c| nums(c).first().copied()).unwrap_or(0.0),
+    };
+    Some((cells[0].to_string(), figs))
 }

@@ -17,6 +17,12 @@ pub const MAX_QP_WR: i32 = 32768;
 pub const MAX_CQE: i32 = 4_194_303;
 pub const MAX_INLINE: u32 = 220;
 pub const MAX_RD_ATOM: i32 = 16;
+/// Shared receive queues (srq.rs): the largest queue and SGE list mlx5 accepts.
+pub const MAX_SRQ_WR: u32 = 32767;
+pub const MAX_SRQ_SGE: u32 = 31;
+/// PCI ids of a ConnectX-7 (Mellanox's PCI vendor id; 0x02c9 is its IEEE OUI, the verbs vendor_id).
+pub const PCI_VENDOR: &str = "0x15b3";
+pub const PCI_DEVICE: &str = "0x1021";
 
 /// What a ConnectX-7 reports (0x2536_1c36) without what the simulator does not implement:
 /// memory windows (MEM_WINDOW, TYPE_2A/2B), XRC, memory management extensions (fast
@@ -112,8 +118,8 @@ impl Device {
         a.max_total_mcast_qp_attach = 0;
         a.max_ah = i32::MAX;
         a.max_srq = 8_388_608;
-        a.max_srq_wr = crate::srq::MAX_SRQ_WR as i32;
-        a.max_srq_sge = crate::srq::MAX_SRQ_SGE as i32;
+        a.max_srq_wr = MAX_SRQ_WR as i32;
+        a.max_srq_sge = MAX_SRQ_SGE as i32;
         a.max_pkeys = 128;
         a.local_ca_ack_delay = 16;
         a.phys_port_cnt = 1;
@@ -165,6 +171,16 @@ pub fn copy_cstr(dst: &mut [std::os::raw::c_char], s: &str) {
     dst[n] = 0;
 }
 
+/// `SYSFS_PATH` (trailing slashes dropped) or /sys, read once, as rdma-core does.
+pub fn sysfs_root() -> &'static std::ffi::CStr {
+    static ROOT: std::sync::OnceLock<std::ffi::CString> = std::sync::OnceLock::new();
+    ROOT.get_or_init(|| {
+        let env = std::env::var("SYSFS_PATH").ok().map(|s| s.trim_end_matches('/').to_string());
+        let root = env.filter(|s| !s.is_empty()).unwrap_or_else(|| "/sys".into());
+        std::ffi::CString::new(root).unwrap_or_else(|_| c"/sys".into())
+    })
+}
+
 /// The files under /sys/class/infiniband/<dev>/ that tools read through `ibv_read_sysfs_file`.
 pub fn sysfs_file(dev: &Device, file: &str) -> Option<String> {
     Some(match file {
@@ -176,8 +192,8 @@ pub fn sysfs_file(dev: &Device, file: &str) -> Option<String> {
         "node_desc" => format!("mrshim-sim {}", dev.spec.name),
         "node_guid" => fmt_guid(dev.node_guid),
         "sys_image_guid" => fmt_guid(dev.node_guid),
-        "device/vendor" => crate::sysview::PCI_VENDOR.into(),
-        "device/device" => crate::sysview::PCI_DEVICE.into(),
+        "device/vendor" => PCI_VENDOR.into(),
+        "device/device" => PCI_DEVICE.into(),
         _ => return None,
     })
 }

@@ -4,13 +4,14 @@
 //! moves data between registered memory and the wire, and produces completions.
 
 use crate::cq::CqInner;
-use crate::srq::SrqInner;
+use crate::device::{MAX_SRQ_SGE, MAX_SRQ_WR};
+use crate::events::AsyncEvents;
 use crate::wire::{self, Hdr, Op, FIRST, GRH, IMM, LAST, NAK_NOT_READY};
 use mrshim_verbs::{self as v, ibv_qp_state as qps, ibv_wc, ibv_wc_opcode as wco, ibv_wc_status as wcs};
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -1222,8 +1223,9 @@ impl Progress {
             let w = st.sq.pop_front().unwrap();
             let mut buf = std::mem::take(&mut self.scratch);
             buf.clear();
-            let grh = dest.grh.as_ref().map(|(sgid, ty, route)| crate::ah::build_grh(sgid, *ty, route, w.len as usize));
-            buf.extend_from_slice(&grh.unwrap_or([0; crate::ah::GRH_LEN]));
+            let grh =
+                dest.grh.as_ref().map(|(sgid, ty, route)| crate::grh::build_grh(sgid, *ty, route, w.len as usize));
+            buf.extend_from_slice(&grh.unwrap_or([0; crate::grh::GRH_LEN]));
             let gathered = match &w.inline {
                 Some(d) => {
                     buf.extend_from_slice(d);
@@ -1280,7 +1282,7 @@ impl Progress {
             return qp.flush(&mut st);
         }
         // Without a GRH the first 40 bytes of the buffer are left as they were.
-        let skip = if h.flags & GRH != 0 { 0 } else { crate::ah::GRH_LEN };
+        let skip = if h.flags & GRH != 0 { 0 } else { crate::grh::GRH_LEN };
         let placed = scatter(&self.e.mrs.read().unwrap(), qp.pd, &w.sges, skip as u64, &payload[skip..], true);
         if placed.is_err() {
             qp.recv_cq.push(qp.wc(w.wr_id, wcs::IBV_WC_LOC_PROT_ERR, wco::IBV_WC_RECV, 0));
@@ -1447,5 +1449,82 @@ impl Engine {
             let mut st = q.st.lock().unwrap();
             self.match_unmatched(&q, &mut st);
         }
+    }
+}
+
+/// A shared receive queue's WQEs (the ABI object is srq.rs's `Srq`): QPs attached to it take
+/// their RECV WQEs from here.
+struct SrqQueue {
+    wqes: VecDeque<RecvWqe>,
+    /// Armed limit (0: not armed): when fewer WQEs remain, one SRQ_LIMIT_REACHED event fires.
+    limit: u32,
+}
+
+pub struct SrqInner {
+    q: Mutex<SrqQueue>,
+    pub max_wr: u32,
+    pub max_sge: u32,
+    events: AsyncEvents,
+    /// The `struct ibv_srq *` the application holds (the event's element).
+    pub(crate) ptr: AtomicUsize,
+    /// QPs attached (the kernel's usecnt): destroy refuses with EBUSY while > 0.
+    pub users: AtomicU32,
+}
+
+impl SrqInner {
+    /// mlx5 sizes the queue to a power of two and reports one less as max_wr.
+    pub fn new(attr: &v::ibv_srq_attr, events: AsyncEvents) -> Result<SrqInner, i32> {
+        if attr.max_wr > MAX_SRQ_WR || attr.max_sge > MAX_SRQ_SGE {
+            return Err(libc::EINVAL);
+        }
+        let max_wr = (attr.max_wr + 1).next_power_of_two() - 1;
+        Ok(SrqInner {
+            q: Mutex::new(SrqQueue { wqes: VecDeque::new(), limit: 0 }),
+            max_wr: max_wr.max(1),
+            max_sge: attr.max_sge.max(1),
+            events,
+            ptr: AtomicUsize::new(0),
+            users: AtomicU32::new(0),
+        })
+    }
+
+    pub fn post(&self, w: RecvWqe) -> Result<(), i32> {
+        if w.sges.len() > self.max_sge as usize {
+            return Err(libc::EINVAL);
+        }
+        let mut q = self.q.lock().unwrap();
+        if q.wqes.len() >= self.max_wr as usize {
+            return Err(libc::ENOMEM);
+        }
+        q.wqes.push_back(w);
+        Ok(())
+    }
+
+    pub fn take(&self) -> Option<RecvWqe> {
+        let mut q = self.q.lock().unwrap();
+        let w = q.wqes.pop_front()?;
+        if q.limit > 0 && (q.wqes.len() as u32) < q.limit {
+            q.limit = 0;
+            drop(q);
+            self.events.post(self.ptr.load(Ordering::Acquire), v::IBV_EVENT_SRQ_LIMIT_REACHED);
+        }
+        Some(w)
+    }
+
+    pub fn modify(&self, attr: &v::ibv_srq_attr, mask: u32) -> Result<(), i32> {
+        if mask & !(v::IBV_SRQ_MAX_WR | v::IBV_SRQ_LIMIT) != 0 || mask & v::IBV_SRQ_MAX_WR != 0 {
+            return Err(libc::EINVAL);
+        }
+        if mask & v::IBV_SRQ_LIMIT != 0 {
+            if attr.srq_limit > self.max_wr {
+                return Err(libc::EINVAL);
+            }
+            self.q.lock().unwrap().limit = attr.srq_limit;
+        }
+        Ok(())
+    }
+
+    pub fn query(&self) -> v::ibv_srq_attr {
+        v::ibv_srq_attr { max_wr: self.max_wr, max_sge: self.max_sge, srq_limit: self.q.lock().unwrap().limit }
     }
 }

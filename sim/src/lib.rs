@@ -2,10 +2,16 @@
 //! `libibverbs.so` (SONAME libibverbs.so.1, rdma-core's symbol versions) and used in place of the
 //! system library through LD_LIBRARY_PATH — see README "Simulated device".
 //!
-//! Layers: config/fault/device/memory are plain logic (unit-tested); engine/wire/cq play the NIC;
-//! the exported C ABI is one module per object kind (api: devices, PDs, MRs, CQs; qp, post, qpex,
-//! srq, ah) plus misc/compat. `wr` (a send WR and its post-time checks) depends on the engine
-//! only, so objects, post and qpex do not import one another in a circle.
+//! Layers (a module imports from its own layer or the ones before it, never in a circle):
+//! 1. plain logic (unit-tested): config, fault, device (the device's attributes and limits, its
+//!    sysfs files), memory, grh (the GRH wire format), simlog, events;
+//! 2. the NIC: wire, cq, engine (queue pairs, SRQ queues, the progress thread); `wr` (a send WR
+//!    and its post-time checks) on top of the engine;
+//! 3. the exported C ABI, one module per object kind: objects (the registry every other one
+//!    looks contexts and PDs up in), api (devices, PDs, MRs, CQs), qp, post, qpex, srq, ah,
+//!    rereg, sysview (the fake /sys), misc, compat.
+//! A constant or helper two layers need lives in the lower one (e.g. the SRQ limits and PCI ids in
+//! device, the GRH in grh), so no two modules import each other.
 
 pub mod ah;
 pub mod api;
@@ -16,6 +22,7 @@ pub mod device;
 pub mod engine;
 pub mod events;
 pub mod fault;
+pub mod grh;
 pub mod memory;
 pub mod misc;
 pub mod objects;

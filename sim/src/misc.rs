@@ -1,10 +1,11 @@
-//! The small public verbs: strings, rates, sysfs, fork support, and the ones the simulated
-//! device does not offer (UD address handles, SRQs, multicast, imports, ECE), which fail the way
-//! rdma-core does for a provider without them.
+//! The small public verbs: strings, rates, sysfs, fork support, async events, and the ones the
+//! simulated device does not offer (multicast, imports, ECE, the kernel-struct copies), which fail
+//! the way rdma-core does for a provider without them. (Address handles: ah.rs; SRQs: srq.rs.)
 //!
 //! As in api.rs: each function's safety contract is its rdma-core namesake's.
 #![allow(clippy::missing_safety_doc)]
 
+use crate::device::sysfs_root;
 use crate::errno_ret;
 use crate::objects::registry;
 use mrshim_verbs as v;
@@ -92,16 +93,6 @@ pub extern "C" fn ibv_rate_to_mbps(rate: c_int) -> c_int {
 #[no_mangle]
 pub extern "C" fn mbps_to_ibv_rate(mbps: c_int) -> c_int {
     RATES.iter().find(|r| r.2 == mbps).map_or(0, |r| r.0)
-}
-
-/// `SYSFS_PATH` (trailing slashes dropped) or /sys, read once, as rdma-core does.
-pub fn sysfs_root() -> &'static std::ffi::CStr {
-    static ROOT: std::sync::OnceLock<std::ffi::CString> = std::sync::OnceLock::new();
-    ROOT.get_or_init(|| {
-        let env = std::env::var("SYSFS_PATH").ok().map(|s| s.trim_end_matches('/').to_string());
-        let root = env.filter(|s| !s.is_empty()).unwrap_or_else(|| "/sys".into());
-        std::ffi::CString::new(root).unwrap_or_else(|_| c"/sys".into())
-    })
 }
 
 #[no_mangle]

@@ -91,7 +91,7 @@ pub fn registry() -> Result<&'static Registry, &'static str> {
                     ib.transport_type = v::IBV_TRANSPORT_IB;
                     crate::device::copy_cstr(&mut ib.name, &spec.name);
                     crate::device::copy_cstr(&mut ib.dev_name, &format!("uverbs{i}"));
-                    let sys = crate::misc::sysfs_root().to_string_lossy();
+                    let sys = crate::device::sysfs_root().to_string_lossy();
                     crate::device::copy_cstr(&mut ib.dev_path, &format!("{sys}/class/infiniband_verbs/uverbs{i}"));
                     crate::device::copy_cstr(&mut ib.ibdev_path, &format!("{sys}/class/infiniband/{}", spec.name));
                     (d, ib)

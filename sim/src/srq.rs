@@ -5,94 +5,14 @@
 //! The exported functions have the safety contracts of rdma-core's functions of the same name.
 #![allow(clippy::missing_safety_doc)]
 
-use crate::engine::RecvWqe;
-use crate::events::AsyncEvents;
+use crate::engine::{RecvWqe, SrqInner};
 use crate::objects::{ctx, outer, Pd};
 use crate::{errno_ret, ffi};
 use mrshim_verbs as v;
-use std::collections::VecDeque;
 use std::os::raw::c_int;
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-
-pub const MAX_SRQ_WR: u32 = 32767;
-pub const MAX_SRQ_SGE: u32 = 31;
-
-struct Queue {
-    wqes: VecDeque<RecvWqe>,
-    /// Armed limit (0: not armed): when fewer WQEs remain, one SRQ_LIMIT_REACHED event fires.
-    limit: u32,
-}
-
-pub struct SrqInner {
-    q: Mutex<Queue>,
-    pub max_wr: u32,
-    pub max_sge: u32,
-    events: AsyncEvents,
-    /// The `struct ibv_srq *` the application holds (the event's element).
-    ptr: AtomicUsize,
-    /// QPs attached (the kernel's usecnt): destroy refuses with EBUSY while > 0.
-    pub users: AtomicU32,
-}
-
-impl SrqInner {
-    /// mlx5 sizes the queue to a power of two and reports one less as max_wr.
-    pub fn new(attr: &v::ibv_srq_attr, events: AsyncEvents) -> Result<SrqInner, i32> {
-        if attr.max_wr > MAX_SRQ_WR || attr.max_sge > MAX_SRQ_SGE {
-            return Err(libc::EINVAL);
-        }
-        let max_wr = (attr.max_wr + 1).next_power_of_two() - 1;
-        Ok(SrqInner {
-            q: Mutex::new(Queue { wqes: VecDeque::new(), limit: 0 }),
-            max_wr: max_wr.max(1),
-            max_sge: attr.max_sge.max(1),
-            events,
-            ptr: AtomicUsize::new(0),
-            users: AtomicU32::new(0),
-        })
-    }
-
-    pub fn post(&self, w: RecvWqe) -> Result<(), i32> {
-        if w.sges.len() > self.max_sge as usize {
-            return Err(libc::EINVAL);
-        }
-        let mut q = self.q.lock().unwrap();
-        if q.wqes.len() >= self.max_wr as usize {
-            return Err(libc::ENOMEM);
-        }
-        q.wqes.push_back(w);
-        Ok(())
-    }
-
-    pub fn take(&self) -> Option<RecvWqe> {
-        let mut q = self.q.lock().unwrap();
-        let w = q.wqes.pop_front()?;
-        if q.limit > 0 && (q.wqes.len() as u32) < q.limit {
-            q.limit = 0;
-            drop(q);
-            self.events.post(self.ptr.load(Ordering::Acquire), v::IBV_EVENT_SRQ_LIMIT_REACHED);
-        }
-        Some(w)
-    }
-
-    pub fn modify(&self, attr: &v::ibv_srq_attr, mask: u32) -> Result<(), i32> {
-        if mask & !(v::IBV_SRQ_MAX_WR | v::IBV_SRQ_LIMIT) != 0 || mask & v::IBV_SRQ_MAX_WR != 0 {
-            return Err(libc::EINVAL);
-        }
-        if mask & v::IBV_SRQ_LIMIT != 0 {
-            if attr.srq_limit > self.max_wr {
-                return Err(libc::EINVAL);
-            }
-            self.q.lock().unwrap().limit = attr.srq_limit;
-        }
-        Ok(())
-    }
-
-    pub fn query(&self) -> v::ibv_srq_attr {
-        v::ibv_srq_attr { max_wr: self.max_wr, max_sge: self.max_sge, srq_limit: self.q.lock().unwrap().limit }
-    }
-}
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 #[repr(C)]
 pub struct Srq {
@@ -225,6 +145,7 @@ pub unsafe extern "C" fn op_post_srq_recv(
 mod tests {
     use super::*;
     use crate::engine::Sge;
+    use crate::events::AsyncEvents;
 
     fn wqe(id: u64) -> RecvWqe {
         RecvWqe { wr_id: id, sges: vec![Sge { addr: 0, len: 8, lkey: 1 }] }

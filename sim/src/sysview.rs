@@ -4,13 +4,10 @@
 //! mounts them at /sys/class in a private mount namespace (the library exports
 //! `mrshim_sim_write_sysfs` so the view is made from the same configuration the device uses).
 
-use crate::device::{fmt_guid, Device, GidType, BOARD_ID, FW_VER, VENDOR_PART_ID};
+use crate::device::{fmt_guid, Device, GidType, BOARD_ID, FW_VER, PCI_DEVICE, PCI_VENDOR, VENDOR_PART_ID};
 use std::io;
 use std::path::Path;
 
-/// PCI ids of a ConnectX-7 (Mellanox's PCI vendor id; 0x02c9 is its IEEE OUI, the verbs vendor_id).
-pub const PCI_VENDOR: &str = "0x15b3";
-pub const PCI_DEVICE: &str = "0x1021";
 /// Character device numbers rdma-core's udev rules give /dev/infiniband/uverbsN (231:192+N).
 pub const UVERBS_MAJOR: u32 = 231;
 pub const UVERBS_MINOR_BASE: u32 = 192;

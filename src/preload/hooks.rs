@@ -15,6 +15,10 @@
 //! | `ibv_qp_to_qp_ex`, `ibv_destroy_qp` | the real call, and the bounce layer learns / forgets the   |
 //! |                     | QP's `ibv_qp_ex` (whose `ibv_wr_*` ops it patches while its context   |
 //! |                     | has a bounce region); nothing is recorded                             |
+//! | `close`, `dup2`, `dup3`, `close_range`, `closefrom` | libc's call, after the log retired its  |
+//! |                     | descriptor if the call closes or replaces it (fds.rs; plain exports,  |
+//! |                     | versioned by libmrshim.map: glibc's base version, `dup3` at 2.9,      |
+//! |                     | `close_range`/`closefrom` at 2.34)                                    |
 //!
 //! dlsym/dlvsym are exported as `@GLIBC_2.2.5` (aarch64: `@GLIBC_2.17`) and `@@GLIBC_2.34`; every
 //! export is a tail-jump stub (`.symver` must sit next to the symbol it names, hence assembly).
@@ -25,7 +29,28 @@
 use super::entry::for_each_entry;
 // (the exports are not built into unit tests)
 #[cfg_attr(test, allow(unused_imports))]
-use super::{dlsym, wrappers};
+use super::{dlsym, fds, wrappers};
+use std::ffi::{c_int, c_uint};
+
+/// The descriptor calls: plain exports (no return-address games), versioned by the map.
+macro_rules! export_fd_calls {
+    ($($name:ident($($a:ident: $t:ty),*) $(-> $r:ty)?;)*) => {$(
+        /// # Safety
+        /// As libc's function of this name.
+        #[cfg_attr(not(test), no_mangle)]
+        pub unsafe extern "C" fn $name($($a: $t),*) $(-> $r)? {
+            // SAFETY: the caller's contract, passed on.
+            unsafe { fds::$name($($a),*) }
+        }
+    )*};
+}
+export_fd_calls! {
+    close(fd: c_int) -> c_int;
+    dup2(old: c_int, new: c_int) -> c_int;
+    dup3(old: c_int, new: c_int, flags: c_int) -> c_int;
+    close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int;
+    closefrom(low: c_int);
+}
 
 /// Two exported versions of one name: `name@old` and the default `name@@new`, both tail jumps
 /// (no frame: the dlsym trampolines rely on the caller's return address being untouched).

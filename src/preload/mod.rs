@@ -1,6 +1,6 @@
 //! The thin unsafe layer of libmrshim.so. Exports (listed in hooks.rs): the dlsym/dlvsym
 //! trampolines (dlsym.rs), the verbs wrappers (wrappers.rs) and the real functions behind them
-//! (backend.rs), dlclose (unload.rs); real-symbol lookup (elf.rs, real.rs, entry.rs); the bounce
+//! (backend.rs), dlclose (unload.rs), the descriptor calls the log watches (fds.rs); real-symbol lookup (elf.rs, real.rs, entry.rs); the bounce
 //! layer's FFI (bounce.rs) and the GPU runtimes' copy engines (gpu/); process-level glue
 //! (constructor, fork, exit) and the hook flag here.
 //!
@@ -52,6 +52,7 @@ pub mod bounce;
 mod dlsym;
 pub mod elf;
 mod entry;
+pub mod fds;
 pub mod gpu;
 pub mod hooks;
 pub mod real;
@@ -126,6 +127,7 @@ mod process {
         // Resolve glibc's dlsym/dlvsym now (the trampolines also do it lazily, for dlsym calls
         // made by constructors that run before this one).
         super::elf::resolve();
+        super::fds::resolve();
         // This is libmrshim.so's own std: the hook sees only the shim's panics. The catcher
         // reports them (mrshim_core::internal), with the message kept here.
         std::panic::set_hook(Box::new(mrshim_core::internal::note_panic));

@@ -5,7 +5,10 @@
  *                           and makes every number from 3 to 1023 a copy of it (as a program
  *                           that reuses numbers would), registers twice more, writes "app data"
  *                           into FILE and prints what it wrote
+ *   hostile closerange FILE the same with closefrom(3) (close_range(2) underneath), and every
+ *                           number up to 1023 taken by open(FILE) itself (no dup)
  * Exit status 0 when every registration succeeded. */
+#define _GNU_SOURCE
 #include <infiniband/verbs.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -24,14 +27,18 @@ static int reg_dereg(void) {
     return ibv_dereg_mr(mr) != 0;
 }
 
-static int closefds(const char *file) {
+static int closefds(const char *file, int range) {
     if (reg_dereg()) return 1;
     long max = sysconf(_SC_OPEN_MAX);
-    for (long fd = 3; fd < max; fd++) close((int)fd);
+    if (range) closefrom(3);
+    else for (long fd = 3; fd < max; fd++) close((int)fd);
     int fd = open(file, O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd < 0) { perror(file); return 1; }
     for (int i = 3; i < 1024 && i < max; i++)
-        if (i != fd) dup2(fd, i);
+        if (i != fd) {
+            if (!range) dup2(fd, i);
+            else if (open(file, O_WRONLY | O_APPEND) < 0) break;
+        }
     if (reg_dereg() || reg_dereg()) return 1;
     const char data[] = "app data\n";
     if (write(fd, data, sizeof data - 1) != sizeof data - 1) { perror("write"); return 1; }
@@ -49,7 +56,8 @@ int main(int argc, char **argv) {
         printf("done %ld\n", n);
         return 0;
     }
-    if (!strcmp(mode, "closefds") && argc > 2) return closefds(argv[2]);
-    fprintf(stderr, "usage: hostile loop N | closefds FILE\n");
+    if (!strcmp(mode, "closefds") && argc > 2) return closefds(argv[2], 0);
+    if (!strcmp(mode, "closerange") && argc > 2) return closefds(argv[2], 1);
+    fprintf(stderr, "usage: hostile loop N | closefds FILE | closerange FILE\n");
     return 2;
 }

@@ -2,7 +2,7 @@
 //! kind, library and relaxed-ordering; facts per host; per-process "runs" (what env a process ran with and
 //! whether it failed or completed); a bounded timeline sample and a size histogram for the report.
 use crate::event::{Event, Fact, Flag, Lib, RegEv};
-use mrshim_record::MemKind;
+use mrshim_record::{CallResult, MemKind};
 use rustc_hash::FxHashMap as HashMap;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -33,21 +33,10 @@ pub struct GroupKey {
     pub relaxed: Option<bool>,
 }
 
-fn mem_ord(m: Option<MemKind>) -> u8 {
-    m.map(|m| m as u8 + 1).unwrap_or(0)
-}
-
 impl Ord for GroupKey {
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        (&self.host, &self.call, self.errno, mem_ord(self.mem), self.lib, self.ok, self.relaxed).cmp(&(
-            &o.host,
-            &o.call,
-            o.errno,
-            mem_ord(o.mem),
-            o.lib,
-            o.ok,
-            o.relaxed,
-        ))
+        (&self.host, &self.call, self.errno, self.mem, self.lib, self.ok, self.relaxed)
+            .cmp(&(&o.host, &o.call, o.errno, o.mem, o.lib, o.ok, o.relaxed))
     }
 }
 impl PartialOrd for GroupKey {
@@ -285,8 +274,8 @@ impl Collector {
                     Fact::Dereg { time_ns, rank } => self.point(&h, rank, Some(time_ns), None, Mark::Dereg),
                     Fact::Rereg { result } => {
                         self.rereg[0] += 1;
-                        self.rereg[1] += u64::from(result == "refused");
-                        self.rereg[2] += u64::from(result == "error");
+                        self.rereg[1] += u64::from(result == CallResult::Refused);
+                        self.rereg[2] += u64::from(result == CallResult::Error);
                     }
                     Fact::Done => {
                         let run = self.runs.entry((file, pid)).or_default();

@@ -188,7 +188,7 @@ pub enum Fact {
     /// `refused` (by mrshim, on an MR a retry strategy made: the application falls back to
     /// dereg + reg, no failure of its registrations).
     Rereg {
-        result: String,
+        result: mrshim_record::CallResult,
     },
 }
 

@@ -111,7 +111,7 @@ const T0: u64 = 1_764_700_000_000_000_000;
 
 /// Writes the job's files into `dir` (created); returns the number of bytes written.
 pub fn job(dir: &std::path::Path, spec: &JobSpec) -> io::Result<u64> {
-    use mrshim_record::{Kind, MemKind, Reg, Summary};
+    use mrshim_record::{CallResult, Kind, MemKind, Reg, Summary};
     use std::collections::BTreeMap;
     use std::io::Write;
     std::fs::create_dir_all(dir)?;
@@ -139,7 +139,7 @@ pub fn job(dir: &std::path::Path, spec: &JobSpec) -> io::Result<u64> {
                 tid: pid,
                 rank: Some(rank as i64),
                 local_rank: Some((rank % spec.ranks_per_host) as i64),
-                result: "ok".into(),
+                result: CallResult::Ok,
                 memlock_soft: memlock,
                 memlock_hard: memlock,
                 ..Default::default()
@@ -193,7 +193,7 @@ pub fn job(dir: &std::path::Path, spec: &JobSpec) -> io::Result<u64> {
             calls += 1;
             // GPU memory pinned through peer memory does not count against RLIMIT_MEMLOCK
             if !device && memlock.is_some_and(|m| length > m) {
-                r.result = "error".into();
+                r.result = CallResult::Error;
                 r.errno = Some(12);
                 r.errno_name = Some("ENOMEM".into());
                 failures += 1;

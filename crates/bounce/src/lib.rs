@@ -25,6 +25,7 @@
 //! this crate sees plain values and the [`patch::Slots`] trait.
 
 pub mod copy;
+pub mod diff;
 mod dirty;
 pub mod fixes;
 pub mod idle;

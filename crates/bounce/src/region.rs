@@ -389,7 +389,7 @@ impl Region {
                 // SAFETY: [start, end) of the shadow is readable (above).
                 unsafe { snapshot_from_end(sh.as_ptr(), &mut chunk[..n]) };
                 let at = runs.len();
-                mrshim_core::diff::for_each_run(&chunk[..n], ba, |x, y| runs.push((start + x, start + y)));
+                crate::diff::for_each_run(&chunk[..n], ba, |x, y| runs.push((start + x, start + y)));
                 for &(x, y) in &runs[at..] {
                     ba[x - start..y - start].copy_from_slice(&chunk[x - start..y - start]);
                 }
@@ -446,7 +446,7 @@ unsafe fn snapshot_from_end(src: *const u8, dst: &mut [u8]) {
 fn changed_in(v: &View, now: &[u8], a: usize, b: usize, runs: &mut Vec<(usize, usize)>) {
     // SAFETY: the baseline is a live mapping covering the extent, b <= len; only read here.
     let ba = unsafe { std::slice::from_raw_parts((v.baseline + a) as *const u8, b - a) };
-    mrshim_core::diff::for_each_run(&now[a..b], ba, |x, y| runs.push((a + x, a + y)));
+    crate::diff::for_each_run(&now[a..b], ba, |x, y| runs.push((a + x, a + y)));
 }
 
 /// The one loud line for copies that did not happen (later ones are not repeated): the

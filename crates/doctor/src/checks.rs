@@ -243,13 +243,6 @@ fn rdma_devices(fs: &Fs) -> Check {
     c
 }
 
-pub fn kernel_at_least(rel: &str, maj: u32, min: u32) -> bool {
-    let mut it =
-        rel.split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty()).map(|s| s.parse::<u32>().unwrap_or(0));
-    let (a, b) = (it.next().unwrap_or(0), it.next().unwrap_or(0));
-    (a, b) >= (maj, min)
-}
-
 fn versions(fs: &Fs) -> Check {
     let kernel = fs.read_trim("/proc/sys/kernel/osrelease").unwrap_or_else(|| "?".into());
     let mut verbs = None;

@@ -177,7 +177,7 @@ pub fn peer_memory(fs: &Fs, has_rdma: bool, probe: Option<&DmabufProbe>) -> Chec
 /// dmabuf registration: the probe (live systems only), the kernel version and config.
 pub fn dmabuf(fs: &Fs, probe: Option<&DmabufProbe>) -> Check {
     let release = fs.read_trim("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let kernel_ok = crate::checks::kernel_at_least(&release, 5, 12);
+    let kernel_ok = kernel_at_least(&release, 5, 12);
     let config = kernel_config(fs, &release);
     let (status, value) = match probe {
         Some(DmabufProbe::Supported) => (Status::Ok, "supported (ibv_reg_dmabuf_mr with fd -1: EBADF)".to_string()),
@@ -212,6 +212,14 @@ pub fn dmabuf(fs: &Fs, probe: Option<&DmabufProbe>) -> Check {
         "config": config.map(|kv| kv.into_iter().collect::<std::collections::BTreeMap<_, _>>()),
     });
     c
+}
+
+/// Is the kernel release `rel` (e.g. `6.1.0-18-amd64`) at least `maj.min`?
+pub fn kernel_at_least(rel: &str, maj: u32, min: u32) -> bool {
+    let mut it =
+        rel.split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty()).map(|s| s.parse::<u32>().unwrap_or(0));
+    let (a, b) = (it.next().unwrap_or(0), it.next().unwrap_or(0));
+    (a, b) >= (maj, min)
 }
 
 #[cfg(test)]

@@ -121,7 +121,8 @@ impl Kind {
 }
 
 /// Where the registered address lives, as far as the shim can tell.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// (Ordered as declared: analyze sorts groups by it.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum MemKind {
@@ -165,6 +166,55 @@ impl MemKind {
 
     pub fn from_name(name: &str) -> Option<MemKind> {
         MemKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+/// A record's `result`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum CallResult {
+    /// Not a call: the `config` and `summary` records carry `"result":""`.
+    #[default]
+    #[serde(rename = "")]
+    NotACall,
+    /// The call succeeded.
+    Ok,
+    /// The call failed (`errno` says why).
+    Error,
+    /// A retry strategy the engine refused to try (`change` says why); nothing was called.
+    Refused,
+}
+
+impl CallResult {
+    pub const ALL: [CallResult; 4] = [CallResult::NotACall, CallResult::Ok, CallResult::Error, CallResult::Refused];
+
+    /// The name a record carries: the one table the shim's hand writer and serde agree on (a
+    /// test checks it).
+    pub const fn name(self) -> &'static str {
+        match self {
+            CallResult::NotACall => "",
+            CallResult::Ok => "ok",
+            CallResult::Error => "error",
+            CallResult::Refused => "refused",
+        }
+    }
+
+    pub const fn as_str(self) -> &'static str {
+        self.name()
+    }
+}
+
+impl std::fmt::Display for CallResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Comparing with the name (tests read records that way).
+impl PartialEq<&str> for CallResult {
+    fn eq(&self, other: &&str) -> bool {
+        self.name() == *other
     }
 }
 
@@ -225,8 +275,9 @@ pub struct Reg {
     /// Bytes this process had registered (through the shim) before this call.
     #[serde(default)]
     pub registered_bytes: u64,
-    /// `ok` or `error`.
-    pub result: String,
+    /// `ok`, `error` (the call failed), `refused` (a retry strategy the engine did not try); `""`
+    /// on records that are not calls (config, summary).
+    pub result: CallResult,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mr: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -399,13 +450,23 @@ impl Reg {
 
 #[cfg(test)]
 mod mem_kind_names {
-    use super::{Kind, MemKind};
+    use super::{CallResult, Kind, MemKind};
 
     #[test]
     fn kind_names_are_what_serde_writes() {
         for k in Kind::ALL {
             assert_eq!(serde_json::to_string(&k).unwrap(), format!("\"{}\"", k.name()));
         }
+    }
+
+    #[test]
+    fn outcome_names_are_what_serde_writes_and_reads() {
+        for o in CallResult::ALL {
+            let json = format!("\"{}\"", o.name());
+            assert_eq!(serde_json::to_string(&o).unwrap(), json);
+            assert_eq!(serde_json::from_str::<CallResult>(&json).unwrap(), o);
+        }
+        assert!(serde_json::from_str::<CallResult>("\"maybe\"").is_err());
     }
 
     #[test]

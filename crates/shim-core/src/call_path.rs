@@ -9,19 +9,9 @@
 //! handed to the caller — happen twice.
 
 use crate::config::PanicAt;
-use crate::record::Done;
+use crate::record::{Done, Tried};
 use crate::{clock, internal, rescue, stderr_line, Backend, Meta, Outcome, RegArgs, Shim};
 use mrshim_retry::engine::Attempt;
-
-/// One try at the real function.
-pub(crate) struct Tried {
-    pub out: Outcome,
-    /// Monotonic start (0: not clocked) and duration, ns.
-    pub t0: u64,
-    pub dur: u64,
-    /// MRSHIM_INJECT failed it instead of the real function.
-    pub injected: bool,
-}
 
 impl Shim {
     /// One application call (see the module doc).

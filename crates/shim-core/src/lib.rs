@@ -16,7 +16,6 @@ pub mod call_path;
 pub mod clock;
 pub mod config;
 pub mod device_files;
-pub mod diff;
 pub mod ident;
 pub mod internal;
 pub mod job;

@@ -2,7 +2,7 @@
 //! allocation per record. It must produce exactly what `serde_json` would for the same
 //! `mrshim_record::Reg` (checked by the tests below, field by field, by parsing it back).
 
-use mrshim_record::{Kind, MemKind, Reg, SCHEMA_VERSION};
+use mrshim_record::{CallResult, Kind, MemKind, Reg, SCHEMA_VERSION};
 use std::sync::Arc;
 
 /// Everything a `reg`/`dereg`/`rereg` line holds, borrowed.
@@ -63,13 +63,13 @@ pub struct RegLine<'a> {
 }
 
 /// The `result` field: a strategy the retry engine refused to try, or the call's outcome.
-fn result(refused: bool, ok: bool) -> &'static str {
+fn result(refused: bool, ok: bool) -> CallResult {
     if refused {
-        "refused"
+        CallResult::Refused
     } else if ok {
-        "ok"
+        CallResult::Ok
     } else {
-        "error"
+        CallResult::Error
     }
 }
 
@@ -343,7 +343,7 @@ impl RegLine<'_> {
         w.opt_uint(k!("memlock_hard"), self.memlock_hard);
         w.uint(k!("registered_bytes"), self.registered_bytes);
         w.opt_uint(k!("registered_bytes_after"), self.registered_bytes_after);
-        w.lit(k!("result"), result(self.meta.refused, self.ok));
+        w.lit(k!("result"), result(self.meta.refused, self.ok).name());
         w.hex(k!("mr"), self.mr);
         w.opt_uint(k!("lkey"), self.lkey.map(u64::from));
         w.opt_uint(k!("rkey"), self.rkey.map(u64::from));
@@ -419,7 +419,7 @@ impl RegLine<'_> {
             memlock_soft: self.memlock_soft,
             memlock_hard: self.memlock_hard,
             registered_bytes: self.registered_bytes,
-            result: result(self.meta.refused, self.ok).into(),
+            result: result(self.meta.refused, self.ok),
             mr: hex(self.mr),
             lkey: self.lkey,
             rkey: self.rkey,

@@ -1,38 +1,59 @@
 //! The record writer: every record is one `write(2)` of one complete line on an `O_APPEND` fd,
 //! done before the intercepted call returns, so a record survives a SIGKILL right after the call.
-//! No buffering, no background thread.
+//! No buffering, no background thread, and no other system call per record.
 //!
-//! Before each write one `fstat(2)` (the only added system call) checks two things:
-//! - the descriptor still is the log (same device and inode): a daemon that closes every inherited
-//!   descriptor, or a program that reuses numbers, must not get records in its own files. The
-//!   log's descriptor lives at [`FD_FLOOR`] or above, away from the numbers `open` hands out, and
-//!   is reopened (same file, same checks) when the application closed or replaced it;
-//! - the record fits under `RLIMIT_FSIZE`: past it, `write(2)` raises SIGXFSZ, which kills the
-//!   process, and a write that straddles it is cut short (a torn record). A record that does not
-//!   fit is not written and counts as lost.
+//! - **The descriptor is the log's until the application closes it.** The log's descriptor lives
+//!   at [`FD_FLOOR`] or above, away from the numbers `open` hands out. Every libc call that can
+//!   close or replace a descriptor (`close`, `dup2`, `dup3`, `close_range`, `closefrom`) is
+//!   interposed by the preload (src/preload/fds.rs) and calls [`before_close`] first:
+//!   the log's number is retired (no new write starts on it), writes already under way finish,
+//!   and only then the application's call runs. The next record reopens the log by name (same
+//!   checks), so a daemon that closes every inherited descriptor, or a program that `dup2`s over
+//!   numbers, never gets a record in its own file and nothing is lost.
+//! - **RLIMIT_FSIZE**: past it, `write(2)` raises SIGXFSZ, which kills the process, and a write
+//!   that straddles it is cut short (a torn record). Only when a limit is set (rare) one `fstat`
+//!   before each write gives the file's size; a record that does not fit is not written and counts
+//!   as lost.
 //!
 //! How the file is opened (symbolic links, FIFOs, files of other users): [`crate::logfile`].
 
 use crate::config::{self, LogDest};
 use crate::logfile;
+use std::cell::Cell;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering::*};
 
 const UNOPENED: i32 = -1;
 const FAILED: i32 = -2;
+/// The application closed or replaced the log's descriptor (its number: `Log::retired`).
+const RETIRED: i32 = -3;
+/// Or'ed into a descriptor while its first line is written: writers other than the opener wait
+/// for the lock; [`before_close`] still sees the number.
+const OPENING: i32 = 1 << 30;
 const STDERR: i32 = 2;
 
 /// The log's descriptor is moved to this number or above (when RLIMIT_NOFILE allows): programs
 /// get their descriptors from the lowest free number, so they rarely land on it by chance.
 pub const FD_FLOOR: i32 = 600;
 
+thread_local! {
+    /// Writes this thread has under way (0 or 1; a signal handler may nest one more): the close
+    /// hook does not wait for those, it would wait for itself.
+    static WRITING: Cell<u32> = const { Cell::new(0) };
+}
+
 pub struct Log {
     dest: LogDest,
+    /// The descriptor, or UNOPENED/FAILED/RETIRED; `fd | OPENING` while its first line is written.
     fd: AtomicI32,
-    /// Identity of the file `fd` was opened on (stored before `fd`, under `opening`).
+    /// Writes under way on `fd` (a writer counts itself, then checks `fd` is still the same).
+    inflight: AtomicU32,
+    /// The number the application closed (for the warning).
+    retired: AtomicI32,
+    /// Identity of the file `fd` was opened on (for the fork handler's check).
     dev: AtomicU64,
     ino: AtomicU64,
-    /// RLIMIT_FSIZE as last read (u64::MAX: unlimited); read again when a record would pass it.
+    /// RLIMIT_FSIZE as last read (u64::MAX: unlimited, no check); read again when a record would pass it.
     fsize_limit: AtomicU64,
     /// Serialises opening and reopening; a forked child can take it back (see `after_fork`).
     opening: mrshim_forklock::ForkLock<String>,
@@ -42,6 +63,26 @@ pub struct Log {
     warned_reopen: AtomicBool,
     pub written: AtomicU64,
     pub lost: AtomicU64,
+}
+
+/// What the check before a write found.
+enum Check {
+    Fits,
+    /// The descriptor is closed or is another file now.
+    NotOurs,
+    /// The record would pass RLIMIT_FSIZE (the limit).
+    TooBig(u64),
+}
+
+/// The preload's close hooks call this before the application's call closes or replaces the
+/// descriptors `first..=last`: if the log's is among them it is retired first (no write starts
+/// on it any more, those under way on other threads have finished), so the number can be reused
+/// by the application without a record ever reaching its file. Lock-free and allocation-free:
+/// `close` is async-signal-safe and so is this.
+pub fn before_close(first: i32, last: i32) {
+    if let Some(s) = crate::shim_if_initialized() {
+        s.log.release(first, last);
+    }
 }
 
 /// What the writer needs to know to name and start a file.
@@ -55,20 +96,13 @@ pub struct OpenCtx<'a> {
     pub first_line: &'a dyn Fn() -> Vec<u8>,
 }
 
-/// What the check before a write found.
-enum Check {
-    Fits,
-    /// The descriptor is closed or is another file now.
-    NotOurs,
-    /// The record would pass RLIMIT_FSIZE (the limit).
-    TooBig(u64),
-}
-
 impl Log {
     pub fn new(dest: LogDest) -> Self {
         Log {
             dest,
             fd: AtomicI32::new(UNOPENED),
+            inflight: AtomicU32::new(0),
+            retired: AtomicI32::new(-1),
             dev: AtomicU64::new(0),
             ino: AtomicU64::new(0),
             fsize_limit: AtomicU64::new(fsize_limit()),
@@ -90,26 +124,60 @@ impl Log {
         &self.dest
     }
 
-    /// Writes one line (which must end in '\n'). Opens the destination on first use.
+    /// Writes one line (which must end in '\n'). Opens the destination on first use, reopens it
+    /// after the application closed its descriptor.
     pub fn write_line(&self, line: &[u8], ctx: &OpenCtx) {
-        let fd = self.ensure_open(ctx);
-        if fd < 0 {
-            self.lost.fetch_add(1, Relaxed);
-            return;
-        }
-        match self.check(fd, line.len()) {
-            Check::NotOurs => match self.reopen(fd, ctx) {
-                fd if fd >= 0 => self.write_checked(fd, line),
-                _ => {
-                    self.lost.fetch_add(1, Relaxed);
+        // (a few rounds: each is a reopen the application undid at once)
+        for _ in 0..4 {
+            let raw = self.fd.load(SeqCst);
+            if raw >= 0 && raw & OPENING == 0 {
+                if self.write_as(raw, line) {
+                    return;
                 }
-            },
-            check => self.write_on(fd, line, check),
+                continue;
+            }
+            if raw == FAILED {
+                break;
+            }
+            self.open_locked(ctx);
         }
+        self.lost.fetch_add(1, Relaxed);
     }
 
-    fn write_checked(&self, fd: i32, line: &[u8]) {
-        self.write_on(fd, line, self.check(fd, line.len()));
+    /// One write on the descriptor `raw` stands for, if the log still is `raw` once this write is
+    /// counted as under way (else false: nothing written, nothing counted).
+    fn write_as(&self, raw: i32, line: &[u8]) -> bool {
+        self.inflight.fetch_add(1, SeqCst);
+        let _ = WRITING.try_with(|w| w.set(w.get() + 1));
+        let ours = self.fd.load(SeqCst) == raw;
+        if ours {
+            let fd = raw & !OPENING;
+            let check = if fd == STDERR { Check::Fits } else { self.check_size(fd, line.len()) };
+            self.write_on(fd, line, check);
+        }
+        let _ = WRITING.try_with(|w| w.set(w.get().saturating_sub(1)));
+        self.inflight.fetch_sub(1, Release);
+        ours
+    }
+
+    /// [`before_close`] for this log.
+    pub fn release(&self, first: i32, last: i32) {
+        let raw = self.fd.load(SeqCst);
+        let fd = raw & !OPENING;
+        if raw < 0 || fd == STDERR || fd < first || fd > last {
+            return;
+        }
+        if self.fd.compare_exchange(raw, RETIRED, SeqCst, SeqCst).is_err() {
+            // changed meanwhile: retired by another thread, or (re)opened at another number
+            return self.release(first, last);
+        }
+        self.retired.store(fd, Relaxed);
+        let mine = WRITING.try_with(|w| w.get()).unwrap_or(0);
+        while self.inflight.load(SeqCst) > mine {
+            std::hint::spin_loop();
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+        }
     }
 
     /// One record on `fd` as `check` found it; counted either way.
@@ -136,80 +204,78 @@ impl Log {
         }
     }
 
-    /// The check before each write: one fstat.
-    fn check(&self, fd: i32, len: usize) -> Check {
-        let st = match logfile::fstat(fd) {
-            Ok(st) => st,
-            // stderr is the application's: a closed one fails at the write and is counted there
-            Err(_) if fd == STDERR => return Check::Fits,
-            Err(_) => return Check::NotOurs,
-        };
-        if fd != STDERR && (st.st_ino != self.ino.load(Acquire) || st.st_dev != self.dev.load(Acquire)) {
-            return Check::NotOurs;
+    /// Does a record of `len` bytes fit under RLIMIT_FSIZE? Without a limit (the usual case): yes,
+    /// without a system call; with one, an `fstat` gives the file's size.
+    fn check_size(&self, fd: i32, len: usize) -> Check {
+        if self.fsize_limit.load(Relaxed) == u64::MAX {
+            return Check::Fits;
         }
-        if st.st_mode & libc::S_IFMT == libc::S_IFREG {
-            let end = (st.st_size as u64).saturating_add(len as u64);
-            if end > self.fsize_limit.load(Relaxed) {
-                // raised since? (lowered later than the open is not seen: see docs/shim.md)
-                let now = fsize_limit();
-                self.fsize_limit.store(now, Relaxed);
-                if end > now {
-                    return Check::TooBig(now);
+        match logfile::fstat(fd) {
+            Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG => {
+                let end = (st.st_size as u64).saturating_add(len as u64);
+                if end > self.fsize_limit.load(Relaxed) {
+                    // raised since? (lowered later than the open is not seen: see docs/shim.md)
+                    let now = fsize_limit();
+                    self.fsize_limit.store(now, Relaxed);
+                    if end > now {
+                        return Check::TooBig(now);
+                    }
                 }
+                Check::Fits
             }
+            Ok(_) => Check::Fits,
+            Err(_) => Check::NotOurs,
         }
-        Check::Fits
     }
 
-    fn ensure_open(&self, ctx: &OpenCtx) -> i32 {
-        let fd = self.fd.load(Acquire);
-        if fd != UNOPENED {
-            return fd;
-        }
+    /// Is `fd` still the file the log was opened on? (One `fstat`: only off the record path.)
+    fn is_ours(&self, fd: i32) -> bool {
+        logfile::fstat(fd).is_ok_and(|st| st.st_ino == self.ino.load(Acquire) && st.st_dev == self.dev.load(Acquire))
+    }
+
+    /// Opens the log (first use) or reopens it (retired), unless another thread just did.
+    fn open_locked(&self, ctx: &OpenCtx) {
         let mut path = self.opening.lock();
-        let mut fd = self.fd.load(Acquire);
-        if fd == UNOPENED {
-            fd = match self.dest {
-                LogDest::Stderr => STDERR,
-                _ => self.open(ctx, &mut path).map_or(FAILED, |o| self.install(o)),
-            };
-            if fd >= 0 {
-                self.write_checked(fd, &(ctx.first_line)());
-            }
+        let first = match self.fd.load(SeqCst) {
+            UNOPENED => true,
+            RETIRED => false,
+            _ => return,
+        };
+        let (fd, created) = match (&self.dest, first) {
+            (LogDest::Stderr, _) => (STDERR, true),
+            _ => match self.open(ctx, &mut path) {
+                Some(o) => {
+                    let created = o.created;
+                    (self.install(o), created)
+                }
+                None => (FAILED, false),
+            },
+        };
+        if first {
             self.opened_by.store(ctx.pid, Relaxed);
-            self.fd.store(fd, Release);
+        } else if fd >= 0 && !self.warned_reopen.swap(true, Relaxed) {
+            crate::stderr_line(&format!(
+                "mrshim: the application closed or replaced the log's descriptor {}; the log {:?} was reopened{}",
+                self.retired.load(Relaxed),
+                config::shorten(&path),
+                if created { " (it was gone: a new file)" } else { "" }
+            ));
         }
-        fd
-    }
-
-    /// `seen` failed the check: reopen the log, unless another thread did already.
-    fn reopen(&self, seen: i32, ctx: &OpenCtx) -> i32 {
-        let mut path = self.opening.lock();
-        let fd = self.fd.load(Acquire);
-        if fd != seen || fd < 0 || !matches!(self.check(fd, 0), Check::NotOurs) {
-            return fd;
+        if fd < 0 {
+            self.fd.store(FAILED, SeqCst);
+            return;
         }
-        // `seen` is closed or the application's own file now: forgotten, never closed by us.
-        let fd = match self.open(ctx, &mut path) {
-            Some(o) => {
-                let created = o.created;
-                let fd = self.install(o);
-                if !self.warned_reopen.swap(true, Relaxed) {
-                    crate::stderr_line(&format!(
-                        "mrshim: the application closed or replaced the log's descriptor {seen}; the log {:?} was reopened{}",
-                        config::shorten(&path),
-                        if created { " (it was gone: a new file)" } else { "" }
-                    ));
-                }
-                if created {
-                    self.write_checked(fd, &(ctx.first_line)());
-                }
-                fd
-            }
-            None => FAILED,
-        };
-        self.fd.store(fd, Release);
-        fd
+        if !(first || created) {
+            self.fd.store(fd, SeqCst);
+            return;
+        }
+        // The first line before any other record: other writers wait for this lock meanwhile.
+        self.fd.store(fd | OPENING, SeqCst);
+        if !self.write_as(fd | OPENING, &(ctx.first_line)()) {
+            self.lost.fetch_add(1, Relaxed);
+        }
+        // (fails when the application closed it meanwhile: RETIRED stays, the next record reopens)
+        let _ = self.fd.compare_exchange(fd | OPENING, fd, SeqCst, SeqCst);
     }
 
     /// Takes an opened file as the log: its descriptor out of the low range, its identity noted.
@@ -273,15 +339,24 @@ impl Log {
     pub unsafe fn after_fork(&self, child_pid: u32) {
         // SAFETY: the caller's contract.
         unsafe { self.opening.reset_in_child(String::new()) };
-        let fd = self.fd.load(Relaxed);
-        if fd >= 0 && fd != STDERR && self.pid_dependent.load(Relaxed) && self.opened_by.load(Relaxed) != child_pid {
-            if !matches!(self.check(fd, 0), Check::NotOurs) {
-                // SAFETY: fd is the child's own copy of the log descriptor (just checked); nothing else uses it.
-                unsafe { libc::close(fd) };
-            }
+        // the parent's writes under way are not the child's
+        self.inflight.store(0, Relaxed);
+        let raw = self.fd.load(Relaxed);
+        if raw >= 0 && raw & OPENING != 0 {
+            // forked while another thread wrote the first line: the child starts over
             self.fd.store(UNOPENED, Relaxed);
+        } else if raw >= 0
+            && raw != STDERR
+            && self.pid_dependent.load(Relaxed)
+            && self.opened_by.load(Relaxed) != child_pid
+        {
+            self.fd.store(UNOPENED, Relaxed);
+            if self.is_ours(raw) {
+                // SAFETY: raw is the child's own copy of the log descriptor (just checked); nothing else uses it.
+                unsafe { libc::close(raw) };
+            }
         }
-        if fd == FAILED {
+        if raw == FAILED {
             // Try again (and warn again) in the child: it may have a different name.
             self.fd.store(UNOPENED, Relaxed);
         }
@@ -396,6 +471,34 @@ mod tests {
         log.write_line(b"r\n", &ctx(&first));
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "");
         assert_eq!(log.lost.load(Relaxed), 2);
+    }
+
+    #[test]
+    fn a_released_descriptor_is_never_written_again_and_the_log_is_reopened() {
+        let d = tmp("release");
+        let log = Log::new(LogDest::Path(format!("{}/x.jsonl", d.display())));
+        let first = || b"c\n".to_vec();
+        log.write_line(b"r1\n", &ctx(&first));
+        let fd = log.fd.load(SeqCst);
+        assert!(fd >= 0);
+        // what the preload's close hook does before the application's close(fd) ...
+        log.release(fd - 1, fd + 1);
+        // ... and the application's own file at that number
+        let app = d.join("app.txt");
+        let f = std::fs::File::create(&app).unwrap();
+        // SAFETY: both descriptors are valid; fd (the log's old one) is replaced by the app's file.
+        assert_eq!(unsafe { libc::dup2(f.as_raw_fd(), fd) }, fd);
+        log.write_line(b"r2\n", &ctx(&first));
+        assert_eq!(std::fs::read_to_string(&app).unwrap(), "", "nothing in the application's file");
+        assert_eq!(std::fs::read_to_string(d.join("x.jsonl")).unwrap(), "c\nr1\nr2\n");
+        assert_ne!(log.fd.load(SeqCst), fd);
+        assert_eq!((log.written.load(Relaxed), log.lost.load(Relaxed)), (3, 0));
+        // a range without the log's descriptor changes nothing
+        let now = log.fd.load(SeqCst);
+        log.release(0, now - 1);
+        assert_eq!(log.fd.load(SeqCst), now);
+        // SAFETY: fd is the application's copy made above; closing it is the test's own business.
+        unsafe { libc::close(fd) };
     }
 
     #[test]

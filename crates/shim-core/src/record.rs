@@ -7,7 +7,7 @@ use crate::config::{Config, Level, LogDest, PanicAt};
 use crate::ident::tid;
 use crate::log;
 use crate::{clock, line, stderr_line, Backend, Call, DevName, Meta, Outcome, RegArgs, Shim};
-use mrshim_record::{Kind, MemKind, Reg, SCHEMA_VERSION};
+use mrshim_record::{CallResult, Kind, MemKind, Reg, SCHEMA_VERSION};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -15,6 +15,16 @@ use std::sync::Arc;
 thread_local! {
     /// The record scratch buffer: it only grows, no zeroing or allocation per record.
     static LINE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// One try at the real function (made by call_path, recorded here).
+pub(crate) struct Tried {
+    pub out: Outcome,
+    /// Monotonic start (0: not clocked) and duration, ns.
+    pub t0: u64,
+    pub dur: u64,
+    /// MRSHIM_INJECT failed it instead of the real function.
+    pub injected: bool,
 }
 
 /// One finished call (or retry attempt), everything its record and counters need.
@@ -38,7 +48,7 @@ pub(crate) struct Done<'a> {
 }
 
 impl<'a> Done<'a> {
-    pub fn new(asked: &'a RegArgs, t: &crate::call_path::Tried, seq: u64) -> Done<'a> {
+    pub fn new(asked: &'a RegArgs, t: &Tried, seq: u64) -> Done<'a> {
         Done {
             asked,
             used: None,
@@ -74,7 +84,7 @@ impl Shim {
         let mut r = self.base(Kind::Error, clock::wall_now_ns());
         r.seq = self.next_seq();
         r.call = call.into();
-        r.result = "error".into();
+        r.result = CallResult::Error;
         r.error = Some(msg.into());
         self.emit(&r);
     }
@@ -89,7 +99,7 @@ impl Shim {
         r.seq = self.next_seq();
         r.call = call.into();
         r.strategy = Some(strategy.into());
-        r.result = "refused".into();
+        r.result = CallResult::Refused;
         r.change = Some(change.into());
         self.emit(&r);
     }
@@ -118,7 +128,7 @@ impl Shim {
                     refused: true,
                     ..Meta::default()
                 };
-                let tried = crate::call_path::Tried {
+                let tried = Tried {
                     out: Outcome { err: -1, ..Default::default() },
                     t0: clock::mono_ns(),
                     dur: 0,
@@ -144,7 +154,7 @@ impl Shim {
                     r.mem_kind = Some(kind);
                     r.strategy = Some(strategy.name().into());
                     r.parent_seq = Some(parent);
-                    r.result = "ok".into();
+                    r.result = CallResult::Ok;
                     r.change = Some(format!(
                         "{} of {} memory goes straight to {}",
                         entry.name(),

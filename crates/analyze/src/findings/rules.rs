@@ -1,6 +1,7 @@
 //! One rule per category: a few weighted observations over the aggregated evidence, the fixes and
 //! the shim strategy that keeps the job running. The engine (super) scores and ranks them.
 use super::*;
+use mrshim_access::{LOCAL_WRITE, REMOTE_ATOMIC, REMOTE_WRITE};
 
 pub(super) fn gpu_peer_memory<'a>(v: &View<'a>) -> Cand<'a> {
     let mut c = Cand::new("gpu-peer-memory");
@@ -352,7 +353,8 @@ pub(super) fn iova_alignment<'a>(v: &View<'a>) -> Cand<'a> {
     c
 }
 
-const WRITE_BITS: u32 = 0x1 | 0x2 | 0x8;
+/// The bits that need writable pages.
+const WRITE_BITS: u32 = LOCAL_WRITE | REMOTE_WRITE | REMOTE_ATOMIC;
 
 pub(super) fn access_flags<'a>(v: &View<'a>) -> Cand<'a> {
     let mut c = Cand::new("access-flags");
@@ -363,7 +365,8 @@ pub(super) fn access_flags<'a>(v: &View<'a>) -> Cand<'a> {
         c.add(3.5, format!("{} registration(s) of a read-only file mapping asked for write access ({}); the kernel cannot pin read-only pages for writing.", sum(&ro), describe_errnos(&ro)), None);
         c.groups.extend(ro.iter().copied());
     }
-    let bad = v.fail_where(|_, g| g.access.iter().any(|a| a & 0xa != 0 && a & 0x1 == 0));
+    let bad =
+        v.fail_where(|_, g| g.access.iter().any(|a| a & (REMOTE_WRITE | REMOTE_ATOMIC) != 0 && a & LOCAL_WRITE == 0));
     if !bad.is_empty() {
         c.add(
             3.0,

@@ -1,10 +1,8 @@
 //! The shim's JSON-lines records (crate mrshim-record). Unknown fields are ignored; records of a newer
 //! schema version are read leniently, with a note.
 use crate::event::{Event, Fact, Lib, RegEv, Source};
-use mrshim_record::{MemKind, Reg, SCHEMA_VERSION};
+use mrshim_record::{CallResult, MemKind, Reg, SCHEMA_VERSION};
 use serde_json::Value;
-
-const IBV_ACCESS_RELAXED_ORDERING: u32 = 1 << 20;
 
 /// Parses one record line. Returns false if it is not a shim record at all (caller may try other formats).
 pub fn parse(line: &str, st: &mut ShimState, lineno: u64, emit: &mut dyn FnMut(Event)) -> bool {
@@ -35,11 +33,11 @@ pub fn parse(line: &str, st: &mut ShimState, lineno: u64, emit: &mut dyn FnMut(E
         "rereg" => match serde_json::from_str::<Reg>(line) {
             Ok(r) => {
                 st.version(r.v, emit);
-                let fact = Fact::Rereg { result: r.result.clone() };
+                let fact = Fact::Rereg { result: r.result };
                 emit(Event::Fact { lib: Lib::Shim, host: Some(r.host.clone()), pid: Some(r.pid), fact });
                 // a rereg the provider failed is a failed call of the application's; a refusal
                 // (reg() skips it) or a success is not a registration
-                if r.result == "error" {
+                if r.result == CallResult::Error {
                     reg(r, true, lineno, emit);
                 }
                 true
@@ -125,15 +123,15 @@ fn describe(r: &Reg) -> String {
 
 fn reg(r: Reg, caller_fields: bool, lineno: u64, emit: &mut dyn FnMut(Event)) {
     // A refusal records a strategy that was not tried: no call reached the device.
-    if r.probe || r.result == "refused" {
+    if r.probe || r.result == CallResult::Refused {
         return;
     }
     // Linked to an application call (a retry attempt, or a learned strategy that no longer
     // worked, tried before the call): a retry, not one of the application's calls.
     let attempt = if r.parent_seq.is_some() { r.attempt.max(1) } else { r.attempt };
-    let evid = (r.result != "ok").then(|| (lineno, describe(&r)));
+    let evid = (r.result != CallResult::Ok).then(|| (lineno, describe(&r)));
     let addr = r.addr.as_deref().and_then(parse_hex);
-    let relaxed = r.relaxed_ordering || r.access.map(|a| a & IBV_ACCESS_RELAXED_ORDERING != 0).unwrap_or(false);
+    let relaxed = r.relaxed_ordering || r.access.map(|a| a & mrshim_access::RELAXED_ORDERING != 0).unwrap_or(false);
     let iova_misaligned =
         r.call.contains("iova") && matches!((r.iova_page_offset, r.addr_page_offset), (Some(a), Some(b)) if a != b);
     // a range not fully covered by mappings is an invalid address whatever the kind of its start
@@ -155,7 +153,7 @@ fn reg(r: Reg, caller_fields: bool, lineno: u64, emit: &mut dyn FnMut(Event)) {
         pid: Some(r.pid),
         rank: r.rank,
         call: r.call,
-        ok: r.result == "ok",
+        ok: r.result == CallResult::Ok,
         errno: r.errno,
         mem: mem.filter(|_| caller_fields),
         access: r.access.filter(|_| caller_fields),
@@ -230,7 +228,7 @@ fn lenient(line: &str, kind: &str, st: &mut ShimState, emit: &mut dyn FnMut(Even
                 addr: s("addr").and_then(parse_hex),
                 relaxed: Some(
                     v.get("relaxed_ordering").and_then(Value::as_bool).unwrap_or(false)
-                        || access.map(|a| a & IBV_ACCESS_RELAXED_ORDERING != 0).unwrap_or(false),
+                        || access.map(|a| a & mrshim_access::RELAXED_ORDERING != 0).unwrap_or(false),
                 ),
                 memlock: u("memlock_soft").map(Some),
                 time_ns: u("time_ns"),

@@ -54,7 +54,7 @@ pub fn parse(body: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Ev
             addr: arg(args, "addr").and_then(parse_hex),
             length: arg(args, "len").and_then(|l| l.parse().ok()),
             access,
-            relaxed: access.map(|a| a & (1 << 20) != 0),
+            relaxed: access.map(|a| a & mrshim_access::RELAXED_ORDERING != 0),
             source: Source::ShimWarn,
             evid: Some((lineno, body.to_string())),
             ..Default::default()
