@@ -532,7 +532,7 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
     if is_layer && ctx.gen_pending.is_none() && !e.alone {
         return false;
     }
-    let kind_hint = fields.mem.or_else(|| match e.mem.as_deref() {
+    let kind_hint = fields.mem.or(match e.mem.as_deref() {
         Some("device") => Some(MemKind::Device),
         Some("host") => Some(MemKind::HostAnon),
         _ => None,
@@ -655,7 +655,7 @@ mod tests {
             let x = &e.expect;
             let mut why = Vec::new();
             let want_fail = x["failure"].as_bool().unwrap_or(false);
-            if want_fail != !fails.is_empty() || fails.len() > 1 {
+            if want_fail == fails.is_empty() || fails.len() > 1 {
                 why.push(format!("{} failure(s), expected {}", fails.len(), if want_fail { 1 } else { 0 }));
             }
             if let Some(r) = fails.first() {
