@@ -35,6 +35,11 @@ Environment read by libmrshim.so (also when preloaded without `mrshim exec`):
   MRSHIM_DEBUG_PANIC  init | hook | call | record | exit | bounce: the shim panics there on purpose, to show that
                   no panic reaches the program (one stderr line, an `error` record, the call
                   passed through). Unset in production.
+  MRSHIM_BOUNCE_TRACK  on (default) | off: the bounce layer tracks application writes through
+                  the kernel; off: every fold compares whole regions (docs/bounce.md)
+  MRSHIM_COPY_SELFTEST auto (default) | on | off: on proves every GPU copy engine (CUDA, HIP)
+                  with a round trip before first use; MACA's is always proven (off = auto)
+Switches accept on/off, 1/0, true/false, yes/no in any case; empty counts as bad.
 A bad value prints one line naming the variable, the value and what is accepted; the shim then
 passes every call through unrecorded (`mrshim exec` refuses to start instead). Rank:
 OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK, SLURM_PROCID, RANK, MV2_COMM_WORLD_RANK,
@@ -48,7 +53,7 @@ record). Under MPI: `mpirun -np N mrshim exec --log DIR/ -- CMD` or
 `mpirun -x LD_PRELOAD=/path/libmrshim.so -x MRSHIM_LOG=DIR/ CMD`.";
 
 #[derive(clap::Args)]
-#[command(after_long_help = ENV_HELP)]
+#[command(after_help = "Environment variables of libmrshim.so: `mrshim exec --help`.", after_long_help = ENV_HELP)]
 pub struct Args {
     /// Sets MRSHIM_LOG, with the same meaning: a file path (pattern with %h/%p/%r/%j), a directory
     /// (existing, or ending in /: one file per process), off or stderr. Default: $MRSHIM_LOG if

@@ -364,6 +364,8 @@ impl Shim {
             if !c.inject.is_empty() {
                 s.insert("inject".into(), c.inject.clone());
             }
+            s.insert("bounce_track".into(), if c.bounce_track { "on" } else { "off" }.into());
+            s.insert("copy_selftest".into(), if c.copy_selftest { "on" } else { "auto" }.into());
         }
         if let Some((_, v)) = self.rank {
             s.insert("rank_from".into(), v.into());
