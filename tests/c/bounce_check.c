@@ -834,8 +834,16 @@ int main(int argc, char **argv) {
     }
     tr = open_memstream(&trbuf, &trlen);
     setup();
+    /* BOUNCE_CHECK_CORRUPT=I (the checker's own test): after transaction I, A flips a byte of its
+     * slot 0.0 behind the model's back — a difference the comparison must report and the
+     * shrinking must bring down to that transaction. */
+    const char *corrupt = getenv("BOUNCE_CHECK_CORRUPT");
+    int corrupt_at = corrupt && *corrupt ? atoi(corrupt) : -1;
     for (int i = 0; i < ntxn; i++)
-        if (!skip[i]) txn(i);
+        if (!skip[i]) {
+            txn(i);
+            if (i == corrupt_at && me == 0) reg[0].buf[0] ^= 0x5a;
+        }
     barrier();
     line_to(tr, ALL, "end");
     fclose(tr);
