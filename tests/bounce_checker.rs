@@ -28,9 +28,10 @@ use std::time::{Duration, Instant};
 /// The features the bounce layer of main 039e958 passes. Each one left out has a seed that
 /// fails there (issue 28): `srq` (N1: SRQ receives not copied), `dupid` (N2: receives sharing a
 /// wr_id), `threads` (N3: a post's copy racing another thread's sync), `dereg` (N6: a completion
-/// polled after ibv_dereg_mr), `refuse` (N13: a refused READ left pending), `immbuf` (N20:
+/// polled after ibv_dereg_mr), `msge` (N12: a two-SGE receive with its header in a plain MR
+/// overruns the message's end), `refuse` (N13: a refused READ left pending), `immbuf` (N20:
 /// WRITE_WITH_IMM copies the receive's buffer). `all` is the set to run once they are fixed.
-const DEFAULT_FEATURES: &str = "send,fill,write,imm,read,msge,destroy,rereg,unannounced,unannounced-read";
+const DEFAULT_FEATURES: &str = "send,fill,write,imm,read,destroy,rereg,unannounced,unannounced-read";
 
 fn env_or(k: &str, d: &str) -> String {
     std::env::var(k).ok().filter(|v| !v.is_empty()).unwrap_or_else(|| d.to_string())
@@ -127,7 +128,11 @@ struct Checker {
 impl Checker {
     fn new(name: &str) -> Checker {
         let lib = format!("-L{}", sim_lib_dir().display());
-        let prog = mrshim_test_support::c_program(&src_c("bounce_check.c"), "c-bounce-check", &[&lib, "-libverbs", "-lpthread"]);
+        let prog = mrshim_test_support::c_program(
+            &src_c("bounce_check.c"),
+            "c-bounce-check",
+            &[&lib, "-libverbs", "-lpthread"],
+        );
         Checker { prog, world: SimWorld::new(name) }
     }
 
@@ -215,13 +220,18 @@ impl Checker {
     /// quarters, ... then one at a time until none can go).
     fn shrink(&self, p: &Program, first: String) -> (Program, String) {
         let mut keep = p.kept();
+        if self.differs(p, 3).is_none() {
+            // a race that a rerun does not hit again: nothing to shrink against
+            return (p.clone(), format!("{first} (not seen again in 3 more runs: timing-dependent)"));
+        }
         let mut found = first;
         let mut chunk = keep.len().div_ceil(2).max(1);
         loop {
             let mut progress = false;
             let mut i = 0;
             while i < keep.len() && keep.len() > 1 {
-                let cand: Vec<usize> = keep[..i].iter().chain(keep[(i + chunk).min(keep.len())..].iter()).copied().collect();
+                let cand: Vec<usize> =
+                    keep[..i].iter().chain(keep[(i + chunk).min(keep.len())..].iter()).copied().collect();
                 match self.differs(&p.keeping(&cand), 3) {
                     Some(d) => {
                         keep = cand;
@@ -264,7 +274,13 @@ impl Checker {
 
     /// Checks `seeds` on two threads; stops at the first difference (its report) or when
     /// `deadline` passes. Returns the counts and the reports of failing seeds.
-    fn check_many(&self, seeds: std::ops::Range<u64>, txns: usize, features: &str, deadline: Option<Instant>) -> (Stats, Vec<String>) {
+    fn check_many(
+        &self,
+        seeds: std::ops::Range<u64>,
+        txns: usize,
+        features: &str,
+        deadline: Option<Instant>,
+    ) -> (Stats, Vec<String>) {
         let next = AtomicU64::new(seeds.start);
         let stop = AtomicBool::new(false);
         let total = Mutex::new(Stats::default());

@@ -338,7 +338,9 @@ static void setup(void) {
         if (!(cq[q] = ibv_create_cq(ctx, 256, NULL, NULL, 0))) die("create_cq");
         qp_pair(q);
     }
-    for (int r = 0; r < NREG; r++) {
+    /* the plain MR first: a shim that learns from one rescue to send every later registration to
+     * bounce would otherwise make it a bounce region too */
+    for (int r = NREG - 1; r >= 0; r--) {
         new_buf(r, seed * 131 + me * 17 + r);
         reg_mr(r);
         for (int s = 0; s < NSLOT; s++) dirty_rd[0][r][s] = dirty_rd[1][r][s] = 1;
@@ -683,7 +685,7 @@ static void t_refuse(int i) {
 
 /* Two threads per process at once: x's thread 0 refills a slot and SENDs it to y, w times, while
  * its thread 1 receives y's SENDs into a slot of the same region (and the mirror in y). */
-struct lane { int send, q, n, r, s, pr, ps, i; size_t len[16]; FILE *f; char *buf; size_t blen; };
+struct lane { int send, q, n, r, s, pr, ps, i; size_t len[32]; FILE *f; char *buf; size_t blen; };
 static void *lane_run(void *p) {
     struct lane *l = p;
     for (int j = 0; j < l->n; j++) {
@@ -702,8 +704,8 @@ static void *lane_run(void *p) {
 }
 static void t_threads(int i) {
     /* lane q: side q sends on QP q from (r[q], s[q]) into the other side's (r2[q], s2[q]) */
-    int r[2], s[2], d[2], ds[2], n = 4 + (int)below(13);
-    size_t len[2][16];
+    int r[2], s[2], d[2], ds[2], n = 4 + (int)below(29);
+    size_t len[2][32];
     for (int q = 0; q < 2; q++) pick(q, RW, 1, &r[q], &s[q]); /* region 0 always qualifies */
     for (int q = 0; q < 2; q++) {
         /* the receiving side receives into the region its own lane sends from (what N3 needs) */
@@ -752,7 +754,7 @@ static void txn(int i) {
     w[K_REREG] = feat & F_REREG ? 1 : 0;
     w[K_DESTROY] = feat & F_DESTROY ? 1 : 0;
     w[K_REFUSE] = feat & F_REFUSE ? 1 : 0;
-    w[K_THREADS] = feat & F_THREADS ? 1 : 0;
+    w[K_THREADS] = feat & F_THREADS ? 2 : 0;
     unsigned tot = 0;
     for (int k = 0; k < K_N; k++) tot += w[k];
     unsigned x = below(tot);
