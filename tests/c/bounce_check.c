@@ -616,7 +616,11 @@ static void t_destroy(int i) {
     int x = coin(), q = (int)below(2), k = 1 + (int)below(3), err = coin();
     int r[MAXK], s[MAXK];
     for (int j = 0; j < k; j++) pick(x, 0, 0, &r[j], &s[j]);
-    T("%d destroy qp %d with %d receives of %c posted%s", i, q, k, "AB"[x], err ? ", flushed first" : "");
+    char where[64] = "";
+    for (int j = 0; j < k; j++)
+        snprintf(where + strlen(where), sizeof where - strlen(where), " %c.%d.%d", "AB"[x], r[j], s[j]);
+    T("%d destroy qp %d with receives posted into%s%s; the application refills them", i, q, where,
+      err ? ", flushed first" : "");
     if (me == x)
         for (int j = 0; j < k; j++) {
             struct ibv_sge g = sge(r[j], s[j], 0, slotsz[x][r[j]]);
