@@ -7,7 +7,7 @@
 //! of docs/bounce.md does not cover). Each program runs twice: on the device alone, and through
 //! bounce (the device refuses the program's RELAXED_ORDERING registrations,
 //! `MRSHIM_SIM_FAULTS=reg:EFAULT:relaxed`, and `MRSHIM_RETRY=bounce` registers host shadows
-//! without that bit). After every completion each process prints a digest of every
+//! without that bit; every other program with `MRSHIM_BOUNCE_TRACK=off`). After every completion each process prints a digest of every
 //! application-visible slot it owns; the two traces must be equal but for slots a labelled
 //! exclusion may have changed (marked `*`). A difference fails with the seed, the program shrunk
 //! to the transactions it still needs, and the commands that reproduce it.
@@ -158,6 +158,11 @@ impl Checker {
                 .env("MRSHIM_RETRY", "bounce")
                 .env("MRSHIM_LOG", "off")
                 .env("MRSHIM_WARN", "off");
+            // Every other program without write tracking (whole-region compares: the fallback
+            // on a kernel without userfaultfd write-protect).
+            if p.seed % 2 == 1 {
+                c.env("MRSHIM_BOUNCE_TRACK", "off");
+            }
             if let Some(k) = p.corrupt {
                 c.env("BOUNCE_CHECK_CORRUPT", k.to_string());
             }
@@ -178,9 +183,10 @@ impl Checker {
         let args = args.join(" ");
         format!(
             "  plain:  {base} {prog} {args}\n  bounce: {base} LD_PRELOAD={shim} MRSHIM_SIM_FAULTS=reg:EFAULT:relaxed \
-             MRSHIM_RETRY=bounce {corrupt}{prog} {args}",
+             MRSHIM_RETRY=bounce {track}{corrupt}{prog} {args}",
             prog = self.prog.display(),
             shim = shim_lib().display(),
+            track = if p.seed % 2 == 1 { "MRSHIM_BOUNCE_TRACK=off " } else { "" },
             corrupt = p.corrupt.map(|k| format!("BOUNCE_CHECK_CORRUPT={k} ")).unwrap_or_default(),
         )
     }
