@@ -66,6 +66,10 @@ pub struct Group {
     pub over_memlock: u64,
     pub injected: u64,
     pub zero_len_or_addr: u64,
+    /// Failures whose range was observed fully mapped.
+    pub mapped: u64,
+    /// Failures that asked for IBV_ACCESS_ON_DEMAND.
+    pub odp: u64,
     pub evidence: Vec<Evid>,
 }
 
@@ -415,6 +419,10 @@ impl Collector {
         };
         let mk = || Evid { file: file.to_string(), line: eline, text: clip(&etext) };
         let host = r.host.take().unwrap_or_default();
+        // the access mask says whether relaxed ordering was asked for (UCX prints `access=0x10000f`)
+        if r.relaxed.is_none() {
+            r.relaxed = r.access.map(|a| a & mrshim_access::RELAXED_ORDERING != 0);
+        }
         if !self.first_sighting(&r, &host, file) {
             return;
         }
@@ -498,7 +506,11 @@ impl Collector {
         g.iova_misaligned += r.iova_misaligned as u64;
         g.over_memlock += r.over_memlock as u64;
         g.injected += r.injected as u64;
-        g.zero_len_or_addr += (r.length == Some(0) || r.addr == Some(0)) as u64;
+        // a dmabuf registration has an offset, not an address; implicit ODP registers address 0 on purpose
+        let odp = r.access.is_some_and(|a| a & mrshim_access::ON_DEMAND != 0);
+        g.zero_len_or_addr += ((r.length == Some(0) || r.addr == Some(0)) && !r.call.contains("dmabuf") && !odp) as u64;
+        g.mapped += u64::from(!r.ok && r.mapped == Some(true));
+        g.odp += u64::from(!r.ok && odp);
         if g.evidence.len() < if r.ok { 1 } else { MAX_EVIDENCE } {
             g.evidence.push(mk());
         }

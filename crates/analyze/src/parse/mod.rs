@@ -145,6 +145,7 @@ const NEEDLES: &[&str] = &[
     "OFED",
     "errno",
     "Errno",
+    "RELAXED_ORDERING",
 ];
 
 impl Default for Parser {

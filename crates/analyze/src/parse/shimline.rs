@@ -45,6 +45,10 @@ pub fn parse(body: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Ev
         let tail = rest.get(close..).unwrap_or("");
         let access = arg(args, "access").and_then(access_bits);
         // `mem=host-anon`, `mem=host-anon (not fully mapped)` (mrshim since the WARN line has it)
+        let mapped = arg(args, "mem").and_then(|m| {
+            let host = m.starts_with("host") || m.starts_with("hugepage") || m.starts_with("file");
+            host.then(|| !m.contains("not fully mapped"))
+        });
         let mem = arg(args, "mem").and_then(|m| {
             let kind = MemKind::from_name(m.split_whitespace().next()?)?;
             Some(if m.contains("not fully mapped") && kind != MemKind::Device { MemKind::Unmapped } else { kind })
@@ -61,6 +65,7 @@ pub fn parse(body: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Ev
             length: arg(args, "len").and_then(|l| l.parse().ok()),
             access,
             mem,
+            mapped,
             relaxed: access.map(|a| a & (1 << 20) != 0),
             source: Source::ShimWarn,
             evid: Some((lineno, body.to_string())),
