@@ -496,8 +496,12 @@ fn ucx_relaxed_ordering(fs: &Fs) -> Check {
     let rows = ucx::by_version(&cpu);
     let here = series.map(|v| ucx::auto_on(&cpu, v));
     let value = match explicit.as_deref() {
-        Some("on" | "yes" | "y" | "1" | "true") => format!("set to {}: UCX always requests relaxed ordering", setting.as_deref().unwrap_or("")),
-        Some("off" | "no" | "n" | "0" | "false") => format!("set to {}: UCX never requests relaxed ordering", setting.as_deref().unwrap_or("")),
+        Some("on" | "yes" | "y" | "1" | "true") => {
+            format!("set to {}: UCX always requests relaxed ordering", setting.as_deref().unwrap_or(""))
+        }
+        Some("off" | "no" | "n" | "0" | "false") => {
+            format!("set to {}: UCX never requests relaxed ordering", setting.as_deref().unwrap_or(""))
+        }
         _ => {
             let what = match (here, installed.as_deref()) {
                 (Some(a), Some(v)) => format!("UCX {v} {} on this CPU", ucx::say(a)),
@@ -619,12 +623,24 @@ mod tests {
         assert_eq!(c.raw["default_here"]["requests"], "all");
         let c = ucx_of("intel", &[("proc/cpuinfo", intel), ("var/lib/dpkg/status", DPKG)]);
         assert!(c.value.contains("UCX 1.13.1-1 does not request relaxed ordering on this CPU"), "{}", c.value);
-        assert!(c.details.iter().any(|d| d == "UCX 1.21: requests relaxed ordering (Intel Emerald Rapids)"), "{:?}", c.details);
+        assert!(
+            c.details.iter().any(|d| d == "UCX 1.21: requests relaxed ordering (Intel Emerald Rapids)"),
+            "{:?}",
+            c.details
+        );
         let c = ucx_of("unknown-version", &[("proc/cpuinfo", intel)]);
-        assert!(c.value.starts_with("default (auto/try): UCX version unknown: UCX 1.13–1.15 does not request"), "{}", c.value);
+        assert!(
+            c.value.starts_with("default (auto/try): UCX version unknown: UCX 1.13–1.15 does not request"),
+            "{}",
+            c.value
+        );
         let c = ucx_of(
             "set-on",
-            &[("proc/cpuinfo", intel), ("var/lib/dpkg/status", DPKG), ("proc/self/environ", "A=1\0UCX_IB_PCI_RELAXED_ORDERING=on\0")],
+            &[
+                ("proc/cpuinfo", intel),
+                ("var/lib/dpkg/status", DPKG),
+                ("proc/self/environ", "A=1\0UCX_IB_PCI_RELAXED_ORDERING=on\0"),
+            ],
         );
         assert_eq!(c.value, "set to on: UCX always requests relaxed ordering");
         assert_eq!(c.raw["setting"], "on");
