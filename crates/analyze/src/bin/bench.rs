@@ -47,14 +47,18 @@ fn cpu_ns() -> Option<u64> {
     std::fs::read_to_string("/proc/self/schedstat").ok()?.split_whitespace().next()?.parse().ok()
 }
 
-/// One run over `bytes` of failure lines: (failure lines, MB/s, seconds, failures counted).
-fn failure_run(block: &[u8], bytes: u64) -> (u64, f64, f64, u64) {
+/// One run over `bytes` of failure lines: (failure lines, MB/s per CPU-second, CPU seconds, wall
+/// seconds, failures counted). CPU time is what the goal is judged on: on a shared machine wall
+/// time is mostly the other processes' (wall is printed beside it).
+fn failure_run(block: &[u8], bytes: u64) -> (u64, f64, f64, f64, u64) {
     let reader = BufReader::with_capacity(256 << 10, gen::Repeat::new(block.to_vec(), bytes));
+    let cpu0 = cpu_ns();
     let t = Instant::now();
     let a = mrshim_analyze::analyze_readers(vec![("failures".into(), Box::new(reader))]);
-    let secs = t.elapsed().as_secs_f64();
+    let wall = t.elapsed().as_secs_f64();
+    let cpu = cpu_ns().zip(cpu0).map(|(b, a)| (b - a) as f64 / 1e9).unwrap_or(wall);
     let lines: u64 = a.col.files.iter().map(|f| f.lines).sum();
-    (lines, bytes as f64 / 1e6 / secs, secs, a.failed())
+    (lines, bytes as f64 / 1e6 / cpu, cpu, wall, a.failed())
 }
 
 fn failures() {
@@ -62,9 +66,9 @@ fn failures() {
     let per_line = block.len() as f64 / block.iter().filter(|b| **b == b'\n').count() as f64;
     let mut rates = Vec::new();
     for n in [20_000u64, 200_000, 2_000_000] {
-        let (lines, mbs, secs, failed) = failure_run(&block, (n as f64 * per_line) as u64);
+        let (lines, mbs, cpu, wall, failed) = failure_run(&block, (n as f64 * per_line) as u64);
         println!(
-            "analyze-bench failures: {lines:>9} failure lines: {mbs:7.1} MB/s ({secs:.2} s, {failed} failures counted)"
+            "analyze-bench failures: {lines:>9} failure lines: {mbs:7.1} MB/s per CPU-second ({cpu:.2} s CPU, {wall:.2} s wall, {failed} failures counted)"
         );
         rates.push(mbs);
     }
@@ -73,9 +77,9 @@ fn failures() {
         "analyze-bench failures: MB/s at 2M / at 20k = {ratio:.2} (linear cost: >= 0.5) {}",
         if ratio >= 0.5 { "PASS" } else { "FAIL" }
     );
-    let (lines, mbs, secs, _) = failure_run(&block, 100_000_000);
+    let (lines, mbs, cpu, wall, _) = failure_run(&block, 100_000_000);
     println!(
-        "analyze-bench failures: 100 MB ({lines} failure lines) in {secs:.2} s = {mbs:.1} MB/s (goal < 2 s) {}",
-        if secs < 2.0 { "PASS" } else { "FAIL" }
+        "analyze-bench failures: 100 MB ({lines} failure lines) in {cpu:.2} s CPU ({wall:.2} s wall) = {mbs:.1} MB/s (goal < 2 s) {}",
+        if cpu < 2.0 { "PASS" } else { "FAIL" }
     );
 }
