@@ -190,7 +190,7 @@ pub struct Collector {
     seen_by_source: HashMap<(String, u32), Vec<(Channel, u64)>>,
     /// Per file: failures seen in lines that name their process (per channel), and in lines that do
     /// not (an application's own error line): those are the same failures again as long as there
-    /// are no more of them than the file's best channel saw.
+    /// are no more of them than the file's best channel of lines with a pid saw.
     file_seen: HashMap<usize, (Vec<(Channel, u64)>, Vec<(Channel, u64)>)>,
     /// Failures not counted because another kind of output of the same process already had them.
     pub duplicates: u64,
@@ -293,8 +293,10 @@ impl Collector {
             }
             None => {
                 let mine = bump(anon, ch);
+                // compared with the lines that name a process only: a pasted report without pids
+                // mentions distinct failures in different wordings
                 let best_named = named.iter().map(|x| x.1).max().unwrap_or(0);
-                mine > best_named.max(others(anon, ch))
+                mine > best_named
             }
         };
         if !new {
