@@ -177,7 +177,7 @@ pub fn job_lines(a: &crate::Analysis, with_first: bool) -> Vec<String> {
     out.push(head);
     if !r.no_summary.is_empty() {
         out.push(format!(
-            "{} rank(s) ended without the exit summary (killed, crashed, or left through _exit()): {}",
+            "{} rank(s) without exit summary (kill, crash or _exit()): {}",
             r.no_summary.len(),
             rank_refs(&r.no_summary, 6)
         ));
