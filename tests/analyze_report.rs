@@ -59,7 +59,7 @@ const r = {
   timeline_scale: (() => { const t = document.getElementById('timeline'); return t ? t.getBoundingClientRect().width / t.viewBox.baseVal.width : 0; })(),
   timeline_right: (() => { const t = document.getElementById('timeline'); return t ? t.getBoundingClientRect().right : 0; })(),
   histogram_right: (() => { const t = document.getElementById('histogram'); return t ? t.getBoundingClientRect().right : 0; })(),
-  notes: Object.fromEntries(['matrix-note', 'timeline-note', 'hosts-note', 'histogram-note', 'killed', 'no-log', 'first-failure']
+  notes: Object.fromEntries(['matrix-note', 'timeline-note', 'hosts-note', 'histogram-note', 'no-summary', 'no-log', 'first-failure']
       .filter(id => document.getElementById(id)).map(id => [id, document.getElementById(id).textContent])),
   fixes_code: q('ul.fixes code').length,
   rescued_marks: q('#timeline .rescued').length,

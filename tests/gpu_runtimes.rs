@@ -243,9 +243,10 @@ fn warn_lines_show_the_current_device_like_nccl() {
             let recs = records(&f);
             let fail = recs.iter().find(|r| r.result == "error" && !r.probe).expect("a failed registration");
             let head = format!("{}:{}:{} [0] MRSHIM WARN {}(", host(), fail.pid, fail.tid, fail.call);
+            let kind = format!(", mem={}) failed: ", fail.mem_kind.expect("kind").name());
             assert!(
-                err.lines().any(|l| l.starts_with(&head)),
-                "{} rank {:?}: no line {head}\n{err}",
+                err.lines().any(|l| l.starts_with(&head) && l.contains(&kind)),
+                "{} rank {:?}: no line {head}...{kind}\n{err}",
                 rt.flag(),
                 fail.rank
             );

@@ -169,9 +169,11 @@ fn nccl_style_dlvsym_gets_the_wrappers_and_failures_warn_with_decoded_flags() {
     let warn: Vec<&str> = err.lines().filter(|l| l.contains("MRSHIM WARN")).collect();
     assert_eq!(warn.len(), 1, "{err}");
     let expect = format!(
-        "[-] MRSHIM WARN ibv_reg_mr_iova2(addr={a}, len=1048576, access=LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC|RELAXED_ORDERING, iova={a}) failed: EINVAL (22)",
-        a = f.addr.as_ref().unwrap()
+        "[-] MRSHIM WARN ibv_reg_mr_iova2(addr={a}, len=1048576, access=LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC|RELAXED_ORDERING, iova={a}, mem={k}) failed: EINVAL (22)",
+        a = f.addr.as_ref().unwrap(),
+        k = f.mem_kind.expect("the record's memory kind").name()
     );
+    assert_eq!(f.mem_kind, Some(MemKind::HostAnon), "the WARN line names the record's kind");
     assert!(warn[0].ends_with(&expect), "{}\n{expect}", warn[0]);
     assert!(warn[0].starts_with(&format!("{}:{}:", host(), f.pid)), "{}", warn[0]);
     // the 1.0 ABI is recorded with its version

@@ -79,7 +79,7 @@ fn nccl_style_consumer_injected_relaxed_ordering_einval_is_recorded_and_warned()
     let a = r.addr.as_ref().unwrap();
     assert_eq!(
         warn[0],
-        format!("{}:{}:{} [-] MRSHIM WARN ibv_reg_mr_iova2(addr={a}, len=1048576, access=LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC|RELAXED_ORDERING, iova={a}) failed: EINVAL (22)", host(), r.pid, r.tid)
+        format!("{}:{}:{} [-] MRSHIM WARN ibv_reg_mr_iova2(addr={a}, len=1048576, access=LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC|RELAXED_ORDERING, iova={a}, mem={}) failed: EINVAL (22)", host(), r.pid, r.tid, r.mem_kind.expect("kind").name())
     );
     assert_records_match_device(&recs, &sim_log(&dev), "nccl_style");
 }

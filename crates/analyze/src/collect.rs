@@ -55,6 +55,10 @@ pub struct Group {
     pub over_memlock: u64,
     pub injected: u64,
     pub zero_len_or_addr: u64,
+    /// Failures whose range was observed fully mapped.
+    pub mapped: u64,
+    /// Failures that asked for IBV_ACCESS_ON_DEMAND.
+    pub odp: u64,
     pub evidence: Vec<Evid>,
 }
 
@@ -152,6 +156,10 @@ pub struct Collector {
     pub points: Vec<Point>,
     point_stride: u64,
     point_seen: u64,
+    /// Failed points in `points` (the ones a halving keeps).
+    point_fails: usize,
+    /// Points not kept because the timeline was full of failures.
+    pub points_dropped: u64,
     /// Application calls by power-of-two size bucket and how they ended: [`FAILED`, `SUCCEEDED`,
     /// `RESCUED`] (a call mrshim rescued, or registered through a learned strategy, is a rescue,
     /// not also a failure: the application got its MR).
@@ -164,13 +172,42 @@ pub struct Collector {
     pub time_range: Option<(u64, u64)>,
     /// Known-issue patterns seen (index into the matcher's patterns) and where first.
     pub known_seen: BTreeMap<usize, Evid>,
-    /// Per process, call and errno: failures counted from each kind of output (record, MRSHIM WARN line,
-    /// MRSHIM summary, the library's own line). One failure shows up in several; the largest count wins.
-    seen_by_source: HashMap<(String, u32, String, Option<i32>), [u64; 4]>,
+    /// Per process (host, pid): failures seen in each kind of output ([`Channel`]: a record, a MRSHIM
+    /// WARN line, the MRSHIM summary, NCCL's line, UCX's line, the application's own line). One failure
+    /// shows up in several of them, under different call names and errno wordings; the channel that
+    /// saw the most stands for the process.
+    seen_by_source: HashMap<(String, u32), Vec<(Channel, u64)>>,
+    /// Per file: failures seen in lines that name their process (per channel), and in lines that do
+    /// not (an application's own error line): those are the same failures again as long as there
+    /// are no more of them than the file's best channel of lines with a pid saw.
+    file_seen: HashMap<usize, (Vec<(Channel, u64)>, Vec<(Channel, u64)>)>,
     /// Failures not counted because another kind of output of the same process already had them.
     pub duplicates: u64,
     /// `ibv_rereg_mr` records: all, refused by mrshim, failed.
     pub rereg: [u64; 3],
+}
+
+/// A kind of output a failure was seen in: where the line came from and which library printed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Channel(crate::event::Source, Lib);
+
+/// Counts one more sighting on `ch`; returns its count.
+fn bump(v: &mut Vec<(Channel, u64)>, ch: Channel) -> u64 {
+    match v.iter_mut().find(|x| x.0 == ch) {
+        Some(x) => {
+            x.1 += 1;
+            x.1
+        }
+        None => {
+            v.push((ch, 1));
+            1
+        }
+    }
+}
+
+/// The most any other channel saw.
+fn others(v: &[(Channel, u64)], ch: Channel) -> u64 {
+    v.iter().filter(|x| x.0 != ch).map(|x| x.1).max().unwrap_or(0)
 }
 
 fn rank_set_insert(s: &mut BTreeSet<i64>, r: Option<i64>) {
@@ -228,23 +265,33 @@ impl Collector {
         }
     }
 
-    /// False if this failure was already counted from another kind of output of the same process.
-    fn first_sighting(&mut self, r: &RegEv, host: &str) -> bool {
-        let Some(pid) = r.pid else { return true };
+    /// False if this failure was already counted from another kind of output of the same process
+    /// (or, for a line that names no process, of the same file).
+    fn first_sighting(&mut self, r: &RegEv, host: &str, file: usize) -> bool {
         if r.ok || r.attempt > 0 {
             return true;
         }
-        let call = r.call.trim_start_matches("ibv_").to_string();
-        let c = self.seen_by_source.entry((host.to_string(), pid, call, r.errno)).or_insert([0; 4]);
-        let i = r.source as usize;
-        c[i] += 1;
-        let others = c.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, n)| *n).max().unwrap_or(0);
-        if c[i] > others {
-            true
-        } else {
+        let ch = Channel(r.source, r.lib.unwrap_or(Lib::Text));
+        let (named, anon) = self.file_seen.entry(file).or_default();
+        let new = match r.pid {
+            Some(pid) => {
+                bump(named, ch);
+                let c = self.seen_by_source.entry((host.to_string(), pid)).or_default();
+                let mine = bump(c, ch);
+                mine > others(c, ch)
+            }
+            None => {
+                let mine = bump(anon, ch);
+                // compared with the lines that name a process only: a pasted report without pids
+                // mentions distinct failures in different wordings
+                let best_named = named.iter().map(|x| x.1).max().unwrap_or(0);
+                mine > best_named
+            }
+        };
+        if !new {
             self.duplicates += 1;
-            false
         }
+        new
     }
 
     pub fn add(&mut self, ev: Event, file: usize, line: u64, text: &str) {
@@ -363,7 +410,11 @@ impl Collector {
         };
         let mk = || Evid { file: file.to_string(), line: eline, text: clip(&etext) };
         let host = r.host.take().unwrap_or_default();
-        if !self.first_sighting(&r, &host) {
+        // the access mask says whether relaxed ordering was asked for (UCX prints `access=0x10000f`)
+        if r.relaxed.is_none() {
+            r.relaxed = r.access.map(|a| a & mrshim_access::RELAXED_ORDERING != 0);
+        }
+        if !self.first_sighting(&r, &host, file) {
             return;
         }
         let rank = r
@@ -446,7 +497,11 @@ impl Collector {
         g.iova_misaligned += r.iova_misaligned as u64;
         g.over_memlock += r.over_memlock as u64;
         g.injected += r.injected as u64;
-        g.zero_len_or_addr += (r.length == Some(0) || r.addr == Some(0)) as u64;
+        // a dmabuf registration has an offset, not an address; implicit ODP registers address 0 on purpose
+        let odp = r.access.is_some_and(|a| a & mrshim_access::ON_DEMAND != 0);
+        g.zero_len_or_addr += ((r.length == Some(0) || r.addr == Some(0)) && !r.call.contains("dmabuf") && !odp) as u64;
+        g.mapped += u64::from(!r.ok && r.mapped == Some(true));
+        g.odp += u64::from(!r.ok && odp);
         if g.evidence.len() < if r.ok { 1 } else { MAX_EVIDENCE } {
             g.evidence.push(mk());
         }
@@ -467,17 +522,24 @@ impl Collector {
             return;
         }
         if self.points.len() >= MAX_POINTS {
-            // halve the successes kept so far and sample more sparsely from now on
-            let mut i = 0u64;
-            self.points.retain(|p| {
-                i += 1;
-                p.failed() || i.is_multiple_of(2)
-            });
-            self.point_stride *= 2;
+            // Halve the successes kept so far and sample more sparsely from now on. Only while
+            // there are successes to drop: a timeline full of failures keeps the first ones and
+            // counts the rest, at no cost per further failure (each halving doubles the stride,
+            // so there are at most 64 of them).
+            if self.point_fails < self.points.len() {
+                let mut i = 0u64;
+                self.points.retain(|p| {
+                    i += 1;
+                    p.failed() || i.is_multiple_of(2)
+                });
+                self.point_stride = self.point_stride.saturating_mul(2);
+            }
             if self.points.len() >= MAX_POINTS {
+                self.points_dropped += 1;
                 return;
             }
         }
+        self.point_fails += usize::from(!ok);
         self.points.push(Point {
             host: host.to_string(),
             rank,

@@ -90,6 +90,9 @@ pub struct RegEv {
     pub length: Option<u64>,
     pub addr: Option<u64>,
     pub relaxed: Option<bool>,
+    /// The range was fully mapped (`mem_fully_mapped`, or a MRSHIM WARN line naming a host kind
+    /// without "not fully mapped"): observed, not guessed.
+    pub mapped: Option<bool>,
     pub iova_misaligned: bool,
     pub over_memlock: bool,
     pub memlock: Option<Option<u64>>,
@@ -157,6 +160,9 @@ pub enum Flag {
     P2pPinFail,
     /// The process had CAP_IPC_LOCK (memlock does not apply).
     IpcLock,
+    /// The program says it will ask for IBV_ACCESS_RELAXED_ORDERING (Mooncake's "[RDMA TENT] ...
+    /// IBV_ACCESS_RELAXED_ORDERING will be enabled", and the like).
+    RoRequested,
 }
 
 #[derive(Debug, Clone)]

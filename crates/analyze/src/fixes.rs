@@ -53,10 +53,17 @@ pub fn gpu_peer_memory(p: &str, vendor: GpuVendor, efault: bool) -> Vec<String> 
 
 pub fn relaxed(p: &str) -> Vec<String> {
     vec![
-        format!("{p}_IB_PCI_RELAXED_ORDERING=0 (registration without IBV_ACCESS_RELAXED_ORDERING)"),
+        format!("{p}_IB_PCI_RELAXED_ORDERING=0 (registration without IBV_ACCESS_RELAXED_ORDERING); UCX: UCX_IB_PCI_RELAXED_ORDERING=off; Mooncake: MC_IB_PCI_RELAXED_ORDERING=0; another engine: its own relaxed-ordering switch"),
         "update the NIC firmware and rdma-core: relaxed ordering needs device support, which rdma-core otherwise masks off itself".into(),
         "check PCIe relaxed ordering on the NIC (`mrshim doctor`, `lspci -vvv | grep RlxdOrd`) and in the BIOS".into(),
     ]
+}
+
+pub fn odp() -> Vec<String> {
+    v(&[
+        "register pinned memory instead: drop IBV_ACCESS_ON_DEMAND (UCX: leave `odp` out of UCX_IB_REG_METHODS, e.g. UCX_IB_REG_METHODS=rcache,direct)",
+        "`ibv_devinfo -v | grep -iA6 odp` shows whether the device supports On-Demand Paging (rxe, siw and EFA do not; mlx5 needs ODP-capable firmware)",
+    ])
 }
 
 pub fn iova() -> Vec<String> {
@@ -124,7 +131,8 @@ pub fn check(cat: &str) -> &'static str {
     match cat {
         "memlock-limit" => "inside a rank (not your login shell): `cat /proc/$$/limits | grep 'Max locked memory'` or `mpirun ... bash -c 'ulimit -l'`; unlimited (or CAP_IPC_LOCK) rules it out",
         "gpu-peer-memory" => "`lsmod | grep -E 'nvidia_peermem|nv_peer_mem|amdgpu'` and `mrshim doctor` on the failing node; host memory registering while GPU memory fails confirms it",
-        "relaxed-ordering" => "rerun with NCCL_IB_PCI_RELAXED_ORDERING=0 (or under `mrshim exec` with MRSHIM_RETRY=drop-relaxed-ordering): still failing rules it out",
+        "relaxed-ordering" => "rerun with relaxed ordering off — NCCL_IB_PCI_RELAXED_ORDERING=0, UCX_IB_PCI_RELAXED_ORDERING=off, the engine's own switch (Mooncake: MC_IB_PCI_RELAXED_ORDERING=0) — or under `mrshim exec` with MRSHIM_RETRY=drop-relaxed-ordering: working confirms it, still failing rules it out",
+        "odp-unsupported" => "`ibv_devinfo -v | grep -iA6 odp` on the failing node: no ODP capabilities confirms it; the failing records' access has ON_DEMAND",
         "iova-alignment" => "rerun under `mrshim exec`: the records show iova_page_offset != addr_page_offset",
         "access-flags" => "rerun under `mrshim exec`: the records show the mapping (mem_kind file-readonly) and the access bits asked for",
         "version-mismatch" => "`ibv_devinfo -v`, `ofed_info -s`, `modinfo mlx5_core | grep version` and the library versions on every node; `mrshim doctor --compare`",

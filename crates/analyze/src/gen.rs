@@ -37,6 +37,33 @@ pub fn block(target: usize) -> Vec<u8> {
     out
 }
 
+/// A block of failure lines only, about `target` bytes, in the forms a failing job prints them:
+/// shim records, MRSHIM WARN lines, NCCL WARN lines, UCX errors, libfabric/application lines.
+/// Each form has its own processes (so none is a duplicate of another), over 4096 pids.
+pub fn failure_block(target: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(target + 4096);
+    let mut i: u64 = 0;
+    while out.len() < target {
+        i += 1;
+        let host = format!("node{:04}", i % 512);
+        let pid = 10_000 + (i % 4096) * 5;
+        let addr = 0x7f00_0000_0000u64 + (i % 100_000) * 0x20_0000;
+        let line = match i % 5 {
+            0 => format!(
+                "{{\"v\":1,\"kind\":\"reg\",\"seq\":{i},\"time_ns\":{},\"host\":\"{host}\",\"pid\":{pid},\"tid\":{pid},\"rank\":{},\"call\":\"ibv_reg_mr_iova2\",\"device\":\"mlx5_0\",\"addr\":\"{addr:#x}\",\"length\":2097152,\"access\":1048591,\"relaxed_ordering\":true,\"mem_kind\":\"device\",\"registered_bytes\":0,\"result\":\"error\",\"errno\":22,\"errno_name\":\"EINVAL\",\"duration_ns\":2100}}\n",
+                1_764_700_000_000_000_000u64 + i * 1000,
+                i % 4096
+            ),
+            1 => format!("{host}:{}:{} [0] MRSHIM WARN ibv_reg_mr_iova2(addr={addr:#x}, len=2097152, access=LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC|RELAXED_ORDERING, iova={addr:#x}, mem=device) failed: EINVAL (22)\n", pid + 1, pid + 1),
+            2 => format!("{host}:{}:{} [3] misc/ibvwrap.cc:188 NCCL WARN Call to ibv_reg_mr_iova2 failed with error Invalid argument\n", pid + 2, pid + 3),
+            3 => format!("[1764700000.{:06}] [{host}:{}:0]           ib_md.c:293  UCX  ERROR ibv_reg_mr(address={addr:#x}, length=1048576, access=0x10000f) failed: Invalid argument\n", i % 1_000_000, pid + 3),
+            _ => format!("libfabric:{}:1764700000::verbs:mr:vrb_mr_reg_common():83<warn> Unable to register memory region: Cannot allocate memory (12)\n", pid + 4),
+        };
+        out.extend_from_slice(line.as_bytes());
+    }
+    out
+}
+
 /// Repeats a block until `total` bytes were produced (cut at a line boundary at the end).
 pub struct Repeat {
     block: Vec<u8>,

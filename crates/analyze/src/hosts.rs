@@ -26,6 +26,9 @@ pub struct HostRow {
     /// Calls a retry strategy of the shim registered after all.
     pub rescued: u64,
     /// Ranks on this host whose log ends without a summary.
+    /// Ranks whose log ends without the exit summary.
+    pub no_summary: u64,
+    /// The same count under its first name (fields are never renamed within a schema version).
     pub killed: u64,
     /// Time of the host's first failure (ns, when the records are timed).
     pub first_failure_ns: Option<u64>,
@@ -86,8 +89,9 @@ pub fn rows(c: &Collector, ranks: &RankReport) -> Vec<HostRow> {
             row.first_failure_ns = Some(row.first_failure_ns.map_or(t, |x| x.min(t)));
         }
     }
-    for k in &ranks.killed {
+    for k in &ranks.no_summary {
         if let Some(row) = m.get_mut(k.host.as_str()) {
+            row.no_summary += 1;
             row.killed += 1;
         }
     }

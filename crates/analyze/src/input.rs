@@ -98,12 +98,22 @@ pub fn open(src: &Source) -> io::Result<Box<dyn BufRead>> {
     }
 }
 
-/// Yields lines without their terminator, at most [`MAX_LINE`] bytes each.
+/// Yields lines without their terminator, at most [`MAX_LINE`] bytes each. A carriage return alone
+/// also ends a line: progress bars (tqdm, pip, wget) redraw themselves with `\r` and no `\n`, so a
+/// job's output can hold megabytes of them before the next newline, and the failure printed after
+/// them is a line of its own. `\r\n` is one terminator. [`Lines::line_no`] is the physical line
+/// (counted in `\n`s) a piece came from, so evidence points where an editor shows it.
 pub struct Lines<R> {
     inner: R,
     buf: Vec<u8>,
     /// Bytes of the reader's buffer handed out by the last call, consumed on the next one.
     pending: usize,
+    /// The last piece ended with a `\r` at the end of the reader's buffer: a `\n` right after it
+    /// belongs to the same terminator.
+    after_cr: bool,
+    /// Physical line of the piece last returned (1-based), and of the next one.
+    pub line_no: u64,
+    next_no: u64,
     /// Lines that were longer than the cap.
     pub truncated: u64,
     pub bytes: u64,
@@ -111,24 +121,55 @@ pub struct Lines<R> {
 
 impl<R: BufRead> Lines<R> {
     pub fn new(inner: R) -> Self {
-        Lines { inner, buf: Vec::with_capacity(4096), pending: 0, truncated: 0, bytes: 0 }
+        Lines {
+            inner,
+            buf: Vec::with_capacity(4096),
+            pending: 0,
+            after_cr: false,
+            line_no: 0,
+            next_no: 1,
+            truncated: 0,
+            bytes: 0,
+        }
     }
 
-    /// The next line, or `None` at the end. An I/O error mid-stream (e.g. truncated gzip) is returned.
-    pub fn next_line(&mut self) -> io::Result<Option<&[u8]>> {
+    /// The next line with its physical line number, or `None` at the end. An I/O error mid-stream
+    /// (e.g. truncated gzip) is returned.
+    pub fn next_line(&mut self) -> io::Result<Option<(u64, &[u8])>> {
         self.inner.consume(std::mem::take(&mut self.pending));
-        // fast path: the whole line is in the reader's buffer, hand it out without copying
+        if std::mem::take(&mut self.after_cr) {
+            if let Ok(avail) = self.inner.fill_buf() {
+                if avail.first() == Some(&b'\n') {
+                    self.inner.consume(1);
+                    self.bytes += 1;
+                    self.next_no += 1;
+                }
+            }
+        }
+        self.line_no = self.next_no;
+        // fast path: the whole line and its terminator are in the reader's buffer, hand it out
+        // without copying
         let found = match self.inner.fill_buf() {
-            Ok(avail) => memchr::memchr(b'\n', avail).filter(|&i| i <= MAX_LINE),
+            Ok(avail) => memchr::memchr2(b'\n', b'\r', avail).filter(|&i| i <= MAX_LINE).and_then(|i| {
+                match avail[i] {
+                    b'\n' => Some((i, i + 1, true)),
+                    _ if i + 1 < avail.len() => {
+                        let lf = avail[i + 1] == b'\n';
+                        Some((i, i + 1 + usize::from(lf), lf))
+                    }
+                    // a \r at the end of the buffer: whether a \n follows is not known yet
+                    _ => None,
+                }
+            }),
             Err(_) => None,
         };
-        if let Some(i) = found {
-            self.pending = i + 1;
-            self.bytes += i as u64 + 1;
+        if let Some((i, used, newline)) = found {
+            self.pending = used;
+            self.bytes += used as u64;
+            self.next_no += u64::from(newline);
             // a second fill_buf returns the same buffered bytes without reading
             let avail = self.inner.fill_buf()?;
-            let line = &avail[..i];
-            return Ok(Some(line.strip_suffix(b"\r").unwrap_or(line)));
+            return Ok(Some((self.line_no, &avail[..i])));
         }
         self.buf.clear();
         let mut any = false;
@@ -152,29 +193,37 @@ impl<R: BufRead> Lines<R> {
                 break;
             }
             any = true;
-            let (take, done) = match memchr::memchr(b'\n', avail) {
-                Some(i) => (i, true),
-                None => (avail.len(), false),
+            let (take, end) = match memchr::memchr2(b'\n', b'\r', avail) {
+                Some(i) => (i, Some(avail[i])),
+                None => (avail.len(), None),
             };
             let room = MAX_LINE.saturating_sub(self.buf.len());
             if take > room {
                 cut = true;
             }
             self.buf.extend_from_slice(&avail[..take.min(room)]);
-            let used = if done { take + 1 } else { take };
+            let mut used = take + usize::from(end.is_some());
+            match end {
+                Some(b'\n') => self.next_no += 1,
+                Some(_) if used < avail.len() => {
+                    if avail[used] == b'\n' {
+                        used += 1;
+                        self.next_no += 1;
+                    }
+                }
+                Some(_) => self.after_cr = true,
+                None => {}
+            }
             self.bytes += used as u64;
             self.inner.consume(used);
-            if done {
+            if end.is_some() {
                 break;
             }
         }
         if cut {
             self.truncated += 1;
         }
-        if self.buf.last() == Some(&b'\r') {
-            self.buf.pop();
-        }
-        Ok(Some(&self.buf))
+        Ok(Some((self.line_no, &self.buf)))
     }
 }
 
@@ -186,10 +235,60 @@ mod tests {
         let mut data = vec![b'a'; MAX_LINE + 10];
         data.extend_from_slice(b"\nshort\r\nlast");
         let mut l = Lines::new(&data[..]);
-        assert_eq!(l.next_line().unwrap().unwrap().len(), MAX_LINE);
-        assert_eq!(l.next_line().unwrap().unwrap(), b"short");
-        assert_eq!(l.next_line().unwrap().unwrap(), b"last");
+        assert_eq!(l.next_line().unwrap().unwrap().1.len(), MAX_LINE);
+        assert_eq!(l.next_line().unwrap().unwrap(), (2, &b"short"[..]));
+        assert_eq!(l.next_line().unwrap().unwrap(), (3, &b"last"[..]));
         assert!(l.next_line().unwrap().is_none());
         assert_eq!(l.truncated, 1);
+    }
+
+    /// Every line of `data` with its physical line number, read through a reader that hands out
+    /// `chunk` bytes at a time (so terminators fall on buffer boundaries).
+    fn all(data: &[u8], chunk: usize) -> Vec<(u64, String)> {
+        let r = std::io::BufReader::with_capacity(chunk, data);
+        let mut l = Lines::new(r);
+        let mut out = Vec::new();
+        while let Some((n, b)) = l.next_line().unwrap() {
+            out.push((n, String::from_utf8_lossy(b).into_owned()));
+        }
+        assert_eq!(l.bytes, data.len() as u64, "every byte counted once");
+        out
+    }
+
+    /// A carriage return ends a line (progress bars), `\r\n` is one terminator, and the line
+    /// numbers are the physical ones, whatever the buffer boundaries.
+    #[test]
+    fn carriage_returns_split_lines() {
+        let data = b"a\r\nprogress 1%\rprogress 2%\rfailed: ibv_reg_mr\nlast\r\n\rx";
+        let want: Vec<(u64, String)> = [
+            (1, "a"),
+            (2, "progress 1%"),
+            (2, "progress 2%"),
+            (2, "failed: ibv_reg_mr"),
+            (3, "last"),
+            (4, ""),
+            (4, "x"),
+        ]
+        .iter()
+        .map(|(n, s)| (*n, s.to_string()))
+        .collect();
+        for chunk in [1, 2, 3, 5, 7, 64, 4096] {
+            assert_eq!(all(data, chunk), want, "chunk {chunk}");
+        }
+    }
+
+    /// A failure after more than MAX_LINE bytes of `\r` progress output on one physical line.
+    #[test]
+    fn a_line_after_a_long_progress_bar_is_whole() {
+        let mut data = Vec::new();
+        let mut i = 0;
+        while data.len() < MAX_LINE + (MAX_LINE >> 1) {
+            data.extend_from_slice(format!("{i:>6}/100000 [00:01<00:00, 9000.00it/s]\r").as_bytes());
+            i += 1;
+        }
+        data.extend_from_slice(b"ibv_reg_mr failed: Cannot allocate memory\n");
+        let l = all(&data, 256 << 10);
+        assert_eq!(l.last().unwrap(), &(1, "ibv_reg_mr failed: Cannot allocate memory".to_string()));
+        assert_eq!(l.len(), i + 1);
     }
 }

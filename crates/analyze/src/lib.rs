@@ -136,8 +136,9 @@ fn read_stream(name: &str, mut r: Box<dyn std::io::BufRead>, parser: &mut parse:
     let (mut binary, mut lossy, mut recognised) = (0u64, 0u64, 0u64);
     loop {
         match lines.next_line() {
-            Ok(Some(b)) => {
-                n += 1;
+            Ok(Some((no, b))) => {
+                // pieces of one physical line (split at `\r`) share its number
+                n = no;
                 if memchr::memchr(0, b).is_some() {
                     binary += 1;
                     continue;

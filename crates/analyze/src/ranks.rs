@@ -1,7 +1,8 @@
 //! Who is missing: every process (file, pid) with its host, rank, registrations and whether its shim log
 //! ended with the exit summary. From these and the job's world size, the way PyTorch's Flight Recorder
 //! tooling names ranks: the first to fail (by time), the ones that never reached a registration, and the
-//! ones whose log stops without a summary (killed, or crashed, before exit).
+//! ones whose log stops without a summary: killed by a signal, crashed, or ended through `_exit()` (which
+//! skips the exit handlers the summary is written from) — a log alone cannot tell which.
 use rustc_hash::FxHashMap as HashMap;
 use serde::Serialize;
 use std::collections::BTreeSet;
@@ -95,7 +96,12 @@ pub struct RankReport {
     pub no_log: Vec<i64>,
     /// Shim logs without any call: started, never registered, no summary.
     pub no_registration: Vec<RankRef>,
-    /// Shim logs that stop without the exit summary: killed, or crashed, before a normal exit.
+    /// Shim logs that stop without the exit summary: killed by a signal, crashed, or ended through
+    /// `_exit()` (a forked child's usual end, which runs no exit handlers). Not "killed": the log
+    /// does not say which.
+    pub no_summary: Vec<RankRef>,
+    /// The same list under its first name (`mrshim_analyze: 1` never renames a field); it never
+    /// meant a kill was seen.
     pub killed: Vec<RankRef>,
     pub notes: Vec<String>,
 }
@@ -145,9 +151,10 @@ impl RankReport {
             if x.regs == 0 {
                 r.no_registration.push(rref(x));
             } else {
-                r.killed.push(rref(x));
+                r.no_summary.push(rref(x));
             }
         }
+        r.killed = r.no_summary.clone();
         if let Some(w) = r.world_size {
             // only meaningful when the logs are the job's shim logs (ranks known)
             if r.shim_logs > 0 && !seen.is_empty() {
@@ -157,6 +164,6 @@ impl RankReport {
         r
     }
     pub fn is_empty(&self) -> bool {
-        self.no_log.is_empty() && self.no_registration.is_empty() && self.killed.is_empty()
+        self.no_log.is_empty() && self.no_registration.is_empty() && self.no_summary.is_empty()
     }
 }

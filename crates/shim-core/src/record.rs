@@ -217,8 +217,14 @@ impl Shim {
             _ => registered_before,
         };
         let failed = !out.ok() && !probe && app_call;
-        if failed && cfg.warn {
-            stderr_line(&self.warn_line(a, out));
+        // the memory behind a failed call is looked up once, for the WARN line and the record
+        let mut mem = None;
+        if failed && cfg.warn && call != Call::DeregMr && call != Call::ReregMr {
+            let m = self.memory(asked, asked.is_probe(), true, d.t0, backend);
+            stderr_line(&self.warn_line(a, out, Some((m.kind, m.fully_mapped))));
+            mem = Some(m);
+        } else if failed && cfg.warn {
+            stderr_line(&self.warn_line(a, out, None));
         }
         if !recording || (cfg.level == Level::Failures && out.ok() && !probe) {
             return;
@@ -268,7 +274,7 @@ impl Shim {
             l.access = Some(asked.access);
             l.dmabuf_fd = a.dmabuf_fd;
             l.dmabuf_offset = a.dmabuf_offset;
-            let m = self.memory(asked, asked.is_probe(), !out.ok(), t0, backend);
+            let m = mem.unwrap_or_else(|| self.memory(asked, asked.is_probe(), !out.ok(), t0, backend));
             l.mem_kind = Some(m.kind);
             l.mem_region = m.region;
             l.mem_fully_mapped = m.fully_mapped;

@@ -49,8 +49,11 @@ impl Shim {
         line_prefix(&self.host, self.pid.load(Relaxed), tid(), device)
     }
 
-    /// `host:pid:tid [dev] MRSHIM WARN ibv_reg_mr_iova2(addr=0x..., len=..., access=..., iova=0x...) failed: EINVAL (22)`
-    pub fn warn_line(&self, a: &RegArgs, out: &Outcome) -> String {
+    /// `host:pid:tid [dev] MRSHIM WARN ibv_reg_mr_iova2(addr=0x..., len=..., access=..., iova=0x...,
+    /// mem=host-anon) failed: EINVAL (22)`. `mem` is the memory kind of the range as a record names
+    /// it, with ` (not fully mapped)` when part of the range has no mapping: the line alone (a job's
+    /// stderr) then tells host from GPU memory, as the record does.
+    pub fn warn_line(&self, a: &RegArgs, out: &Outcome, mem: Option<(mrshim_record::MemKind, Option<bool>)>) -> String {
         let acc = mrshim_verbs::access::describe(a.access);
         let args = match a.call() {
             Call::RegMr => format!("addr={:#x}, len={}, access={acc}", a.addr, a.length),
@@ -65,6 +68,13 @@ impl Shim {
                 a.dmabuf_fd.unwrap_or(-1)
             ),
             Call::DeregMr | Call::ReregMr => format!("mr={:#x}", a.mr),
+        };
+        let args = match mem {
+            Some((k, Some(false))) if k != mrshim_record::MemKind::Unmapped => {
+                format!("{args}, mem={} (not fully mapped)", k.name())
+            }
+            Some((k, _)) => format!("{args}, mem={}", k.name()),
+            None => args,
         };
         let e = match mrshim_verbs::errno::name(out.err) {
             Some(n) => format!("{n} ({})", out.err),

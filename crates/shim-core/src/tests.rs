@@ -186,8 +186,8 @@ fn failure_warn_line_and_failures_level() {
     assert_eq!(r.errno_name.as_deref(), Some("EINVAL"));
     assert_eq!(r.mr, None);
     assert_eq!(r.mem_kind, Some(MemKind::Unmapped));
-    let w = s.warn_line(&bad, &out);
-    let tail = " MRSHIM WARN ibv_reg_mr_iova2(addr=0x7f0000001000, len=4096, access=LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC|RELAXED_ORDERING, iova=0x7f0000001000) failed: EINVAL (22)";
+    let w = s.warn_line(&bad, &out, Some((MemKind::Unmapped, Some(false))));
+    let tail = " MRSHIM WARN ibv_reg_mr_iova2(addr=0x7f0000001000, len=4096, access=LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC|RELAXED_ORDERING, iova=0x7f0000001000, mem=unmapped) failed: EINVAL (22)";
     assert!(w.ends_with(tail), "{w}");
     assert!(w.starts_with(&format!("{}:{}:", ident::hostname(), std::process::id())), "{w}");
     assert!(w.contains(" [-] MRSHIM WARN"), "the bracket is the GPU device (none here), not rank 5: {w}");

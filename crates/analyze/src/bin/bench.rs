@@ -1,5 +1,8 @@
 //! analyze throughput on a generated 1 GiB mixed log, one thread: `cargo run --release -p mrshim-analyze
 //! --bin analyze-bench [-- BYTES]`. Prints MB/s; the goal is >= 200 MB/s. Not part of the test suite.
+//! `analyze-bench failures`: input made of failure lines only (records, MRSHIM WARN, NCCL WARN, UCX and
+//! libfabric lines): MB/s at 20k, 200k and 2M failure lines side by side (the cost per line must not
+//! grow with their number), and PASS/FAIL for 100 MB of them in under 2 s.
 //! `analyze-bench job DIR [REGS]` writes the synthetic 4096-rank job instead (512 hosts x 8 ranks, 3 with a
 //! 64 KiB memlock; REGS registrations per rank, default 128 = about 450 MB) to time `mrshim analyze DIR`.
 use mrshim_analyze::gen;
@@ -12,6 +15,10 @@ fn main() {
         let regs = std::env::args().nth(3).and_then(|a| a.parse().ok()).unwrap_or(128);
         let bytes = gen::job(dir.as_ref(), &gen::JobSpec::cluster(regs)).expect("write the job");
         println!("analyze-bench: wrote {:.1} MB in 4096 files to {dir}", bytes as f64 / 1e6);
+        return;
+    }
+    if std::env::args().nth(1).as_deref() == Some("failures") {
+        failures();
         return;
     }
     let total: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1 << 30);
@@ -38,4 +45,41 @@ fn main() {
 /// Nanoseconds this process spent on a CPU (first field of /proc/self/schedstat): unaffected by other load.
 fn cpu_ns() -> Option<u64> {
     std::fs::read_to_string("/proc/self/schedstat").ok()?.split_whitespace().next()?.parse().ok()
+}
+
+/// One run over `bytes` of failure lines: (failure lines, MB/s per CPU-second, CPU seconds, wall
+/// seconds, failures counted). CPU time is what the goal is judged on: on a shared machine wall
+/// time is mostly the other processes' (wall is printed beside it).
+fn failure_run(block: &[u8], bytes: u64) -> (u64, f64, f64, f64, u64) {
+    let reader = BufReader::with_capacity(256 << 10, gen::Repeat::new(block.to_vec(), bytes));
+    let cpu0 = cpu_ns();
+    let t = Instant::now();
+    let a = mrshim_analyze::analyze_readers(vec![("failures".into(), Box::new(reader))]);
+    let wall = t.elapsed().as_secs_f64();
+    let cpu = cpu_ns().zip(cpu0).map(|(b, a)| (b - a) as f64 / 1e9).unwrap_or(wall);
+    let lines: u64 = a.col.files.iter().map(|f| f.lines).sum();
+    (lines, bytes as f64 / 1e6 / cpu, cpu, wall, a.failed())
+}
+
+fn failures() {
+    let block = gen::failure_block(8 << 20);
+    let per_line = block.len() as f64 / block.iter().filter(|b| **b == b'\n').count() as f64;
+    let mut rates = Vec::new();
+    for n in [20_000u64, 200_000, 2_000_000] {
+        let (lines, mbs, cpu, wall, failed) = failure_run(&block, (n as f64 * per_line) as u64);
+        println!(
+            "analyze-bench failures: {lines:>9} failure lines: {mbs:7.1} MB/s per CPU-second ({cpu:.2} s CPU, {wall:.2} s wall, {failed} failures counted)"
+        );
+        rates.push(mbs);
+    }
+    let ratio = rates[2] / rates[0];
+    println!(
+        "analyze-bench failures: MB/s at 2M / at 20k = {ratio:.2} (linear cost: >= 0.5) {}",
+        if ratio >= 0.5 { "PASS" } else { "FAIL" }
+    );
+    let (lines, mbs, cpu, wall, _) = failure_run(&block, 100_000_000);
+    println!(
+        "analyze-bench failures: 100 MB ({lines} failure lines) in {cpu:.2} s CPU ({wall:.2} s wall) = {mbs:.1} MB/s (goal < 2 s) {}",
+        if cpu < 2.0 { "PASS" } else { "FAIL" }
+    );
 }

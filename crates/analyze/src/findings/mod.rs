@@ -11,8 +11,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 mod rules;
 use rules::*;
+#[cfg(test)]
+mod tests;
 
-pub const CATEGORIES: [&str; 11] = [
+pub const CATEGORIES: [&str; 12] = [
     "memlock-limit",
     "gpu-peer-memory",
     "relaxed-ordering",
@@ -23,6 +25,7 @@ pub const CATEGORIES: [&str; 11] = [
     "resource-exhaustion",
     "permissions",
     "dmabuf-unsupported",
+    "odp-unsupported",
     "unknown",
 ];
 
@@ -131,14 +134,26 @@ impl<'a> View<'a> {
         let hf = self.c.hosts.get(host)?;
         hf.memlock.iter().find(|(k, _)| k.is_some()).or_else(|| hf.memlock.iter().next()).map(|(_, e)| e.clone())
     }
+    /// GPU memory is being registered, or a library that mostly registers GPU memory failed.
     fn gdr_context(&self) -> bool {
+        self.gdr_evidence() || self.gpu_library()
+    }
+    /// The input says GPU memory is registered (GPUDirect RDMA on, a GPU context line): evidence.
+    fn gdr_evidence(&self) -> bool {
         self.flag(Flag::GdrOn).is_some()
             || self.flag(Flag::GpuContext).is_some()
             || self.runs.iter().any(|r| r.gdr == Some(true))
-            || self
-                .fails
-                .iter()
-                .any(|g| matches!(g.0.lib, Lib::Mccl | Lib::Rccl) || g.0.lib.registers_gpu() && g.0.lib != Lib::Nccl)
+    }
+    /// A failing library that usually registers GPU memory (RCCL, MCCL, NVSHMEM, Mooncake, NIXL...):
+    /// a prior only — they register host memory too, and the name does not say which this was.
+    fn gpu_library(&self) -> bool {
+        self.fails
+            .iter()
+            .any(|g| matches!(g.0.lib, Lib::Mccl | Lib::Rccl) || g.0.lib.registers_gpu() && g.0.lib != Lib::Nccl)
+    }
+    /// Failed application calls a retry strategy then registered (or a learned one registered).
+    fn rescued_by(&self, s: &str) -> u64 {
+        self.c.retries.get(&(s.to_string(), true)).copied().unwrap_or(0)
     }
     /// Strategies the shim tried that never worked (evidence against their category).
     fn failed_strategy(&self, s: &str) -> bool {
@@ -163,6 +178,13 @@ struct Cand<'a> {
     why: Vec<String>,
     fixes: Vec<String>,
     retry: Option<&'static str>,
+    /// Part of `score` that is a reading of the call, errno and memory kind rather than something
+    /// the input shows (not counted as evidence).
+    hint: f64,
+    /// The evidence puts this cause among the first two, whatever the priors say.
+    top_two: bool,
+    /// A sentence for the end of the explanation (what the stack's defaults mean here).
+    note: Option<String>,
 }
 
 impl<'a> Cand<'a> {
@@ -178,7 +200,15 @@ impl<'a> Cand<'a> {
             why: vec![],
             fixes: vec![],
             retry: None,
+            hint: 0.0,
+            top_two: false,
+            note: None,
         }
+    }
+    /// Like [`Cand::add`], but a reading, not an observation: it ranks, it does not confirm.
+    fn guess(&mut self, w: f64, why: impl Into<String>) {
+        self.add(w, why, None);
+        self.hint += w;
     }
     fn add(&mut self, w: f64, why: impl Into<String>, e: Option<&Evid>) {
         self.score += w;
@@ -327,6 +357,13 @@ fn ruled_out(v: &View) -> Vec<RuledOut> {
             });
         }
     }
+    let observed_mapped = v.fails.iter().all(|(_, g)| g.mapped == g.count && g.zero_len_or_addr == 0);
+    if !v.fails.is_empty() && observed_mapped {
+        out.push(RuledOut {
+            category: "address-invalid",
+            reason: "every failed range was mapped in full when it failed (mem_fully_mapped: true)".into(),
+        });
+    }
     if v.failed_strategy("realign-iova") {
         out.push(RuledOut {
             category: "iova-alignment",
@@ -359,10 +396,12 @@ pub fn diagnose(col: &Collector) -> (Vec<Finding>, Vec<RuledOut>) {
         address_invalid(&v),
         permissions(&v),
         dmabuf_unsupported(&v),
+        odp_unsupported(&v),
     ];
+    rescues(&v, &mut cands);
     // what the input says counts as evidence; the priors rank what it does not decide
     for c in cands.iter_mut() {
-        c.evidence = c.score;
+        c.evidence = c.score - c.hint;
     }
     let total = sum(&v.fails).max(1) as f64;
     let gpuish = v.gdr_context();
@@ -413,6 +452,13 @@ pub fn diagnose(col: &Collector) -> (Vec<Finding>, Vec<RuledOut>) {
     // a hypothesis held up by priors alone is listed only while it is within reach of the best one
     let best = cands.first().map_or(0.0, |c| c.score);
     cands.retain(|c| c.evidence >= 1.0 || c.score >= 0.15 * best);
+    // a cause the evidence puts among the first two stays there
+    if let Some(i) = cands.iter().position(|c| c.top_two) {
+        if i > 1 {
+            let c = cands.remove(i);
+            cands.insert(1, c);
+        }
+    }
     cands.truncate(4);
     for c in cands.iter_mut() {
         if c.groups.is_empty() {
@@ -504,6 +550,9 @@ fn finish(v: &View, c: Cand) -> Finding {
             "mrshim rescued {rescued} call(s) with retry strategy {}.",
             strategies.into_iter().collect::<Vec<_>>().join(", ")
         ));
+    }
+    if let Some(n) = &c.note {
+        why.push(n.clone());
     }
     let mut fixes = c.fixes.clone();
     if let Some(r) = c.retry {

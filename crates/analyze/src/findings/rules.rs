@@ -33,9 +33,13 @@ pub(super) fn gpu_peer_memory<'a>(v: &View<'a>) -> Cand<'a> {
             c.score -= 1.0;
             c.why.push(format!("Note: {ok_dev} device-memory registration(s) did succeed."));
         }
-    } else if gdr && !unknown.is_empty() {
+    } else if v.gdr_evidence() && !unknown.is_empty() {
         let enomem = errnos_of(&unknown).first().map(|x| x.0) == Some(ENOMEM);
         c.add(if enomem { 0.5 } else { 1.5 }, format!("{} registration(s) failed with {} while GPUDirect RDMA was in use (GPU buffers registered with the NIC).", sum(&unknown), describe_errnos(&unknown)), v.flag(Flag::GdrOn).or(v.flag(Flag::GpuContext)));
+        c.groups.extend(unknown.iter().copied());
+    } else if gdr && !unknown.is_empty() {
+        // the library's name is a prior, not an observation: such libraries register host memory too
+        c.guess(0.8, format!("{} registration(s) of memory of unknown kind failed with {}; the library often registers GPU memory, but nothing here says this was GPU memory.", sum(&unknown), describe_errnos(&unknown)));
         c.groups.extend(unknown.iter().copied());
     } else if let Some(e) = v.flag(Flag::GeforceGpu).or(v.flag(Flag::P2pPinFail)) {
         c.add(0.5, "", Some(e));
@@ -330,11 +334,55 @@ pub(super) fn relaxed_ordering<'a>(v: &View<'a>) -> Cand<'a> {
             c.groups = iova_only;
         }
     }
+    // Relaxed ordering asked for on every failing registration of host memory, with the errnos a
+    // device or platform that refuses it gives: no contrast is needed to put it among the first two
+    // (a single failing run never has registrations without it to compare with).
+    let refusal = |e: Option<i32>| matches!(e, Some(EINVAL) | Some(EFAULT) | Some(EOPNOTSUPP));
+    let host_fails = v.fail_where(|k, _| k.mem != Some(MemKind::Device) && k.mem != Some(MemKind::Unmapped));
+    let requested = v.flag(Flag::RoRequested);
+    let all_ro = !host_fails.is_empty()
+        && host_fails.iter().all(|(k, _)| refusal(k.errno))
+        && host_fails.iter().all(|(k, _)| k.relaxed == Some(true) || (k.relaxed.is_none() && requested.is_some()));
+    if all_ro && noro_fail.is_empty() {
+        let how = if host_fails.iter().all(|(k, _)| k.relaxed == Some(true)) {
+            "its access mask has IBV_ACCESS_RELAXED_ORDERING (bit 20, e.g. UCX's access=0x10000f)"
+        } else {
+            "the program said it would request IBV_ACCESS_RELAXED_ORDERING"
+        };
+        c.add(
+            3.0,
+            format!(
+                "Relaxed ordering was requested on every failing registration of host memory ({} failed with {}): {how}. A device, driver or platform that refuses relaxed ordering fails exactly these; nothing here shows a registration without it, so the check below decides.",
+                sum(&host_fails),
+                describe_errnos(&host_fails)
+            ),
+            requested,
+        );
+        c.top_two = true;
+        if c.groups.is_empty() {
+            c.groups = host_fails.clone();
+        }
+    }
     if !noro_fail.is_empty()
         || v.flag(Flag::RoOffStillFails).is_some()
         || v.runs.iter().any(|r| r.ro == Some(false) && r.failed > 0)
     {
         c.score -= 4.0;
+        c.top_two = false;
+    }
+    // UCX's default depends on the CPU model: say so where UCX is involved
+    let ucx_fail = v.fails.iter().any(|g| g.0.lib == Lib::Ucx);
+    let ucx_env: Option<(String, String)> = v.c.hosts.values().find_map(|h| {
+        h.env.get("UCX_IB_PCI_RELAXED_ORDERING").map(|x| ("UCX_IB_PCI_RELAXED_ORDERING".to_string(), x.0.clone()))
+    });
+    let ucx_config = v.c.hosts.values().any(|h| h.env.keys().any(|k| k.starts_with("UCX_")));
+    if ucx_fail || ucx_config {
+        c.note = Some(match ucx_env {
+            Some((k, val)) => format!(
+                "UCX ran with {k}={val}. Its default (try/auto) asks for relaxed ordering only on CPU models UCX prefers it for (AMD Naples/Rome/Milan; Genoa from UCX 1.16, Turin from 1.18; Fujitsu ARM before 1.18), so on a mixed fleet only those nodes fail — `mrshim doctor` on a node says what the default means there."
+            ),
+            None => "UCX's default UCX_IB_PCI_RELAXED_ORDERING=try (auto) asks for relaxed ordering only on CPU models UCX prefers it for (AMD Naples/Rome/Milan; Genoa from UCX 1.16, Turin from 1.18; Fujitsu ARM before 1.18), so on a mixed fleet only those nodes fail — `mrshim doctor` on a node says what the default means there; set UCX_IB_PCI_RELAXED_ORDERING=off (or on) explicitly to make every node alike.".into(),
+        });
     }
     c.fixes = fixes::relaxed(p);
     c.retry = Some("drop-relaxed-ordering");
@@ -435,20 +483,22 @@ fn join(s: &BTreeSet<String>) -> String {
 
 pub(super) fn address_invalid<'a>(v: &View<'a>) -> Cand<'a> {
     let mut c = Cand::new("address-invalid");
-    let unm = v.fail_where(|k, _| k.mem == Some(MemKind::Unmapped));
+    // implicit ODP registers the whole address space (address 0, length SIZE_MAX) on purpose
+    let unm = v.fail_where(|k, g| k.mem == Some(MemKind::Unmapped) && g.odp < g.count);
     if !unm.is_empty() {
         c.add(3.5, format!("{} registration(s) of an address that is not mapped in the process.", sum(&unm)), None);
         c.groups.extend(unm.iter().copied());
     }
-    let host_efault = v.fail_where(|k, _| k.errno == Some(EFAULT) && is_host_mem(k.mem));
+    // EFAULT on host memory is what an incompletely mapped range gives, but also what a device or
+    // platform gives for an access it refuses (relaxed ordering): a reading, unless the mapping was seen
+    let host_efault = v.fail_where(|k, g| k.errno == Some(EFAULT) && is_host_mem(k.mem) && g.mapped < g.count);
     if !host_efault.is_empty() {
-        c.add(
-            2.5,
+        c.guess(
+            1.2,
             format!(
-                "{} registration(s) of host memory failed with EFAULT (Bad address): the range is not fully mapped.",
+                "{} registration(s) of host memory failed with EFAULT (Bad address): the kernel could not pin the range for the access asked — a range not fully mapped would do that, but nothing here shows the mapping.",
                 sum(&host_efault)
             ),
-            None,
         );
         c.groups.extend(host_efault.iter().copied());
     }
@@ -460,13 +510,12 @@ pub(super) fn address_invalid<'a>(v: &View<'a>) -> Cand<'a> {
     if c.groups.is_empty() && !v.gdr_context() {
         let unk = v.fail_where(|k, _| k.errno == Some(EFAULT) && unknown_mem(k.mem));
         if !unk.is_empty() {
-            c.add(
+            c.guess(
                 1.0,
                 format!(
                     "{} registration(s) failed with EFAULT (Bad address) and nothing points at GPU memory.",
                     sum(&unk)
                 ),
-                None,
             );
             c.groups.extend(unk.iter().copied());
             if let Some(e) = v.flag(Flag::UmemGetFail) {
@@ -513,5 +562,52 @@ pub(super) fn dmabuf_unsupported<'a>(v: &View<'a>) -> Cand<'a> {
     }
     c.fixes = fixes::dmabuf(v.prefix);
     c.retry = Some("dmabuf-to-va,bounce");
+    c
+}
+
+/// A retry strategy that registered what the application's call could not decides its cause: the
+/// call failed for what the strategy changed. `bounce` changes everything and decides nothing.
+pub(super) fn rescues<'a>(v: &View<'a>, cands: &mut [Cand<'a>]) {
+    const DECIDES: [(&str, &str, &str); 5] = [
+        ("drop-relaxed-ordering", "relaxed-ordering", "the same call without IBV_ACCESS_RELAXED_ORDERING registered"),
+        ("raise-memlock", "memlock-limit", "the same call registered once RLIMIT_MEMLOCK was raised"),
+        ("realign-iova", "iova-alignment", "the same call registered with the iova on the address's page offset"),
+        ("dmabuf-to-va", "dmabuf-unsupported", "the same memory registered by address instead of through dmabuf"),
+        ("va-to-dmabuf", "gpu-peer-memory", "the same GPU memory registered through dmabuf instead of by address"),
+    ];
+    for (strategy, cat, what) in DECIDES {
+        let n = v.rescued_by(strategy);
+        if n == 0 {
+            continue;
+        }
+        let Some(c) = cands.iter_mut().find(|c| c.cat == cat) else { continue };
+        c.add(6.0, format!("mrshim's retry strategy {strategy} rescued {n} call(s): {what}, which decides it."), None);
+        if c.groups.is_empty() {
+            let gs = match cat {
+                "relaxed-ordering" => v.fail_where(|k, _| k.relaxed != Some(false)),
+                "memlock-limit" => v.fail_where(|k, _| matches!(k.errno, Some(ENOMEM) | Some(EPERM) | None)),
+                _ => vec![],
+            };
+            c.groups = if gs.is_empty() { v.fails.clone() } else { gs };
+        }
+    }
+}
+
+pub(super) fn odp_unsupported<'a>(v: &View<'a>) -> Cand<'a> {
+    let mut c = Cand::new("odp-unsupported");
+    let gs = v.fail_where(|k, g| g.odp > 0 && matches!(k.errno, Some(EINVAL) | Some(EOPNOTSUPP) | None));
+    if !gs.is_empty() {
+        c.add(
+            4.0,
+            format!(
+                "{} registration(s) asked for On-Demand Paging (IBV_ACCESS_ON_DEMAND) and failed with {}: the provider has no ODP (rxe, siw, EFA; mlx5 only where the firmware reports ODP capabilities), and the kernel refuses the access bit.",
+                gs.iter().map(|g| g.1.odp).sum::<u64>(),
+                describe_errnos(&gs)
+            ),
+            None,
+        );
+        c.groups = gs;
+    }
+    c.fixes = fixes::odp();
     c
 }

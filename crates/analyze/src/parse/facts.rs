@@ -30,6 +30,16 @@ fn number(s: &str) -> Option<u64> {
     d.parse().ok()
 }
 
+/// A program saying it will register with relaxed ordering (Mooncake: "Relaxed ordering is
+/// supported; IBV_ACCESS_RELAXED_ORDERING will be enabled ..."), not that it will not.
+fn ro_requested(lower: &str) -> bool {
+    lower.contains("relaxed_ordering")
+        && ["will be enabled", "will be used", "will request", "requesting", "is enabled", "enabled for"]
+            .iter()
+            .any(|w| lower.contains(w))
+        && !["not supported", "disabled", "falling back", "without"].iter().any(|w| lower.contains(w))
+}
+
 fn mr_size_exceeded(t: &str) -> bool {
     t.find("max_mr_size").is_some_and(|i| t[..i].to_ascii_lowercase().contains("exceed"))
 }
@@ -169,6 +179,12 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
     if lower.contains("cap_ipc_lock") && !lower.contains("without") && !lower.contains("no cap_ipc_lock") {
         fact(Fact::Flag(Flag::IpcLock));
     }
+    if ro_requested(&lower) {
+        // the whole line is about relaxed ordering ("... for optimal GPUDirect RDMA performance" is
+        // no sign that GPU memory is registered)
+        fact(Fact::Flag(Flag::RoRequested));
+        return true;
+    }
     for (key, name) in VERSIONS {
         if let Some(i) = t.find(key) {
             let v: String = t[i + key.len()..].chars().take_while(|c| !c.is_whitespace() && *c != ',').collect();
@@ -256,5 +272,16 @@ mod tests {
         assert_eq!(flags, [Flag::MrSizeExceeded]);
         assert_eq!(regs, [Some(crate::errno::ENOSPC)]);
         assert_eq!(facts(&["max_mr_size: 0x1000000000"]), ["max_mr_size 0x1000000000"], "a plain value is a fact");
+    }
+}
+
+#[cfg(test)]
+mod ro_tests {
+    #[test]
+    fn relaxed_ordering_requested_lines() {
+        let yes = "I1206 06:00:00.1 123 rdma_transport.cpp:88] [RDMA TENT] Relaxed ordering is supported; IBV_ACCESS_RELAXED_ORDERING will be enabled for optimal GPUDirect RDMA performance.";
+        let no = "I1206 06:00:00.1 123 rdma_transport.cpp:92] [RDMA TENT] Relaxed ordering is NOT supported (ibv_reg_mr_iova2 missing). Falling back to strict ordering.";
+        assert!(super::ro_requested(&yes.to_ascii_lowercase()));
+        assert!(!super::ro_requested(&no.to_ascii_lowercase()));
     }
 }

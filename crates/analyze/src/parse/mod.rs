@@ -154,6 +154,7 @@ const NEEDLES: &[&str] = &[
     "RLIMIT_MEMLOCK",
     "mkey",
     "mem_map",
+    "RELAXED_ORDERING",
 ];
 
 impl Default for Parser {

@@ -160,6 +160,7 @@ fn reg(r: Reg, caller_fields: bool, lineno: u64, emit: &mut dyn FnMut(Event)) {
         length: r.length,
         addr: addr.filter(|_| caller_fields),
         relaxed: caller_fields.then_some(relaxed),
+        mapped: r.mem_fully_mapped.filter(|_| caller_fields),
         source: Source::Record,
         learned,
         iova_misaligned,

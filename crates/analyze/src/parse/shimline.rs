@@ -6,6 +6,7 @@ use super::FileCtx;
 use crate::errno;
 use crate::event::{Event, Fact, Lib, RegEv, Source};
 use crate::parse::shim::parse_hex;
+use mrshim_record::MemKind;
 
 /// The access mask as the shim prints it (`LOCAL_WRITE|REMOTE_READ`, or hex).
 fn access_bits(s: &str) -> Option<u32> {
@@ -43,6 +44,15 @@ pub fn parse(body: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Ev
         let args = rest.get(open + 1..close).unwrap_or("");
         let tail = rest.get(close..).unwrap_or("");
         let access = arg(args, "access").and_then(access_bits);
+        // `mem=host-anon`, `mem=host-anon (not fully mapped)` (mrshim since the WARN line has it)
+        let mapped = arg(args, "mem").and_then(|m| {
+            let host = m.starts_with("host") || m.starts_with("hugepage") || m.starts_with("file");
+            host.then(|| !m.contains("not fully mapped"))
+        });
+        let mem = arg(args, "mem").and_then(|m| {
+            let kind = MemKind::from_name(m.split_whitespace().next()?)?;
+            Some(if m.contains("not fully mapped") && kind != MemKind::Device { MemKind::Unmapped } else { kind })
+        });
         emit(Event::Reg(RegEv {
             lib: Some(Lib::Shim),
             host,
@@ -54,6 +64,8 @@ pub fn parse(body: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Ev
             addr: arg(args, "addr").and_then(parse_hex),
             length: arg(args, "len").and_then(|l| l.parse().ok()),
             access,
+            mem,
+            mapped,
             relaxed: access.map(|a| a & mrshim_access::RELAXED_ORDERING != 0),
             source: Source::ShimWarn,
             evid: Some((lineno, body.to_string())),
@@ -142,6 +154,21 @@ mod tests {
             ("ibv_reg_mr_iova2", Some(22), Some(4096), Some(0x7f0000001000))
         );
         assert_eq!((r.access, r.relaxed, r.source), (Some(0x10000f), Some(true), Source::ShimWarn));
+        assert_eq!(r.mem, None, "a line of an older mrshim names no memory kind");
+        let kinds = regs(&[
+            "n:1:1 [-] MRSHIM WARN ibv_reg_mr(addr=0x1000, len=4096, access=LOCAL_WRITE, mem=host-anon) failed: EFAULT (14)",
+            "n:1:1 [0] MRSHIM WARN ibv_reg_mr(addr=0x1000, len=4096, access=LOCAL_WRITE, mem=device) failed: EFAULT (14)",
+            "n:1:1 [-] MRSHIM WARN ibv_reg_mr(addr=0x1000, len=8192, access=LOCAL_WRITE, mem=host-anon (not fully mapped)) failed: EFAULT (14)",
+        ]);
+        let kinds: Vec<_> = kinds.iter().map(|r| (r.mem, r.length)).collect();
+        assert_eq!(
+            kinds,
+            [
+                (Some(MemKind::HostAnon), Some(4096)),
+                (Some(MemKind::Device), Some(4096)),
+                (Some(MemKind::Unmapped), Some(8192))
+            ]
+        );
     }
 
     #[test]

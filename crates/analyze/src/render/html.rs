@@ -148,12 +148,12 @@ fn ranks_box(o: &mut String, a: &Analysis) {
     if let Some(f) = super::first_failure(a) {
         let _ = write!(o, "<li id=\"first-failure\">first failure: <b>{}</b></li>", esc(&f));
     }
-    if !r.killed.is_empty() {
+    if !r.no_summary.is_empty() {
         let _ = write!(
             o,
-            "<li id=\"killed\"><b>{} rank(s) killed</b> (log ends without the exit summary): {}</li>",
-            r.killed.len(),
-            esc(&rank_refs(&r.killed, 20))
+            "<li id=\"no-summary\"><b>{} rank(s) ended without the exit summary</b> (killed, crashed, or left through _exit()): {}</li>",
+            r.no_summary.len(),
+            esc(&rank_refs(&r.no_summary, 20))
         );
     }
     if !r.no_registration.is_empty() {
@@ -317,7 +317,7 @@ fn host_table(o: &mut String, a: &Analysis) {
     let (rows, left_out) = host_rows(a);
     // Versions come from doctor reports only: without one the column would be blank.
     let with_versions = rows.iter().any(|h| !h.versions.is_empty());
-    o.push_str("<h2>Hosts</h2>\n<div class=\"scroll\"><table id=\"hosts\"><thead><tr><th class=\"host\">host</th><th>ranks</th><th>calls</th><th>failed</th><th>rescued</th><th>killed</th><th class=\"host\">memlock</th><th class=\"host\">memory kinds</th>");
+    o.push_str("<h2>Hosts</h2>\n<div class=\"scroll\"><table id=\"hosts\"><thead><tr><th class=\"host\">host</th><th>ranks</th><th>calls</th><th>failed</th><th>rescued</th><th>no summary</th><th class=\"host\">memlock</th><th class=\"host\">memory kinds</th>");
     if with_versions {
         o.push_str("<th class=\"host\">versions</th>");
     }
@@ -336,7 +336,7 @@ fn host_table(o: &mut String, a: &Analysis) {
             h.calls,
             h.failed,
             h.rescued,
-            h.killed,
+            h.no_summary,
             esc(&memlock_text(h)),
             esc(&kinds.join(", "))
         );

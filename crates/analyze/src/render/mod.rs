@@ -154,7 +154,7 @@ pub fn rescue_clause(a: &crate::Analysis) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join("; "))
 }
 
-/// The job in one line: id, ranks logged of the world, first failure (`with_first`), then killed and
+/// The job in one line: id, ranks logged of the world, first failure (`with_first`), then the ranks that ended without a summary and
 /// missing ranks.
 pub fn job_lines(a: &crate::Analysis, with_first: bool) -> Vec<String> {
     let r = &a.ranks;
@@ -175,11 +175,11 @@ pub fn job_lines(a: &crate::Analysis, with_first: bool) -> Vec<String> {
         head.push_str(&format!("; first failure: {f}"));
     }
     out.push(head);
-    if !r.killed.is_empty() {
+    if !r.no_summary.is_empty() {
         out.push(format!(
-            "{} rank(s) killed (log ends without the exit summary): {}",
-            r.killed.len(),
-            rank_refs(&r.killed, 6)
+            "{} rank(s) without exit summary (kill, crash or _exit()): {}",
+            r.no_summary.len(),
+            rank_refs(&r.no_summary, 6)
         ));
     }
     if !r.no_registration.is_empty() {

@@ -62,9 +62,18 @@ pub fn render(a: &Analysis) -> String {
     for h in &a.hosts {
         let _ = writeln!(o, "mrshim_ranks{{host=\"{}\"}} {}", label(&h.host), h.ranks.len());
     }
-    head(&mut o, "mrshim_ranks_killed", "gauge", "Ranks whose shim log ends without the exit summary.");
+    head(
+        &mut o,
+        "mrshim_ranks_without_summary",
+        "gauge",
+        "Ranks whose shim log ends without the exit summary (killed, crashed, or _exit()).",
+    );
     for h in &a.hosts {
-        let _ = writeln!(o, "mrshim_ranks_killed{{host=\"{}\"}} {}", label(&h.host), h.killed);
+        let _ = writeln!(o, "mrshim_ranks_without_summary{{host=\"{}\"}} {}", label(&h.host), h.no_summary);
+    }
+    head(&mut o, "mrshim_ranks_killed", "gauge", "Deprecated: mrshim_ranks_without_summary under its first name.");
+    for h in &a.hosts {
+        let _ = writeln!(o, "mrshim_ranks_killed{{host=\"{}\"}} {}", label(&h.host), h.no_summary);
     }
     head(
         &mut o,

@@ -1,0 +1,188 @@
+//! Evidence over priors: what decides a cause, and what only ranks one.
+use crate::Analysis;
+
+fn run(files: &[(&str, &str)]) -> Analysis {
+    let inputs = files
+        .iter()
+        .map(|(n, t)| {
+            let r: Box<dyn std::io::BufRead> = Box::new(std::io::Cursor::new(t.as_bytes().to_vec()));
+            (n.to_string(), r)
+        })
+        .collect();
+    crate::analyze_readers(inputs)
+}
+
+fn cats(a: &Analysis) -> Vec<&'static str> {
+    a.findings.iter().map(|f| f.category).collect()
+}
+
+fn rec(seq: u64, call: &str, result: &str, extra: &str) -> String {
+    format!(
+        r#"{{"v":1,"kind":"reg","seq":{seq},"time_ns":{},"host":"n1","pid":77,"tid":77,"rank":0,"call":"{call}","result":"{result}","duration_ns":2100,"device":"mlx5_0","pd":"0x55d0a000","addr":"0x7f0000200000","length":2097152,"registered_bytes":0{extra}}}"#,
+        1_764_700_000_000_000_000u64 + seq
+    )
+}
+
+const HOST_RO_EINVAL: &str = r#","access":1048591,"relaxed_ordering":true,"mem_kind":"host-anon","mem_fully_mapped":true,"errno":22,"errno_name":"EINVAL""#;
+const HOST_RO_EFAULT: &str = r#","access":1048591,"relaxed_ordering":true,"mem_kind":"host-anon","mem_fully_mapped":true,"errno":14,"errno_name":"EFAULT""#;
+
+/// A strategy that rescued decides its cause; a range seen fully mapped is no invalid address.
+#[test]
+fn a_rescue_decides_and_a_mapped_range_rules_out_address_invalid() {
+    for fail in [HOST_RO_EINVAL, HOST_RO_EFAULT] {
+        let mut lines = Vec::new();
+        for i in 0..4 {
+            let s = 1 + i * 2;
+            lines.push(rec(s, "ibv_reg_mr", "error", fail));
+            lines.push(rec(
+                s + 1,
+                "ibv_reg_mr",
+                "ok",
+                r#","access":1048591,"mem_kind":"host-anon","attempt":1,"parent_seq":1,"strategy":"drop-relaxed-ordering","used_access":15"#,
+            ));
+        }
+        let a = run(&[("n1.jsonl", &(lines.join("\n") + "\n"))]);
+        let c = cats(&a);
+        assert_eq!(c[0], "relaxed-ordering", "{c:?} {:?}", a.findings[0].explanation);
+        assert!(
+            a.findings[0].explanation.contains("drop-relaxed-ordering rescued 4 call(s)"),
+            "{}",
+            a.findings[0].explanation
+        );
+        assert_eq!(a.findings[0].basis, "evidence");
+        assert!(!c.contains(&"address-invalid"), "{c:?}");
+        assert!(a.ruled_out.iter().any(|r| r.category == "address-invalid" && r.reason.contains("mem_fully_mapped")));
+    }
+}
+
+/// EFAULT on host memory whose mapping nobody observed is not asserted to be an unmapped range.
+#[test]
+fn efault_on_host_memory_is_not_asserted_unmapped() {
+    let fail = r#","access":15,"mem_kind":"host-anon","errno":14,"errno_name":"EFAULT""#;
+    let a = run(&[("n1.jsonl", &(rec(1, "ibv_reg_mr", "error", fail) + "\n"))]);
+    let f = a.findings.iter().find(|f| f.category == "address-invalid").expect("still a candidate");
+    assert_eq!(f.basis, "prior", "{}", f.explanation);
+    assert!(!f.explanation.contains("the range is not fully mapped"), "{}", f.explanation);
+    assert!(f.explanation.contains("nothing here shows the mapping"), "{}", f.explanation);
+}
+
+/// UCX's own output: relaxed ordering (bit 20 of access=0x10000f) on every failing host
+/// registration puts relaxed-ordering among the first two, with the knobs that decide it and
+/// what UCX's default means on other CPUs.
+#[test]
+fn ucx_access_mask_puts_relaxed_ordering_first_two() {
+    for err in ["Invalid argument", "Bad address"] {
+        let log = format!(
+            "[1764700000.100000] [n1:4242:0]           ib_md.c:293  UCX  ERROR ibv_reg_mr(address=0x7f00a0000000, length=1048576, access=0x10000f) failed: {err}\n\
+             [1764700000.100001] [n1:4242:0]          ucp_mm.c:70   UCX  ERROR failed to register address 0x7f00a0000000 mem_type bit 0x1 length 1048576 on md[4]=mlx5_0: Input/output error (md reg_mem_types 0x1)\n\
+             [1764700000.200000] [n1:4242:0]           ib_md.c:293  UCX  ERROR ibv_reg_mr(address=0x7f00b0000000, length=65536, access=0x10000f) failed: {err}\n"
+        );
+        let a = run(&[("ucx.log", &log)]);
+        let c = cats(&a);
+        let i = c.iter().position(|c| *c == "relaxed-ordering").unwrap_or(99);
+        assert!(i < 2, "{err}: {c:?}");
+        let f = &a.findings[i];
+        assert!(
+            f.check.contains("UCX_IB_PCI_RELAXED_ORDERING=off") && f.check.contains("NCCL_IB_PCI_RELAXED_ORDERING=0"),
+            "{}",
+            f.check
+        );
+        assert!(f.explanation.contains("IBV_ACCESS_RELAXED_ORDERING (bit 20"), "{}", f.explanation);
+        assert!(
+            f.explanation.contains("AMD Naples/Rome/Milan") && f.explanation.contains("mixed fleet"),
+            "{}",
+            f.explanation
+        );
+        assert_eq!(a.failed(), 2);
+    }
+}
+
+/// An engine that says it will request relaxed ordering; its failures name no memory kind. The
+/// library's name (it registers GPU memory too) is no evidence of GPU memory.
+#[test]
+fn engine_announcing_relaxed_ordering_and_a_library_name_is_no_gpu_evidence() {
+    let log = "I1206 06:00:00.100000 4242 rdma_transport.cpp:88] [RDMA TENT] Relaxed ordering is supported; IBV_ACCESS_RELAXED_ORDERING will be enabled for optimal GPUDirect RDMA performance.\n\
+               I1206 06:00:00.100001 4242 transfer_engine.cpp:120] Mooncake Transfer Engine started\n\
+               E1206 06:00:01.000000 4242 rdma_context.cpp:201] Failed to register memory 0x7f2a40000000: Invalid argument [22]\n\
+               E1206 06:00:01.000100 4242 rdma_context.cpp:201] Failed to register memory 0x7f2a48000000: Invalid argument [22]\n";
+    let a = run(&[("engine.log", log)]);
+    let c = cats(&a);
+    let i = c.iter().position(|c| *c == "relaxed-ordering").unwrap_or(99);
+    assert!(i < 2, "{c:?}");
+    assert!(a.findings[i].explanation.contains("said it would request"), "{}", a.findings[i].explanation);
+    if let Some(g) = a.findings.iter().find(|f| f.category == "gpu-peer-memory") {
+        assert_eq!(g.basis, "prior", "a library name is not evidence: {}", g.explanation);
+    }
+}
+
+/// The kernel's answers on rxe/siw: ODP is its own cause, dmabuf EOPNOTSUPP is dmabuf-unsupported,
+/// neither is an invalid address (implicit ODP registers address 0 on purpose, dmabuf has an offset).
+#[test]
+fn odp_and_dmabuf_answers_of_a_provider_without_them() {
+    let odp = rec(
+        1,
+        "ibv_reg_mr",
+        "error",
+        r#","access":65,"mem_kind":"host-anon","mem_fully_mapped":true,"errno":22,"errno_name":"EINVAL""#,
+    );
+    let implicit = r#"{"v":1,"kind":"reg","seq":2,"time_ns":2,"host":"n1","pid":77,"tid":77,"call":"ibv_reg_mr","result":"error","duration_ns":1,"addr":"0x0","length":18446744073709551615,"access":65,"mem_kind":"unmapped","registered_bytes":0,"errno":22,"errno_name":"EINVAL"}"#;
+    let a = run(&[("odp.jsonl", &format!("{odp}\n{implicit}\n"))]);
+    assert_eq!(cats(&a)[0], "odp-unsupported", "{:?}", cats(&a));
+    assert!(a.findings[0].check.contains("ibv_devinfo -v"), "{}", a.findings[0].check);
+    let dmabuf = r#"{"v":1,"kind":"reg","seq":3,"time_ns":3,"host":"n1","pid":78,"tid":78,"call":"ibv_reg_dmabuf_mr","result":"error","duration_ns":1,"addr":"0x0","length":4096,"access":1,"dmabuf_fd":5,"dmabuf_offset":0,"mem_kind":"device","registered_bytes":0,"errno":95,"errno_name":"EOPNOTSUPP"}"#;
+    let a = run(&[("dmabuf.jsonl", &format!("{dmabuf}\n"))]);
+    assert_eq!(cats(&a)[0], "dmabuf-unsupported", "{:?}", cats(&a));
+    assert!(!cats(&a).contains(&"address-invalid"), "{:?}", cats(&a));
+}
+
+/// One process's stderr: each failure as a MRSHIM WARN line, NCCL's WARN and the application's
+/// own line without a pid: 2 failures, not 6, and the memory kind of the WARN line is used.
+#[test]
+fn a_jobs_stderr_counts_each_failure_once() {
+    let mut err = String::new();
+    for addr in ["0x7f0000200000", "0x7f0000400000"] {
+        err.push_str(&format!("n1:4242:4243 [0] MRSHIM WARN ibv_reg_mr_iova2(addr={addr}, len=2097152, access=LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC|RELAXED_ORDERING, iova={addr}, mem=host-anon) failed: EINVAL (22)\n"));
+        err.push_str("n1:4242:4243 [0] misc/ibvwrap.cc:188 NCCL WARN Call to ibv_reg_mr_iova2 failed with error Invalid argument\n");
+        err.push_str("RuntimeError: NCCL error: unhandled system error, Last error: Call to ibv_reg_mr_iova2 failed with error Invalid argument\n");
+    }
+    let a = run(&[("job.err", &err)]);
+    assert_eq!(a.failed(), 2, "{:?}", a.col.groups);
+    assert_eq!(cats(&a)[0], "relaxed-ordering", "{:?}", cats(&a));
+    assert!(!cats(&a).contains(&"address-invalid") || cats(&a)[0] != "address-invalid");
+}
+
+/// A failure after more than 1 MiB of `\r` progress output on the same physical line is found.
+#[test]
+fn a_failure_after_a_long_progress_bar_is_found() {
+    let mut log = String::new();
+    let mut i = 0;
+    while log.len() < (3 << 20) / 2 {
+        log.push_str(&format!("{:3}%|#####     | {i}/100000 [00:01<00:00, 9000.00it/s]\r", i % 100));
+        i += 1;
+    }
+    log.push_str("ibv_reg_mr failed: Cannot allocate memory\n");
+    let a = run(&[("train.log", &log)]);
+    assert_eq!(a.failed(), 1);
+    let e = &a.findings[0].evidence[0];
+    assert_eq!((e.line, e.text.as_str()), (1, "ibv_reg_mr failed: Cannot allocate memory"));
+}
+
+/// Past the timeline's cap, more failures are counted, not kept, and cost nothing more each.
+#[test]
+fn the_timeline_cap_with_only_failures() {
+    let mut c = crate::collect::Collector::default();
+    for i in 0..50_000u64 {
+        let r = crate::event::RegEv {
+            host: Some("h".into()),
+            pid: Some(1),
+            call: "ibv_reg_mr".into(),
+            errno: Some(12),
+            time_ns: Some(i),
+            ..Default::default()
+        };
+        c.add(crate::event::Event::Reg(r), 0, i + 1, "x");
+    }
+    assert_eq!(c.points.len(), 20_000);
+    assert_eq!(c.points_dropped, 30_000);
+    assert!(c.points.iter().all(|p| p.failed()));
+}
