@@ -35,7 +35,14 @@ fn tier() -> &'static Result<Tier, String> {
         let bin = out.join("bin");
         std::fs::create_dir_all(&bin).unwrap();
         // C programs are compiled here: a compiler under TCG costs seconds per file.
-        cc(&["-O1", "-Wall", "-o", bin.join("regmr_table").to_str().unwrap(), src_c("regmr_table.c").to_str().unwrap(), "-libverbs"]);
+        cc(&[
+            "-O1",
+            "-Wall",
+            "-o",
+            bin.join("regmr_table").to_str().unwrap(),
+            src_c("regmr_table.c").to_str().unwrap(),
+            "-libverbs",
+        ]);
         let o = Command::new("mpicc")
             .args(["-O2", "-o"])
             .arg(bin.join("mpi_datacheck"))
@@ -45,7 +52,10 @@ fn tier() -> &'static Result<Tier, String> {
         assert!(o.status.success(), "mpicc: {}", stderr(&o));
         let allreduce = target_dir().join("examples/allreduce");
         if !allreduce.exists() {
-            return Err(format!("{} is not built: cargo build --example allreduce (scripts/test does)", allreduce.display()));
+            return Err(format!(
+                "{} is not built: cargo build --example allreduce (scripts/test does)",
+                allreduce.display()
+            ));
         }
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/rdma-vm");
         let t0 = Instant::now();
@@ -67,10 +77,15 @@ fn tier() -> &'static Result<Tier, String> {
         for l in text.lines() {
             let f: Vec<&str> = l.splitn(4, '|').collect();
             if f.len() == 4 {
-                results.insert(f[1].to_string(), (f[0] == "PASS", f[2].parse().unwrap_or(0.0), f[3].replace("\\n", "\n")));
+                results
+                    .insert(f[1].to_string(), (f[0] == "PASS", f[2].parse().unwrap_or(0.0), f[3].replace("\\n", "\n")));
             }
         }
-        eprintln!("kernel tier: VM run {secs:.0} s ({}); results in {}", se.lines().last().unwrap_or(""), out.display());
+        eprintln!(
+            "kernel tier: VM run {secs:.0} s ({}); results in {}",
+            se.lines().last().unwrap_or(""),
+            out.display()
+        );
         for (name, (ok, s, _)) in &results {
             eprintln!("kernel tier: {} {name} {s:.1} s", if *ok { "PASS" } else { "FAIL" });
         }
@@ -83,7 +98,8 @@ fn tier() -> &'static Result<Tier, String> {
 
 fn assert_check(name: &str) {
     let t = tier().as_ref().unwrap_or_else(|e| panic!("the kernel tier did not run: {e}"));
-    let (ok, _, detail) = t.results.get(name).unwrap_or_else(|| panic!("no result for {name}: the guest stopped early"));
+    let (ok, _, detail) =
+        t.results.get(name).unwrap_or_else(|| panic!("no result for {name}: the guest stopped early"));
     assert!(ok, "{name} on rxe0:\n{detail}");
 }
 
@@ -178,7 +194,11 @@ mod guest {
                 Ok(()) => {
                     ktrace::clear();
                     std::panic::catch_unwind(|| f(&ctx)).unwrap_or_else(|p| {
-                        Err(p.downcast_ref::<String>().cloned().or(p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default())
+                        Err(p
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or(p.downcast_ref::<&str>().map(|s| s.to_string()))
+                            .unwrap_or_default())
                     })
                 }
             };
@@ -187,7 +207,8 @@ mod guest {
                 Err(d) => ("FAIL", d),
             };
             use std::io::Write;
-            writeln!(results, "{tag}|{name}|{:.1}|{}", t0.elapsed().as_secs_f64(), detail.replace('\n', "\\n")).unwrap();
+            writeln!(results, "{tag}|{name}|{:.1}|{}", t0.elapsed().as_secs_f64(), detail.replace('\n', "\\n"))
+                .unwrap();
             eprintln!("kernel tier (guest): {tag} {name} {:.1} s", t0.elapsed().as_secs_f64());
         }
     }
@@ -216,10 +237,10 @@ mod guest {
         let until = Instant::now() + Duration::from_secs(60);
         while Instant::now() < until && server.try_wait().unwrap().is_none() {
             let listening = ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-                std::fs::read_to_string(f)
-                    .unwrap_or_default()
-                    .lines()
-                    .any(|l| l.split_whitespace().nth(1).is_some_and(|a| format!("{a} ").ends_with(&hex)) && l.split_whitespace().nth(3) == Some("0A"))
+                std::fs::read_to_string(f).unwrap_or_default().lines().any(|l| {
+                    l.split_whitespace().nth(1).is_some_and(|a| format!("{a} ").ends_with(&hex))
+                        && l.split_whitespace().nth(3) == Some("0A")
+                })
             });
             if listening {
                 return;
@@ -431,7 +452,10 @@ mod guest {
             for f in files(&ctx.logs()) {
                 let recs = records(&f);
                 let injected = recs.iter().filter(|r| r.injected).count();
-                let rescued = recs.iter().filter(|r| r.strategy.as_deref() == Some("drop-relaxed-ordering") && r.result == "ok").count();
+                let rescued = recs
+                    .iter()
+                    .filter(|r| r.strategy.as_deref() == Some("drop-relaxed-ordering") && r.result == "ok")
+                    .count();
                 if injected == 0 || rescued == 0 {
                     return Err(format!("{}: {injected} injected, {rescued} rescued", f.display()));
                 }
@@ -443,10 +467,13 @@ mod guest {
     /// tests/c/regmr_table as root (and its memlock cases as root dropping to uid 65534 in a
     /// child) against the fixture's rxe0 column.
     fn regmr_table(ctx: &Ctx) -> Result<String, String> {
-        let o = timeout(120, ctx.bin.join("regmr_table").to_str().unwrap()).args(["--device", "rxe0"]).output().unwrap();
+        let o =
+            timeout(120, ctx.bin.join("regmr_table").to_str().unwrap()).args(["--device", "rxe0"]).output().unwrap();
         ok(&o, "regmr_table")?;
         let got = stdout(&o);
         std::fs::write(ctx.dir.join("rxe0.txt"), &got).unwrap();
+        // which answers came from the kernel (uverbs_reg ret=-errno) and which from rdma-core
+        std::fs::write(ctx.dir.join("kernel-trace.txt"), ktrace::take()).unwrap();
         regmr_compare(&got, "rxe0").map(|n| format!("{n} cases as in the fixture\n{got}"))
     }
 
@@ -540,8 +567,11 @@ p:mrshim/dereg rxe_dereg_mr lkey=+16(%di):x32
                     kernel_deregs += 1;
                 }
             }
-            let num = |s: &Option<String>| s.as_deref().and_then(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok());
-            let regs: Vec<_> = recs.iter().filter(|r| r.kind == Some(Kind::Reg) && !r.injected && r.result != "refused").collect();
+            let num = |s: &Option<String>| {
+                s.as_deref().and_then(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok())
+            };
+            let regs: Vec<_> =
+                recs.iter().filter(|r| r.kind == Some(Kind::Reg) && !r.injected && r.result != "refused").collect();
             let mut shim_ok: Vec<Call> = regs
                 .iter()
                 .filter(|r| r.result == "ok")
