@@ -128,6 +128,8 @@ kernel_checks!(
     allreduce_dlvsym,
     allreduce_dlvsym_shim,
     allreduce_dlvsym_injected_failure_rescued,
+    allreduce_dlvsym_memlock_as_non_root_rescued,
+    allreduce_dlvsym_through_bounce_buffers,
     regmr_table_matches_the_kernel_column,
 );
 
@@ -181,6 +183,8 @@ mod guest {
             ("allreduce_dlvsym", |c| allreduce(c, Allreduce::Plain)),
             ("allreduce_dlvsym_shim", |c| allreduce(c, Allreduce::Shim)),
             ("allreduce_dlvsym_injected_failure_rescued", |c| allreduce(c, Allreduce::Rescue)),
+            ("allreduce_dlvsym_memlock_as_non_root_rescued", allreduce_memlock),
+            ("allreduce_dlvsym_through_bounce_buffers", |c| allreduce(c, Allreduce::Bounce)),
             ("regmr_table_matches_the_kernel_column", regmr_table),
         ];
         let mut results = std::fs::File::create(out.join("results.txt")).unwrap();
@@ -221,9 +225,11 @@ mod guest {
         }
     }
 
+    /// `prog` under timeout, without cargo's LD_LIBRARY_PATH: target/debug holds the
+    /// simulator's libibverbs.so, which a program that dlopen()s "libibverbs.so" would find first.
     fn timeout(secs: u32, prog: &str) -> Command {
         let mut c = cmd("timeout");
-        c.args(["-k", "5", &secs.to_string(), prog]);
+        c.args(["-k", "5", &secs.to_string(), prog]).env_remove("LD_LIBRARY_PATH");
         c
     }
 
@@ -274,7 +280,7 @@ mod guest {
     }
 
     fn devinfo(_: &Ctx) -> Result<String, String> {
-        let o = cmd("ibv_devinfo").args(["-d", "rxe0"]).output().unwrap();
+        let o = timeout(30, "ibv_devinfo").args(["-d", "rxe0"]).output().unwrap();
         ok(&o, "ibv_devinfo")?;
         let out = stdout(&o);
         for want in ["hca_id:\trxe0", "PORT_ACTIVE (4)", "link_layer:\t\tEthernet"] {
@@ -400,7 +406,7 @@ mod guest {
             ctx.shim(&mut c);
             c.args(["-x", "LD_PRELOAD", "-x", "MRSHIM_LOG"]);
         }
-        c.arg(ctx.bin.join("mpi_datacheck")).args(["--max-size", "1048576", "--iters", "1"]);
+        c.arg(ctx.bin.join("mpi_datacheck")).args(["--max-size", "262144", "--iters", "1"]);
         let o = c.output().unwrap();
         ok(&o, "mpirun")?;
         let out = stdout(&o);
@@ -417,6 +423,9 @@ mod guest {
         Plain,
         Shim,
         Rescue,
+        /// Every relaxed-ordering registration fails (EFAULT, injected) and only `bounce` may
+        /// rescue it: the ring runs on host shadows, post/poll wrapped on rxe's own ops.
+        Bounce,
     }
 
     /// examples/allreduce: dlopen("libibverbs.so") + dlvsym, RC WRITE_WITH_IMM around a ring,
@@ -431,6 +440,9 @@ mod guest {
         if mode == Allreduce::Rescue {
             c.env("MRSHIM_INJECT", "ibv_reg_mr_iova2:EINVAL:relaxed").env("MRSHIM_RETRY", "auto");
         }
+        if mode == Allreduce::Bounce {
+            c.env("MRSHIM_INJECT", "reg:EFAULT:relaxed").env("MRSHIM_RETRY", "bounce");
+        }
         let o = c.output().unwrap();
         ok(&o, "allreduce")?;
         let out = stdout(&o);
@@ -439,9 +451,20 @@ mod guest {
         }
         let mut detail = format!("{out}{}", stderr(&o));
         if mode == Allreduce::Plain {
-            return Ok(detail);
+            // on rxe0, not on anything else that answers to dlopen("libibverbs.so")
+            let n = ktrace::take().lines().filter(|l| l.contains(" uverbs_reg: ") && l.ends_with("ret=0")).count();
+            if n == 0 {
+                return Err(format!("the kernel saw no registration of the all-reduce:\n{detail}"));
+            }
+            return Ok(format!("{detail}the kernel saw {n} registrations\n"));
         }
         detail += &recorded(ctx, true, 2)?;
+        if mode == Allreduce::Bounce {
+            let err = stderr(&o);
+            if !err.contains("rescued by bounce") {
+                return Err(format!("no rescue by bounce on stderr:\n{err}"));
+            }
+        }
         if mode == Allreduce::Rescue {
             let err = stderr(&o);
             for want in ["MRSHIM WARN", "rescued by drop-relaxed-ordering", "NCCL_IB_PCI_RELAXED_ORDERING=0"] {
@@ -462,6 +485,59 @@ mod guest {
             }
         }
         Ok(detail)
+    }
+
+    /// A real failure, not an injected one: the all-reduce as uid 65534 with a soft
+    /// RLIMIT_MEMLOCK of 64 KiB (the hard one stays the kernel's 8 MiB). The kernel refuses its
+    /// 1 MiB buffers (ENOMEM) and the job dies; with MRSHIM_RETRY=auto `raise-memlock` lifts
+    /// the soft limit to the hard one and the job completes, data verified.
+    fn allreduce_memlock(ctx: &Ctx) -> Result<String, String> {
+        use std::os::unix::fs::PermissionsExt;
+        let run = |logs: &Path, retry: bool| {
+            std::fs::create_dir_all(logs).unwrap();
+            std::fs::set_permissions(logs, std::fs::Permissions::from_mode(0o1777)).unwrap();
+            let mut c = timeout(180, "setpriv");
+            c.args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "sh",
+                "-c",
+                "ulimit -S -l 64 && exec \"$@\"",
+                "sh",
+            ]);
+            c.arg(target_dir().join("examples/allreduce")).args([
+                "--ranks",
+                "2",
+                "--host-mem",
+                "--size",
+                "1M",
+                "--iters",
+                "2",
+            ]);
+            c.env("NCCL_IB_GID_INDEX", "0")
+                .env("LD_PRELOAD", shim_lib())
+                .env("MRSHIM_LOG", format!("{}/", logs.display()));
+            if retry {
+                c.env("MRSHIM_RETRY", "auto");
+            }
+            c.output().unwrap()
+        };
+        let o = run(&ctx.dir.join("logs-without-retry"), false);
+        let err = stderr(&o);
+        if o.status.success() || !(err.contains("ENOMEM") || err.contains("Cannot allocate memory")) {
+            return Err(format!("without MRSHIM_RETRY the job should die of ENOMEM ({}):\n{err}", o.status));
+        }
+        ktrace::clear();
+        let o = run(&ctx.logs(), true);
+        ok(&o, "allreduce with MRSHIM_RETRY=auto")?;
+        let (out, err) = (stdout(&o), stderr(&o));
+        if !out.contains("all-reduce: 2 ranks, 1048576 bytes, 2 iterations: OK")
+            || !err.contains("rescued by raise-memlock")
+        {
+            return Err(format!("{out}\n{err}"));
+        }
+        Ok(format!("{out}{err}{}", recorded(ctx, true, 2)?))
     }
 
     /// tests/c/regmr_table as root (and its memlock cases as root dropping to uid 65534 in a
