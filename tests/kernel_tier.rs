@@ -291,19 +291,25 @@ mod guest {
         Ok(out)
     }
 
-    fn rc_pingpong(ctx: &Ctx, shim: bool) -> Result<String, String> {
+    /// Server and client of a perftest-style tool on TCP `-p PORT` (client: `127.0.0.1` first,
+    /// which every one of them takes), with `env`, both with the shim when `shim`. Returns the
+    /// client's stdout.
+    fn tool_pair(ctx: &Ctx, shim: bool, prog: &str, args: &[&str], env: &[(&str, &str)]) -> Result<String, String> {
         let port = free_port();
         let p = port.to_string();
-        let args = ["-d", "rxe0", "-g", "0", "-n", "200", "-s", "4096", "-p", &p];
-        let (mut s, mut c) = (timeout(60, "ibv_rc_pingpong"), timeout(60, "ibv_rc_pingpong"));
-        s.args(args);
-        c.args(args).arg("127.0.0.1");
+        let (mut s, mut c) = (timeout(120, prog), timeout(120, prog));
+        s.args(args).args(["-p", &p]).envs(env.iter().copied());
+        c.arg("127.0.0.1").args(args).args(["-p", &p]).envs(env.iter().copied());
         if shim {
             ctx.shim(&mut s);
             ctx.shim(&mut c);
         }
         let (_, c) = pair(&mut s, &mut c, port)?;
-        let out = stdout(&c);
+        Ok(stdout(&c))
+    }
+
+    fn rc_pingpong(ctx: &Ctx, shim: bool) -> Result<String, String> {
+        let out = tool_pair(ctx, shim, "ibv_rc_pingpong", &["-d", "rxe0", "-g", "0", "-n", "200", "-s", "4096"], &[])?;
         if !out.contains("200 iters in") {
             return Err(out);
         }
@@ -311,18 +317,7 @@ mod guest {
     }
 
     fn write_bw(ctx: &Ctx, shim: bool) -> Result<String, String> {
-        let port = free_port();
-        let p = port.to_string();
-        let args = ["-d", "rxe0", "-x", "0", "-s", "65536", "-n", "200", "-p", &p];
-        let (mut s, mut c) = (timeout(90, "ib_write_bw"), timeout(90, "ib_write_bw"));
-        s.args(args);
-        c.args(args).arg("127.0.0.1");
-        if shim {
-            ctx.shim(&mut s);
-            ctx.shim(&mut c);
-        }
-        let (_, c) = pair(&mut s, &mut c, port)?;
-        let out = stdout(&c);
+        let out = tool_pair(ctx, shim, "ib_write_bw", &["-d", "rxe0", "-x", "0", "-s", "65536", "-n", "200"], &[])?;
         // the result row: bytes, iterations, ...
         if !out.lines().any(|l| l.split_whitespace().take(2).eq(["65536", "200"])) {
             return Err(out);
@@ -375,18 +370,7 @@ mod guest {
     ];
 
     fn ucx(ctx: &Ctx, shim: bool) -> Result<String, String> {
-        let port = free_port();
-        let p = port.to_string();
-        let args = ["-t", "tag_bw", "-s", "65536", "-n", "100", "-p", &p];
-        let (mut s, mut c) = (timeout(120, "ucx_perftest"), timeout(120, "ucx_perftest"));
-        s.args(args).envs(UCX_ENV);
-        c.arg("127.0.0.1").args(args).envs(UCX_ENV);
-        if shim {
-            ctx.shim(&mut s);
-            ctx.shim(&mut c);
-        }
-        let (_, c) = pair(&mut s, &mut c, port)?;
-        let out = stdout(&c);
+        let out = tool_pair(ctx, shim, "ucx_perftest", &["-t", "tag_bw", "-s", "65536", "-n", "100"], &UCX_ENV)?;
         let fin = out.lines().find(|l| l.starts_with("Final:")).ok_or_else(|| out.clone())?;
         if fin.split_whitespace().nth(1) != Some("100") {
             return Err(out);
