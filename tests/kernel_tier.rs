@@ -8,7 +8,7 @@
 //! tests/fixtures/regmr_table.txt.
 //!
 //! Every test here is `#[ignore]`d: `cargo test --workspace` never boots a VM. `scripts/test`
-//! runs them (`cargo test --test kernel_tier -- --ignored`) after scripts/install-deps prepared
+//! runs them (`cargo test --workspace --test kernel_tier -- --ignored`) after scripts/install-deps prepared
 //! the kernel, and they fail — not skip — when the VM cannot boot. The first test boots the VM
 //! once and runs this same binary's `guest_half` inside it, which runs every check and writes
 //! one result line per check; each test then asserts its own line. docs/testbeds.md.
