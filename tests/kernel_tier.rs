@@ -297,7 +297,7 @@ mod guest {
     fn tool_pair(ctx: &Ctx, shim: bool, prog: &str, args: &[&str], env: &[(&str, &str)]) -> Result<String, String> {
         let port = free_port();
         let p = port.to_string();
-        let (mut s, mut c) = (timeout(120, prog), timeout(120, prog));
+        let (mut s, mut c) = (timeout(180, prog), timeout(180, prog));
         s.args(args).args(["-p", &p]).envs(env.iter().copied());
         c.arg("127.0.0.1").args(args).args(["-p", &p]).envs(env.iter().copied());
         if shim {
@@ -328,7 +328,7 @@ mod guest {
     /// rping over rdma_cm to the veth's link-local address, data verified (-V).
     fn rping(ctx: &Ctx, shim: bool) -> Result<String, String> {
         let p = free_port().to_string();
-        let (mut s, mut c) = (timeout(60, "rping"), timeout(60, "rping"));
+        let (mut s, mut c) = (timeout(180, "rping"), timeout(180, "rping"));
         s.args(["-s", "-a", "169.254.78.1", "-p", &p, "-C", "10", "-V"]);
         c.args(["-c", "-a", "169.254.78.1", "-p", &p, "-C", "10", "-V", "-v"]);
         if shim {
