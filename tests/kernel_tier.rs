@@ -645,7 +645,8 @@ p:mrshim/dereg rxe_dereg_mr lkey=+16(%di):x32
                     Call {
                         addr,
                         length: r.used_length.or(r.length).unwrap_or(0),
-                        iova: if r.used_addr.is_some() { addr } else { num(&r.iova).unwrap_or(addr) },
+                        // a bounce shadow is registered at the caller's iova (docs/bounce.md)
+                        iova: num(&r.iova).or(num(&r.addr)).unwrap_or(addr),
                         access: r.used_access.or(r.access).unwrap_or(0) & MANDATORY,
                         lkey: r.lkey.unwrap_or(0),
                     }
