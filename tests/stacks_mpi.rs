@@ -107,7 +107,12 @@ fn mpirun(np: usize, max_size: &str) {
 fn bounce_every_buffer(scheme: &str) {
     let w = SimWorld::new(&format!("mpi-bounce-{scheme}"));
     let mut env = shim_env(&w);
-    env.extend(["MRSHIM_RETRY=bounce".into(), "MRSHIM_SIM_FAULTS=reg:EFAULT:relaxed".into()]);
+    // MPI over UCX announces every peer access (docs/bounce.md, "The contract").
+    env.extend([
+        "MRSHIM_RETRY=bounce".into(),
+        "MRSHIM_BOUNCE_REMOTE=announced".into(),
+        "MRSHIM_SIM_FAULTS=reg:EFAULT:relaxed".into(),
+    ]);
     // 8 B … 64 MiB for every scheme: eager too, far past UCX's own threshold (8–64 KiB), so a
     // 64 MiB message is thousands of SENDs, each folding UCX's REMOTE_READ pools (cheap only
     // where the kernel tracks them, crates/dirty).

@@ -263,8 +263,8 @@ posts: NCCL/RCCL/MCCL, MPI)";
 /// READ, and memory windows bound over it. (REMOTE_ATOMIC is not registered on a shadow.)
 pub const PEER_ACCESS: u32 = access::REMOTE_WRITE | access::REMOTE_READ | access::MW_BIND;
 
-/// The words every contract refusal starts with (analyze recognises them).
-pub const OUTSIDE_CONTRACT: &str = "outside the bounce contract";
+/// The words every contract refusal starts with (the record schema's; analyze recognises them).
+pub use mrshim_record::REFUSED_OUTSIDE_BOUNCE_CONTRACT as OUTSIDE_CONTRACT;
 
 /// Why a region with this access may not be bounced, or None. Registration is the last moment
 /// the shim can decide (the rkey goes to peers right after), and it sees the access flags only:

@@ -125,7 +125,8 @@ impl Shim {
                 if cfg.warn {
                     self.say("WARN", &line);
                 }
-                self.refused_record(cfg, args, parent, backend, None, &format!("invalid request: {reason}"));
+                let why = format!("{}: {reason}", mrshim_record::REFUSED_INVALID_REQUEST);
+                self.refused_record(cfg, args, parent, backend, None, &why);
             }
             Event::Learned { kind, entry, errno, strategy } => {
                 let when = if strategy.up_front() {
