@@ -62,7 +62,7 @@ fn assert_refused(r: &Run, errno: &str, what: &str) {
     let (out, err) = (stdout(&r.target), stderr(&r.target));
     assert_eq!(r.target.status.code(), Some(2), "{what}: {}", both(r));
     assert!(
-        out.contains(&format!("target: registration refused: errno ")) && out.contains(&format!("({errno})")),
+        out.contains("target: registration refused: errno ") && out.contains(&format!("({errno})")),
         "{what}: {out}"
     );
     let why: Vec<&str> = err.lines().filter(|l| l.contains("not bounced, outside the bounce contract")).collect();

@@ -318,16 +318,9 @@ mod tests {
             ..Default::default()
         }
     }
-    const POLICY: Policy = Policy {
-        strategies: Vec::new(),
-        max_attempts: 6,
-        sticky: true,
-        calls: Vec::new(),
-        errnos: Vec::new(),
-        per_errno: Vec::new(),
-        per_call: Vec::new(),
-        bounce_remote: BounceRemote::Refuse,
-    };
+    fn policy() -> Policy {
+        Policy::default()
+    }
     fn facts(kind: MemKind) -> Facts {
         Facts { kind, memlock: (64 << 10, u64::MAX), memlock_raised: false, can_export_dmabuf: false }
     }
@@ -335,7 +328,7 @@ mod tests {
     #[test]
     fn drop_relaxed_ordering_only_with_optional_bits() {
         let r = req(Call::RegMrIova2, 0xf | access::RELAXED_ORDERING);
-        match Strategy::DropRelaxedOrdering.plan(&r, libc::EINVAL, &facts(MemKind::HostAnon), &POLICY) {
+        match Strategy::DropRelaxedOrdering.plan(&r, libc::EINVAL, &facts(MemKind::HostAnon), &policy()) {
             Plan::Try { req, change } => {
                 assert_eq!(req.access, 0xf);
                 assert!(change.contains("RELAXED_ORDERING"), "{change}");
@@ -347,7 +340,7 @@ mod tests {
                 &req(Call::RegMr, 0xf),
                 libc::EINVAL,
                 &facts(MemKind::HostAnon),
-                &POLICY
+                &policy()
             ),
             Plan::Skip
         );
@@ -356,27 +349,27 @@ mod tests {
     #[test]
     fn raise_memlock_on_enomem_while_soft_below_hard() {
         let r = req(Call::RegMr, 0xf);
-        assert_eq!(Strategy::RaiseMemlock.plan(&r, libc::ENOMEM, &facts(MemKind::HostAnon), &POLICY), Plan::Prepare);
-        assert_eq!(Strategy::RaiseMemlock.plan(&r, libc::EINVAL, &facts(MemKind::HostAnon), &POLICY), Plan::Skip);
+        assert_eq!(Strategy::RaiseMemlock.plan(&r, libc::ENOMEM, &facts(MemKind::HostAnon), &policy()), Plan::Prepare);
+        assert_eq!(Strategy::RaiseMemlock.plan(&r, libc::EINVAL, &facts(MemKind::HostAnon), &policy()), Plan::Skip);
         let mut f = facts(MemKind::HostAnon);
         f.memlock = (u64::MAX, u64::MAX);
-        assert!(matches!(Strategy::RaiseMemlock.plan(&r, libc::ENOMEM, &f, &POLICY), Plan::Refused(_)));
+        assert!(matches!(Strategy::RaiseMemlock.plan(&r, libc::ENOMEM, &f, &policy()), Plan::Refused(_)));
         f = facts(MemKind::HostAnon);
         f.memlock_raised = true;
-        assert!(matches!(Strategy::RaiseMemlock.plan(&r, libc::ENOMEM, &f, &POLICY), Plan::Refused(_)));
+        assert!(matches!(Strategy::RaiseMemlock.plan(&r, libc::ENOMEM, &f, &policy()), Plan::Refused(_)));
     }
 
     #[test]
     fn realign_iova_is_refused_with_the_reason() {
         let mut r = req(Call::RegMrIova2, 0xf);
         r.iova = Some(0x10_0010);
-        match Strategy::RealignIova.plan(&r, libc::EINVAL, &facts(MemKind::HostAnon), &POLICY) {
+        match Strategy::RealignIova.plan(&r, libc::EINVAL, &facts(MemKind::HostAnon), &policy()) {
             Plan::Refused(why) => assert!(why.contains("remote peers") && why.contains("0x100010"), "{why}"),
             p => panic!("{p:?}"),
         }
         r.iova = Some(0x10_0000);
         assert_eq!(
-            Strategy::RealignIova.plan(&r, libc::EINVAL, &facts(MemKind::HostAnon), &POLICY),
+            Strategy::RealignIova.plan(&r, libc::EINVAL, &facts(MemKind::HostAnon), &policy()),
             Plan::Skip,
             "offsets already match"
         );
@@ -386,37 +379,37 @@ mod tests {
     fn path_switches() {
         let mut d = req(Call::RegDmabufMr, 0xf);
         d.dmabuf_fd = Some(7);
-        match Strategy::DmabufToVa.plan(&d, libc::EOPNOTSUPP, &facts(MemKind::HostAnon), &POLICY) {
+        match Strategy::DmabufToVa.plan(&d, libc::EOPNOTSUPP, &facts(MemKind::HostAnon), &policy()) {
             Plan::Try { req, .. } => assert_eq!((req.call(), req.addr, req.iova), (Call::RegMrIova2, d.addr, d.iova)),
             p => panic!("{p:?}"),
         }
         d.dmabuf_fd = Some(-1);
         assert_eq!(
-            Strategy::DmabufToVa.plan(&d, libc::EOPNOTSUPP, &facts(MemKind::HostAnon), &POLICY),
+            Strategy::DmabufToVa.plan(&d, libc::EOPNOTSUPP, &facts(MemKind::HostAnon), &policy()),
             Plan::Skip,
             "probes are never rescued"
         );
         let v = req(Call::RegMr, 0xf);
-        assert_eq!(Strategy::VaToDmabuf.plan(&v, libc::EINVAL, &facts(MemKind::HostAnon), &POLICY), Plan::Skip);
+        assert_eq!(Strategy::VaToDmabuf.plan(&v, libc::EINVAL, &facts(MemKind::HostAnon), &policy()), Plan::Skip);
         assert!(matches!(
-            Strategy::VaToDmabuf.plan(&v, libc::EINVAL, &facts(MemKind::Device), &POLICY),
+            Strategy::VaToDmabuf.plan(&v, libc::EINVAL, &facts(MemKind::Device), &policy()),
             Plan::Refused(_)
         ));
         let mut f = facts(MemKind::Device);
         f.can_export_dmabuf = true;
-        assert_eq!(Strategy::VaToDmabuf.plan(&v, libc::EINVAL, &f, &POLICY), Plan::Prepare);
+        assert_eq!(Strategy::VaToDmabuf.plan(&v, libc::EINVAL, &f, &policy()), Plan::Prepare);
     }
 
     #[test]
     fn bounce_takes_regions_peers_cannot_reach_unless_announced() {
         let host = facts(MemKind::HostAnon);
         let local = req(Call::RegMr, access::LOCAL_WRITE | access::RELAXED_ORDERING);
-        assert_eq!(Strategy::Bounce.plan(&local, libc::EFAULT, &host, &POLICY), Plan::Prepare, "local SGEs only");
+        assert_eq!(Strategy::Bounce.plan(&local, libc::EFAULT, &host, &policy()), Plan::Prepare, "local SGEs only");
         let atomic_only = req(Call::RegMr, access::LOCAL_WRITE | access::REMOTE_ATOMIC);
-        assert_eq!(Strategy::Bounce.plan(&atomic_only, libc::EFAULT, &host, &POLICY), Plan::Prepare);
+        assert_eq!(Strategy::Bounce.plan(&atomic_only, libc::EFAULT, &host, &policy()), Plan::Prepare);
         for peer in [access::REMOTE_WRITE, access::REMOTE_READ, access::MW_BIND, 0xf] {
             let r = req(Call::RegMr, access::LOCAL_WRITE | peer);
-            match Strategy::Bounce.plan(&r, libc::EFAULT, &host, &POLICY) {
+            match Strategy::Bounce.plan(&r, libc::EFAULT, &host, &policy()) {
                 Plan::Refused(why) => {
                     assert!(
                         why.starts_with(OUTSIDE_CONTRACT) && why.contains("MRSHIM_BOUNCE_REMOTE=announced"),
@@ -426,13 +419,13 @@ mod tests {
                 }
                 p => panic!("{}: {p:?}", access::describe(peer)),
             }
-            match Strategy::Bounce.plan(&r, libc::EINVAL, &facts(MemKind::Device), &POLICY) {
+            match Strategy::Bounce.plan(&r, libc::EINVAL, &facts(MemKind::Device), &policy()) {
                 Plan::Refused(why) => {
                     assert!(why.contains("nvidia_peermem") && why.contains("NCCL_NET_GDR_LEVEL=0"), "{why}")
                 }
                 p => panic!("{p:?}"),
             }
-            let announced = Policy { bounce_remote: BounceRemote::Announced, ..POLICY };
+            let announced = Policy { bounce_remote: BounceRemote::Announced, ..policy() };
             assert_eq!(Strategy::Bounce.plan(&r, libc::EFAULT, &host, &announced), Plan::Prepare);
         }
         assert_eq!(BounceRemote::parse(" Announced "), Some(BounceRemote::Announced));
