@@ -21,14 +21,14 @@ struct Run {
 }
 
 fn run_pair(w: &SimWorld, mem: &str) -> Run {
-    let files = w.dir.join("files");
-    let _ = std::fs::remove_dir_all(&files);
-    std::fs::create_dir_all(&files).unwrap();
+    let exchange = w.dir.join("files");
+    let _ = std::fs::remove_dir_all(&exchange);
+    std::fs::create_dir_all(&exchange).unwrap();
     let side = |role: &str| {
         let logs = w.dir.join(format!("logs-{role}"));
         let _ = std::fs::remove_dir_all(&logs);
         let mut c = w.cmd(passive());
-        c.args([role, files.to_str().unwrap(), mem, "16777216"]).env("MRSHIM_LOG", format!("{}/", logs.display()));
+        c.args([role, exchange.to_str().unwrap(), mem, "16777216"]).env("MRSHIM_LOG", format!("{}/", logs.display()));
         c
     };
     let t = side("target").spawn().expect("target");

@@ -135,8 +135,9 @@ fn mismatched_page_offsets_are_refused_with_the_reason() {
     assert_eq!(r.strategy, None);
     let why = r.change.as_deref().unwrap();
     assert!(why.starts_with("invalid request: iova ") && why.contains("page offset"), "{why}");
-    let lines: Vec<&str> = stderr(&o).lines().filter(|l| l.contains("not retried")).collect();
-    assert_eq!(lines.len(), 1, "{}", stderr(&o));
+    let err = stderr(&o);
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("not retried")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
     // mrshim analyze counts the application's one failure, not the refusals next to it
     let a = run(cmd(mrshim_bin()).args(["analyze", "--json"]).arg(&logs));
     let v: serde_json::Value = serde_json::from_slice(&a.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&a)));
