@@ -118,6 +118,7 @@ fn main() {
         ("SIMCHECK_EXTRA_ACCESS", "0x100000"),
         ("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed"),
         ("MRSHIM_RETRY", "bounce"),
+        ("MRSHIM_BOUNCE_REMOTE", "announced"),
     ];
     println!("RDMA WRITE_WITH_IMM stream, 16 in flight, every byte new each message: direct vs bounce (MB/s, medians; ratio = median of the per-round ratios)");
     for (size, label) in [
@@ -204,7 +205,11 @@ fn main() {
             b.push(ms_per_iter(&run(
                 &ar,
                 &args,
-                &[("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed"), ("MRSHIM_RETRY", "bounce")],
+                &[
+                    ("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed"),
+                    ("MRSHIM_RETRY", "bounce"),
+                    ("MRSHIM_BOUNCE_REMOTE", "announced"),
+                ],
                 lib,
                 &rd,
                 Some(&shim),

@@ -146,7 +146,10 @@ fn readable(probe: &Value, json: &Value) {
 /// The demo's all-reduce on device memory over the simulated NIC: 4 ranks, each rank's records in
 /// `logs`; `retry` is MRSHIM_RETRY.
 fn demo(name: &str, retry: &str) -> PathBuf {
-    let w = SimWorld::gpu(name).with("MRSHIM_SIM_DMABUF", "off").with("MRSHIM_RETRY", retry);
+    let w = SimWorld::gpu(name)
+        .with("MRSHIM_SIM_DMABUF", "off")
+        .with("MRSHIM_RETRY", retry)
+        .with("MRSHIM_BOUNCE_REMOTE", "announced");
     let logs = w.dir.join("logs");
     let allreduce = mrshim_test_support::target_dir().join("examples/allreduce");
     assert!(allreduce.exists(), "{} not built", allreduce.display());

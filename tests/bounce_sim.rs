@@ -38,7 +38,10 @@ fn without_the_shim_device_memory_fails_like_the_seed() {
 
 #[test]
 fn allreduce_through_bounce_buffers_two_and_four_ranks_all_sizes() {
-    let w = gpu_world("ar-bounce").with("MRSHIM_SIM_DMABUF", "off").with("MRSHIM_RETRY", "auto");
+    let w = gpu_world("ar-bounce")
+        .with("MRSHIM_SIM_DMABUF", "off")
+        .with("MRSHIM_RETRY", "auto")
+        .with("MRSHIM_BOUNCE_REMOTE", "announced");
     let mut cases = vec![("2", "4"), ("2", "4099"), ("4", "4"), ("4", "1M"), ("2", "16M")];
     // Without write tracking (the flipped pass) every fold compares all of 4 x 64 MiB: past the
     // 120 s limit on a loaded 2-core machine; 2 x 16 MiB exercises that fallback.
@@ -66,7 +69,10 @@ fn allreduce_through_dmabuf_when_the_runtime_can_export() {
 fn perftest_on_rejected_host_memory_keeps_working_through_bounce() {
     // The device refuses the application's registration (relaxed ordering); the shadow is
     // registered without it and so is accepted.
-    let w = SimWorld::new("pt-bounce").with("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed").with("MRSHIM_RETRY", "bounce");
+    let w = SimWorld::new("pt-bounce")
+        .with("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed")
+        .with("MRSHIM_RETRY", "bounce")
+        .with("MRSHIM_BOUNCE_REMOTE", "announced");
     // perftest posts through the ibv_wr_* builder API unless told --use_old_post_send: both.
     for (prog, old) in [("ib_write_bw", true), ("ib_send_bw", true), ("ib_write_bw", false), ("ib_send_bw", false)] {
         let mut args = vec!["-d", "mlx5_0", "-x", "3", "-s", "65536", "-n", "200"];
@@ -111,6 +117,7 @@ fn transport_checks_are_identical_through_bounce_buffers() {
         .with("SIMCHECK_EXTRA_ACCESS", "0x100000")
         .with("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed")
         .with("MRSHIM_RETRY", "bounce")
+        .with("MRSHIM_BOUNCE_REMOTE", "announced")
         .with("MRSHIM_WARN", "off")
         .with("MRSHIM_SUMMARY", "off");
     let bounced = run(w.cmd(simcheck()).arg("transport"));
@@ -151,6 +158,7 @@ fn a_panic_in_the_bounce_wrappers_never_aborts_the_program() {
         .with("SIMCHECK_EXTRA_ACCESS", "0x100000")
         .with("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed")
         .with("MRSHIM_RETRY", "bounce")
+        .with("MRSHIM_BOUNCE_REMOTE", "announced")
         .with("MRSHIM_WARN", "off");
     let o = run(w.cmd(simcheck()).arg("transport").env("MRSHIM_DEBUG_PANIC", "bounce"));
     let err = stderr(&o);
@@ -183,6 +191,7 @@ fn streaming_writes_landing_during_a_sync_are_not_lost() {
         .with("SIMCHECK_EXTRA_ACCESS", "0x100000")
         .with("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed")
         .with("MRSHIM_RETRY", "bounce")
+        .with("MRSHIM_BOUNCE_REMOTE", "announced")
         .with("MRSHIM_WARN", "off");
     for (size, iters) in [("4097", "3000"), ("65536", "4096"), ("16777216", "16")] {
         let o = run(w.cmd(simcheck()).args(["bench-bw", size, iters]));
@@ -196,6 +205,7 @@ fn ten_thousand_bounce_cycles_keep_memory_and_fds_flat() {
     let w = SimWorld::new("bounce-cycles")
         .with("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed")
         .with("MRSHIM_RETRY", "bounce")
+        .with("MRSHIM_BOUNCE_REMOTE", "announced")
         .with("MRSHIM_WARN", "off");
     let o = run(w.cmd(simcheck()).args(["reg", "cycles"]));
     let s = stdout(&o);
@@ -230,6 +240,7 @@ fn children_forked_while_bounce_regions_are_busy_never_hang_and_are_byte_exact()
     let w = SimWorld::new("fork-bounce")
         .with("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed")
         .with("MRSHIM_RETRY", "bounce")
+        .with("MRSHIM_BOUNCE_REMOTE", "announced")
         .with("MRSHIM_WARN", "off")
         .with("MRSHIM_LOG", "off");
     let o = run(w.cmd(&prog).arg("200"));

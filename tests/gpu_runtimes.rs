@@ -46,7 +46,9 @@ impl Rt {
             Rt::Rocm6 => sim_runtime_lib_dir(&[("libamdhip64.so.6", "libamdhip64_6.so", "mrshim-sim-hip6")]),
             Rt::Maca => sim_runtime_lib_dir(&[("libmcruntime.so", "libmcruntime.so", "mrshim-sim-maca")]),
         };
+        // The all-reduce example announces every peer access (docs/bounce.md, "The contract").
         SimWorld { lib_dir, ..SimWorld::new(&format!("{name}-{}", self.flag())) }
+            .with("MRSHIM_BOUNCE_REMOTE", "announced")
     }
 }
 
@@ -280,7 +282,8 @@ fn gpu_mix() -> PathBuf {
 fn dmabuf_never_learned_for_one_runtime_is_not_applied_to_another() {
     let hip5 = ("libamdhip64.so.5", "libamdhip64_5.so", "mrshim-sim-hip5");
     let cuda = ("libcuda.so.1", "libcuda.so", "mrshim-sim-cuda");
-    let w = SimWorld { lib_dir: sim_runtime_lib_dir(&[hip5, cuda]), ..SimWorld::new("two-runtimes") };
+    let w = SimWorld { lib_dir: sim_runtime_lib_dir(&[hip5, cuda]), ..SimWorld::new("two-runtimes") }
+        .with("MRSHIM_BOUNCE_REMOTE", "announced");
     let logs = w.dir.join("logs");
     let w = w.with("MRSHIM_RETRY", "va-to-dmabuf,bounce;sticky=off").with("MRSHIM_LOG", format!("{}/", logs.display()));
     let o = run(w.cmd(gpu_mix()).args(["two-runtimes", "3"]));

@@ -127,14 +127,97 @@ fn mismatched_page_offsets_are_refused_with_the_reason() {
         .args(["reg", "iova_page_offset_differs"])
         .env("MRSHIM_LOG", &logs));
     assert_eq!(stdout(&o), "iova_page_offset_differs errno=22\n", "the caller still gets the original errno");
+    // invalid by the verbs specification: no strategy is tried (realign-iova would move every
+    // peer's access; bounce would register a shadow at the caller's iova)
     let recs = all_records(&logs);
-    let r = recs.iter().find(|r| r.strategy.as_deref() == Some("realign-iova")).expect("refusal record");
-    assert_eq!(r.result, "refused");
-    assert!(r.change.as_deref().unwrap().contains("remote peers"), "{:?}", r.change);
+    assert!(recs.iter().all(|r| r.attempt == 0), "no attempt: {recs:?}");
+    let r = recs.iter().find(|r| r.result == "refused").expect("refusal record");
+    assert_eq!(r.strategy, None);
+    let why = r.change.as_deref().unwrap();
+    assert!(why.starts_with("invalid request: iova ") && why.contains("page offset"), "{why}");
+    let err = stderr(&o);
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("not retried")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
     // mrshim analyze counts the application's one failure, not the refusals next to it
     let a = run(cmd(mrshim_bin()).args(["analyze", "--json"]).arg(&logs));
     let v: serde_json::Value = serde_json::from_slice(&a.stdout).unwrap_or_else(|e| panic!("{e}: {}", stderr(&a)));
     assert_eq!(v["summary"]["failed"], 1, "{}", stdout(&a));
+}
+
+fn reg_mix() -> PathBuf {
+    mrshim_test_support::c_program(&src_c("reg_mix.c"), "c", &["-libverbs"])
+}
+
+/// pyverbs' test_reg_mr_bad_flags (rdma-core tests/test_mr.py): REMOTE_WRITE or REMOTE_ATOMIC
+/// without LOCAL_WRITE must fail with EINVAL — the same with the shim under MRSHIM_RETRY=auto
+/// (even with bounce allowed for peer-accessible regions) as without it, one line each, no
+/// strategy tried: no MR with less access than asked for is ever handed out as a success.
+#[test]
+fn requests_invalid_by_the_verbs_specification_fail_the_same_with_and_without_the_shim() {
+    let w = SimWorld::new("bad-flags");
+    let plain = run(w.cmd(reg_mix()).arg("bad-flags").env_remove("LD_PRELOAD"));
+    let expected = "access 0x8 EINVAL\naccess 0x2 EINVAL\naccess 0xc EINVAL\naccess 0xe EINVAL\n\
+                    access 0x100002 EINVAL\naccess 0x401 EINVAL\n";
+    assert_eq!(stdout(&plain), expected, "the simulated device's rules: {}", stderr(&plain));
+    for retry in ["auto", "bounce"] {
+        let logs = w.dir.join(format!("logs-{retry}/"));
+        let o = run(w
+            .cmd(reg_mix())
+            .arg("bad-flags")
+            .env("MRSHIM_RETRY", retry)
+            .env("MRSHIM_BOUNCE_REMOTE", "announced")
+            .env("MRSHIM_LOG", &logs));
+        assert_eq!(stdout(&o), expected, "MRSHIM_RETRY={retry}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert_eq!(err.matches("not retried: the request is invalid by the verbs specification").count(), 6, "{err}");
+        assert!(err.contains("(REMOTE_ATOMIC without LOCAL_WRITE)") && !err.contains("rescued"), "{err}");
+        let recs = all_records(&logs);
+        assert!(recs.iter().all(|r| r.attempt == 0 && !r.learned), "{recs:?}");
+        assert_eq!(recs.iter().filter(|r| r.result == "refused" && r.strategy.is_none()).count(), 6);
+    }
+}
+
+/// Sticky learning on a job where only some registrations fail (every 4th asks for relaxed
+/// ordering, which the device refuses): what was learned applies to that cause only. Under
+/// `bounce` exactly the failing quarter is bounced — the registrations the device accepts are
+/// not; under `auto` the learned drop-relaxed-ordering goes up front for the relaxed ones only.
+/// The figures (device calls per application call, bounced regions) are in docs/perf.md.
+#[test]
+fn learning_applies_to_the_cause_it_proved_when_only_some_registrations_fail() {
+    let count = |logs: &std::path::Path, f: &dyn Fn(&mrshim_record::Reg) -> bool| {
+        all_records(logs).iter().filter(|r| r.kind == Some(mrshim_record::Kind::Reg) && f(r)).count()
+    };
+    for (retry, sticky) in [("bounce", "on"), ("bounce", "off"), ("auto", "on"), ("auto", "off")] {
+        let w = SimWorld::new(&format!("mix-{retry}-{sticky}")).with("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed");
+        let logs = w.dir.join("logs/");
+        let o = run(w
+            .cmd(reg_mix())
+            .args(["mix", "200"])
+            .env("MRSHIM_RETRY", format!("{retry};sticky={sticky}"))
+            .env("MRSHIM_LOG", &logs)
+            .env("MRSHIM_WARN", "off"));
+        let what = format!("MRSHIM_RETRY={retry};sticky={sticky}");
+        assert_eq!(stdout(&o), "mix 200 ok=200 failed=0\n", "{what}: {}", stderr(&o));
+        let calls = count(&logs, &|r| r.parent_seq.is_none());
+        let failed_first = count(&logs, &|r| r.parent_seq.is_none() && r.result == "error");
+        let device_calls = count(&logs, &|r| r.result != "refused");
+        let bounced = count(&logs, &|r| r.strategy.as_deref() == Some("bounce") && r.result == "ok");
+        let learned = count(&logs, &|r| r.learned);
+        println!("{what}: {calls} calls, {failed_first} failed first, {device_calls} device calls, {bounced} bounced, {learned} learned");
+        assert_eq!(calls, 200, "{what}");
+        match (retry, sticky) {
+            // the 50 relaxed ones fail and are bounced; the 150 the device accepts are not
+            ("bounce", _) => {
+                assert_eq!((failed_first, bounced), (50, 50), "{what}");
+                // sticky: the learned cause goes first, nothing else to try under `bounce`
+                assert_eq!(device_calls, 250, "{what}");
+                assert_eq!(learned, if sticky == "on" { 49 } else { 0 }, "{what}");
+            }
+            // learned once, drop-relaxed-ordering goes up front for the other 49 relaxed ones
+            ("auto", "on") => assert_eq!((failed_first, bounced, learned, device_calls), (1, 0, 49, 201), "{what}"),
+            _ => assert_eq!((failed_first, bounced, learned, device_calls), (50, 0, 0, 250), "{what}"),
+        }
+    }
 }
 
 #[test]
@@ -279,6 +362,11 @@ fn random_policies_and_failures_never_crash_and_every_mr_carries_data() {
             faults.join(";")
         );
         let mut w = SimWorld::new(&format!("fuzz-{case}")).with("MRSHIM_RETRY", &policy);
+        // Half the cases may bounce the fuzz's peer-accessible regions (its program announces
+        // every WRITE with an immediate and READs after a SEND), half keep the default.
+        if case % 2 == 0 {
+            w = w.with("MRSHIM_BOUNCE_REMOTE", "announced");
+        }
         if !faults.is_empty() {
             w = w.with("MRSHIM_SIM_FAULTS", faults.join(";"));
         }

@@ -107,8 +107,10 @@ fn a_rereg_the_device_refuses_is_warned_and_recorded_as_a_failure() {
 /// for a provider without rereg, and the caller's dereg+reg fallback is byte-exact.
 #[test]
 fn a_bounce_mr_rereg_is_refused_with_err_cmd_eopnotsupp_and_dereg_reg_works() {
-    let w =
-        SimWorld::new("rereg-bounce").with("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed").with("MRSHIM_RETRY", "bounce");
+    let w = SimWorld::new("rereg-bounce")
+        .with("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed")
+        .with("MRSHIM_RETRY", "bounce")
+        .with("MRSHIM_BOUNCE_REMOTE", "announced");
     let dir = w.dir.clone();
     let (out, err, recs) = run_logged(w, "bounce");
     // libibverbs' own input check still answers first: not refused, not the shim's ERR_CMD

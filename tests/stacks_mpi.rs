@@ -100,15 +100,21 @@ fn mpirun(np: usize, max_size: &str) {
 
 /// The device refuses every registration UCX makes (with relaxed ordering, which
 /// UCX_IB_PCI_RELAXED_ORDERING=on makes it ask for, or with remote atomics in the flipped pass;
-/// the shadow is registered without either: [`refuse_every_ucx_registration`]), so every buffer MPI and UCX register (the application's, UCX's own
-/// pools, the windows) is a bounce region; each protocol forced in turn. The same send and
+/// the shadow is registered without either: [`refuse_every_ucx_registration`]), so every
+/// buffer MPI and UCX register (the application's, UCX's own pools, the windows) is a bounce
+/// region; each protocol forced in turn. The same send and
 /// receive buffers carry every message, refilled each time, so a registration cache hit must
 /// still deliver the new bytes: with rndv GET the receiver RDMA-READs the sender's shadow,
 /// which must hold what the application wrote before the RTS.
 fn bounce_every_buffer(scheme: &str) {
     let w = SimWorld::new(&format!("mpi-bounce-{scheme}"));
     let mut env = shim_env(&w);
-    env.extend(["MRSHIM_RETRY=bounce".into(), format!("MRSHIM_SIM_FAULTS={}", refuse_every_ucx_registration())]);
+    // MPI over UCX announces every peer access (docs/bounce.md, "The contract").
+    env.extend([
+        "MRSHIM_RETRY=bounce".into(),
+        "MRSHIM_BOUNCE_REMOTE=announced".into(),
+        format!("MRSHIM_SIM_FAULTS={}", refuse_every_ucx_registration()),
+    ]);
     // 8 B … 64 MiB for every scheme: eager too, far past UCX's own threshold (8–64 KiB), so a
     // 64 MiB message is thousands of SENDs, each folding UCX's REMOTE_READ pools (cheap only
     // where the kernel tracks them, crates/dirty).

@@ -152,6 +152,7 @@ fn ucp_rc_get_tag_and_put_bandwidth_through_bounce_buffers() {
         ("UCX_RNDV_THRESH", RNDV_THRESH),
         ("MRSHIM_SIM_FAULTS", refuse_every_ucx_registration()),
         ("MRSHIM_RETRY", "bounce"),
+        ("MRSHIM_BOUNCE_REMOTE", "announced"),
         ("MRSHIM_WARN", "off"),
     ];
     for (name, t, warmup) in [("get", "ucp_get", "5"), ("tag", "tag_bw", "5"), ("put", "ucp_put_bw", "0")] {

@@ -132,11 +132,7 @@ pub fn pages(addr: u64, len: u64) -> u64 {
 
 /// The access checks both registration paths share (ib_check_mr_access).
 pub fn check_access(access: u32) -> Result<(), i32> {
-    let remote_needs_local = acc::REMOTE_WRITE | acc::REMOTE_ATOMIC;
-    if access & remote_needs_local != 0 && access & acc::LOCAL_WRITE == 0 {
-        return Err(libc::EINVAL);
-    }
-    if access & !(acc::MANDATORY_KNOWN | acc::OPTIONAL_RANGE) != 0 {
+    if acc::spec_violation(access).is_some() {
         return Err(libc::EINVAL);
     }
     if access & acc::ON_DEMAND != 0 {

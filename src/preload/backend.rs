@@ -109,19 +109,14 @@ impl Backend for RealFunctions {
     }
 
     fn bounce_shadow(&self, a: &RegArgs) -> Result<Box<dyn StagedShadow>, String> {
-        bounce::prepare(a.addr, a.length, a.iova.unwrap_or(a.addr), a.access)
+        bounce::prepare(a.addr, a.length, a.iova(), a.access)
     }
 
     fn adopt(&self, strategy: Strategy, orig: &RegArgs, attempt: &RegArgs, mr: usize, shadow: Staged) {
         if let Some(s) = shadow {
             return s.adopt(mr);
         }
-        let (shown, exported_fd) = match strategy {
-            Strategy::VaToDmabuf => (orig.addr, attempt.dmabuf_fd),
-            // rdma-core's dmabuf MRs carry the offset in addr.
-            Strategy::DmabufToVa => (orig.dmabuf_offset.unwrap_or(0), None),
-            _ => return,
-        };
+        let Some((shown, exported_fd)) = strategy.shown(orig, attempt) else { return };
         // SAFETY: mr is the attempt's live MR, not yet handed to the application.
         unsafe { bounce::adopt_addr(mr, shown, exported_fd) };
     }

@@ -21,6 +21,20 @@ pub const OPTIONAL_RANGE: u32 = 0x3ff0_0000;
 /// Bits the kernel knows as mandatory; anything else outside the optional range is EINVAL.
 pub const MANDATORY_KNOWN: u32 = (FLUSH_PERSISTENT << 1) - 1;
 
+/// Why `access` is invalid by the verbs specification on every device (the kernel's
+/// `ib_check_mr_access`: EINVAL on rxe, siw, mlx5, ...), or None.
+pub fn spec_violation(access: u32) -> Option<String> {
+    let needs_local = access & (REMOTE_WRITE | REMOTE_ATOMIC);
+    if needs_local != 0 && access & LOCAL_WRITE == 0 {
+        return Some(format!("{} without LOCAL_WRITE", describe(needs_local)));
+    }
+    let undefined = access & !(MANDATORY_KNOWN | OPTIONAL_RANGE);
+    if undefined != 0 {
+        return Some(format!("undefined access bits {undefined:#x}"));
+    }
+    None
+}
+
 pub const NAMES: &[(&str, u32)] = &[
     ("LOCAL_WRITE", LOCAL_WRITE),
     ("REMOTE_WRITE", REMOTE_WRITE),
@@ -88,6 +102,17 @@ mod tests {
         assert_eq!(describe(0), "0");
         assert_eq!(describe(0x1 | 0x400), "LOCAL_WRITE|0x400");
         assert_eq!(MANDATORY_KNOWN, 0x3ff);
+    }
+
+    #[test]
+    fn spec_violations_are_the_kernels_einval_rules() {
+        assert_eq!(spec_violation(REMOTE_ATOMIC).as_deref(), Some("REMOTE_ATOMIC without LOCAL_WRITE"));
+        assert_eq!(spec_violation(REMOTE_WRITE | REMOTE_READ).as_deref(), Some("REMOTE_WRITE without LOCAL_WRITE"));
+        assert_eq!(spec_violation(LOCAL_WRITE | 0x400).as_deref(), Some("undefined access bits 0x400"));
+        assert_eq!(spec_violation(LOCAL_WRITE | 0x4000_0000).as_deref(), Some("undefined access bits 0x40000000"));
+        for ok in [0, REMOTE_READ, 0xf, 0xf | RELAXED_ORDERING, LOCAL_WRITE | OPTIONAL_RANGE, MW_BIND] {
+            assert_eq!(spec_violation(ok), None, "{}", describe(ok));
+        }
     }
 
     #[test]

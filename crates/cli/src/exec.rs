@@ -30,6 +30,9 @@ Environment read by libmrshim.so (also when preloaded without `mrshim exec`):
   MRSHIM_RETRY    off (default) | auto | drop-relaxed-ordering,raise-memlock,realign-iova,dmabuf-to-va,
                   va-to-dmabuf,bounce [;max_attempts=N;sticky=on|off;calls=...;errnos=...;on.EINVAL=...]
                   rescue failed registrations another way (docs/retry.md, docs/bounce.md)
+  MRSHIM_BOUNCE_REMOTE  refuse (default) | announced: may bounce regions peers RDMA-WRITE/READ;
+                  announced = every such access is announced by a completion the process polls
+                  or a message it posts (NCCL, MPI): the bounce contract (docs/bounce.md)
   MRSHIM_INJECT   CALL:ERRNO[:COND,...];...  make up failures to rehearse, e.g.
                   ibv_reg_mr_iova2:EINVAL:relaxed (docs/retry.md)
   MRSHIM_DEBUG_PANIC  init | hook | call | record | exit | bounce: the shim panics there on purpose, to show that

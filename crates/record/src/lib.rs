@@ -6,6 +6,15 @@ use std::collections::BTreeMap;
 
 pub const SCHEMA_VERSION: u32 = 1;
 
+/// How the `change` of a `refused` reg record starts when bounce would not take a region peers
+/// can RDMA-WRITE or READ: outside the bounce contract (docs/bounce.md, "The contract"; the rest
+/// of `change` names the access and the fix).
+pub const REFUSED_OUTSIDE_BOUNCE_CONTRACT: &str = "outside the bounce contract";
+
+/// How the `change` of a `refused` reg record (without `strategy`) starts when the request is
+/// invalid by the verbs specification and no strategy was tried (docs/retry.md).
+pub const REFUSED_INVALID_REQUEST: &str = "invalid request";
+
 /// Every field a line may carry, in the order of [`Reg`]: the one list the writer (the shim's
 /// hand writer, crates/shim-core/src/line.rs), the reader (serde, [`Reg`]) and the documentation
 /// table (docs/record-schema.md) are checked against (tests/schema.rs and the shim's line tests).

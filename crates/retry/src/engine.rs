@@ -1,24 +1,28 @@
-//! Walks the policy's strategies for one failed registration and remembers, per memory kind and
-//! entry point, which one worked (like libfabric's verbs provider remembering that dmabuf does
-//! not work for a memory type), so that with `sticky=on` the next registration of that kind goes
-//! straight to it instead of failing first.
+//! Walks the policy's strategies for one failed registration and remembers which one worked,
+//! keyed by the cause it proved — the errno, the memory kind and the entry point of the failure
+//! (like libfabric's verbs provider remembering that dmabuf does not work for a memory type).
+//! With `sticky=on` the next failure with that cause goes straight to it; a strategy that only
+//! changes how the same memory is registered ([`Strategy::up_front`]) is applied before the
+//! caller's own call instead, so that call does not fail first. Bounce is never applied up
+//! front: a registration the device accepts is never bounced (docs/retry.md, "Sticky").
 
 use crate::policy::Policy;
 use crate::strategy::{Facts, Plan, Strategy};
-use crate::{Call, MemKind, Req};
+use crate::{Call, MemKind, RegArgs};
 use mrshim_forklock::ForkLock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 /// What the shim provides: facts about the memory and the side effects some strategies need.
+/// What a strategy then makes of the request is the strategy's ([`Strategy`]).
 pub trait Env {
-    fn facts(&self, req: &Req) -> Facts;
+    fn facts(&self, req: &RegArgs) -> Facts;
     /// Raises the soft RLIMIT_MEMLOCK to the hard one; describes the change.
     fn raise_memlock(&self) -> Result<String, String>;
-    /// A dmabuf request for this device memory (exported by its runtime); describes it.
-    fn export_dmabuf(&self, req: &Req) -> Result<(Req, String), String>;
-    /// A request for a host shadow buffer standing in for this region; describes it.
-    fn bounce(&self, req: &Req) -> Result<(Req, String), String>;
+    /// A dmabuf of this device memory exported by its runtime: (fd, offset of the address).
+    fn export_dmabuf(&self, req: &RegArgs) -> Result<(i32, u64), String>;
+    /// A host shadow standing in for this region: the address to register.
+    fn bounce(&self, req: &RegArgs) -> Result<u64, String>;
 }
 
 /// One try, as the shim records it.
@@ -27,9 +31,10 @@ pub struct Attempt {
     /// 1, 2, ... (the application's own call is attempt 0).
     pub n: u32,
     pub strategy: Strategy,
-    pub req: Req,
+    pub req: RegArgs,
     pub change: String,
-    /// Applied up front because it worked before for this kind of the caller's memory (sticky).
+    /// Taken first because it rescued this cause before (sticky): the kind of the caller's
+    /// memory it was learned for.
     pub learned: Option<MemKind>,
 }
 
@@ -41,20 +46,29 @@ pub enum Event {
         strategy: Strategy,
         reason: String,
     },
+    /// The request is invalid by the verbs specification: nothing is tried.
+    Invalid {
+        reason: String,
+    },
     /// A change of learned policy (logged once per change).
     Learned {
         kind: MemKind,
         entry: Call,
+        errno: i32,
         strategy: Strategy,
     },
 }
 
+/// The cause a rescue proved: this memory kind through this entry point failed with this errno.
+type Cause = (MemKind, Call, i32);
+
 #[derive(Default)]
 pub struct Engine {
     pub policy: Policy,
-    learned: ForkLock<HashMap<(MemKind, Call), (Strategy, i32)>>,
-    /// Set with the first learned entry: until then a registration needs no facts up front.
-    any_learned: AtomicBool,
+    learned: ForkLock<HashMap<Cause, Strategy>>,
+    /// Set with the first learned up-front strategy: until then a registration needs no facts
+    /// before its own call.
+    any_up_front: AtomicBool,
     rescued: ForkLock<HashMap<Strategy, u64>>,
 }
 
@@ -75,7 +89,7 @@ impl Engine {
             self.learned.reset_in_child(HashMap::new());
             self.rescued.reset_in_child(HashMap::new());
         }
-        self.any_learned.store(false, Relaxed);
+        self.any_up_front.store(false, Relaxed);
     }
 
     /// How many registrations each strategy rescued (learned applications included).
@@ -85,21 +99,30 @@ impl Engine {
         v
     }
 
-    /// True once sticky mode learned anything: only then can a registration start with
-    /// something other than the caller's own call.
+    /// True once sticky mode learned a strategy it applies up front: only then can a
+    /// registration start with something other than the caller's own call.
     #[inline]
     pub fn has_learned(&self) -> bool {
-        self.any_learned.load(Relaxed)
+        self.any_up_front.load(Relaxed)
     }
 
-    /// Sticky mode: the strategy that worked for this kind of memory, applied before the
-    /// original call. None when nothing is learned (or it no longer applies).
-    pub fn learned_attempt(&self, req: &Req, env: &dyn Env) -> Option<Attempt> {
+    /// Sticky mode, before the caller's own call: an up-front strategy that rescued this kind
+    /// of memory through this entry point. None when nothing applies.
+    pub fn learned_attempt(&self, req: &RegArgs, env: &dyn Env) -> Option<Attempt> {
         if !self.has_learned() || !self.policy.sticky || req.is_probe() || self.policy.is_off() {
             return None;
         }
+        if req.spec_violation().is_some() {
+            return None;
+        }
         let kind = env.facts(req).kind;
-        let (strategy, errno) = *self.learned.lock().get(&(kind, req.entry))?;
+        let (strategy, errno) = self
+            .learned
+            .lock()
+            .iter()
+            .filter(|((k, c, _), s)| *k == kind && *c == req.call() && s.up_front())
+            .map(|((_, _, e), s)| (*s, *e))
+            .min()?;
         let (req2, change) = self.prepare(strategy, req, errno, env).ok()??;
         Some(Attempt { n: 0, strategy, req: req2, change, learned: Some(kind) })
     }
@@ -110,20 +133,28 @@ impl Engine {
         if ok {
             *self.rescued.lock().entry(a.strategy).or_default() += 1;
         } else if let Some(kind) = a.learned {
-            self.learned.lock().retain(|(k, _), (s, _)| !(*k == kind && *s == a.strategy));
+            self.learned.lock().retain(|(k, _, _), s| !(*k == kind && *s == a.strategy));
         }
     }
 
     /// Ok(Some) a request to try, Ok(None) skip, Err(reason) refused.
-    fn prepare(&self, s: Strategy, r: &Req, errno: i32, env: &dyn Env) -> Result<Option<(Req, String)>, String> {
-        match s.plan(r, errno, &env.facts(r)) {
+    fn prepare(
+        &self,
+        s: Strategy,
+        r: &RegArgs,
+        errno: i32,
+        env: &dyn Env,
+    ) -> Result<Option<(RegArgs, String)>, String> {
+        match s.plan(r, errno, &env.facts(r), &self.policy) {
             Plan::Skip => Ok(None),
             Plan::Refused(why) => Err(why),
             Plan::Try { req, change } => Ok(Some((req, change))),
             Plan::Prepare => match s {
                 Strategy::RaiseMemlock => env.raise_memlock().map(|c| Some((*r, c))),
-                Strategy::VaToDmabuf => env.export_dmabuf(r).map(Some),
-                Strategy::Bounce => env.bounce(r).map(Some),
+                Strategy::VaToDmabuf => {
+                    env.export_dmabuf(r).map(|(fd, off)| Some(Strategy::dmabuf_request(r, fd, off)))
+                }
+                Strategy::Bounce => env.bounce(r).map(|shadow| Some(Strategy::bounce_request(r, shadow))),
                 _ => Ok(None),
             },
         }
@@ -131,10 +162,12 @@ impl Engine {
 
     /// Walks the strategies for a failed call. `try_` performs one attempt (the real call, or an
     /// injected failure); `note` receives every event in order. Returns the first success.
-    /// None: nothing worked, and the caller must see the original errno.
+    /// None: nothing worked, and the caller must see the original errno. A request invalid by
+    /// the verbs specification is never retried. A strategy that rescued this cause before goes
+    /// first.
     pub fn rescue<T>(
         &self,
-        orig: &Req,
+        orig: &RegArgs,
         errno: i32,
         env: &dyn Env,
         skip: Option<Strategy>,
@@ -144,8 +177,20 @@ impl Engine {
         if orig.is_probe() {
             return None;
         }
+        if let Some(reason) = orig.spec_violation() {
+            note(Event::Invalid { reason });
+            return None;
+        }
+        let list = self.policy.for_failure(orig.call(), errno);
+        if list.is_empty() {
+            return None;
+        }
+        let cause = || (env.facts(orig).kind, orig.call(), errno);
+        let first = if self.policy.sticky { self.learned.lock().get(&cause()).copied() } else { None }
+            .filter(|s| list.contains(s) && Some(*s) != skip);
+        let order = first.into_iter().chain(list.iter().copied().filter(|s| Some(*s) != first));
         let mut n = 0;
-        for &s in self.policy.for_failure(orig.entry, errno) {
+        for s in order {
             if Some(s) == skip {
                 continue;
             }
@@ -161,30 +206,38 @@ impl Engine {
                 }
             };
             n += 1;
-            let a = Attempt { n, strategy: s, req, change, learned: None };
+            let learned = (first == Some(s)).then(|| cause().0);
+            let a = Attempt { n, strategy: s, req, change, learned };
             match try_(&a) {
                 Ok(t) => {
                     note(Event::Tried(a.clone(), Ok(())));
                     *self.rescued.lock().entry(s).or_default() += 1;
-                    self.learn(orig, errno, s, env, note);
+                    self.learn(cause(), s, note);
                     return Some((t, a));
                 }
-                Err(e) => note(Event::Tried(a, Err(e))),
+                Err(e) => {
+                    if learned.is_some() {
+                        // No longer rescues this cause: the walk goes on without it.
+                        self.learned.lock().remove(&cause());
+                    }
+                    note(Event::Tried(a, Err(e)))
+                }
             }
         }
         None
     }
 
-    fn learn(&self, orig: &Req, errno: i32, s: Strategy, env: &dyn Env, note: &mut dyn FnMut(Event)) {
-        // raise-memlock fixes the process, not the memory: nothing to apply up front next time.
+    fn learn(&self, (kind, entry, errno): Cause, s: Strategy, note: &mut dyn FnMut(Event)) {
+        // raise-memlock fixes the process, not the memory: nothing to remember.
         if !self.policy.sticky || s == Strategy::RaiseMemlock {
             return;
         }
-        let kind = env.facts(orig).kind;
-        let prev = self.learned.lock().insert((kind, orig.entry), (s, errno));
-        self.any_learned.store(true, Relaxed);
-        if prev.map(|p| p.0) != Some(s) {
-            note(Event::Learned { kind, entry: orig.entry, strategy: s });
+        let prev = self.learned.lock().insert((kind, entry, errno), s);
+        if s.up_front() {
+            self.any_up_front.store(true, Relaxed);
+        }
+        if prev != Some(s) {
+            note(Event::Learned { kind, entry, errno, strategy: s });
         }
     }
 }
@@ -199,10 +252,11 @@ mod tests {
     struct FakeEnv {
         kind: MemKind,
         memlock: Cell<(u64, u64)>,
+        shadow: Option<u64>,
     }
 
     impl Env for FakeEnv {
-        fn facts(&self, _r: &Req) -> Facts {
+        fn facts(&self, _r: &RegArgs) -> Facts {
             Facts {
                 kind: self.kind,
                 memlock: self.memlock.get(),
@@ -215,23 +269,22 @@ mod tests {
             self.memlock.set((h, h));
             Ok(format!("RLIMIT_MEMLOCK soft {s} -> {h}"))
         }
-        fn export_dmabuf(&self, r: &Req) -> Result<(Req, String), String> {
-            Ok((Req { entry: Call::RegDmabufMr, dmabuf_fd: 9, dmabuf_offset: 0, ..*r }, "exported fd 9".into()))
+        fn export_dmabuf(&self, _r: &RegArgs) -> Result<(i32, u64), String> {
+            Ok((9, 0))
         }
-        fn bounce(&self, _r: &Req) -> Result<(Req, String), String> {
-            Err("host bounce buffers are not available".into())
+        fn bounce(&self, _r: &RegArgs) -> Result<u64, String> {
+            self.shadow.ok_or_else(|| "host bounce buffers are not available".into())
         }
     }
 
-    fn req(access: u32) -> Req {
-        Req {
-            entry: Call::RegMrIova2,
+    fn req(access: u32) -> RegArgs {
+        RegArgs {
+            call: Some(Call::RegMrIova2),
             addr: 0x10000,
             length: 1 << 20,
-            iova: 0x10000,
+            iova: Some(0x10000),
             access,
-            dmabuf_fd: -1,
-            dmabuf_offset: 0,
+            ..Default::default()
         }
     }
 
@@ -247,7 +300,7 @@ mod tests {
     #[test]
     fn seed_rescued_by_drop_relaxed_ordering_and_learned() {
         let e = Engine::new(Policy::parse("auto").unwrap());
-        let env = FakeEnv { kind: MemKind::HostAnon, memlock: Cell::new((u64::MAX, u64::MAX)) };
+        let env = FakeEnv { kind: MemKind::HostAnon, memlock: Cell::new((u64::MAX, u64::MAX)), shadow: None };
         let mut events = Vec::new();
         let got = e.rescue(&req(0xf | RO), libc::EINVAL, &env, None, &mut no_relaxed, &mut |ev| events.push(ev));
         let (_, a) = got.expect("rescued");
@@ -271,7 +324,7 @@ mod tests {
     #[test]
     fn memlock_raised_once_on_enomem() {
         let e = Engine::new(Policy::parse("drop-relaxed-ordering,raise-memlock").unwrap());
-        let env = FakeEnv { kind: MemKind::HostAnon, memlock: Cell::new((64 << 10, 1 << 30)) };
+        let env = FakeEnv { kind: MemKind::HostAnon, memlock: Cell::new((64 << 10, 1 << 30)), shadow: None };
         let mut try_ = |a: &Attempt| if env.memlock.get().0 >= a.req.length { Ok(()) } else { Err(libc::ENOMEM) };
         let mut events = Vec::new();
         let (_, a) = e.rescue(&req(0xf), libc::ENOMEM, &env, None, &mut try_, &mut |ev| events.push(ev)).unwrap();
@@ -283,12 +336,11 @@ mod tests {
     #[test]
     fn refusals_are_reported_and_original_errno_kept() {
         let e = Engine::new(Policy::parse("auto").unwrap());
-        let env = FakeEnv { kind: MemKind::HostAnon, memlock: Cell::new((u64::MAX, u64::MAX)) };
-        let mut r = req(0xf);
-        r.iova = 0x20010;
+        let env = FakeEnv { kind: MemKind::HostAnon, memlock: Cell::new((u64::MAX, u64::MAX)), shadow: Some(0x5000) };
         let mut events = Vec::new();
+        // NCCL's access: a region peers write and read one-sided, not bounced by default.
         let got: Option<((), Attempt)> =
-            e.rescue(&r, libc::EINVAL, &env, None, &mut |_| Err(libc::EINVAL), &mut |ev| events.push(ev));
+            e.rescue(&req(0xf), libc::EFAULT, &env, None, &mut |_| Err(libc::EFAULT), &mut |ev| events.push(ev));
         assert!(got.is_none());
         let refused: Vec<Strategy> = events
             .iter()
@@ -297,17 +349,93 @@ mod tests {
                 _ => None,
             })
             .collect();
-        assert_eq!(refused, vec![Strategy::RealignIova, Strategy::Bounce]);
+        assert_eq!(refused, vec![Strategy::Bounce], "{events:?}");
+        // The user declares the stack's peer accesses announced: bounced.
+        let mut p = Policy::parse("auto").unwrap();
+        p.bounce_remote = crate::strategy::BounceRemote::Announced;
+        let e = Engine::new(p);
+        let mut try_ = |a: &Attempt| if a.strategy == Strategy::Bounce { Ok(()) } else { Err(libc::EFAULT) };
+        let (_, a) = e.rescue(&req(0xf), libc::EFAULT, &env, None, &mut try_, &mut |_| {}).expect("bounced");
+        assert_eq!(a.req.addr, 0x5000);
+    }
+
+    #[test]
+    fn requests_invalid_by_the_verbs_specification_are_never_retried() {
+        let e = Engine::new(Policy::parse("auto").unwrap());
+        let env = FakeEnv { kind: MemKind::HostAnon, memlock: Cell::new((u64::MAX, u64::MAX)), shadow: Some(0x5000) };
+        let misaligned = RegArgs { iova: Some(0x20010), ..req(0xf) };
+        let cases = [
+            (req(mrshim_verbs::access::REMOTE_ATOMIC), "REMOTE_ATOMIC without LOCAL_WRITE"),
+            (req(mrshim_verbs::access::REMOTE_WRITE | RO), "REMOTE_WRITE without LOCAL_WRITE"),
+            (req(0x1 | 0x800), "undefined access bits 0x800"),
+            (RegArgs { length: 0, ..req(0x1) }, "length 0"),
+            (RegArgs { addr: u64::MAX - 4095, iova: Some(u64::MAX - 4095), ..req(0x1) }, "wraps"),
+            (misaligned, "page offset 0x10"),
+        ];
+        for (r, why) in cases {
+            let mut events = Vec::new();
+            let mut tried = 0;
+            let got: Option<((), Attempt)> = e.rescue(
+                &r,
+                libc::EINVAL,
+                &env,
+                None,
+                &mut |_| {
+                    tried += 1;
+                    Ok(())
+                },
+                &mut |ev| events.push(ev),
+            );
+            assert!(got.is_none() && tried == 0, "{why}");
+            assert!(matches!(&events[..], [Event::Invalid { reason }] if reason.contains(why)), "{why}: {events:?}");
+        }
+        assert!(!e.has_learned() && e.rescued().is_empty());
+    }
+
+    #[test]
+    fn learning_is_keyed_by_the_cause_and_bounce_never_goes_first() {
+        let mut p = Policy::parse("auto").unwrap();
+        p.bounce_remote = crate::strategy::BounceRemote::Announced;
+        let e = Engine::new(p);
+        let env = FakeEnv { kind: MemKind::HostAnon, memlock: Cell::new((u64::MAX, u64::MAX)), shadow: Some(0x5000) };
+        let tried = std::cell::RefCell::new(Vec::new());
+        let mut only_bounce = |a: &Attempt| {
+            tried.borrow_mut().push((a.strategy, a.learned.is_some()));
+            if a.strategy == Strategy::Bounce {
+                Ok(())
+            } else {
+                Err(libc::EFAULT)
+            }
+        };
+        let mut events = Vec::new();
+        e.rescue(&req(0xf | RO), libc::EFAULT, &env, None, &mut only_bounce, &mut |ev| events.push(ev)).unwrap();
+        assert!(
+            events.iter().any(
+                |ev| matches!(ev, Event::Learned { strategy: Strategy::Bounce, errno, .. } if *errno == libc::EFAULT)
+            ),
+            "{events:?}"
+        );
+        // A registration the device would accept is not bounced: nothing applies up front.
+        assert!(!e.has_learned() && e.learned_attempt(&req(0xf | RO), &env).is_none());
+        // The same cause again: bounce first, no other strategy tried.
+        tried.borrow_mut().clear();
+        e.rescue(&req(0xf | RO), libc::EFAULT, &env, None, &mut only_bounce, &mut |_| {}).unwrap();
+        assert_eq!(*tried.borrow(), vec![(Strategy::Bounce, true)]);
+        // Another errno is another cause: the usual walk.
+        tried.borrow_mut().clear();
+        e.rescue(&req(0xf | RO), libc::ENOMEM, &env, None, &mut only_bounce, &mut |_| {}).unwrap();
+        let t = tried.borrow();
+        assert_eq!(t.first(), Some(&(Strategy::DropRelaxedOrdering, false)), "{t:?}");
     }
 
     #[test]
     fn device_memory_goes_to_dmabuf_and_probes_are_never_retried() {
         let e = Engine::new(Policy::parse("auto").unwrap());
-        let env = FakeEnv { kind: MemKind::Device, memlock: Cell::new((u64::MAX, u64::MAX)) };
-        let mut try_ = |a: &Attempt| if a.req.entry == Call::RegDmabufMr { Ok(()) } else { Err(libc::EINVAL) };
+        let env = FakeEnv { kind: MemKind::Device, memlock: Cell::new((u64::MAX, u64::MAX)), shadow: None };
+        let mut try_ = |a: &Attempt| if a.req.call() == Call::RegDmabufMr { Ok(()) } else { Err(libc::EINVAL) };
         let (_, a) = e.rescue(&req(0xf | RO), libc::EINVAL, &env, None, &mut try_, &mut |_| {}).unwrap();
         assert_eq!((a.strategy, a.n), (Strategy::VaToDmabuf, 2), "drop-relaxed-ordering tried first and failed");
-        let probe = Req { entry: Call::RegDmabufMr, dmabuf_fd: -1, ..req(0) };
+        let probe = RegArgs { call: Some(Call::RegDmabufMr), dmabuf_fd: Some(-1), dmabuf_offset: Some(0), ..req(0) };
         let mut calls = 0;
         let got: Option<((), Attempt)> = e.rescue(
             &probe,
@@ -330,7 +458,7 @@ mod tests {
         fn random_policies_and_failures(mask in 0u64..64, pol in 0usize..6, max in 1u32..8, access_ro: bool, dev: bool) {
             let names: Vec<&str> = Strategy::ALL.iter().cycle().skip(pol).take(3).map(|s| s.name()).collect();
             let e = Engine::new(Policy::parse(&format!("{};max_attempts={max}", names.join(","))).unwrap());
-            let env = FakeEnv { kind: if dev { MemKind::Device } else { MemKind::HostAnon }, memlock: Cell::new((4096, 1 << 40)) };
+            let env = FakeEnv { kind: if dev { MemKind::Device } else { MemKind::HostAnon }, memlock: Cell::new((4096, 1 << 40)), shadow: None };
             let r = req(if access_ro { 0xf | RO } else { 0xf });
             let accepts = |a: &Attempt| mask & (1 << (Strategy::ALL.iter().position(|s| *s == a.strategy).unwrap())) != 0;
             let mut n = 0u32;

@@ -11,7 +11,7 @@
 //! Every attempt is a call: a rule that matches relaxed ordering stops matching once
 //! `drop-relaxed-ordering` clears it, which is how rehearsals exercise the retry engine.
 
-use crate::{Call, MemKind, Req};
+use crate::{Call, MemKind, RegArgs};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The shim's own conditions, beside the shared ones of [`mrshim_verbs::fault_rule`].
@@ -67,8 +67,8 @@ fn next(state: &AtomicU64) -> u64 {
 }
 
 impl Rule {
-    fn fires(&self, r: &Req, kind: MemKind) -> bool {
-        let applies = self.rule.call.is_none_or(|e| e == r.entry)
+    fn fires(&self, r: &RegArgs, kind: MemKind) -> bool {
+        let applies = self.rule.call.is_none_or(|e| e == r.call())
             && !r.is_probe()
             && self.rule.own.iter().all(|o| !matches!(o, Own::Kind(k) if *k != kind));
         self.rule.counts_and_fires(applies, r.access, r.length)
@@ -80,7 +80,7 @@ impl Rule {
 }
 
 /// The errno to fail this attempt with, if a rule fires (every matching rule counts the call).
-pub fn check(rules: &[Rule], r: &Req, kind: MemKind) -> Option<i32> {
+pub fn check(rules: &[Rule], r: &RegArgs, kind: MemKind) -> Option<i32> {
     let mut hit = None;
     for rule in rules {
         if rule.fires(r, kind) && hit.is_none() {
@@ -95,8 +95,8 @@ mod tests {
     use super::*;
     const RO: u32 = mrshim_verbs::access::RELAXED_ORDERING;
 
-    fn req(entry: Call, access: u32, length: u64) -> Req {
-        Req { entry, addr: 0x1000, length, iova: 0x1000, access, dmabuf_fd: -1, dmabuf_offset: 0 }
+    fn req(entry: Call, access: u32, length: u64) -> RegArgs {
+        RegArgs { call: Some(entry), addr: 0x1000, length, iova: Some(0x1000), access, ..Default::default() }
     }
 
     #[test]
@@ -115,7 +115,7 @@ mod tests {
         assert_eq!(check(&r, &h, MemKind::HostAnon), Some(libc::ENOMEM));
         assert_eq!(check(&r, &h, MemKind::HostAnon), None);
         assert_eq!(check(&r, &req(Call::RegMr, 0xf, 2 << 20), MemKind::Device), Some(libc::EFAULT));
-        let probe = Req { entry: Call::RegDmabufMr, dmabuf_fd: -1, ..h };
+        let probe = RegArgs { call: Some(Call::RegDmabufMr), dmabuf_fd: Some(-1), dmabuf_offset: Some(0), ..h };
         assert_eq!(check(&parse("reg:EINVAL").unwrap(), &probe, MemKind::Unknown), None, "probes pass through");
     }
 

@@ -12,7 +12,7 @@
 //! ```
 //! `auto` is every strategy in the order of [`crate::strategy::Strategy::AUTO`].
 
-use crate::strategy::Strategy;
+use crate::strategy::{BounceRemote, Strategy};
 use crate::Call;
 use std::fmt;
 
@@ -27,6 +27,9 @@ pub struct Policy {
     pub errnos: Vec<i32>,
     pub per_errno: Vec<(i32, Vec<Strategy>)>,
     pub per_call: Vec<(Call, Vec<Strategy>)>,
+    /// MRSHIM_BOUNCE_REMOTE (its own variable, set by the shim's config): whether bounce may
+    /// take regions peers can access one-sided.
+    pub bounce_remote: BounceRemote,
 }
 
 impl Default for Policy {
@@ -40,6 +43,7 @@ impl Default for Policy {
             errnos: Vec::new(),
             per_errno: Vec::new(),
             per_call: Vec::new(),
+            bounce_remote: BounceRemote::default(),
         }
     }
 }

@@ -5,35 +5,9 @@
 /// The intercepted entry points (shared with the retry engine and the analyzer).
 pub use mrshim_verbs::Call;
 
-/// The arguments of one call, as the application passed them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RegArgs {
-    pub call: Option<Call>,
-    /// Set when the caller asked for a non-default symbol version (`IBVERBS_1.0`).
-    pub symbol_version: Option<&'static str>,
-    pub pd: usize,
-    /// The virtual address. For `ibv_reg_dmabuf_mr` this is the `iova` argument (the VA the MR
-    /// will have); the dmabuf offset is in `dmabuf_offset`. For `ibv_dereg_mr`: `mr->addr`.
-    pub addr: u64,
-    pub length: u64,
-    /// The IOVA: the argument for iova/iova2/dmabuf; `addr` for plain `ibv_reg_mr`.
-    pub iova: Option<u64>,
-    pub access: u32,
-    pub dmabuf_fd: Option<i32>,
-    pub dmabuf_offset: Option<u64>,
-    /// `ibv_dereg_mr`: the MR being deregistered.
-    pub mr: usize,
-}
-
-impl RegArgs {
-    pub fn call(&self) -> Call {
-        self.call.unwrap_or(Call::RegMr)
-    }
-    /// NCCL/UCX probe dmabuf support with fd -1 and look at errno: pass through, never retry.
-    pub fn is_probe(&self) -> bool {
-        self.call() == Call::RegDmabufMr && self.dmabuf_fd.is_some_and(|fd| fd < 0)
-    }
-}
+/// The arguments of one call, as the application passed them — or as a retry strategy changed
+/// them: the one request type of the shim and its retry engine (defined there).
+pub use mrshim_retry::RegArgs;
 
 /// What the real function answered.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -26,14 +26,14 @@ impl Shim {
             }
             return out;
         }
-        let req = rescue::to_req(args).filter(|r| !r.is_probe() && backend.can_retry());
-        let env = rescue::ShimEnv::new(self, backend, args);
+        let req = Some(args).filter(|a| a.call() != crate::Call::DeregMr && !a.is_probe() && backend.can_retry());
+        let env = rescue::ShimEnv::new(self, backend);
         let seq = self.next_seq();
         // Sticky: what worked before for this kind of memory goes first, as the call itself.
         let mut skip = None;
-        if let Some(a) = req.as_ref().and_then(|r| self.retry.learned_attempt(r, &env)) {
-            let aargs = rescue::to_args(args, &a.req);
-            let t = self.attempt(&aargs, Some(&a.req), &env, backend);
+        if let Some(a) = req.and_then(|r| self.retry.learned_attempt(r, &env)) {
+            let aargs = a.req;
+            let t = self.attempt(&aargs, true, &env, backend);
             self.retry.learned_result(&a, t.out.ok());
             let meta = Meta {
                 strategy: Some(a.strategy.name()),
@@ -63,7 +63,7 @@ impl Shim {
         let before =
             if self.log.enabled() && args.call() == crate::Call::DeregMr { self.mrs.take(args.mr) } else { None };
         let registered_before = Some(self.mrs.current());
-        let t = self.attempt(args, req.as_ref(), &env, backend);
+        let t = self.attempt(args, req.is_some(), &env, backend);
         self.debug_panic(PanicAt::Call);
         let done = Done { before, registered_before, ..Done::new(args, &t, seq) };
         let Some(r) = req.filter(|_| !t.out.ok() && !self.retry.policy.is_off()) else {
@@ -75,14 +75,15 @@ impl Shim {
         internal::guarded(args.call().name(), || {
             self.record(cfg, backend, &done);
             let mut try_ = |a: &Attempt| {
-                let aargs = rescue::to_args(args, &a.req);
-                let at = self.attempt(&aargs, Some(&a.req), &env, backend);
+                let aargs = a.req;
+                let at = self.attempt(&aargs, true, &env, backend);
                 let meta = Meta {
                     attempt: a.n,
                     parent_seq: Some(seq),
                     strategy: Some(a.strategy.name()),
                     change: Some(&a.change),
                     injected: at.injected,
+                    learned: a.learned.is_some(),
                     ..Meta::default()
                 };
                 let d = Done { used: Some(&aargs), meta, ..Done::new(args, &at, self.next_seq()) };
@@ -95,11 +96,11 @@ impl Shim {
                 }
             };
             let mut note = |ev: mrshim_retry::engine::Event| self.note(cfg, args, seq, backend, ev);
-            rescued = self.retry.rescue(&r, t.out.err, &env, skip, &mut try_, &mut note);
+            rescued = self.retry.rescue(r, t.out.err, &env, skip, &mut try_, &mut note);
         });
         match rescued {
             Some((o, a)) => {
-                backend.adopt(a.strategy, args, &rescue::to_args(args, &a.req), o.mr, env.take_shadow());
+                backend.adopt(a.strategy, args, &a.req, o.mr, env.take_shadow());
                 if cfg.warn {
                     self.rescued_line(args, &a);
                 }
@@ -122,19 +123,13 @@ impl Shim {
         ));
     }
 
-    /// One try at the real function, unless MRSHIM_INJECT fails it first (registrations only:
-    /// `r` is None for deregistrations, probes and the 1.0 ABI). Clocks only when recording.
-    fn attempt(
-        &self,
-        a: &RegArgs,
-        r: Option<&mrshim_retry::Req>,
-        env: &rescue::ShimEnv,
-        backend: &dyn Backend,
-    ) -> Tried {
+    /// One try at the real function, unless MRSHIM_INJECT fails it first (`injectable`: a
+    /// registration, not a deregistration, probe or 1.0 ABI call). Clocks only when recording.
+    fn attempt(&self, a: &RegArgs, injectable: bool, env: &rescue::ShimEnv, backend: &dyn Backend) -> Tried {
         let t0 = if self.log.enabled() { clock::mono_ns() } else { 0 };
         let took = || if t0 != 0 { clock::mono_ns().saturating_sub(t0) } else { 0 };
-        if let Some(r) = r.filter(|_| !self.inject.is_empty()) {
-            if let Some(e) = mrshim_retry::inject::check(&self.inject, r, env.kind(r)) {
+        if injectable && !self.inject.is_empty() {
+            if let Some(e) = mrshim_retry::inject::check(&self.inject, a, env.kind(a)) {
                 let out = Outcome { err: e, errno_after: e, ..Default::default() };
                 return Tried { out, dur: took(), t0, injected: true };
             }

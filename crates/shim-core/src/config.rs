@@ -42,7 +42,7 @@ pub struct Config {
     pub info: bool,
     /// Print a WARN line on stderr for every failed call.
     pub warn: bool,
-    /// MRSHIM_RETRY (default off).
+    /// MRSHIM_RETRY (default off), with MRSHIM_BOUNCE_REMOTE in `retry.bounce_remote`.
     pub retry: mrshim_retry::policy::Policy,
     /// MRSHIM_INJECT, validated; the shim builds its rules (with their counters) from it.
     pub inject: String,
@@ -120,6 +120,7 @@ pub const DEBUG_ACCEPTED: &str =
 pub const ONOFF_ACCEPTED: &str = "on, off (also 1/0, true/false, yes/no)";
 pub const RETRY_ACCEPTED: &str = mrshim_retry::policy::HELP;
 pub const INJECT_ACCEPTED: &str = mrshim_retry::inject::HELP;
+pub const BOUNCE_REMOTE_ACCEPTED: &str = mrshim_retry::strategy::BounceRemote::HELP;
 pub const DEBUG_PANIC_ACCEPTED: &str =
     "init, hook, call, record, exit, bounce (where the shim panics on purpose; unset in production)";
 pub const BOUNCE_TRACK_ACCEPTED: &str = "on (default), off (also 1/0, true/false, yes/no)";
@@ -163,6 +164,7 @@ pub const VARS: &[&str] = &[
     "MRSHIM_DEBUG_PANIC",
     "MRSHIM_BOUNCE_TRACK",
     "MRSHIM_COPY_SELFTEST",
+    "MRSHIM_BOUNCE_REMOTE",
 ];
 
 /// Values longer than this are shown cut in messages and in the config record (a 1 MB value
@@ -273,6 +275,18 @@ pub fn parse_as(get: impl Fn(&str) -> Option<String>, secure: bool) -> Result<Co
             Err(detail) => errs.push(ConfigError { var: "MRSHIM_RETRY", value: v, accepted: RETRY_ACCEPTED, detail }),
         }
     }
+    // After MRSHIM_RETRY, whose policy it belongs to (docs/bounce.md, "The contract").
+    if let Some(v) = get("MRSHIM_BOUNCE_REMOTE") {
+        match mrshim_retry::strategy::BounceRemote::parse(&v) {
+            Some(b) => c.retry.bounce_remote = b,
+            None => errs.push(ConfigError {
+                var: "MRSHIM_BOUNCE_REMOTE",
+                value: v,
+                accepted: BOUNCE_REMOTE_ACCEPTED,
+                detail: None,
+            }),
+        }
+    }
     if let Some(v) = get("MRSHIM_INJECT") {
         match refuse_empty(&v).and_then(|_| mrshim_retry::inject::parse(&v).map_err(|_| None)) {
             Ok(_) => c.inject = v,
@@ -340,6 +354,7 @@ fn accepted(var: &str) -> &'static str {
         "MRSHIM_DEBUG_PANIC" => DEBUG_PANIC_ACCEPTED,
         "MRSHIM_BOUNCE_TRACK" => BOUNCE_TRACK_ACCEPTED,
         "MRSHIM_COPY_SELFTEST" => COPY_SELFTEST_ACCEPTED,
+        "MRSHIM_BOUNCE_REMOTE" => BOUNCE_REMOTE_ACCEPTED,
         _ => ONOFF_ACCEPTED,
     }
 }
@@ -482,6 +497,12 @@ mod tests {
         assert!(!p(&[("MRSHIM_DEBUG", "WARN")]).unwrap().info);
         assert!(p(&[("MRSHIM_SUMMARY", "on")]).unwrap().info, "the alias");
         assert!(p(&[("MRSHIM_DEBUG", "TRACE")]).is_err());
+        use mrshim_retry::strategy::BounceRemote;
+        assert_eq!(p(&[]).unwrap().retry.bounce_remote, BounceRemote::Refuse, "safe for an unknown client");
+        let c = p(&[("MRSHIM_BOUNCE_REMOTE", "announced"), ("MRSHIM_RETRY", "bounce")]).unwrap();
+        assert_eq!(c.retry.bounce_remote, BounceRemote::Announced, "whatever the order of the variables");
+        let e = p(&[("MRSHIM_BOUNCE_REMOTE", "on")]).unwrap_err();
+        assert!(e[0].to_string().contains("accepted: refuse (default"), "{}", e[0]);
     }
 
     #[test]

@@ -121,31 +121,32 @@ impl Shim {
         use mrshim_retry::engine::Event;
         match ev {
             Event::Refused { strategy, reason } => {
-                let meta = Meta {
-                    parent_seq: Some(parent),
-                    strategy: Some(strategy.name()),
-                    change: Some(&reason),
-                    refused: true,
-                    ..Meta::default()
-                };
-                let tried = Tried {
-                    out: Outcome { err: -1, ..Default::default() },
-                    t0: clock::mono_ns(),
-                    dur: 0,
-                    injected: false,
-                };
-                self.record_guarded(cfg, backend, &Done { meta, ..Done::new(args, &tried, self.next_seq()) });
+                // Outside the bounce contract: the caller gets its failure, and one line why.
+                if cfg.warn && reason.starts_with(mrshim_retry::strategy::OUTSIDE_CONTRACT) {
+                    self.say("WARN", &format!("{} not bounced, {reason}", args.call().name()));
+                }
+                self.refused_record(cfg, args, parent, backend, Some(strategy.name()), &reason);
             }
-            Event::Learned { kind, entry, strategy } => {
+            Event::Invalid { reason } => {
                 let line = format!(
-                    "{} INFO learned: {} of {} memory goes straight to {}",
-                    self.prefix(),
-                    entry.name(),
-                    kind.name(),
-                    strategy.name()
+                    "{} not retried: the request is invalid by the verbs specification ({reason}); the caller gets its own errno",
+                    args.call().name()
                 );
                 if cfg.warn {
-                    stderr_line(&line);
+                    self.say("WARN", &line);
+                }
+                let why = format!("{}: {reason}", mrshim_record::REFUSED_INVALID_REQUEST);
+                self.refused_record(cfg, args, parent, backend, None, &why);
+            }
+            Event::Learned { kind, entry, errno, strategy } => {
+                let when = if strategy.up_front() {
+                    "goes straight to".to_string()
+                } else {
+                    format!("failing with {} goes straight to", mrshim_verbs::errno::name(errno).unwrap_or("an errno"))
+                };
+                let what = format!("{} of {} memory {when} {}", entry.name(), kind.name(), strategy.name());
+                if cfg.warn {
+                    self.say("INFO", &format!("learned: {what}"));
                 }
                 if self.log.enabled() {
                     let mut r = self.base(Kind::Policy, clock::wall_now_ns());
@@ -155,17 +156,34 @@ impl Shim {
                     r.strategy = Some(strategy.name().into());
                     r.parent_seq = Some(parent);
                     r.result = CallResult::Ok;
-                    r.change = Some(format!(
-                        "{} of {} memory goes straight to {}",
-                        entry.name(),
-                        kind.name(),
-                        strategy.name()
-                    ));
+                    r.errno = Some(errno);
+                    r.change = Some(what);
                     self.emit(&r);
                 }
             }
             Event::Tried(..) => {}
         }
+    }
+
+    /// A `reg` record with `result: refused`: a strategy not tried, or (no strategy) a request
+    /// no strategy may touch; `change` says why.
+    fn refused_record(
+        &self,
+        cfg: &Config,
+        args: &RegArgs,
+        parent: u64,
+        backend: &dyn Backend,
+        strategy: Option<&str>,
+        reason: &str,
+    ) {
+        let meta = Meta { parent_seq: Some(parent), strategy, change: Some(reason), refused: true, ..Meta::default() };
+        let tried = crate::call_path::Tried {
+            out: Outcome { err: -1, ..Default::default() },
+            t0: clock::mono_ns(),
+            dur: 0,
+            injected: false,
+        };
+        self.record_guarded(cfg, backend, &Done { meta, ..Done::new(args, &tried, self.next_seq()) });
     }
 
     fn memory(&self, a: &RegArgs, probe: bool, failed: bool, t0: u64, backend: &dyn Backend) -> Memory {

@@ -382,7 +382,11 @@ impl crate::StagedShadow for TestShadow {
 #[test]
 fn retry_records_keep_the_request_and_name_what_was_used() {
     let d = tmpdir("used");
-    let s = shim_with(&[("MRSHIM_LOG", d.to_str().unwrap()), ("MRSHIM_RETRY", "drop-relaxed-ordering,bounce")]);
+    let s = shim_with(&[
+        ("MRSHIM_LOG", d.to_str().unwrap()),
+        ("MRSHIM_RETRY", "drop-relaxed-ordering,bounce"),
+        ("MRSHIM_BOUNCE_REMOTE", "announced"),
+    ]);
     let shadow = vec![0u8; 8192];
     let f = Fake::new();
     let b = DeviceOnly { fake: &f, device: 0x7f00_0000_0000, shadow: shadow.as_ptr() as u64 };
@@ -397,7 +401,7 @@ fn retry_records_keep_the_request_and_name_what_was_used() {
         ..Default::default()
     };
     assert!(s.call(&a, &b).ok(), "rescued by the bounce shadow");
-    assert!(s.call(&a, &b).ok(), "then straight to the learned strategy");
+    assert!(s.call(&a, &b).ok(), "then, after the same failure, straight to the learned strategy");
     let recs: Vec<Reg> = lines(&only_file(&d)).into_iter().filter(|r| r.kind == Some(Kind::Reg)).collect();
     let by = |strategy: &str, learned: bool| {
         recs.iter()

@@ -122,8 +122,14 @@ fn describe(r: &Reg) -> String {
 }
 
 fn reg(r: Reg, caller_fields: bool, lineno: u64, emit: &mut dyn FnMut(Event)) {
-    // A refusal records a strategy that was not tried: no call reached the device.
+    // A refusal records a strategy that was not tried: no call reached the device. One that
+    // kept a region out of bounce (its contract) carries the fix: a note, once per wording.
     if r.probe || r.result == CallResult::Refused {
+        if let Some(why) = r.change.as_deref().filter(|c| c.starts_with(mrshim_record::REFUSED_OUTSIDE_BOUNCE_CONTRACT))
+        {
+            let kind = r.mem_kind.map_or("unknown", |k| k.name());
+            emit(Event::Note(format!("{} of {kind} memory was not bounced by mrshim, {why}", r.call)));
+        }
         return;
     }
     // Linked to an application call (a retry attempt, or a learned strategy that no longer
@@ -308,5 +314,29 @@ mod rereg_tests {
         assert_eq!(a.col.rereg, [1, 0, 1]);
         let (k, g) = a.col.groups.iter().next().unwrap();
         assert_eq!((k.call.as_str(), k.errno, k.ok, g.count), ("ibv_rereg_mr", Some(95), false, 1));
+    }
+}
+
+#[cfg(test)]
+mod bounce_contract_tests {
+    /// A registration bounce would not take (outside its contract): the application's failure
+    /// counts, and the refusal's fix is a note, once however many processes refused it.
+    #[test]
+    fn a_contract_refusal_gives_its_fix_once() {
+        let call = r#"{"v":1,"kind":"reg","seq":1,"time_ns":1,"host":"h","pid":7,"tid":7,"call":"ibv_reg_mr","addr":"0x1000","length":4096,"access":7,"mem_kind":"device","duration_ns":1,"result":"error","errno":22,"errno_name":"EINVAL"}"#;
+        let why = "outside the bounce contract: access REMOTE_WRITE|REMOTE_READ lets peers ... Fix: register it through dmabuf or GPU peer memory (nvidia_peermem, amdgpu peer memory)";
+        let refused = |pid: u32| {
+            format!(
+                r#"{{"v":1,"kind":"reg","seq":2,"time_ns":1,"host":"h","pid":{pid},"tid":7,"call":"ibv_reg_mr","addr":"0x1000","length":4096,"access":7,"mem_kind":"device","duration_ns":0,"result":"refused","parent_seq":1,"strategy":"bounce","change":"{why}"}}"#
+            )
+        };
+        let text = [call.to_string(), refused(7), call.replace("\"pid\":7", "\"pid\":8"), refused(8)].join("\n") + "\n";
+        let a = crate::analyze_readers(vec![("log".into(), Box::new(std::io::Cursor::new(text.into_bytes())))]);
+        let notes: Vec<&String> = a.col.notes.iter().filter(|n| n.contains("not bounced")).collect();
+        assert_eq!(notes.len(), 1, "{:?}", a.col.notes);
+        assert!(
+            notes[0].starts_with("ibv_reg_mr of device memory was not bounced by mrshim, outside the bounce contract")
+        );
+        assert!(notes[0].contains("nvidia_peermem"), "{}", notes[0]);
     }
 }
