@@ -40,6 +40,9 @@ pub struct Config {
     /// MRSHIM_DEBUG_PANIC: make the shim panic at one point, to prove it never takes the
     /// application down (tests, and users who want to see it for themselves).
     pub debug_panic: Option<PanicAt>,
+    /// MRSHIM_BOUNCE_ON_VIOLATION=abort: a bounce region used outside its contract aborts the
+    /// process (default warn: a WARN line, a `violation` record, counted in the summary).
+    pub bounce_abort: bool,
 }
 
 /// Where MRSHIM_DEBUG_PANIC makes the shim panic.
@@ -90,6 +93,7 @@ impl Default for Config {
             retry: Default::default(),
             inject: String::new(),
             debug_panic: None,
+            bounce_abort: false,
         }
     }
 }
@@ -102,6 +106,7 @@ pub const DEBUG_ACCEPTED: &str =
 pub const ONOFF_ACCEPTED: &str = "on, off (also 1/0, true/false, yes/no)";
 pub const RETRY_ACCEPTED: &str = mrshim_retry::policy::HELP;
 pub const INJECT_ACCEPTED: &str = mrshim_retry::inject::HELP;
+pub const ON_VIOLATION_ACCEPTED: &str = "warn (default), abort";
 pub const DEBUG_PANIC_ACCEPTED: &str =
     "init, hook, call, record, exit, bounce (where the shim panics on purpose; unset in production)";
 
@@ -140,6 +145,7 @@ pub const VARS: &[&str] = &[
     "MRSHIM_RETRY",
     "MRSHIM_INJECT",
     "MRSHIM_DEBUG_PANIC",
+    "MRSHIM_BOUNCE_ON_VIOLATION",
 ];
 
 /// Values longer than this are shown cut in messages and in the config record (a 1 MB value
@@ -267,6 +273,18 @@ pub fn parse_as(get: impl Fn(&str) -> Option<String>, secure: bool) -> Result<Co
             }),
         }
     }
+    if let Some(v) = get("MRSHIM_BOUNCE_ON_VIOLATION") {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "warn" => c.bounce_abort = false,
+            "abort" => c.bounce_abort = true,
+            _ => errs.push(ConfigError {
+                var: "MRSHIM_BOUNCE_ON_VIOLATION",
+                value: v,
+                accepted: ON_VIOLATION_ACCEPTED,
+                detail: None,
+            }),
+        }
+    }
     errs.extend(not_utf8);
     errs.sort_by_key(|e| VARS.iter().position(|v| *v == e.var));
     if errs.is_empty() {
@@ -292,6 +310,7 @@ fn accepted(var: &str) -> &'static str {
         "MRSHIM_RETRY" => RETRY_ACCEPTED,
         "MRSHIM_INJECT" => INJECT_ACCEPTED,
         "MRSHIM_DEBUG_PANIC" => DEBUG_PANIC_ACCEPTED,
+        "MRSHIM_BOUNCE_ON_VIOLATION" => ON_VIOLATION_ACCEPTED,
         _ => ONOFF_ACCEPTED,
     }
 }

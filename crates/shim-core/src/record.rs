@@ -68,12 +68,23 @@ struct Memory {
 impl Shim {
     /// An `error` record: a panic the shim caught while handling `call`.
     pub fn record_error(&self, call: &str, msg: &str) {
+        self.record_problem(Kind::Error, call, msg, None);
+    }
+
+    /// A `violation` record: a bounce region used outside its contract (`call` names what was
+    /// detected, `error` says what and where).
+    pub fn record_violation(&self, what: &str, msg: &str) {
+        self.record_problem(Kind::Violation, what, msg, Some("bounce"));
+    }
+
+    fn record_problem(&self, kind: Kind, call: &str, msg: &str, strategy: Option<&str>) {
         if !self.log.enabled() {
             return;
         }
-        let mut r = self.base(Kind::Error, clock::wall_now_ns());
+        let mut r = self.base(kind, clock::wall_now_ns());
         r.seq = self.next_seq();
         r.call = call.into();
+        r.strategy = strategy.map(Into::into);
         r.result = "error".into();
         r.error = Some(msg.into());
         self.emit(&r);
@@ -363,6 +374,9 @@ impl Shim {
             s.insert("retry".into(), c.retry.describe());
             if !c.inject.is_empty() {
                 s.insert("inject".into(), c.inject.clone());
+            }
+            if c.bounce_abort {
+                s.insert("bounce_on_violation".into(), "abort".into());
             }
         }
         if let Some((_, v)) = self.rank {
