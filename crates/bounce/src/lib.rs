@@ -33,6 +33,7 @@ pub mod live;
 pub mod patch;
 mod pool;
 mod reads;
+mod recvs;
 pub mod region;
 pub mod shadow;
 
