@@ -98,9 +98,8 @@ fn mpirun(np: usize, max_size: &str) {
     }
 }
 
-/// The device refuses every registration UCX makes (with relaxed ordering, which
-/// UCX_IB_PCI_RELAXED_ORDERING=on makes it ask for, or with remote atomics in the flipped pass;
-/// the shadow is registered without either: [`refuse_every_ucx_registration`]), so every buffer MPI and UCX register (the application's, UCX's own
+/// The device refuses every registration with relaxed ordering (UCX asks for it; the shadow is
+/// registered without it), so every buffer MPI and UCX register (the application's, UCX's own
 /// pools, the windows) is a bounce region; each protocol forced in turn. The same send and
 /// receive buffers carry every message, refilled each time, so a registration cache hit must
 /// still deliver the new bytes: with rndv GET the receiver RDMA-READs the sender's shadow,
@@ -108,13 +107,11 @@ fn mpirun(np: usize, max_size: &str) {
 fn bounce_every_buffer(scheme: &str) {
     let w = SimWorld::new(&format!("mpi-bounce-{scheme}"));
     let mut env = shim_env(&w);
-    env.extend(["MRSHIM_RETRY=bounce".into(), format!("MRSHIM_SIM_FAULTS={}", refuse_every_ucx_registration())]);
+    env.extend(["MRSHIM_RETRY=bounce".into(), "MRSHIM_SIM_FAULTS=reg:EFAULT:relaxed".into()]);
     // 8 B … 64 MiB for every scheme: eager too, far past UCX's own threshold (8–64 KiB), so a
     // 64 MiB message is thousands of SENDs, each folding UCX's REMOTE_READ pools (cheap only
     // where the kernel tracks them, crates/dirty).
-    // Without write tracking (the flipped pass) every fold compares UCX's pools whole: eager
-    // to 1 MiB there (64 MiB eager is thousands of SENDs and took past 600 s).
-    let max = if scheme == "eager" && variant() == Variant::Flipped { "1048576" } else { "67108864" };
+    let max = "67108864";
     match scheme {
         "eager" => env.push("UCX_RNDV_THRESH=inf".into()),
         // Receives reposted 24 at a time (UCX's most): fewer post_recv folds (which also bring

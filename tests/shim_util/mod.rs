@@ -89,7 +89,7 @@ pub fn fake() -> &'static Fake {
     })
 }
 
-/// A command with a clean MRSHIM_* environment and the third-party defaults of [`pinned_env`].
+/// A command with a clean MRSHIM_* environment.
 pub fn cmd(prog: impl AsRef<std::ffi::OsStr>) -> Command {
     let mut c = Command::new(prog);
     for (k, _) in std::env::vars() {
@@ -102,71 +102,7 @@ pub fn cmd(prog: impl AsRef<std::ffi::OsStr>) -> Command {
             c.env_remove(k);
         }
     }
-    c.envs(pinned_env());
     c
-}
-
-/// Which side of the machine-dependent defaults the tests run on: `MRSHIM_TEST_VARIANT=flipped`
-/// (scripts/test's second pass over the stack tests) runs the fallback side of each.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Variant {
-    Default,
-    Flipped,
-}
-
-pub fn variant() -> Variant {
-    match std::env::var("MRSHIM_TEST_VARIANT").as_deref() {
-        Err(_) | Ok("" | "default") => Variant::Default,
-        Ok("flipped") => Variant::Flipped,
-        Ok(v) => panic!("MRSHIM_TEST_VARIANT={v:?}: accepted: default, flipped"),
-    }
-}
-
-/// Whether the stack programs (UCX) ask for relaxed ordering in this run: the tests whose point
-/// is a device refusing it inject the fault by another trait when they do not.
-pub fn ucx_requests_relaxed_ordering() -> bool {
-    variant() == Variant::Default
-}
-
-/// Third-party defaults that depend on the machine, set for every program a test starts so that
-/// a test means the same on every machine of this kind whatever its CPU, core count, hugepages:
-/// - UCX's `UCX_IB_PCI_RELAXED_ORDERING` default (`auto`/`try`) asks for relaxed ordering only
-///   on the CPU models UCX prefers it for (AMD Naples/Rome/Milan/Genoa, Fujitsu ARM): `on`, and
-///   `off` in the flipped pass;
-/// - UCX allocates its buffers from SysV hugetlb pages or transparent huge pages first where
-///   the machine has them (`huge,thp` in `UCX_*_ALLOC`): plain mmap/heap memory always;
-/// - UCX warns about any variable no component it loaded reads (a test asserts no WARN);
-/// - the bounce layer's write tracking (userfaultfd write-protect, kernel >= 6.7): the product
-///   default, and off in the flipped pass (whole-region compares, the fallback of a kernel
-///   without it).
-pub fn pinned_env() -> Vec<(&'static str, &'static str)> {
-    let flipped = variant() == Variant::Flipped;
-    let mut env = vec![
-        ("UCX_IB_PCI_RELAXED_ORDERING", if flipped { "off" } else { "on" }),
-        ("UCX_WARN_UNUSED_ENV_VARS", "n"),
-        ("UCX_ALLOC_PRIO", "md:sysv,md:posix,md:*,mmap,heap"),
-        ("UCX_RC_VERBS_ALLOC", "md,mmap,heap"),
-        ("UCX_UD_VERBS_ALLOC", "md,mmap,heap"),
-        ("UCX_SELF_ALLOC", "md,mmap,heap"),
-        ("UCX_TCP_ALLOC", "md,mmap,heap"),
-        ("UCX_SYSV_HUGETLB_MODE", "n"),
-        ("UCX_POSIX_HUGETLB_MODE", "n"),
-    ];
-    if flipped {
-        env.push(("MRSHIM_BOUNCE_TRACK", "off"));
-    }
-    env
-}
-
-/// The simulator fault that makes the device refuse every registration the UCX-based stacks
-/// make while it accepts the bounce layer's shadow (registered without relaxed ordering and
-/// without remote atomics): relaxed ordering where UCX asks for it, remote atomics otherwise.
-pub fn refuse_every_ucx_registration() -> &'static str {
-    if ucx_requests_relaxed_ordering() {
-        "reg:EFAULT:relaxed"
-    } else {
-        "reg:EFAULT:access=0x8"
-    }
 }
 
 /// `cmd` on the fake library with the shim preloaded.
