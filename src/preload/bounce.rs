@@ -115,8 +115,7 @@ pub unsafe fn before_dereg(mr: usize) -> Option<impl FnOnce(bool)> {
 
 type PostSend = unsafe extern "C" fn(*mut v::ibv_qp, *mut v::ibv_send_wr, *mut *mut v::ibv_send_wr) -> c_int;
 type PostRecv = unsafe extern "C" fn(*mut v::ibv_qp, *mut v::ibv_recv_wr, *mut *mut v::ibv_recv_wr) -> c_int;
-type PostSrqRecv =
-    unsafe extern "C" fn(*mut v::ibv_srq, *mut v::ibv_recv_wr, *mut *mut v::ibv_recv_wr) -> c_int;
+type PostSrqRecv = unsafe extern "C" fn(*mut v::ibv_srq, *mut v::ibv_recv_wr, *mut *mut v::ibv_recv_wr) -> c_int;
 type PollCq = unsafe extern "C" fn(*mut v::ibv_cq, c_int, *mut mrshim_verbs::sys::ibv_wc) -> c_int;
 type QxStart = unsafe extern "C" fn(*mut v::ibv_qp_ex);
 type QxRead = unsafe extern "C" fn(*mut v::ibv_qp_ex, u32, u64);

@@ -106,16 +106,8 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind, in declaration order.
-    pub const ALL: [Kind; 8] = [
-        Kind::Config,
-        Kind::Reg,
-        Kind::Dereg,
-        Kind::Policy,
-        Kind::Summary,
-        Kind::Error,
-        Kind::Rereg,
-        Kind::Violation,
-    ];
+    pub const ALL: [Kind; 8] =
+        [Kind::Config, Kind::Reg, Kind::Dereg, Kind::Policy, Kind::Summary, Kind::Error, Kind::Rereg, Kind::Violation];
 
     /// The name a record carries (what serde writes; a test checks it).
     pub const fn name(self) -> &'static str {

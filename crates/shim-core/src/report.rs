@@ -173,11 +173,8 @@ impl Shim {
             self.emit(&r);
         }
         // Quiet by default, as NCCL: a process whose calls all went well prints nothing.
-        let eventful = s.failures > 0
-            || s.internal_errors > 0
-            || s.violations > 0
-            || s.records_lost > 0
-            || !s.rescued.is_empty();
+        let eventful =
+            s.failures > 0 || s.internal_errors > 0 || s.violations > 0 || s.records_lost > 0 || !s.rescued.is_empty();
         if cfg.summary && (cfg.info || eventful) {
             // records_written now includes the summary record itself.
             stderr_line(&self.summary_line(&self.summary()));
