@@ -115,6 +115,7 @@ pub unsafe fn before_dereg(mr: usize) -> Option<impl FnOnce(bool)> {
 
 type PostSend = unsafe extern "C" fn(*mut v::ibv_qp, *mut v::ibv_send_wr, *mut *mut v::ibv_send_wr) -> c_int;
 type PostRecv = unsafe extern "C" fn(*mut v::ibv_qp, *mut v::ibv_recv_wr, *mut *mut v::ibv_recv_wr) -> c_int;
+type PostSrqRecv = unsafe extern "C" fn(*mut v::ibv_srq, *mut v::ibv_recv_wr, *mut *mut v::ibv_recv_wr) -> c_int;
 type PollCq = unsafe extern "C" fn(*mut v::ibv_cq, c_int, *mut mrshim_verbs::sys::ibv_wc) -> c_int;
 type QxStart = unsafe extern "C" fn(*mut v::ibv_qp_ex);
 type QxRead = unsafe extern "C" fn(*mut v::ibv_qp_ex, u32, u64);
@@ -138,52 +139,62 @@ struct FfiSlots;
 impl Slots for FfiSlots {
     fn wrappers(&self) -> (ContextOps, QpxOps) {
         (
-            [post_send as PostSend as usize, post_recv as PostRecv as usize, poll_cq as PollCq as usize],
-            [
-                qx_start as QxStart as usize,
-                qx_rdma_read as QxRead as usize,
-                qx_set_sge as QxSge as usize,
-                qx_set_sge_list as QxSgeList as usize,
-            ],
+            ContextOps {
+                post_send: post_send as PostSend as usize,
+                post_recv: post_recv as PostRecv as usize,
+                poll_cq: poll_cq as PollCq as usize,
+                post_srq_recv: post_srq_recv as PostSrqRecv as usize,
+            },
+            QpxOps {
+                wr_start: qx_start as QxStart as usize,
+                wr_rdma_read: qx_rdma_read as QxRead as usize,
+                wr_set_sge: qx_set_sge as QxSge as usize,
+                wr_set_sge_list: qx_set_sge_list as QxSgeList as usize,
+            },
         )
     }
     unsafe fn context_ops(&self, ctx: usize) -> ContextOps {
         // SAFETY: the trait's contract: a live context; reading plain function pointers.
         let ops = unsafe { &(*(ctx as *const v::ibv_context)).ops };
-        let f = |p: Option<usize>| p.unwrap_or(0);
-        [f(ops.post_send.map(|p| p as usize)), f(ops.post_recv.map(|p| p as usize)), f(ops.poll_cq.map(|p| p as usize))]
+        ContextOps {
+            post_send: ops.post_send.map_or(0, |p| p as usize),
+            post_recv: ops.post_recv.map_or(0, |p| p as usize),
+            poll_cq: ops.poll_cq.map_or(0, |p| p as usize),
+            post_srq_recv: ops.post_srq_recv.map_or(0, |p| p as usize),
+        }
     }
-    unsafe fn set_context_ops(&self, ctx: usize, [send, recv, poll]: ContextOps) {
+    unsafe fn set_context_ops(&self, ctx: usize, o: ContextOps) {
         // SAFETY: the trait's contract: a live context whose ops the static-inline verbs read on
         // every call; pointer-sized aligned stores; each value is a function of the slot's type
-        // (ours, or the provider's own saved from this slot).
+        // (ours, or the provider's own saved from this slot), or 0 (None) where the provider
+        // had none.
         unsafe {
             let ops = &mut (*(ctx as *mut v::ibv_context)).ops;
-            ops.post_send = Some(provider(send));
-            ops.post_recv = Some(provider(recv));
-            ops.poll_cq = Some(provider(poll));
+            ops.post_send = Some(provider(o.post_send));
+            ops.post_recv = Some(provider(o.post_recv));
+            ops.poll_cq = Some(provider(o.poll_cq));
+            ops.post_srq_recv = (o.post_srq_recv != 0).then(|| provider(o.post_srq_recv));
         }
     }
     unsafe fn qpx_ops(&self, qpx: usize) -> QpxOps {
         // SAFETY: the trait's contract: a live ibv_qp_ex.
         let q = unsafe { &*(qpx as *const v::ibv_qp_ex) };
-        let f = |p: Option<usize>| p.unwrap_or(0);
-        [
-            f(q.wr_start.map(|p| p as usize)),
-            f(q.wr_rdma_read.map(|p| p as usize)),
-            f(q.wr_set_sge.map(|p| p as usize)),
-            f(q.wr_set_sge_list.map(|p| p as usize)),
-        ]
+        QpxOps {
+            wr_start: q.wr_start.map_or(0, |p| p as usize),
+            wr_rdma_read: q.wr_rdma_read.map_or(0, |p| p as usize),
+            wr_set_sge: q.wr_set_sge.map_or(0, |p| p as usize),
+            wr_set_sge_list: q.wr_set_sge_list.map_or(0, |p| p as usize),
+        }
     }
-    unsafe fn set_qpx_ops(&self, qpx: usize, [start, read, sge, list]: QpxOps) {
+    unsafe fn set_qpx_ops(&self, qpx: usize, o: QpxOps) {
         // SAFETY: as in set_context_ops, for a live ibv_qp_ex: a racing ibv_wr_* call sees the
         // old or the new op.
         unsafe {
             let q = &mut *(qpx as *mut v::ibv_qp_ex);
-            q.wr_start = Some(provider(start));
-            q.wr_rdma_read = Some(provider(read));
-            q.wr_set_sge = Some(provider(sge));
-            q.wr_set_sge_list = Some(provider(list));
+            q.wr_start = Some(provider(o.wr_start));
+            q.wr_rdma_read = Some(provider(o.wr_rdma_read));
+            q.wr_set_sge = Some(provider(o.wr_set_sge));
+            q.wr_set_sge_list = Some(provider(o.wr_set_sge_list));
         }
     }
 }
@@ -241,19 +252,53 @@ unsafe fn each_wr<W: WorkRequest>(first: *mut W, mut f: impl FnMut(&W)) {
     }
 }
 
+/// The position of `bad` in the list starting at `first` (the WRs the provider posted), or the
+/// list's length when `bad` is not in it.
+///
+/// # Safety
+/// As [`each_wr`].
+unsafe fn accepted<W: WorkRequest>(first: *mut W, bad: *mut W) -> usize {
+    let mut n = 0;
+    let mut w = first;
+    while !w.is_null() && w != bad {
+        n += 1;
+        // SAFETY: walking the application's WR list.
+        w = unsafe { &*w }.next();
+    }
+    n
+}
+
+/// `*bad` after a refused post (null when the caller passed no `bad` or the provider left it).
+///
+/// # Safety
+/// `bad` is null or the caller's writable out pointer.
+unsafe fn bad_wr<W>(bad: *mut *mut W) -> *mut W {
+    if bad.is_null() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: the caller's contract.
+    unsafe { *bad }
+}
+
 unsafe extern "C" fn post_send(qp: *mut v::ibv_qp, wr: *mut v::ibv_send_wr, bad: *mut *mut v::ibv_send_wr) -> c_int {
     // SAFETY: qp is the application's live QP; its context is one we patched.
     let (ctx, qpn) = unsafe { ((*qp).context as usize, (*qp).qp_num) };
     let Some(o) = patch::context_orig(ctx) else { return libc::EINVAL };
+    // (position in the list, order number) of the WRs pending READs wait on: no allocation
+    // unless some READ is pending on this QP.
+    let mut seqs: Vec<(usize, u64)> = Vec::new();
     guarded_copies("ibv_post_send", || {
         debug_panic();
         mrshim_bounce::region::bump_epoch();
         let mut announces = false;
+        let mut i = 0;
         // SAFETY: the application's WR list, passed on to the provider below.
         unsafe {
             each_wr(wr, |r| {
                 announces |= live::announces(r.opcode);
-                live::send_sges(ctx, qpn, r.wr_id, live::reads_into(r.opcode), false, r.sges());
+                let seq = live::send_sges(ctx, qpn, r.wr_id, live::reads_into(r.opcode), false, r.sges());
+                seqs.extend(seq.map(|s| (i, s)));
+                i += 1;
             })
         };
         // Before the provider posts any of them; after the WRs' own ranges, which this skips.
@@ -262,21 +307,85 @@ unsafe extern "C" fn post_send(qp: *mut v::ibv_qp, wr: *mut v::ibv_send_wr, bad:
         }
     });
     // SAFETY: the provider's own post_send (saved from this slot) with the application's arguments.
-    unsafe { provider::<PostSend>(o.ops()[0])(qp, wr, bad) }
+    let rc = unsafe { provider::<PostSend>(o.ops().post_send)(qp, wr, bad) };
+    if rc != 0 && !seqs.is_empty() {
+        // SAFETY: the application's WR list and out pointer, as the provider left them.
+        let n = unsafe { accepted(wr, bad_wr(bad)) };
+        guarded_copies("ibv_post_send", || live::send_refused(qpn, &seqs, n));
+    }
+    rc
+}
+
+/// The receive WRs of a list as (wr_id, SGEs).
+///
+/// # Safety
+/// As [`each_wr`]; the list stays unchanged while the iterator lives.
+unsafe fn recv_list<'a>(wr: *mut v::ibv_recv_wr) -> impl Iterator<Item = (u64, &'a [v::ibv_sge])> {
+    let mut w = wr;
+    std::iter::from_fn(move || {
+        // SAFETY: the caller's contract.
+        let r = unsafe { w.as_ref()? };
+        w = r.next;
+        // SAFETY: as above.
+        Some((r.wr_id, unsafe { sge_slice(r.sg_list, r.num_sge) }))
+    })
+}
+
+/// The bounce part of posting the receive list `wr` to `q`, around the provider's `post`.
+///
+/// # Safety
+/// `wr` and `bad` are the application's, passed on to `post`.
+unsafe fn posting_recvs(
+    what: &str,
+    q: live::RecvQueue,
+    wr: *mut v::ibv_recv_wr,
+    bad: *mut *mut v::ibv_recv_wr,
+    post: impl FnOnce() -> c_int,
+) -> c_int {
+    let posted = guarded(what, || {
+        debug_panic();
+        live::before_recv();
+        // SAFETY: the application's WR list, passed on to the provider below.
+        live::recv_wrs(q, unsafe { recv_list(wr) })
+    });
+    if posted.is_none() {
+        mrshim_bounce::region::warn_once(&format!("an internal error in {what} skipped its copies"));
+    }
+    let rc = post();
+    if let (Some(p), true) = (posted, rc != 0) {
+        // SAFETY: the application's WR list and out pointer, as the provider left them.
+        let n = unsafe { accepted(wr, bad_wr(bad)) };
+        guarded_copies(what, || live::recv_refused(p, n));
+    }
+    rc
 }
 
 unsafe extern "C" fn post_recv(qp: *mut v::ibv_qp, wr: *mut v::ibv_recv_wr, bad: *mut *mut v::ibv_recv_wr) -> c_int {
     // SAFETY: as in post_send.
     let (ctx, qpn) = unsafe { ((*qp).context as usize, (*qp).qp_num) };
     let Some(o) = patch::context_orig(ctx) else { return libc::EINVAL };
-    guarded_copies("ibv_post_recv", || {
-        debug_panic();
-        live::before_recv();
-        // SAFETY: as in post_send.
-        unsafe { each_wr(wr, |r| live::recv_sges(ctx, qpn, r.wr_id, r.sges())) };
-    });
-    // SAFETY: the provider's own post_recv.
-    unsafe { provider::<PostRecv>(o.ops()[1])(qp, wr, bad) }
+    // SAFETY: the application's arguments; the provider's own post_recv.
+    unsafe {
+        posting_recvs("ibv_post_recv", live::RecvQueue::Qp { ctx, qpn }, wr, bad, || {
+            provider::<PostRecv>(o.ops().post_recv)(qp, wr, bad)
+        })
+    }
+}
+
+unsafe extern "C" fn post_srq_recv(
+    srq: *mut v::ibv_srq,
+    wr: *mut v::ibv_recv_wr,
+    bad: *mut *mut v::ibv_recv_wr,
+) -> c_int {
+    // SAFETY: srq is the application's live SRQ; its context is one we patched.
+    let ctx = unsafe { (*srq).context } as usize;
+    let Some(o) = patch::context_orig(ctx).filter(|o| o.ops().post_srq_recv != 0) else { return libc::EINVAL };
+    // SAFETY: the application's arguments; the provider's own post_srq_recv.
+    unsafe {
+        posting_recvs("ibv_post_srq_recv", live::RecvQueue::Srq { ctx, srq: srq as usize }, wr, bad, || {
+            provider::<PostSrqRecv>(o.ops().post_srq_recv)(srq, wr, bad)
+        })
+    }
 }
 
 unsafe extern "C" fn poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut mrshim_verbs::sys::ibv_wc) -> c_int {
@@ -284,7 +393,7 @@ unsafe extern "C" fn poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut mrshim_verbs
     let ctx = unsafe { (*cq).context } as usize;
     let Some(o) = patch::context_orig(ctx) else { return -1 };
     // SAFETY: the provider's own poll_cq.
-    let got = unsafe { provider::<PollCq>(o.ops()[2])(cq, n, wc) };
+    let got = unsafe { provider::<PollCq>(o.ops().poll_cq)(cq, n, wc) };
     if got < 0 || !live::any_region() {
         return got;
     }
@@ -298,19 +407,18 @@ unsafe extern "C" fn poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut mrshim_verbs
     let wcs = unsafe { std::slice::from_raw_parts(wc.cast::<v::ibv_wc>(), got as usize) };
     guarded_copies("ibv_poll_cq", || {
         debug_panic();
-        live::completed(wcs.iter().map(completion));
+        live::completed(wcs.iter().map(|w| completion(ctx, w)));
     });
     got
 }
 
-fn completion(w: &v::ibv_wc) -> Completion {
+fn completion(ctx: usize, w: &v::ibv_wc) -> Completion {
     use v::ibv_wc_opcode::{IBV_WC_RECV, IBV_WC_RECV_RDMA_WITH_IMM};
-    Completion {
-        qp_num: w.qp_num,
-        wr_id: w.wr_id,
-        ok: w.status == v::ibv_wc_status::IBV_WC_SUCCESS,
-        recv: matches!(w.opcode, IBV_WC_RECV | IBV_WC_RECV_RDMA_WITH_IMM),
-        byte_len: w.byte_len,
+    let ok = w.status == v::ibv_wc_status::IBV_WC_SUCCESS;
+    if matches!(w.opcode, IBV_WC_RECV | IBV_WC_RECV_RDMA_WITH_IMM) {
+        Completion::recv(ctx, w.qp_num, w.wr_id, ok, w.opcode == IBV_WC_RECV_RDMA_WITH_IMM, w.byte_len)
+    } else {
+        Completion::send(ctx, w.qp_num, w.wr_id, ok)
     }
 }
 
@@ -330,8 +438,16 @@ pub fn note_qpx(qpx: usize) {
 }
 
 /// Around the real ibv_destroy_qp (see [`patch::destroying_qp`]).
-pub fn destroying_qp(qp: usize, destroy: impl FnOnce() -> c_int) -> c_int {
-    patch::destroying_qp(qp, destroy)
+///
+/// # Safety
+/// `qp` is null or the application's live QP, being destroyed by `destroy`.
+pub unsafe fn destroying_qp(qp: usize, destroy: impl FnOnce() -> c_int) -> c_int {
+    if qp == 0 {
+        return destroy();
+    }
+    // SAFETY: the caller's contract; read before the QP is freed.
+    let (ctx, qpn) = unsafe { ((*(qp as *const v::ibv_qp)).context as usize, (*(qp as *const v::ibv_qp)).qp_num) };
+    patch::destroying_qp(qp, ctx, qpn, destroy)
 }
 
 /// The QP number of a live `ibv_qp_ex`.
@@ -349,14 +465,14 @@ unsafe extern "C" fn qx_start(q: *mut v::ibv_qp_ex) {
     // The batch's opcodes are not known yet: fold as for a post that may tell peers to read.
     guarded_copies("ibv_wr_start", live::before_telling_peers);
     // SAFETY: the provider's wr_start with the application's QP.
-    unsafe { provider::<QxStart>(n.ops()[0])(q) }
+    unsafe { provider::<QxStart>(n.ops().wr_start)(q) }
 }
 
 unsafe extern "C" fn qx_rdma_read(q: *mut v::ibv_qp_ex, rkey: u32, raddr: u64) {
     let Some(n) = patch::qpx(q as usize) else { return };
     n.rdma_read();
     // SAFETY: the provider's wr_rdma_read with the application's arguments.
-    unsafe { provider::<QxRead>(n.ops()[1])(q, rkey, raddr) }
+    unsafe { provider::<QxRead>(n.ops().wr_rdma_read)(q, rkey, raddr) }
 }
 
 unsafe extern "C" fn qx_set_sge(q: *mut v::ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
@@ -366,7 +482,7 @@ unsafe extern "C" fn qx_set_sge(q: *mut v::ibv_qp_ex, lkey: u32, addr: u64, leng
     guarded_copies("ibv_wr_set_sge", || n.set_sges(qpn, wr_id, &[v::ibv_sge { addr, length, lkey }]));
     n.sges_set();
     // SAFETY: the provider's wr_set_sge with the application's arguments.
-    unsafe { provider::<QxSge>(n.ops()[2])(q, lkey, addr, length) }
+    unsafe { provider::<QxSge>(n.ops().wr_set_sge)(q, lkey, addr, length) }
 }
 
 unsafe extern "C" fn qx_set_sge_list(q: *mut v::ibv_qp_ex, num: usize, list: *const v::ibv_sge) {
@@ -378,5 +494,5 @@ unsafe extern "C" fn qx_set_sge_list(q: *mut v::ibv_qp_ex, num: usize, list: *co
     guarded_copies("ibv_wr_set_sge_list", || n.set_sges(qpn, wr_id, sges));
     n.sges_set();
     // SAFETY: the provider's wr_set_sge_list with the application's arguments.
-    unsafe { provider::<QxSgeList>(n.ops()[3])(q, num, list) }
+    unsafe { provider::<QxSgeList>(n.ops().wr_set_sge_list)(q, num, list) }
 }

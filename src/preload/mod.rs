@@ -151,6 +151,9 @@ mod process {
     extern "C" fn fini() {
         let Some(_g) = super::Guard::enter() else { return };
         if let Some(s) = mrshim_core::shim_if_initialized() {
+            if mrshim_bounce::live::any_region() {
+                mrshim_core::internal::guarded("the exit summary", mrshim_bounce::live::at_exit);
+            }
             mrshim_core::internal::guarded("the exit summary", || s.at_exit());
         }
     }

@@ -294,6 +294,6 @@ pub unsafe extern "C" fn ibv_destroy_qp<const S: usize>(qp: *mut c_void) -> c_in
         set_errno(libc::ENOSYS);
         return libc::ENOSYS;
     };
-    // SAFETY: the real function with the caller's QP, called exactly once.
-    bounce::destroying_qp(qp as usize, || unsafe { f(qp) })
+    // SAFETY: the caller's live QP (or null), destroyed by the real function, called exactly once.
+    unsafe { bounce::destroying_qp(qp as usize, || f(qp)) }
 }

@@ -138,8 +138,26 @@ struct SmallKey {
 
 type Nested = HashMap<String, HashMap<String, HashMap<SmallKey, Group>>>;
 
+/// Bounce coherence violations of one process (docs/bounce.md, Run-time detection).
+#[derive(Debug, Default, Clone)]
+pub struct Violations {
+    /// From WARN lines, from records (the same violation may be in both).
+    pub counts: [u64; 2],
+    pub kinds: Vec<String>,
+    pub evidence: Vec<Evid>,
+}
+
+impl Violations {
+    /// Violations of the process: its records, or its lines where it left no records.
+    pub fn count(&self) -> u64 {
+        self.counts[0].max(self.counts[1])
+    }
+}
+
 #[derive(Default)]
 pub struct Collector {
+    /// Bounce coherence violations per (host, pid).
+    pub violations: BTreeMap<(String, Option<u32>), Violations>,
     pub files: Vec<FileStat>,
     /// Filled by [`Collector::finish`].
     pub groups: HashMap<GroupKey, Group>,
@@ -319,6 +337,16 @@ impl Collector {
                     Fact::Started { world_size, job_id } => self.procs.started(file, pid, &h, world_size, job_id),
                     Fact::Exit { calls } => self.procs.get(file, pid, &h).summary = Some(calls),
                     Fact::Dereg { time_ns, rank } => self.point(&h, rank, Some(time_ns), None, Mark::Dereg),
+                    Fact::BounceViolation { kind, record } => {
+                        let v = self.violations.entry((h.clone(), pid)).or_default();
+                        v.counts[usize::from(record)] += 1;
+                        if !v.kinds.contains(&kind) {
+                            v.kinds.push(kind);
+                        }
+                        if v.evidence.len() < 2 {
+                            v.evidence.push(e);
+                        }
+                    }
                     Fact::Rereg { result } => {
                         self.rereg[0] += 1;
                         self.rereg[1] += u64::from(result == CallResult::Refused);

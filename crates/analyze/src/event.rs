@@ -196,6 +196,12 @@ pub enum Fact {
     Rereg {
         result: mrshim_record::CallResult,
     },
+    /// A bounce region used outside its contract (a `violation` record, or its WARN line):
+    /// `kind` as the shim names it (`unannounced_write`), `record`: from a record (else a line).
+    BounceViolation {
+        kind: String,
+        record: bool,
+    },
 }
 
 #[derive(Debug, Clone)]

@@ -5,19 +5,15 @@
 
 use mrshim_dirty::{uffd::Kernel, Answer, Id, Tracker};
 use mrshim_forklock::ForkLock;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
 /// None while no region is tracked; then a tracker, disabled where the kernel cannot track.
 static TRACKER: ForkLock<Option<Tracker<Kernel>>> = ForkLock::new(None);
 
-/// Set in a forked child: it never tracks (see [`after_fork_child`]).
-static FORKED_OFF: AtomicBool = AtomicBool::new(false);
-
 /// MRSHIM_BOUNCE_TRACK as the shim's configuration parsed it (on without a shim: unit tests).
 /// A bad value never gets here: the shim then passes every call through, so nothing is bounced.
 fn enabled_by_setting() -> bool {
-    !FORKED_OFF.load(Ordering::Acquire)
-        && mrshim_core::shim_if_initialized().and_then(|s| s.config()).map_or(true, |c| c.bounce_track)
+    mrshim_core::shim_if_initialized().and_then(|s| s.config()).map_or(true, |c| c.bounce_track)
 }
 
 /// Tracks the application's pages of [app, app+len) if they are private anonymous memory and
@@ -29,13 +25,37 @@ pub fn track(app: u64, len: u64) -> Option<Id> {
         return None;
     }
     let mut g = TRACKER.lock();
-    let t = g.get_or_insert_with(|| Tracker::new(enabled_by_setting().then(Kernel::open).and_then(Result::ok)));
+    let t = g.get_or_insert_with(|| Tracker::new(enabled_by_setting().then(Kernel::open).and_then(said_once)));
     let id = t.track(app, len);
     if t.is_empty() {
         *g = None;
     }
     id
 }
+
+/// The kernel's tracker, or, when it cannot start (a kernel before 6.7, seccomp,
+/// vm.unprivileged_userfaultfd), one line saying why, once per process: folds then compare whole
+/// regions (exact, slower).
+fn said_once<K>(k: Result<K, String>) -> Option<K> {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    k.inspect_err(|e| {
+        if !SAID.swap(true, Ordering::AcqRel) {
+            let msg = format!(
+                "bounce write tracking cannot start ({e}): folds compare whole regions (exact, slower; \
+                 Linux >= 6.7 with userfaultfd allowed tracks them)"
+            );
+            match mrshim_core::shim_if_initialized() {
+                Some(s) => s.say("INFO", &msg),
+                None => mrshim_core::stderr_line(&format!("mrshim INFO {msg}")),
+            }
+            LINES.fetch_add(1, Ordering::AcqRel);
+        }
+    })
+    .ok()
+}
+
+/// Lines [`said_once`] printed (tests).
+static LINES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 pub fn untrack(id: Id) {
     let mut g = TRACKER.lock();
@@ -65,8 +85,8 @@ pub fn compared(id: Id, changed_pages: usize) {
     }
 }
 
-/// In a forked child: a tracker of its own that tracks nothing (the parent's descriptors act on
-/// the parent's memory; the kernel did not copy the registrations), so every fold compares.
+/// In a forked child: a tracker of its own, opened at the child's first tracked region (the
+/// parent's descriptors act on the parent's memory; the kernel did not copy the registrations).
 ///
 /// # Safety
 /// Only from the atfork child handler: the child's one thread, not inside the shim.
@@ -74,7 +94,20 @@ pub unsafe fn after_fork_child() {
     // SAFETY: the caller's contract.
     unsafe { TRACKER.recover_in_child(|| None) };
     // The parent's descriptors stay open in the child, untouched (a Kernel dropped in another
-    // process closes nothing); the child's folds all compare whole regions.
+    // process closes nothing): the parent's regions' folds compare whole.
     drop(TRACKER.lock().take());
-    FORKED_OFF.store(true, Ordering::Release);
+    // Regions tracked in the parent keep its ids, which the child's tracker does not know
+    // (ids are never reused): their folds compare whole. Regions the child tracks are its own.
+}
+
+#[cfg(test)]
+mod tests {
+    /// N19: tracking that cannot start says so once, and folds fall back to whole compares.
+    #[test]
+    fn tracking_that_cannot_start_says_so_once() {
+        let before = super::LINES.load(super::Ordering::Acquire);
+        assert!(super::said_once::<()>(Err("userfaultfd: Operation not permitted".into())).is_none());
+        assert!(super::said_once::<()>(Err("again".into())).is_none());
+        assert_eq!(super::LINES.load(super::Ordering::Acquire), 1.max(before), "one line per process");
+    }
 }

@@ -129,6 +129,7 @@ impl Fix {
                 unsafe { libc::close(fd) };
             }
             Fix::Bounce(_, r) => {
+                r.check_delivered("at its deregistration");
                 live::remove(&r);
                 patch::unpatch_if_unused(slots, r.ctx);
                 // The mappings go with the last reference (a pending range may hold one).

@@ -34,6 +34,7 @@ pub mod live;
 pub mod patch;
 mod pool;
 mod reads;
+mod recvs;
 pub mod region;
 pub mod shadow;
 

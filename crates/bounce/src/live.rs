@@ -11,10 +11,11 @@
 
 use crate::idle;
 use crate::reads::PendingReads;
+pub use crate::recvs::{Posted, RecvQueue};
+use crate::recvs::{Recv, RecvQueues, Sge};
 use crate::region::{bump_epoch, Extent, Region};
 use mrshim_forklock::ForkLock;
 use mrshim_verbs::ibv_sge;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -43,10 +44,15 @@ pub(crate) fn insert(r: Arc<Region>) {
     lkey_slot(r.lkey).fetch_add(1, Ordering::AcqRel);
     LIVE.fetch_add(1, Ordering::AcqRel);
 }
+/// Its pending receive SGEs and READs go too: a completion polled after the deregistration
+/// must not copy into the old buffer (freed or reused by then).
 pub(crate) fn remove(r: &Arc<Region>) {
+    r.gone.store(true, Ordering::Release);
     REGIONS.lock().retain(|x| !Arc::ptr_eq(x, r));
     lkey_slot(r.lkey).fetch_sub(1, Ordering::AcqRel);
     LIVE.fetch_sub(1, Ordering::AcqRel);
+    PENDING_RECV.forget_region(r);
+    PENDING_READ.forget_region(r);
 }
 /// A live region with a baseline whose buffer contains [app, app+len): a new region there shares
 /// its shadow.
@@ -63,6 +69,32 @@ pub(crate) fn in_context(ctx: usize) -> bool {
 /// SGE ranges of one WR that lie in bounce regions: (region, offset, length).
 pub(crate) type Ranges = Vec<(Arc<Region>, u64, usize)>;
 
+/// Every SGE of a receive WR with at least one in a bounce region (empty: none is): the message
+/// fills them in order, so the ones outside bounce regions count too.
+fn wr_sges(ctx: usize, sges: &[ibv_sge]) -> Vec<Sge> {
+    if sges.iter().all(|s| lkey_slot(s.lkey).load(Ordering::Acquire) == 0) {
+        return Vec::new();
+    }
+    let regions = REGIONS.lock();
+    let all: Vec<Sge> = sges
+        .iter()
+        .map(|s| {
+            let hit = regions
+                .iter()
+                .filter(|r| r.ctx == ctx && r.lkey == s.lkey)
+                .find_map(|r| Some((r.clone(), r.range(s.addr, s.length as u64)?)));
+            match hit {
+                Some((r, (off, len))) => Sge { region: Some(r), off, len },
+                None => Sge { region: None, off: 0, len: s.length as usize },
+            }
+        })
+        .collect();
+    if all.iter().all(|s| s.region.is_none()) {
+        return Vec::new();
+    }
+    all
+}
+
 pub(crate) fn ranges(ctx: usize, sges: &[ibv_sge]) -> Ranges {
     if sges.iter().all(|s| lkey_slot(s.lkey).load(Ordering::Acquire) == 0) {
         return Vec::new();
@@ -77,37 +109,8 @@ pub(crate) fn ranges(ctx: usize, sges: &[ibv_sge]) -> Ranges {
         .collect()
 }
 
-/// Ranges to copy to the application when a completion is polled, with a count of entries so
-/// that completions with nothing pending skip the lock.
-pub(crate) struct Pending<K> {
-    pub(crate) map: ForkLock<Option<HashMap<K, Ranges>>>,
-    len: AtomicUsize,
-}
-
-impl<K: std::hash::Hash + Eq> Pending<K> {
-    const fn new() -> Self {
-        Pending { map: ForkLock::new(None), len: AtomicUsize::new(0) }
-    }
-    fn add(&self, k: K, rs: Ranges) {
-        let mut m = self.map.lock();
-        let e = m.get_or_insert_with(HashMap::new).entry(k).or_default();
-        if e.is_empty() {
-            self.len.fetch_add(1, Ordering::AcqRel);
-        }
-        e.extend(rs);
-    }
-    fn take(&self, k: &K) -> Option<Ranges> {
-        if self.len.load(Ordering::Acquire) == 0 {
-            return None;
-        }
-        let r = self.map.lock().as_mut()?.remove(k)?;
-        self.len.fetch_sub(1, Ordering::AcqRel);
-        Some(r)
-    }
-}
-
-/// Posted receives' ranges by (qp_num, wr_id); RDMA READs' by qp_num, in posting order.
-pub(crate) static PENDING_RECV: Pending<(u32, u64)> = Pending::new();
+/// Posted receives' SGEs, per receive queue, in posting order; RDMA READs' by qp_num (reads.rs).
+pub(crate) static PENDING_RECV: RecvQueues = RecvQueues::new();
 pub(crate) static PENDING_READ: PendingReads = PendingReads::new();
 
 /// Whether a post of this opcode tells a peer it may now read: a message its CPU receives (SEND
@@ -138,19 +141,20 @@ pub fn before_telling_peers() {
 /// posted: ranges in bounce regions of `ctx` go application → shadow now, or, for an RDMA READ,
 /// are remembered until a completion proves the READ done (reads.rs).
 /// `built`: a WR built with `ibv_wr_*` (reads.rs: not every such WR is seen).
-pub fn send_sges(ctx: usize, qpn: u32, wr_id: u64, read: bool, built: bool, sges: &[ibv_sge]) {
+/// Returns the WR's order number among the QP's pending READs, if it has one (for
+/// [`send_refused`]).
+pub fn send_sges(ctx: usize, qpn: u32, wr_id: u64, read: bool, built: bool, sges: &[ibv_sge]) -> Option<u64> {
     let rs = ranges(ctx, sges);
     if read && !rs.is_empty() {
         for (reg, off, n) in &rs {
             reg.being_read_into(*off, *n);
         }
-        PENDING_READ.read(qpn, wr_id, rs, built);
-        return;
+        return Some(PENDING_READ.read(qpn, wr_id, rs, built));
     }
-    PENDING_READ.posted(qpn, wr_id, built);
     for (reg, off, n) in &rs {
         reg.to_shadow(*off, *n);
     }
+    PENDING_READ.posted(qpn, wr_id, built)
 }
 
 /// Before a list of receive WRs is posted: what peers write after it must be told apart from
@@ -159,24 +163,69 @@ pub fn before_recv() {
     each_remote(false, |r, e| r.fold(e, true));
 }
 
-/// One receive WR: its ranges in bounce regions wait for its completion.
-pub fn recv_sges(ctx: usize, qpn: u32, wr_id: u64, sges: &[ibv_sge]) {
-    let rs = ranges(ctx, sges);
-    if !rs.is_empty() {
-        PENDING_RECV.add((qpn, wr_id), rs);
+/// A list of receive WRs about to be posted to `q`, as (wr_id, SGEs): each waits in `q`'s FIFO
+/// for its completion. What to call [`recv_refused`] with if the provider refuses some.
+pub fn recv_wrs<'a>(q: RecvQueue, wrs: impl Iterator<Item = (u64, &'a [ibv_sge])>) -> Posted {
+    let ctx = q.ctx();
+    let wrs: Vec<Recv> = wrs.map(|(wr_id, sges)| Recv { wr_id, token: 0, sges: wr_sges(ctx, sges) }).collect();
+    PENDING_RECV.add(q, wrs)
+}
+
+/// The provider posted only the first `accepted` WRs of `p` (`*bad_wr`): the others wait for
+/// nothing.
+pub fn recv_refused(p: Posted, accepted: usize) {
+    PENDING_RECV.drop_tokens(p.q, p.first + accepted as u64..p.first + p.n as u64);
+}
+
+/// The provider posted only the first `accepted` WRs of a send list on `qpn`; `seqs` are the
+/// (position in the list, order number) of its WRs that [`send_sges`] gave one: those not
+/// posted are forgotten (a READ among them never completes).
+pub fn send_refused(qpn: u32, seqs: &[(usize, u64)], accepted: usize) {
+    let gone: Vec<u64> = seqs.iter().filter(|(i, _)| *i >= accepted).map(|(_, s)| *s).collect();
+    if gone.is_empty() {
+        return;
     }
+    // Their ranges' baselines took the application's bytes (Region::being_read_into) for a
+    // READ that never comes: the shadow gets them too, or a sync would take the difference for
+    // a peer's write.
+    for (r, off, n) in PENDING_READ.unpost(qpn, &gone) {
+        r.to_shadow(off, n);
+    }
+}
+
+/// QP `qpn` of `ctx` was destroyed: what was pending on it never completes.
+pub fn qp_destroyed(ctx: usize, qpn: u32) {
+    PENDING_RECV.drop_queue(RecvQueue::Qp { ctx, qpn });
+    PENDING_READ.drop_qp(qpn);
 }
 
 /// The fields of a polled work completion the bounce layer reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Completion {
+    /// The context of the CQ it was polled from.
+    pub ctx: usize,
     pub qp_num: u32,
     pub wr_id: u64,
     /// IBV_WC_SUCCESS.
     pub ok: bool,
-    /// IBV_WC_RECV or IBV_WC_RECV_RDMA_WITH_IMM: a peer's data arrived.
+    /// IBV_WC_RECV or IBV_WC_RECV_RDMA_WITH_IMM: a receive WR was consumed, a peer's data arrived.
     pub recv: bool,
+    /// IBV_WC_RECV_RDMA_WITH_IMM: the data went where the peer's WRITE pointed, not into the
+    /// consumed receive WR's SGEs (which are left as they were).
+    pub with_imm: bool,
     pub byte_len: u32,
+}
+
+impl Completion {
+    /// A receive-queue completion of `qp_num` in `ctx` (RECV, or with `with_imm` a
+    /// WRITE_WITH_IMM's).
+    pub fn recv(ctx: usize, qp_num: u32, wr_id: u64, ok: bool, with_imm: bool, byte_len: u32) -> Completion {
+        Completion { ctx, qp_num, wr_id, ok, recv: true, with_imm, byte_len }
+    }
+    /// A send-queue completion.
+    pub fn send(ctx: usize, qp_num: u32, wr_id: u64, ok: bool) -> Completion {
+        Completion { ctx, qp_num, wr_id, ok, recv: false, with_imm: false, byte_len: 0 }
+    }
 }
 
 /// Completions just polled: what they release reaches the application.
@@ -186,13 +235,18 @@ pub fn completed(wcs: impl IntoIterator<Item = Completion>) {
     let mut peer_wrote = false;
     for w in wcs {
         if w.recv {
-            let mine = PENDING_RECV.take(&(w.qp_num, w.wr_id));
+            let mine = PENDING_RECV.take(w.ctx, w.qp_num, w.wr_id);
             if w.ok {
-                let mut left = w.byte_len as usize;
-                for (r, off, len) in mine.unwrap_or_default() {
-                    let k = len.min(left);
-                    r.to_app(off, k);
-                    left -= k;
+                if let (Some(r), false) = (mine, w.with_imm) {
+                    // The message fills the WR's SGEs in order, `byte_len` bytes in all.
+                    let mut left = w.byte_len as usize;
+                    for s in r.sges {
+                        let k = s.len.min(left);
+                        if let (Some(reg), true) = (s.region, k > 0) {
+                            reg.to_app(s.off, k);
+                        }
+                        left -= k;
+                    }
                 }
                 peer_wrote = true;
             }
@@ -207,13 +261,29 @@ pub fn completed(wcs: impl IntoIterator<Item = Completion>) {
     }
 }
 
+/// At process exit: peers' writes to live regions that never reached the application are
+/// violations (the passive one-sided pattern: a target that neither polls nor posts).
+pub fn at_exit() {
+    let all: Vec<Arc<Region>> = REGIONS.lock().iter().filter(|r| r.remote_write).cloned().collect();
+    for r in all {
+        r.check_delivered("at exit");
+    }
+}
+
 /// What peers wrote that no completion announced reaches the application, when
 /// [`idle::empty_poll`] says a pass is due.
 pub fn idle_pass() {
     let start = Instant::now();
     let mut found = false;
-    each_remote(false, |r, e| found |= r.sync_unannounced(e));
-    idle::passed(found, start, Instant::now());
+    let mut swept = true;
+    each_remote(false, |r, e| {
+        let (f, bottom) = r.sync_unannounced(e);
+        found |= f;
+        swept &= bottom;
+    });
+    // A sweep not finished yet goes on soon, as after a find (the gap doubles only once every
+    // region was looked at whole and nothing was found).
+    idle::passed(found || !swept, start, Instant::now());
 }
 
 /// Every bounce region peers can write (`read`: read), in any context: a process may learn of a

@@ -13,10 +13,54 @@ use mrshim_verbs::ibv_sge;
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-/// A context's `post_send`, `post_recv`, `poll_cq` as function addresses (0: not set).
-pub type ContextOps = [usize; 3];
-/// An `ibv_qp_ex`'s `wr_start`, `wr_rdma_read`, `wr_set_sge`, `wr_set_sge_list` (0: not set).
-pub type QpxOps = [usize; 4];
+/// The ops of a context the bounce layer wraps, as function addresses (0: not set). A context
+/// is wrapped only if it has the first three; `post_srq_recv` where the provider has one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ContextOps {
+    pub post_send: usize,
+    pub post_recv: usize,
+    pub poll_cq: usize,
+    pub post_srq_recv: usize,
+}
+
+/// The builders of an `ibv_qp_ex` the bounce layer wraps, as function addresses (0: not set).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QpxOps {
+    pub wr_start: usize,
+    pub wr_rdma_read: usize,
+    pub wr_set_sge: usize,
+    pub wr_set_sge_list: usize,
+}
+
+/// Ops kept in atomics, field by field (a wrapper reads them while a patch may store them).
+trait Fields<const N: usize>: Copy {
+    fn to_array(self) -> [usize; N];
+    fn from_array(a: [usize; N]) -> Self;
+}
+
+impl Fields<4> for ContextOps {
+    fn to_array(self) -> [usize; 4] {
+        [self.post_send, self.post_recv, self.poll_cq, self.post_srq_recv]
+    }
+    fn from_array([post_send, post_recv, poll_cq, post_srq_recv]: [usize; 4]) -> Self {
+        ContextOps { post_send, post_recv, poll_cq, post_srq_recv }
+    }
+}
+
+impl Fields<4> for QpxOps {
+    fn to_array(self) -> [usize; 4] {
+        [self.wr_start, self.wr_rdma_read, self.wr_set_sge, self.wr_set_sge_list]
+    }
+    fn from_array([wr_start, wr_rdma_read, wr_set_sge, wr_set_sge_list]: [usize; 4]) -> Self {
+        QpxOps { wr_start, wr_rdma_read, wr_set_sge, wr_set_sge_list }
+    }
+}
+
+impl QpxOps {
+    fn complete(&self) -> bool {
+        !self.to_array().contains(&0)
+    }
+}
 
 /// The function-pointer slots of verbs objects, as the FFI layer reaches them, and its wrappers.
 pub trait Slots {
@@ -38,31 +82,31 @@ pub trait Slots {
 }
 
 /// Function addresses saved by a patch, for the wrappers to call.
-struct Saved<const N: usize>([AtomicUsize; N]);
+struct Saved([AtomicUsize; 4]);
 
-impl<const N: usize> Saved<N> {
+impl Saved {
     const fn new() -> Self {
-        Saved([const { AtomicUsize::new(0) }; N])
+        Saved([const { AtomicUsize::new(0) }; 4])
     }
-    fn store(&self, ops: [usize; N]) {
-        for (s, v) in self.0.iter().zip(ops) {
+    fn store<T: Fields<4>>(&self, ops: T) {
+        for (s, v) in self.0.iter().zip(ops.to_array()) {
             s.store(v, Ordering::Release);
         }
     }
-    fn load(&self) -> [usize; N] {
-        std::array::from_fn(|i| self.0[i].load(Ordering::Acquire))
+    fn load<T: Fields<4>>(&self) -> T {
+        T::from_array(std::array::from_fn(|i| self.0[i].load(Ordering::Acquire)))
     }
 }
 
 /// The provider's own ops of one patched context.
 pub struct ContextOrig {
     ctx: usize,
-    ops: Saved<3>,
+    ops: Saved,
 }
 
 impl ContextOrig {
-    /// The provider's `post_send`, `post_recv`, `poll_cq` (non-zero once a patch saved them,
-    /// which happens before any wrapper that reads them is installed).
+    /// The provider's ops (non-zero once a patch saved them, which happens before any wrapper
+    /// that reads them is installed; `post_srq_recv` 0 where the provider has none).
     pub fn ops(&self) -> ContextOps {
         self.ops.load()
     }
@@ -82,13 +126,17 @@ pub(crate) fn patch(slots: &dyn Slots, ctx: usize) {
     let _g = PATCHING.lock();
     // SAFETY: ctx came from the MR the FFI layer adopted: a live context.
     let ops = unsafe { slots.context_ops(ctx) };
-    if ops.contains(&0) || is_patched(slots, ctx) {
+    if ops.post_send == 0 || ops.post_recv == 0 || ops.poll_cq == 0 || is_patched(slots, ctx) {
         return;
     }
     let o = context_orig(ctx).unwrap_or_else(|| ORIGS.push(ContextOrig { ctx, ops: Saved::new() }));
     o.ops.store(ops);
+    let mut ours = slots.wrappers().0;
+    if ops.post_srq_recv == 0 {
+        ours.post_srq_recv = 0;
+    }
     // SAFETY: as above; the saved ops are in place before the wrappers that call them.
-    unsafe { slots.set_context_ops(ctx, slots.wrappers().0) };
+    unsafe { slots.set_context_ops(ctx, ours) };
     each_qpx(ctx, |n| n.patch(slots));
 }
 
@@ -108,7 +156,7 @@ pub(crate) fn unpatch_if_unused(slots: &dyn Slots, ctx: usize) {
 /// Whether a context's ops are ours right now (it has a bounce region).
 fn is_patched(slots: &dyn Slots, ctx: usize) -> bool {
     // SAFETY: the callers' ctx is live (an MR's or a followed QP's).
-    unsafe { slots.context_ops(ctx)[0] == slots.wrappers().0[0] }
+    unsafe { slots.context_ops(ctx).post_send == slots.wrappers().0.post_send }
 }
 
 /// One `ibv_qp_ex` the application holds, with the provider's ops while they are wrapped.
@@ -117,7 +165,7 @@ fn is_patched(slots: &dyn Slots, ctx: usize) -> bool {
 pub struct Qpx {
     qpx: AtomicUsize,
     ctx: AtomicUsize,
-    saved: Saved<4>,
+    saved: Saved,
     /// The WR being built is an RDMA READ.
     reading: AtomicBool,
 }
@@ -149,7 +197,7 @@ impl Qpx {
         // SAFETY: a followed QP's ibv_qp_ex (nodes of destroyed QPs have qpx 0 and are not
         // visited); destroying_qp holds PATCHING while the QP is freed.
         let ops = unsafe { slots.qpx_ops(q) };
-        if ops.contains(&0) || ops[2] == ours[2] {
+        if !ops.complete() || ops.wr_set_sge == ours.wr_set_sge {
             return;
         }
         self.saved.store(ops);
@@ -161,11 +209,11 @@ impl Qpx {
     fn unpatch(&self, slots: &dyn Slots) {
         let q = self.qpx.load(Ordering::Acquire);
         // SAFETY: as in patch.
-        if unsafe { slots.qpx_ops(q)[2] } != slots.wrappers().1[2] {
+        if unsafe { slots.qpx_ops(q).wr_set_sge } != slots.wrappers().1.wr_set_sge {
             return;
         }
         // SAFETY: as in patch; restoring the provider's own pointers.
-        unsafe { slots.set_qpx_ops(q, self.saved.load()) };
+        unsafe { slots.set_qpx_ops(q, self.saved.load::<QpxOps>()) };
     }
     /// `wr_start`: a new WR, not (yet) a READ; the application may have written its buffers.
     pub fn start(&self) {
@@ -212,11 +260,16 @@ pub fn note_qpx(slots: &dyn Slots, qpx: usize, ctx: usize) {
     }
 }
 
-/// Around the real ibv_destroy_qp: a destroyed QP's `ibv_qp_ex` is forgotten (its node freed
-/// for reuse); one that survives (EBUSY) stays followed.
-pub fn destroying_qp(qp: usize, destroy: impl FnOnce() -> c_int) -> c_int {
+/// Around the real ibv_destroy_qp of QP `qp` (number `qpn` in context `ctx`): a destroyed QP's
+/// `ibv_qp_ex` is forgotten (its node freed for reuse) and the receives and READs still pending
+/// on it are dropped (their completions never come); one that survives (EBUSY) stays followed.
+pub fn destroying_qp(qp: usize, ctx: usize, qpn: u32, destroy: impl FnOnce() -> c_int) -> c_int {
     if QPXS.iter().all(|n| n.qpx.load(Ordering::Acquire) != qp) {
-        return destroy();
+        let rc = destroy();
+        if rc == 0 {
+            live::qp_destroyed(ctx, qpn);
+        }
+        return rc;
     }
     // Holding PATCHING: no patch of this object can start while it is being freed.
     let _g = PATCHING.lock();
@@ -225,6 +278,7 @@ pub fn destroying_qp(qp: usize, destroy: impl FnOnce() -> c_int) -> c_int {
         for n in QPXS.iter().filter(|n| n.qpx.load(Ordering::Acquire) == qp) {
             n.qpx.store(0, Ordering::Release);
         }
+        live::qp_destroyed(ctx, qpn);
     }
     rc
 }

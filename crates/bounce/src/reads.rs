@@ -39,7 +39,7 @@ impl PendingReads {
 
     /// A READ `wr_id` posted on `qpn` into the bounce ranges `rs` (`blind`: built with
     /// `ibv_wr_*`).
-    pub(crate) fn read(&self, qpn: u32, wr_id: u64, rs: Ranges, blind: bool) {
+    pub(crate) fn read(&self, qpn: u32, wr_id: u64, rs: Ranges, blind: bool) -> u64 {
         let mut m = self.map.lock();
         let o = m.get_or_insert_with(HashMap::new).entry(qpn).or_default();
         if o.reads.is_empty() {
@@ -50,20 +50,73 @@ impl PendingReads {
         o.next += 1;
         o.reads.push_back((seq, rs));
         o.posted.push_back((seq, wr_id));
+        seq
     }
 
-    /// Any other send WR posted on `qpn` (`blind`: built with `ibv_wr_*`).
-    pub(crate) fn posted(&self, qpn: u32, wr_id: u64, blind: bool) {
+    /// Any other send WR posted on `qpn` (`blind`: built with `ibv_wr_*`); its order number if
+    /// the QP has READs pending.
+    pub(crate) fn posted(&self, qpn: u32, wr_id: u64, blind: bool) -> Option<u64> {
+        if self.qps.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let mut m = self.map.lock();
+        let o = m.as_mut().and_then(|m| m.get_mut(&qpn))?;
+        let seq = o.next;
+        o.next += 1;
+        o.posted.push_back((seq, wr_id));
+        o.blind |= blind;
+        Some(seq)
+    }
+
+    /// The WRs of `qpn` with order numbers `seqs` were refused by the provider: never posted.
+    /// Returns the ranges of the READs among them.
+    pub(crate) fn unpost(&self, qpn: u32, seqs: &[u64]) -> Ranges {
+        let mut m = self.map.lock();
+        let Some(map) = m.as_mut() else { return Vec::new() };
+        let Some(o) = map.get_mut(&qpn) else { return Vec::new() };
+        let mut gone = Vec::new();
+        o.reads.retain_mut(|(s, rs)| {
+            let keep = !seqs.contains(s);
+            if !keep {
+                gone.append(rs);
+            }
+            keep
+        });
+        o.posted.retain(|(s, _)| !seqs.contains(s));
+        if o.reads.is_empty() {
+            map.remove(&qpn);
+            self.qps.fetch_sub(1, Ordering::AcqRel);
+        }
+        gone
+    }
+
+    /// QP `qpn` was destroyed: its READs never complete.
+    pub(crate) fn drop_qp(&self, qpn: u32) {
+        if self.qps.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        if self.map.lock().as_mut().and_then(|m| m.remove(&qpn)).is_some() {
+            self.qps.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Region `r` was deregistered: READs into it copy nothing any more.
+    pub(crate) fn forget_region(&self, r: &std::sync::Arc<crate::region::Region>) {
         if self.qps.load(Ordering::Acquire) == 0 {
             return;
         }
         let mut m = self.map.lock();
-        if let Some(o) = m.as_mut().and_then(|m| m.get_mut(&qpn)) {
-            let seq = o.next;
-            o.next += 1;
-            o.posted.push_back((seq, wr_id));
-            o.blind |= blind;
+        for o in m.iter_mut().flat_map(|m| m.values_mut()) {
+            for (_, rs) in o.reads.iter_mut() {
+                rs.retain(|(x, _, _)| !std::sync::Arc::ptr_eq(x, r));
+            }
         }
+    }
+
+    /// QPs with READs pending (tests).
+    #[cfg(test)]
+    pub(crate) fn qps(&self) -> usize {
+        self.qps.load(Ordering::Acquire)
     }
 
     /// A send-queue completion of `qpn` naming `wr_id`: the READs it proves done. A failed one

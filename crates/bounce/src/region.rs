@@ -27,7 +27,13 @@ pub(crate) struct Scratch {
     runs: Vec<(usize, usize)>,
     /// The pages the kernel reported written.
     pages: Vec<(u64, u64)>,
+    /// Where the next idle pass goes on down from (0: the top).
+    idle_from: usize,
 }
+
+/// An idle pass compares at most about this many bytes of one extent, then goes on from there
+/// at the next pass: a 1 GiB region would hold the polling thread 100+ ms per pass otherwise.
+pub const IDLE_BYTES: usize = 4 << 20;
 
 /// The mappings behind a shadow (and its baseline, length 0 when there is none). Registrations
 /// of memory inside an existing bounce region share them, as MRs of the same memory share its
@@ -93,6 +99,8 @@ pub struct Region {
     pub(crate) engine: Box<dyn CopyEngine>,
     /// The [`EPOCH`] of the last fold: receives posted back to back fold once.
     pub(crate) folded: AtomicU64,
+    /// Deregistered: its buffer may be freed or reused, nothing is copied into it any more.
+    pub(crate) gone: AtomicBool,
 }
 
 /// Pages touched by changed runs (what brings a resting tracked range back to tracking).
@@ -169,7 +177,12 @@ impl Region {
     }
     /// Application → shadow. For regions peers write, through the baseline: it holds exactly
     /// what the shadow was given, so a peer's write that lands meanwhile still shows as a change.
+    ///
+    /// Under the mappings' sync lock: between its two copies the baseline holds the
+    /// application's new bytes and the shadow the old ones, which another thread's sync would
+    /// take for a peer's write and copy back over the application's buffer.
     pub(crate) fn to_shadow(&self, off: u64, n: usize) {
+        let _one_at_a_time = self.maps.sync.lock();
         self.through_baseline(&self.own(), off, n, |ba, sh, app, k| {
             let dst = ba.unwrap_or(sh);
             // SAFETY: [app, app+k) is within the region: the shadow (or baseline) mapping and the
@@ -199,8 +212,10 @@ impl Region {
             warn_once(&format!("{} engine: {e}", self.engine.name()));
         }
     }
-    /// Shadow → application, [off, off+n) of this region.
+    /// Shadow → application, [off, off+n) of this region (under the sync lock, as
+    /// [`Self::to_shadow`]).
     pub(crate) fn to_app(&self, off: u64, n: usize) {
+        let _one_at_a_time = self.maps.sync.lock();
         self.to_app_in(&self.own(), off, n);
     }
     /// Shadow → application, [off, off+n) of `v`. For regions peers write, through the baseline:
@@ -208,6 +223,9 @@ impl Region {
     /// while this runs differ from the baseline and go over at the next sync instead of being
     /// lost.
     fn to_app_in(&self, v: &View, off: u64, n: usize) {
+        if self.gone.load(Ordering::Acquire) {
+            return;
+        }
         self.will_write_app(v.app + off, n);
         self.through_baseline(v, off, n, |ba, sh, app, k| {
             if let Some(ba) = ba {
@@ -282,7 +300,7 @@ impl Region {
         let Some(e) = self.usable(e) else { return };
         let v = e.view;
         let mut guard = self.maps.sync.lock();
-        let Scratch { bytes, runs, pages } = &mut *guard;
+        let Scratch { bytes, runs, pages, .. } = &mut *guard;
         let now: &[u8] = if self.engine.app_is_host() {
             // SAFETY: host memory the extent covers, readable for len bytes (checked when the
             // shadow was prepared, mapped as just checked); racing writes by the application are
@@ -365,15 +383,25 @@ impl Region {
     /// order, so what is read holds a prefix of a write in flight, never a later byte without the
     /// earlier ones — a program that polls a message's last byte sees the whole message once it
     /// sees that byte, as without bounce.
-    pub(crate) fn sync_unannounced(&self, e: &Extent) -> bool {
+    ///
+    /// At most about [`IDLE_BYTES`] per pass: the next pass goes on below where this one
+    /// stopped, and it stops only after a chunk that had not changed — a message in flight
+    /// across the cut would have changed it (its bytes below the cut land before those above),
+    /// so no message's end is copied without its beginning. Returns (found a write, reached the
+    /// bottom).
+    pub(crate) fn sync_unannounced(&self, e: &Extent) -> (bool, bool) {
         const CHUNK: usize = 4096;
-        let Some(e) = self.usable(e) else { return false };
+        let Some(e) = self.usable(e) else { return (false, true) };
+        if self.gone.load(Ordering::Acquire) {
+            return (false, true);
+        }
         let v = e.view;
         let mut guard = self.maps.sync.lock();
-        let runs = &mut guard.runs;
+        let Scratch { runs, idle_from, .. } = &mut *guard;
         runs.clear();
         let mut chunk = [0u8; CHUNK];
-        let mut end = v.len;
+        let mut end = if *idle_from == 0 || *idle_from > v.len { v.len } else { *idle_from };
+        let mut scanned = 0;
         while end > 0 {
             let start = end.saturating_sub(CHUNK);
             let n = end - start;
@@ -385,7 +413,8 @@ impl Region {
                     std::slice::from_raw_parts_mut((v.baseline + start) as *mut u8, n),
                 )
             };
-            if sh != ba {
+            let clean = sh == ba;
+            if !clean {
                 // SAFETY: [start, end) of the shadow is readable (above).
                 unsafe { snapshot_from_end(sh.as_ptr(), &mut chunk[..n]) };
                 let at = runs.len();
@@ -396,7 +425,12 @@ impl Region {
                 runs[at..].reverse();
             }
             end = start;
+            scanned += n;
+            if scanned >= IDLE_BYTES && clean {
+                break;
+            }
         }
+        *idle_from = end;
         runs.reverse();
         let found = !runs.is_empty();
         for &(a, b) in runs.iter() {
@@ -411,7 +445,54 @@ impl Region {
                 }
             }
         }
-        found
+        (found, end == 0)
+    }
+}
+
+impl Region {
+    /// Bytes of this region that a peer wrote into the shadow and no completion, idle pass or
+    /// other sync brought to the application: (first offset, count). At deregistration and at
+    /// exit, any is a write outside the contract (nothing announced it to a process that polled
+    /// or posted), and what the application read there was stale.
+    pub(crate) fn undelivered(&self) -> Option<(usize, usize)> {
+        if !self.remote_write || !self.has_baseline() {
+            return None;
+        }
+        let _one_at_a_time = self.maps.sync.lock();
+        let v = self.own();
+        // SAFETY: shadow and baseline are live mappings covering the region; only read here.
+        let (sh, ba) = unsafe {
+            (
+                std::slice::from_raw_parts(v.shadow as *const u8, v.len),
+                std::slice::from_raw_parts(v.baseline as *const u8, v.len),
+            )
+        };
+        if sh == ba {
+            return None;
+        }
+        let (mut first, mut n) = (usize::MAX, 0);
+        mrshim_core::diff::for_each_run(sh, ba, |a, b| {
+            first = first.min(a);
+            n += sh[a..b].iter().zip(&ba[a..b]).filter(|(x, y)| x != y).count();
+        });
+        (n > 0).then_some((first, n))
+    }
+
+    /// Reports [`Self::undelivered`] bytes as a violation; `when`: "at its deregistration", "at
+    /// exit".
+    pub(crate) fn check_delivered(&self, when: &str) {
+        if let Some((first, n)) = self.undelivered() {
+            mrshim_core::violation::report(
+                "unannounced_write",
+                &format!(
+                    "{n} bytes a peer wrote to the bounce region at {:#x} (length {}, first at offset {first}) never \
+                     reached the application ({when}): no completion this process polled announced them; \
+                     passive one-sided peers need the buffer registered directly (dmabuf, GPU peer memory) or \
+                     the job-wide fallback",
+                    self.app, self.len
+                ),
+            );
+        }
     }
 }
 

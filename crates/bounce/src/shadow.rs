@@ -7,7 +7,7 @@ use crate::live;
 use crate::pool::{map_anon, unmap};
 use crate::region::{Maps, Region, View};
 use mrshim_forklock::ForkLock;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 
 pub const PAGE: u64 = 4096;
@@ -72,6 +72,7 @@ impl Shadow {
             remote_read,
             engine,
             folded: AtomicU64::new(u64::MAX),
+            gone: AtomicBool::new(false),
         };
         if let Some(r) = live::containing(app, len) {
             // Peers may have written the shared shadow since its last sync: only the bytes the

@@ -19,7 +19,16 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     ONE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-const OURS: (ContextOps, QpxOps) = ([0xa1, 0xa2, 0xa3], [0xb1, 0xb2, 0xb3, 0xb4]);
+const OURS: (ContextOps, QpxOps) = (cops(0xa1, 0xa2, 0xa3), qops(0xb1, 0xb2, 0xb3, 0xb4));
+
+/// A context's post_send, post_recv, poll_cq (no post_srq_recv).
+const fn cops(post_send: usize, post_recv: usize, poll_cq: usize) -> ContextOps {
+    ContextOps { post_send, post_recv, poll_cq, post_srq_recv: 0 }
+}
+
+const fn qops(wr_start: usize, wr_rdma_read: usize, wr_set_sge: usize, wr_set_sge_list: usize) -> QpxOps {
+    QpxOps { wr_start, wr_rdma_read, wr_set_sge, wr_set_sge_list }
+}
 
 /// Verbs objects as maps from their address to their function slots.
 #[derive(Default)]
@@ -72,12 +81,17 @@ fn live_region(slots: &FakeSlots, app: &mut [u8], access: u32, ctx: usize, lkey:
 /// Fake verbs objects with one context `ctx` (ops 1, 2, 3).
 fn with_context(ctx: usize) -> FakeSlots {
     let slots = FakeSlots::default();
-    slots.ctx.lock().unwrap().insert(ctx, [1, 2, 3]);
+    slots.ctx.lock().unwrap().insert(ctx, cops(1, 2, 3));
     slots
 }
 
 fn sge(addr: *const u8, length: u32, lkey: u32) -> ibv_sge {
     ibv_sge { addr: addr as u64, length, lkey }
+}
+
+/// One receive WR posted to QP `qpn` of `ctx`.
+fn recv(ctx: usize, qpn: u32, wr_id: u64, sges: &[ibv_sge]) -> live::Posted {
+    live::recv_wrs(live::RecvQueue::Qp { ctx, qpn }, std::iter::once((wr_id, sges)))
 }
 
 fn dereg(slots: &FakeSlots, mr: usize, ok: bool) -> u64 {
@@ -92,17 +106,17 @@ fn a_context_is_wrapped_while_it_has_a_region_and_restored_with_its_last() {
     let _one = serial();
     let slots = FakeSlots::default();
     let (ctx, qpx) = (0x1_0000, 0x1_1000);
-    slots.ctx.lock().unwrap().insert(ctx, [1, 2, 3]);
-    slots.qpx.lock().unwrap().insert(qpx, [4, 5, 6, 7]);
+    slots.ctx.lock().unwrap().insert(ctx, cops(1, 2, 3));
+    slots.qpx.lock().unwrap().insert(qpx, qops(4, 5, 6, 7));
     patch::note_qpx(&slots, qpx, ctx);
-    assert_eq!(slots.qpx(qpx), [4, 5, 6, 7], "no region: nothing wrapped");
+    assert_eq!(slots.qpx(qpx), qops(4, 5, 6, 7), "no region: nothing wrapped");
     let (mut a, mut b) = (vec![0u8; 4096], vec![0u8; 4096]);
     let sa = live_region(&slots, &mut a, LOCAL_WRITE, ctx, 0x101, 0xa000);
     assert_eq!((slots.ctx(ctx), slots.qpx(qpx)), OURS, "the first region wraps the context and its qp_ex");
-    assert_eq!(patch::context_orig(ctx).unwrap().ops(), [1, 2, 3]);
-    assert_eq!(patch::qpx(qpx).unwrap().ops(), [4, 5, 6, 7]);
+    assert_eq!(patch::context_orig(ctx).unwrap().ops(), cops(1, 2, 3));
+    assert_eq!(patch::qpx(qpx).unwrap().ops(), qops(4, 5, 6, 7));
     live_region(&slots, &mut b, LOCAL_WRITE, ctx, 0x102, 0xb000);
-    assert_eq!(patch::context_orig(ctx).unwrap().ops(), [1, 2, 3], "a second region does not save our wrappers");
+    assert_eq!(patch::context_orig(ctx).unwrap().ops(), cops(1, 2, 3), "a second region does not save our wrappers");
     assert_eq!(dereg(&slots, 0xa000, true), sa as u64, "rdma-core gets its own addr back");
     assert_eq!(slots.ctx(ctx), OURS.0, "one region left: still wrapped");
     let fix = fixes::before_dereg(0xb000).unwrap();
@@ -110,12 +124,12 @@ fn a_context_is_wrapped_while_it_has_a_region_and_restored_with_its_last() {
     assert_eq!(slots.ctx(ctx), OURS.0, "a failed dereg keeps the region served");
     // the region of the failed dereg is still live; a QP obtained now is wrapped at once
     let qpx2 = 0x1_2000;
-    slots.qpx.lock().unwrap().insert(qpx2, [8, 9, 10, 11]);
+    slots.qpx.lock().unwrap().insert(qpx2, qops(8, 9, 10, 11));
     patch::note_qpx(&slots, qpx2, ctx);
     assert_eq!(slots.qpx(qpx2), OURS.1);
-    assert_eq!(patch::destroying_qp(qpx2, || libc::EBUSY), libc::EBUSY);
+    assert_eq!(patch::destroying_qp(qpx2, ctx, 77, || libc::EBUSY), libc::EBUSY);
     assert!(patch::qpx(qpx2).is_some(), "a QP that survives its destroy stays followed");
-    assert_eq!(patch::destroying_qp(qpx2, || 0), 0);
+    assert_eq!(patch::destroying_qp(qpx2, ctx, 77, || 0), 0);
     assert!(patch::qpx(qpx2).is_none(), "a destroyed QP is forgotten");
 }
 
@@ -124,13 +138,13 @@ fn the_last_dereg_gives_the_provider_its_ops_back() {
     let _one = serial();
     let slots = FakeSlots::default();
     let (ctx, qpx) = (0x2_0000, 0x2_1000);
-    slots.ctx.lock().unwrap().insert(ctx, [1, 2, 3]);
-    slots.qpx.lock().unwrap().insert(qpx, [4, 5, 6, 7]);
+    slots.ctx.lock().unwrap().insert(ctx, cops(1, 2, 3));
+    slots.qpx.lock().unwrap().insert(qpx, qops(4, 5, 6, 7));
     patch::note_qpx(&slots, qpx, ctx);
     let mut a = vec![0u8; 4096];
     live_region(&slots, &mut a, LOCAL_WRITE, ctx, 0x201, 0xc000);
     dereg(&slots, 0xc000, true);
-    assert_eq!((slots.ctx(ctx), slots.qpx(qpx)), ([1, 2, 3], [4, 5, 6, 7]));
+    assert_eq!((slots.ctx(ctx), slots.qpx(qpx)), (cops(1, 2, 3), qops(4, 5, 6, 7)));
     assert!(fixes::before_dereg(0xc000).is_none(), "a fix-up is used once");
 }
 
@@ -139,10 +153,10 @@ fn a_context_without_all_three_ops_is_left_alone() {
     let _one = serial();
     let slots = FakeSlots::default();
     let ctx = 0x3_0000;
-    slots.ctx.lock().unwrap().insert(ctx, [1, 0, 3]);
+    slots.ctx.lock().unwrap().insert(ctx, cops(1, 0, 3));
     let mut a = vec![0u8; 4096];
     live_region(&slots, &mut a, LOCAL_WRITE, ctx, 0x301, 0xd000);
-    assert_eq!(slots.ctx(ctx), [1, 0, 3]);
+    assert_eq!(slots.ctx(ctx), cops(1, 0, 3));
     dereg(&slots, 0xd000, true);
 }
 
@@ -165,7 +179,7 @@ fn a_send_copies_now_and_a_read_waits_for_a_completion_of_its_qp() {
     live::send_sges(ctx, 7, 0, true, false, &[sge(app[1000..].as_ptr(), 10, 0x401)]);
     // SAFETY: as above: the NIC writes what the READ fetched.
     unsafe { std::ptr::write_bytes((sh + 1000) as *mut u8, 0x33, 10) };
-    let wc = |qp_num, ok| Completion { qp_num, wr_id: 0, ok, recv: false, byte_len: 0 };
+    let wc = |qp_num, ok| Completion::send(ctx, qp_num, 0, ok);
     live::completed([wc(8, true)]);
     assert_eq!(app[1000], 0, "another QP's completion releases nothing");
     live::completed([wc(7, true)]);
@@ -184,7 +198,7 @@ fn a_read_is_released_only_by_a_completion_of_a_wr_posted_no_earlier() {
         // SAFETY: the region's live shadow, 8192 bytes: the NIC writes what a READ fetched.
         unsafe { std::ptr::write_bytes((sh + at) as *mut u8, v, 16) };
     };
-    let wc = |wr_id, ok| Completion { qp_num: 7, wr_id, ok, recv: false, byte_len: 0 };
+    let wc = |wr_id, ok| Completion::send(ctx, 7, wr_id, ok);
     // A SEND (wr_id 1) is still outstanding when READ 2 is posted: its completion proves
     // nothing about the READ, whose data has not landed yet.
     live::send_sges(ctx, 7, 1, false, false, &[sge(app[4000..].as_ptr(), 16, 0x481)]);
@@ -224,10 +238,10 @@ fn a_receive_completion_copies_up_to_its_byte_len() {
     let mut app = vec![0u8; 8192];
     let sh = live_region(&slots, &mut app, LOCAL_WRITE, ctx, 0x501, 0xf000);
     live::before_recv();
-    live::recv_sges(ctx, 3, 42, &[sge(app.as_ptr(), 256, 0x501), sge(app[4096..].as_ptr(), 256, 0x501)]);
+    recv(ctx, 3, 42, &[sge(app.as_ptr(), 256, 0x501), sge(app[4096..].as_ptr(), 256, 0x501)]);
     // SAFETY: the region's live shadow: the peer's message lands in both SGEs.
     unsafe { std::ptr::write_bytes(sh as *mut u8, 0x44, 8192) };
-    let wc = |wr_id, ok| Completion { qp_num: 3, wr_id, ok, recv: true, byte_len: 300 };
+    let wc = |wr_id, ok| Completion::recv(ctx, 3, wr_id, ok, false, 300);
     live::completed([wc(41, true)]);
     assert_eq!(app[0], 0, "another WR's completion");
     live::completed([wc(42, true)]);
@@ -244,10 +258,10 @@ fn a_failed_receive_copies_nothing_and_releases_its_ranges() {
     let slots = with_context(ctx);
     let mut app = vec![0u8; 4096];
     let sh = live_region(&slots, &mut app, LOCAL_WRITE, ctx, 0x601, 0x1_f000);
-    live::recv_sges(ctx, 3, 1, &[sge(app.as_ptr(), 16, 0x601)]);
+    recv(ctx, 3, 1, &[sge(app.as_ptr(), 16, 0x601)]);
     // SAFETY: the region's live shadow.
     unsafe { std::ptr::write_bytes(sh as *mut u8, 0x55, 16) };
-    let wc = Completion { qp_num: 3, wr_id: 1, ok: false, recv: true, byte_len: 16 };
+    let wc = Completion::recv(ctx, 3, 1, false, false, 16);
     live::completed([wc]);
     live::completed([Completion { ok: true, ..wc }]);
     assert_eq!(app[0], 0, "the error completion took the WR's ranges");
@@ -264,7 +278,7 @@ fn a_peer_write_reaches_the_application_without_undoing_its_own_writes() {
     app[10] = 1; // the application's own write, after the last sync
                  // SAFETY: the region's live shadow: a peer's RDMA WRITE.
     unsafe { std::ptr::write_bytes((sh + 2000) as *mut u8, 0x66, 8) };
-    live::completed([Completion { qp_num: 9, wr_id: 0, ok: true, recv: true, byte_len: 0 }]);
+    live::completed([Completion::recv(ctx, 9, 0, true, false, 0)]);
     assert!(app[2000..2008].iter().all(|&b| b == 0x66), "the peer's bytes");
     assert_eq!(app[10], 1, "the application's byte stays");
     dereg(&slots, 0x2_f000, true);
@@ -403,8 +417,8 @@ fn a_send_brings_what_the_application_wrote_to_every_region_peers_read() {
     let _one = serial();
     let slots = FakeSlots::default();
     let (ctx, other) = (0x7_0000, 0x7_8000);
-    slots.ctx.lock().unwrap().insert(ctx, [1, 2, 3]);
-    slots.ctx.lock().unwrap().insert(other, [1, 2, 3]);
+    slots.ctx.lock().unwrap().insert(ctx, cops(1, 2, 3));
+    slots.ctx.lock().unwrap().insert(other, cops(1, 2, 3));
     let mut big = vec![0u8; 1 << 20];
     let mut small = vec![0u8; 8192];
     let mut unread = vec![0u8; 8192];
@@ -485,7 +499,7 @@ fn an_inner_region_folds_and_syncs_through_the_tracked_span_it_shares() {
     let at = |i: usize| unsafe { *((sh + i) as *const u8) };
     // SAFETY: as above; what a peer's RDMA WRITE does.
     let peer = |i: usize, v: u8| unsafe { *((sh + i) as *mut u8) = v };
-    let recv = Completion { qp_num: 9, wr_id: 0, ok: true, recv: true, byte_len: 0 };
+    let recv = Completion::recv(ctx, 9, 0, true, false, 0);
     for round in 1..4u8 {
         app[65536 + 7] = round;
         app[3] = round;
@@ -551,10 +565,260 @@ fn a_fold_before_a_reads_completion_keeps_what_the_read_brought() {
     live::send_sges(ctx, 11, 1, true, false, &[sge(app.as_ptr(), 8192, 0xb01)]);
     // SAFETY: the live shadow; what the NIC does with the READ's response.
     unsafe { std::ptr::write_bytes(sh as *mut u8, 0x6b, 8192) };
-    live::completed([Completion { qp_num: 12, wr_id: 9, ok: true, recv: false, byte_len: 0 }]);
+    live::completed([Completion::send(ctx, 12, 9, true)]);
     live::before_telling_peers();
     live::before_recv();
-    live::completed([Completion { qp_num: 11, wr_id: 1, ok: true, recv: false, byte_len: 0 }]);
+    live::completed([Completion::send(ctx, 11, 1, true)]);
     assert!(app[..8192].iter().all(|&b| b == 0x6b), "the READ's bytes, not the fill");
     dereg(&slots, 0xb100, true);
+}
+
+/// N2: ibv_rc_pingpong posts every receive with the same wr_id. A QP's receive queue completes in
+/// posting order: the n-th completion copies the n-th receive's range, not all of them at once.
+#[test]
+fn receives_sharing_a_wr_id_complete_one_by_one_in_posting_order() {
+    let _one = serial();
+    let ctx = 0xc_0000;
+    let slots = with_context(ctx);
+    let mut app = vec![0u8; 8192];
+    let sh = live_region(&slots, &mut app, LOCAL_WRITE, ctx, 0xc01, 0xc100);
+    for i in 0..4 {
+        recv(ctx, 5, 7, &[sge(app[i * 1024..].as_ptr(), 1024, 0xc01)]);
+    }
+    // SAFETY: the live shadow: the first message lands in the first receive's range.
+    unsafe { std::ptr::write_bytes(sh as *mut u8, 1, 1024) };
+    live::completed([Completion::recv(ctx, 5, 7, true, false, 1024)]);
+    assert!(app[..1024].iter().all(|&b| b == 1), "the first receive's bytes");
+    // SAFETY: as above: the second message, in the second range.
+    unsafe { std::ptr::write_bytes((sh + 1024) as *mut u8, 2, 1024) };
+    live::completed([Completion::recv(ctx, 5, 7, true, false, 1024)]);
+    assert!(app[1024..2048].iter().all(|&b| b == 2), "the second completion copies the second receive");
+    assert_eq!(crate::live::PENDING_RECV.pending(), 2);
+    live::qp_destroyed(ctx, 5);
+    dereg(&slots, 0xc100, true);
+}
+
+/// N12: a header SGE in a plain MR, the payload in a bounce region: `byte_len` counts the
+/// header too, so only the bytes that arrived are copied.
+#[test]
+fn a_multi_sge_receive_copies_only_the_bytes_that_arrived() {
+    let _one = serial();
+    let ctx = 0xc_8000;
+    let slots = with_context(ctx);
+    let mut app = vec![0u8; 4096];
+    let header = [0u8; 64];
+    let sh = live_region(&slots, &mut app, LOCAL_WRITE, ctx, 0xc81, 0xc900);
+    recv(ctx, 6, 1, &[sge(header.as_ptr(), 64, 0x9999), sge(app.as_ptr(), 4096, 0xc81)]);
+    // SAFETY: the live shadow: stale bytes past the message's end must stay in the shadow.
+    unsafe { std::ptr::write_bytes(sh as *mut u8, 3, 4096) };
+    live::completed([Completion::recv(ctx, 6, 1, true, false, 64 + 100)]);
+    assert!(app[..100].iter().all(|&b| b == 3), "the payload that arrived");
+    assert_eq!(app[100], 0, "nothing past the message's end");
+    dereg(&slots, 0xc900, true);
+}
+
+/// N20: a WRITE_WITH_IMM consumes a receive WR but writes where the peer pointed: the receive's
+/// SGEs keep what the application put there.
+#[test]
+fn a_write_with_imm_completion_leaves_the_consumed_receives_buffer_alone() {
+    let _one = serial();
+    let ctx = 0xd_0000;
+    let slots = with_context(ctx);
+    let mut app = vec![0u8; 4096];
+    let sh = live_region(&slots, &mut app, LOCAL_WRITE, ctx, 0xd01, 0xd100);
+    recv(ctx, 8, 1, &[sge(app.as_ptr(), 256, 0xd01)]);
+    // SAFETY: the live shadow holds stale bytes there (what it had when the receive was posted).
+    unsafe { std::ptr::write_bytes(sh as *mut u8, 0xee, 256) };
+    app[..256].fill(0x11);
+    live::completed([Completion::recv(ctx, 8, 1, true, true, 256)]);
+    assert!(app[..256].iter().all(|&b| b == 0x11), "the application's newer bytes stay");
+    assert_eq!(crate::live::PENDING_RECV.pending(), 0, "the receive was consumed");
+    dereg(&slots, 0xd100, true);
+}
+
+/// N13: receives and READs the provider refused (`*bad_wr`) wait for nothing: a later
+/// completion with the same wr_id does not copy their stale shadow bytes.
+#[test]
+fn posts_the_provider_refused_drop_their_pending_work() {
+    let _one = serial();
+    let ctx = 0xd_8000;
+    let slots = with_context(ctx);
+    let mut app = vec![0u8; 4096];
+    let sh = live_region(&slots, &mut app, LOCAL_WRITE, ctx, 0xd81, 0xd900);
+    let sges = [sge(app.as_ptr(), 64, 0xd81)];
+    let p = live::recv_wrs(live::RecvQueue::Qp { ctx, qpn: 9 }, [(1, &sges[..]), (2, &sges[..])].into_iter());
+    live::recv_refused(p, 0);
+    assert_eq!(crate::live::PENDING_RECV.pending(), 0);
+    // A READ refused (send queue full): its completion never comes; a later WR's must not
+    // release it.
+    let seq = live::send_sges(ctx, 9, 5, true, false, &[sge(app[1024..].as_ptr(), 64, 0xd81)]).unwrap();
+    live::send_refused(9, &[(0, seq)], 0);
+    // SAFETY: the live shadow: stale bytes.
+    unsafe { std::ptr::write_bytes(sh as *mut u8, 0x77, 4096) };
+    live::send_sges(ctx, 9, 5, false, false, &[]);
+    live::completed([Completion::send(ctx, 9, 5, true), Completion::recv(ctx, 9, 1, true, false, 64)]);
+    assert!(app.iter().all(|&b| b == 0), "nothing refused was copied");
+    assert_eq!(crate::live::PENDING_READ.qps(), 0);
+    dereg(&slots, 0xd900, true);
+}
+
+/// N5: receives and READs pending on a destroyed QP are freed with it (and the region's memory
+/// with its last reference).
+#[test]
+fn a_destroyed_qps_pending_work_is_freed() {
+    let _one = serial();
+    let ctx = 0xe_0000;
+    let slots = with_context(ctx);
+    let mut app = vec![0u8; 4096];
+    live_region(&slots, &mut app, LOCAL_WRITE, ctx, 0xe01, 0xe100);
+    for _ in 0..100 {
+        recv(ctx, 10, 1, &[sge(app.as_ptr(), 64, 0xe01)]);
+    }
+    live::send_sges(ctx, 10, 2, true, false, &[sge(app.as_ptr(), 64, 0xe01)]);
+    assert_eq!(patch::destroying_qp(0xe0e0, ctx, 10, || 0), 0);
+    assert_eq!(crate::live::PENDING_RECV.pending(), 0);
+    assert_eq!(crate::live::PENDING_READ.qps(), 0);
+    let r = crate::live::REGIONS.lock().iter().find(|r| r.lkey == 0xe01).cloned().unwrap();
+    assert_eq!(Arc::strong_count(&r), 3, "the region list, its fix-up and this test: no pending copy");
+    drop(r);
+    dereg(&slots, 0xe100, true);
+}
+
+/// N6: a completion polled after the region's deregistration copies nothing into the old
+/// buffer (freed, or reused by then).
+#[test]
+fn a_completion_after_dereg_does_not_copy_into_the_old_buffer() {
+    let _one = serial();
+    let ctx = 0xe_8000;
+    let slots = with_context(ctx);
+    let mut app = vec![0u8; 4096];
+    let sh = live_region(&slots, &mut app, LOCAL_WRITE, ctx, 0xe81, 0xe900);
+    recv(ctx, 11, 1, &[sge(app.as_ptr(), 64, 0xe81)]);
+    live::send_sges(ctx, 11, 2, true, false, &[sge(app[1024..].as_ptr(), 64, 0xe81)]);
+    // SAFETY: the live shadow.
+    unsafe { std::ptr::write_bytes(sh as *mut u8, 0x99, 4096) };
+    dereg(&slots, 0xe900, true);
+    app.fill(0x42); // the buffer reused
+    live::completed([Completion::recv(ctx, 11, 1, true, false, 64), Completion::send(ctx, 11, 2, true)]);
+    assert!(app.iter().all(|&b| b == 0x42), "the reused buffer is left alone");
+    live::qp_destroyed(ctx, 11);
+}
+
+/// N1: receives posted to a shared receive queue are copied at the completion of whichever QP
+/// consumed them (the oldest with the completion's wr_id first).
+#[test]
+fn srq_receives_reach_the_application() {
+    let _one = serial();
+    let ctx = 0xf_0000;
+    let slots = with_context(ctx);
+    let mut app = vec![0u8; 4096];
+    let sh = live_region(&slots, &mut app, LOCAL_WRITE, ctx, 0xf01, 0xf100);
+    let q = live::RecvQueue::Srq { ctx, srq: 0xf0f0 };
+    let (a, b) = ([sge(app.as_ptr(), 64, 0xf01)], [sge(app[64..].as_ptr(), 64, 0xf01)]);
+    live::recv_wrs(q, [(3, &a[..]), (3, &b[..])].into_iter());
+    // SAFETY: the live shadow: two messages.
+    unsafe { std::ptr::write_bytes(sh as *mut u8, 0x21, 128) };
+    live::completed([Completion::recv(ctx, 40, 3, true, false, 64)]);
+    assert!(app[..64].iter().all(|&b| b == 0x21) && app[64] == 0, "the oldest first");
+    live::completed([Completion::recv(ctx, 41, 3, true, false, 64)]);
+    assert!(app[64..128].iter().all(|&b| b == 0x21), "then the next, on another QP");
+    dereg(&slots, 0xf100, true);
+}
+
+/// N3: one thread copies its buffer to the shadow for a send while another syncs what peers
+/// wrote (a RECV completion): the half-copied state must never be taken for a peer's write —
+/// the sender's buffer would revert and the old bytes go on the wire.
+#[test]
+fn a_send_copy_and_another_threads_sync_never_interleave() {
+    let _one = serial();
+    let ctx = 0xf_8000;
+    let slots = with_context(ctx);
+    let n = 256 << 10;
+    let mut app = vec![0u8; n];
+    let sh = live_region(&slots, &mut app, LOCAL_WRITE | REMOTE_WRITE, ctx, 0xf81, 0xf900);
+    let start = std::time::Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let syncer = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                live::completed([Completion::recv(ctx, 99, 0, true, false, 0)]);
+            }
+        })
+    };
+    let app_at = app.as_mut_ptr() as usize;
+    let mut bad = None;
+    for i in 1..=100_000u32 {
+        if start.elapsed() > std::time::Duration::from_secs(3) {
+            break;
+        }
+        let v = (i % 251) as u8 + 1;
+        // SAFETY: the application's buffer (the syncer writes it only through the shim).
+        unsafe { std::ptr::write_bytes(app_at as *mut u8, v, n) };
+        live::send_sges(ctx, 12, 0, false, false, &[sge(app_at as *const u8, n as u32, 0xf81)]);
+        // SAFETY: both live, n bytes.
+        let (a, s) = unsafe {
+            (std::slice::from_raw_parts(app_at as *const u8, n), std::slice::from_raw_parts(sh as *const u8, n))
+        };
+        let want = vec![v; n];
+        if a == &want[..] && s == &want[..] {
+            continue;
+        }
+        if let Some(j) = (0..n).find(|&j| a[j] != v || s[j] != v) {
+            bad = Some((i, j, a[j], s[j], v));
+            break;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    syncer.join().unwrap();
+    assert_eq!(bad, None, "(iteration, byte, application, shadow, expected)");
+    dereg(&slots, 0xf900, true);
+}
+
+/// N16: an idle pass over a large region compares a bounded amount and goes on from there the
+/// next time; a write at the bottom is found by a later pass, never lost.
+#[test]
+fn idle_passes_over_a_large_region_are_bounded() {
+    use crate::region::IDLE_BYTES;
+    let _one = serial();
+    let ctx = 0x10_0000;
+    let slots = with_context(ctx);
+    let n = 4 * IDLE_BYTES;
+    let mut app = vec![0u8; n];
+    let sh = live_region(&slots, &mut app, LOCAL_WRITE | REMOTE_WRITE, ctx, 0x1001, 0x10100);
+    // SAFETY: the live shadow: a peer's write at the bottom, announced by nothing.
+    unsafe { std::ptr::write_bytes(sh as *mut u8, 0x5a, 16) };
+    let r = crate::live::REGIONS.lock().iter().find(|r| r.lkey == 0x1001).cloned().unwrap();
+    let (found, bottom) = r.sync_unannounced(&r.extent());
+    assert!(!found && !bottom && app[0] == 0, "the first pass stops after about IDLE_BYTES");
+    let mut passes = 1;
+    while app[0] != 0x5a {
+        let (_, bottom) = r.sync_unannounced(&r.extent());
+        passes += 1;
+        assert!(passes <= 4 || !bottom, "a sweep takes about n / IDLE_BYTES passes");
+        assert!(passes < 10, "never found");
+    }
+    assert!(app[..16].iter().all(|&b| b == 0x5a));
+    drop(r);
+    dereg(&slots, 0x10100, true);
+}
+
+/// Issue 28, item 3: a peer's write that nothing announced and the application never got (a
+/// passive one-sided target that neither polls nor posts) is a violation at deregistration.
+#[test]
+fn an_undelivered_peer_write_is_a_violation_at_deregistration() {
+    let _one = serial();
+    let ctx = 0x11_0000;
+    let slots = with_context(ctx);
+    let mut app = vec![0u8; 4096];
+    let sh = live_region(&slots, &mut app, LOCAL_WRITE | REMOTE_WRITE, ctx, 0x1101, 0x11100);
+    let before = mrshim_core::violation::count();
+    dereg(&slots, 0x11100, true);
+    assert_eq!(mrshim_core::violation::count(), before, "nothing written: no violation");
+    let sh2 = live_region(&slots, &mut app, LOCAL_WRITE | REMOTE_WRITE, ctx, 0x1102, 0x11200);
+    let _ = sh;
+    // SAFETY: the live shadow: a peer's RDMA WRITE, and no completion is ever polled.
+    unsafe { std::ptr::write_bytes((sh2 + 100) as *mut u8, 0x3c, 10) };
+    dereg(&slots, 0x11200, true);
+    assert_eq!(mrshim_core::violation::count(), before + 1, "reported");
 }

@@ -118,13 +118,17 @@ pub enum Answer {
 pub struct Tracker<P> {
     pages: Option<P>,
     ranges: Vec<Range>,
-    next: Id,
 }
+
+/// Ids are the process's, never reused, across trackers: a tracker rebuilt (in a forked child,
+/// or after the last range went) never hands out an id a caller still holds for an older range,
+/// which would then get the new range's answers.
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl<P: Pages> Tracker<P> {
     /// `pages`: None where the kernel cannot track (every answer is then [`Answer::Everything`]).
     pub const fn new(pages: Option<P>) -> Self {
-        Tracker { pages, ranges: Vec::new(), next: 1 }
+        Tracker { pages, ranges: Vec::new() }
     }
 
     pub fn enabled(&self) -> bool {
@@ -153,8 +157,7 @@ impl<P: Pages> Tracker<P> {
             k.disarm(s, e - s);
             return None;
         }
-        let id = self.next;
-        self.next += 1;
+        let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.ranges.push(Range {
             id,
             start: s,

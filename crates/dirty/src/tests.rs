@@ -217,3 +217,16 @@ fn a_range_that_keeps_going_back_to_resting_rests_longer_each_time() {
     assert!(rests.windows(2).all(|w| w[1] > w[0]), "{rests:?}");
     assert!(rests[3] > 100, "{rests:?}");
 }
+
+/// N15: a forked child builds a tracker of its own while its regions still hold the parent's
+/// ids: a new range must never get an id an older one had (it would answer for the wrong range).
+#[test]
+fn ids_are_never_reused_across_trackers() {
+    let mut a = Tracker::new(Some(Model::default()));
+    let first = a.track(0x10_0000, MIN_LEN).unwrap();
+    let mut b = Tracker::new(Some(Model::default()));
+    let second = b.track(0x10_0000, MIN_LEN).unwrap();
+    assert_ne!(first, second);
+    let mut out = Vec::new();
+    assert_eq!(b.written(first, &mut out), Answer::Everything, "an id of another tracker: compare everything");
+}

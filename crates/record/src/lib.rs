@@ -108,12 +108,15 @@ pub enum Kind {
     Error,
     /// One `ibv_rereg_mr`: the MR before, the change asked for, the result.
     Rereg,
+    /// A bounce region used outside its contract, detected at run time (docs/bounce.md): `call`
+    /// names the kind, `error` what happened.
+    Violation,
 }
 
 impl Kind {
     /// Every kind, in declaration order.
-    pub const ALL: [Kind; 7] =
-        [Kind::Config, Kind::Reg, Kind::Dereg, Kind::Policy, Kind::Summary, Kind::Error, Kind::Rereg];
+    pub const ALL: [Kind; 8] =
+        [Kind::Config, Kind::Reg, Kind::Dereg, Kind::Policy, Kind::Summary, Kind::Error, Kind::Rereg, Kind::Violation];
 
     /// The name a record carries (what serde writes; a test checks it).
     pub const fn name(self) -> &'static str {
@@ -125,6 +128,7 @@ impl Kind {
             Kind::Summary => "summary",
             Kind::Error => "error",
             Kind::Rereg => "rereg",
+            Kind::Violation => "violation",
         }
     }
 }
@@ -430,6 +434,9 @@ pub struct Summary {
     /// Panics the shim caught in itself (each one passed its call through; see `error` lines).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub internal_errors: u64,
+    /// Bounce regions used outside their contract (see `violation` lines, docs/bounce.md).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub violations: u64,
 }
 
 fn is_zero(n: &u64) -> bool {

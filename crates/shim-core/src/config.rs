@@ -56,6 +56,9 @@ pub struct Config {
     /// (default) and `off`: only the engines whose ABI is not publicly confirmed (MACA), which
     /// are always proven (docs/bounce.md).
     pub copy_selftest: bool,
+    /// MRSHIM_BOUNCE_ON_VIOLATION=abort: a bounce region used outside its contract aborts the
+    /// process (default warn: a WARN line, a `violation` record, counted in the summary).
+    pub bounce_abort: bool,
 }
 
 /// Where MRSHIM_DEBUG_PANIC makes the shim panic.
@@ -108,6 +111,7 @@ impl Default for Config {
             debug_panic: None,
             bounce_track: true,
             copy_selftest: false,
+            bounce_abort: false,
         }
     }
 }
@@ -121,6 +125,7 @@ pub const ONOFF_ACCEPTED: &str = "on, off (also 1/0, true/false, yes/no)";
 pub const RETRY_ACCEPTED: &str = mrshim_retry::policy::HELP;
 pub const INJECT_ACCEPTED: &str = mrshim_retry::inject::HELP;
 pub const BOUNCE_REMOTE_ACCEPTED: &str = mrshim_retry::strategy::BounceRemote::HELP;
+pub const ON_VIOLATION_ACCEPTED: &str = "warn (default), abort";
 pub const DEBUG_PANIC_ACCEPTED: &str =
     "init, hook, call, record, exit, bounce (where the shim panics on purpose; unset in production)";
 pub const BOUNCE_TRACK_ACCEPTED: &str = "on (default), off (also 1/0, true/false, yes/no)";
@@ -165,6 +170,7 @@ pub const VARS: &[&str] = &[
     "MRSHIM_BOUNCE_TRACK",
     "MRSHIM_COPY_SELFTEST",
     "MRSHIM_BOUNCE_REMOTE",
+    "MRSHIM_BOUNCE_ON_VIOLATION",
 ];
 
 /// Values longer than this are shown cut in messages and in the config record (a 1 MB value
@@ -327,6 +333,18 @@ pub fn parse_as(get: impl Fn(&str) -> Option<String>, secure: bool) -> Result<Co
             }),
         }
     }
+    if let Some(v) = get("MRSHIM_BOUNCE_ON_VIOLATION") {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "warn" => c.bounce_abort = false,
+            "abort" => c.bounce_abort = true,
+            _ => errs.push(ConfigError {
+                var: "MRSHIM_BOUNCE_ON_VIOLATION",
+                value: v,
+                accepted: ON_VIOLATION_ACCEPTED,
+                detail: None,
+            }),
+        }
+    }
     errs.extend(not_utf8);
     errs.sort_by_key(|e| VARS.iter().position(|v| *v == e.var));
     if errs.is_empty() {
@@ -355,6 +373,7 @@ fn accepted(var: &str) -> &'static str {
         "MRSHIM_BOUNCE_TRACK" => BOUNCE_TRACK_ACCEPTED,
         "MRSHIM_COPY_SELFTEST" => COPY_SELFTEST_ACCEPTED,
         "MRSHIM_BOUNCE_REMOTE" => BOUNCE_REMOTE_ACCEPTED,
+        "MRSHIM_BOUNCE_ON_VIOLATION" => ON_VIOLATION_ACCEPTED,
         _ => ONOFF_ACCEPTED,
     }
 }

@@ -29,6 +29,7 @@ mod record;
 pub mod report;
 pub mod rereg;
 pub mod rescue;
+pub mod violation;
 
 pub use call::{Backend, Call, DevName, Meta, Outcome, RegArgs, Staged, StagedShadow};
 pub use report::{set_device_probe, stderr_line};
@@ -252,6 +253,7 @@ impl Shim {
             self.retry.reset_in_child();
         }
         internal::reset_in_child();
+        violation::reset_in_child();
         self.summarized.store(false, Relaxed);
     }
 }

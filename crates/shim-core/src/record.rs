@@ -78,12 +78,23 @@ struct Memory {
 impl Shim {
     /// An `error` record: a panic the shim caught while handling `call`.
     pub fn record_error(&self, call: &str, msg: &str) {
+        self.record_problem(Kind::Error, call, msg, None);
+    }
+
+    /// A `violation` record: a bounce region used outside its contract (`call` names what was
+    /// detected, `error` says what and where).
+    pub fn record_violation(&self, what: &str, msg: &str) {
+        self.record_problem(Kind::Violation, what, msg, Some("bounce"));
+    }
+
+    fn record_problem(&self, kind: Kind, call: &str, msg: &str, strategy: Option<&str>) {
         if !self.log.enabled() {
             return;
         }
-        let mut r = self.base(Kind::Error, clock::wall_now_ns());
+        let mut r = self.base(kind, clock::wall_now_ns());
         r.seq = self.next_seq();
         r.call = call.into();
+        r.strategy = strategy.map(Into::into);
         r.result = CallResult::Error;
         r.error = Some(msg.into());
         self.emit(&r);
@@ -177,12 +188,8 @@ impl Shim {
         reason: &str,
     ) {
         let meta = Meta { parent_seq: Some(parent), strategy, change: Some(reason), refused: true, ..Meta::default() };
-        let tried = crate::call_path::Tried {
-            out: Outcome { err: -1, ..Default::default() },
-            t0: clock::mono_ns(),
-            dur: 0,
-            injected: false,
-        };
+        let tried =
+            Tried { out: Outcome { err: -1, ..Default::default() }, t0: clock::mono_ns(), dur: 0, injected: false };
         self.record_guarded(cfg, backend, &Done { meta, ..Done::new(args, &tried, self.next_seq()) });
     }
 
@@ -402,6 +409,9 @@ impl Shim {
             }
             s.insert("bounce_track".into(), if c.bounce_track { "on" } else { "off" }.into());
             s.insert("copy_selftest".into(), if c.copy_selftest { "on" } else { "auto" }.into());
+            if c.bounce_abort {
+                s.insert("bounce_on_violation".into(), "abort".into());
+            }
         }
         if let Some((_, v)) = self.rank {
             s.insert("rank_from".into(), v.into());

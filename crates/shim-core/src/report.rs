@@ -122,6 +122,7 @@ impl Shim {
                 .map(|(s, _)| (s.name().to_string(), s.global_equivalent().to_string()))
                 .collect(),
             internal_errors: internal::count(),
+            violations: crate::violation::count(),
         }
     }
 
@@ -153,6 +154,12 @@ impl Shim {
         if s.internal_errors > 0 {
             line.push_str(&format!(", {} internal errors (each call passed through)", s.internal_errors));
         }
+        if s.violations > 0 {
+            line.push_str(&format!(
+                ", {} bounce coherence violations (stale bytes possible: see the WARN lines)",
+                s.violations
+            ));
+        }
         for (name, n) in &s.rescued {
             let eq = s.equivalents.get(name).map_or("", String::as_str);
             line.push_str(&format!("; {name} rescued {n} registrations (job-wide equivalent: {eq})"));
@@ -165,7 +172,7 @@ impl Shim {
         let Some(cfg) = &self.cfg else { return };
         self.debug_panic(PanicAt::Exit);
         let s = self.summary();
-        if (s.calls == 0 && s.internal_errors == 0) || self.summarized.swap(true, Relaxed) {
+        if (s.calls == 0 && s.internal_errors == 0 && s.violations == 0) || self.summarized.swap(true, Relaxed) {
             return;
         }
         if self.log.enabled() {
@@ -176,7 +183,8 @@ impl Shim {
             self.emit(&r);
         }
         // Quiet by default, as NCCL: a process whose calls all went well prints nothing.
-        let eventful = s.failures > 0 || s.internal_errors > 0 || s.records_lost > 0 || !s.rescued.is_empty();
+        let eventful =
+            s.failures > 0 || s.internal_errors > 0 || s.violations > 0 || s.records_lost > 0 || !s.rescued.is_empty();
         if cfg.summary && (cfg.info || eventful) {
             // records_written now includes the summary record itself.
             stderr_line(&self.summary_line(&self.summary()));

@@ -10,6 +10,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
 mod rules;
+mod violation;
 use rules::*;
 #[cfg(test)]
 mod tests;
@@ -382,6 +383,15 @@ pub fn findings(col: &Collector) -> Vec<Finding> {
 /// The differential diagnosis: up to four hypotheses ranked by evidence and priors, and what was ruled out.
 pub fn diagnose(col: &Collector) -> (Vec<Finding>, Vec<RuledOut>) {
     let v = View::new(col);
+    let (mut found, out) = diagnose_failures(&v, col);
+    if let Some(f) = violation::bounce_violation(col, v.prefix) {
+        found.insert(0, f);
+    }
+    (found, out)
+}
+
+/// The differential diagnosis of failed registrations (see [`diagnose`]).
+fn diagnose_failures(v: &View, col: &Collector) -> (Vec<Finding>, Vec<RuledOut>) {
     if v.fails.is_empty() && v.flag(Flag::AbiMismatch).is_none() && v.flag(Flag::NoProvider).is_none() {
         return (vec![], vec![]);
     }

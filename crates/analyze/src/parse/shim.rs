@@ -44,6 +44,15 @@ pub fn parse(line: &str, st: &mut ShimState, lineno: u64, emit: &mut dyn FnMut(E
             }
             Err(_) => lenient(line, kind, st, emit),
         },
+        "violation" => {
+            let r: Value = serde_json::from_str(line).unwrap_or(Value::Null);
+            let host = r.get("host").and_then(Value::as_str).map(String::from);
+            let pid = r.get("pid").and_then(Value::as_u64).map(|p| p as u32);
+            let kind = r.get("call").and_then(Value::as_str).unwrap_or("violation").to_string();
+            st.records += 1;
+            emit(Event::Fact { lib: Lib::Shim, host, pid, fact: Fact::BounceViolation { kind, record: true } });
+            true
+        }
         "config" | "summary" | "policy" | "error" => lenient(line, kind, st, emit),
         _ => {
             st.malformed += 1;

@@ -37,6 +37,11 @@ pub fn parse(body: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Ev
     // there, which the guess covers too).
     let rank_hint = toks.next().and_then(|r| r.strip_prefix('[')?.strip_suffix(']')?.parse::<i64>().ok());
     let host = host.or_else(|| ctx.host.clone());
+    if let Some(rest) = msg.strip_prefix("WARN bounce coherence violation (") {
+        let kind = rest.split(')').next().unwrap_or("violation").to_string();
+        emit(Event::Fact { lib: Lib::Shim, host, pid, fact: Fact::BounceViolation { kind, record: false } });
+        return true;
+    }
     if let Some(rest) = msg.strip_prefix("WARN ") {
         let open = rest.find('(').unwrap_or(rest.len());
         let call = rest[..open].trim().to_string();
