@@ -17,7 +17,7 @@ static FORKED_OFF: AtomicBool = AtomicBool::new(false);
 /// A bad value never gets here: the shim then passes every call through, so nothing is bounced.
 fn enabled_by_setting() -> bool {
     !FORKED_OFF.load(Ordering::Acquire)
-        && mrshim_core::shim_if_initialized().and_then(|s| s.config()).map_or(true, |c| c.bounce_track)
+        && mrshim_core::shim_if_initialized().and_then(|s| s.config()).is_none_or(|c| c.bounce_track)
 }
 
 /// Tracks the application's pages of [app, app+len) if they are private anonymous memory and
