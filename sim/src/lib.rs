@@ -10,6 +10,7 @@
 //! 3. the exported C ABI, one module per object kind: objects (the registry every other one
 //!    looks contexts and PDs up in), api (devices, PDs, MRs, CQs), qp, post, qpex, srq, ah,
 //!    rereg, sysview (the fake /sys), misc, compat.
+//!
 //! A constant or helper two layers need lives in the lower one (e.g. the SRQ limits and PCI ids in
 //! device, the GRH in grh), so no two modules import each other.
 

@@ -194,11 +194,11 @@ pub struct Collector {
     /// WARN line, the MRSHIM summary, NCCL's line, UCX's line, the application's own line). One failure
     /// shows up in several of them, under different call names and errno wordings; the channel that
     /// saw the most stands for the process.
-    seen_by_source: HashMap<(String, u32), Vec<(Channel, u64)>>,
+    seen_by_source: HashMap<(String, u32), ChannelCounts>,
     /// Per file: failures seen in lines that name their process (per channel), and in lines that do
     /// not (an application's own error line): those are the same failures again as long as there
     /// are no more of them than the file's best channel of lines with a pid saw.
-    file_seen: HashMap<usize, (Vec<(Channel, u64)>, Vec<(Channel, u64)>)>,
+    file_seen: HashMap<usize, (ChannelCounts, ChannelCounts)>,
     /// Failures not counted because another kind of output of the same process already had them.
     pub duplicates: u64,
     /// `ibv_rereg_mr` records: all, refused by mrshim, failed.
@@ -208,6 +208,9 @@ pub struct Collector {
 /// A kind of output a failure was seen in: where the line came from and which library printed it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Channel(crate::event::Source, Lib);
+
+/// Failures counted per [`Channel`].
+type ChannelCounts = Vec<(Channel, u64)>;
 
 /// Counts one more sighting on `ch`; returns its count.
 fn bump(v: &mut Vec<(Channel, u64)>, ch: Channel) -> u64 {

@@ -13,7 +13,7 @@ static TRACKER: ForkLock<Option<Tracker<Kernel>>> = ForkLock::new(None);
 /// MRSHIM_BOUNCE_TRACK as the shim's configuration parsed it (on without a shim: unit tests).
 /// A bad value never gets here: the shim then passes every call through, so nothing is bounced.
 fn enabled_by_setting() -> bool {
-    mrshim_core::shim_if_initialized().and_then(|s| s.config()).map_or(true, |c| c.bounce_track)
+    mrshim_core::shim_if_initialized().and_then(|s| s.config()).is_none_or(|c| c.bounce_track)
 }
 
 /// Tracks the application's pages of [app, app+len) if they are private anonymous memory and

@@ -396,19 +396,19 @@ fn diagnose_failures(v: &View, col: &Collector) -> (Vec<Finding>, Vec<RuledOut>)
         return (vec![], vec![]);
     }
     let mut cands = vec![
-        gpu_peer_memory(&v),
-        memlock_limit(&v),
-        resource_exhaustion(&v),
-        relaxed_ordering(&v),
-        iova_alignment(&v),
-        access_flags(&v),
-        version_mismatch(&v),
-        address_invalid(&v),
-        permissions(&v),
-        dmabuf_unsupported(&v),
-        odp_unsupported(&v),
+        gpu_peer_memory(v),
+        memlock_limit(v),
+        resource_exhaustion(v),
+        relaxed_ordering(v),
+        iova_alignment(v),
+        access_flags(v),
+        version_mismatch(v),
+        address_invalid(v),
+        permissions(v),
+        dmabuf_unsupported(v),
+        odp_unsupported(v),
     ];
-    rescues(&v, &mut cands);
+    rescues(v, &mut cands);
     // what the input says counts as evidence; the priors rank what it does not decide
     for c in cands.iter_mut() {
         c.evidence = c.score - c.hint;
