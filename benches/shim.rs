@@ -390,7 +390,7 @@ fn main() {
 /// there: date | log off +ns reg / dereg | full logging disk | full logging tmpfs | 8 threads | sim x.
 fn last_row(text: &str) -> Option<(String, Figures)> {
     let section = text.split("\n## ").find(|s| s.starts_with("libmrshim.so"))?;
-    let row = section.lines().filter(|l| l.starts_with("| 20")).last()?;
+    let row = section.lines().rfind(|l| l.starts_with("| 20"))?;
     let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
     let nums = |c: &str| -> Vec<f64> {
         c.replace(['(', ')', '/', ',', '+'], " ")

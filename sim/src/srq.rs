@@ -148,6 +148,7 @@ pub unsafe extern "C" fn op_post_srq_recv(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::MAX_SRQ_WR;
     use crate::engine::Sge;
     use crate::events::AsyncEvents;
 

@@ -205,12 +205,13 @@ impl<R: BufRead> Lines<R> {
             let mut used = take + usize::from(end.is_some());
             match end {
                 Some(b'\n') => self.next_no += 1,
-                Some(_) if used < avail.len() => {
-                    if avail[used] == b'\n' {
-                        used += 1;
-                        self.next_no += 1;
-                    }
+                // a CR LF in one read: one line end
+                Some(_) if used < avail.len() && avail[used] == b'\n' => {
+                    used += 1;
+                    self.next_no += 1;
                 }
+                // a lone CR followed by more: the next line starts right after it
+                Some(_) if used < avail.len() => {}
                 Some(_) => self.after_cr = true,
                 None => {}
             }

@@ -471,7 +471,7 @@ impl Region {
             return None;
         }
         let (mut first, mut n) = (usize::MAX, 0);
-        mrshim_core::diff::for_each_run(sh, ba, |a, b| {
+        crate::diff::for_each_run(sh, ba, |a, b| {
             first = first.min(a);
             n += sh[a..b].iter().zip(&ba[a..b]).filter(|(x, y)| x != y).count();
         });

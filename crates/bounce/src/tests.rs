@@ -792,7 +792,9 @@ fn idle_passes_over_a_large_region_are_bounded() {
     let (found, bottom) = r.sync_unannounced(&r.extent());
     assert!(!found && !bottom && app[0] == 0, "the first pass stops after about IDLE_BYTES");
     let mut passes = 1;
-    while app[0] != 0x5a {
+    // SAFETY: app's first byte, written by the sync through the region's pointer (volatile:
+    // the compiler cannot see that write).
+    while unsafe { std::ptr::read_volatile(app.as_ptr()) } != 0x5a {
         let (_, bottom) = r.sync_unannounced(&r.extent());
         passes += 1;
         assert!(passes <= 4 || !bottom, "a sweep takes about n / IDLE_BYTES passes");

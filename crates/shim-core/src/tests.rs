@@ -18,7 +18,7 @@ impl Fake {
 
 impl Backend for Fake {
     fn invoke(&self, a: &RegArgs) -> Outcome {
-        self.invoked.borrow_mut().push(a.clone());
+        self.invoked.borrow_mut().push(*a);
         if a.is_probe() {
             return Outcome { err: libc::EOPNOTSUPP, errno_after: libc::EOPNOTSUPP, ..Default::default() };
         }
@@ -173,7 +173,7 @@ fn failure_warn_line_and_failures_level() {
         access: 7,
         ..Default::default()
     };
-    let bad = RegArgs { call: Some(Call::RegMrIova2), access: 0x10000f, ..ok.clone() };
+    let bad = RegArgs { call: Some(Call::RegMrIova2), access: 0x10000f, ..ok };
     assert!(s.call(&ok, &f).ok());
     let out = s.call(&bad, &f);
     assert_eq!(out.err, libc::EINVAL);
@@ -350,7 +350,7 @@ struct DeviceOnly<'a> {
 impl Backend for DeviceOnly<'_> {
     fn invoke(&self, a: &RegArgs) -> Outcome {
         if a.addr == self.device {
-            self.fake.invoked.borrow_mut().push(a.clone());
+            self.fake.invoked.borrow_mut().push(*a);
             return Outcome { err: libc::EINVAL, errno_after: libc::EINVAL, ..Default::default() };
         }
         self.fake.invoke(a)

@@ -447,7 +447,7 @@ fn diagnose_failures(v: &View, col: &Collector) -> (Vec<Finding>, Vec<RuledOut>)
             c.prior_groups = v.fails.clone();
         }
     }
-    let out = ruled_out(&v);
+    let out = ruled_out(v);
     cands.retain(|c| !out.iter().any(|o| o.category == c.cat));
     if std::env::var_os("MRSHIM_ANALYZE_DEBUG").is_some() {
         for c in &cands {
@@ -489,7 +489,7 @@ fn diagnose_failures(v: &View, col: &Collector) -> (Vec<Finding>, Vec<RuledOut>)
         u.fixes = fixes::unknown(v.prefix);
         cands.push(u);
     }
-    let mut found: Vec<Finding> = cands.into_iter().map(|c| finish(&v, c)).collect();
+    let mut found: Vec<Finding> = cands.into_iter().map(|c| finish(v, c)).collect();
     if let Some(first) = found.first_mut() {
         for o in &out {
             first.explanation.push_str(&format!(" Ruled out: {} ({}).", o.category, o.reason));
