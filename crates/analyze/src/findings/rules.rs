@@ -204,7 +204,7 @@ pub(super) fn memlock_limit<'a>(v: &View<'a>) -> Cand<'a> {
     if enomem * 2 >= total {
         c.add(
             1.0,
-            "The failures are ENOMEM, which is what the kernel returns when the pinned-memory limit is hit.",
+            "ENOMEM is what the kernel returns at that limit.",
             None,
         );
     }
