@@ -5,13 +5,19 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Top-1 over the reports whose output holds the cause, top-3 over all: the levels reached (20/20 and 37/40
-/// on the 40 reports of 2026-12-03; the issue's floor is 90 % for both).
-const MIN_TOP1_IN_LOG: f64 = 1.00;
-const MIN_TOP3_ALL: f64 = 0.925;
+/// The corpus is split (tests/fixtures/real-split.txt) into a training half, a held-out half and reports
+/// found after the rules were written (`new`, held out too). Rules come from the stacks' sources and the
+/// training half; the test fails below the levels measured on the held-out reports (docs/analyze.md):
+/// top-1 where the log holds the cause, and top-3 over all.
+const MIN_HELD_TOP1_IN_LOG: f64 = 1.0;
+const MIN_HELD_TOP3: f64 = 0.90;
+/// The training half is not allowed to fall below its own level either.
+const MIN_TRAIN_TOP1_IN_LOG: f64 = 1.0;
+const MIN_TRAIN_TOP3: f64 = 0.94;
 
 struct Case {
     file: PathBuf,
+    half: String,
     source: String,
     expected: String,
     in_log: bool,
@@ -24,7 +30,25 @@ fn header(text: &str, key: &str) -> Option<String> {
         .map(|v| v.trim().to_string())
 }
 
+/// FNV-1a 64 of the file name: even = training half (the split of the first 40 reports).
+fn fnv(name: &str) -> u64 {
+    name.bytes().fold(0xcbf29ce484222325, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))
+}
+
+fn split() -> std::collections::BTreeMap<String, String> {
+    let text =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/real-split.txt")).unwrap();
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let (n, h) = l.split_once(' ').unwrap_or_else(|| panic!("bad split line {l:?}"));
+            (n.to_string(), h.trim().to_string())
+        })
+        .collect()
+}
+
 fn corpus() -> Vec<Case> {
+    let halves = split();
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/real");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir).expect("corpus dir").map(|e| e.unwrap().path()).collect();
     files.sort();
@@ -41,7 +65,19 @@ fn corpus() -> Vec<Case> {
                 Some("no") => false,
                 other => panic!("{name}: ## in-log must be yes or no, not {other:?}"),
             };
-            Case { file, source, expected, in_log }
+            let base = file.file_name().unwrap().to_string_lossy().to_string();
+            let half =
+                halves.get(&base).unwrap_or_else(|| panic!("{base} is not in tests/fixtures/real-split.txt")).clone();
+            match half.as_str() {
+                "train" | "held-out" => assert_eq!(
+                    half == "train",
+                    fnv(&base) % 2 == 0,
+                    "{base}: the split is by the FNV-1a hash of the name"
+                ),
+                "new" => {}
+                other => panic!("{base}: unknown half {other}"),
+            }
+            Case { file, half, source, expected, in_log }
         })
         .collect()
 }
@@ -57,49 +93,105 @@ fn categories(file: &Path) -> (i32, Vec<String>) {
     (out.status.code().unwrap_or(-1), cats)
 }
 
+#[derive(Default)]
+struct Score {
+    n: usize,
+    top1: usize,
+    n_in: usize,
+    top1_in: usize,
+    top3: usize,
+}
+
+impl Score {
+    fn add(&mut self, in_log: bool, rank: Option<usize>) {
+        self.n += 1;
+        self.top1 += (rank == Some(0)) as usize;
+        self.top3 += rank.is_some_and(|r| r < 3) as usize;
+        if in_log {
+            self.n_in += 1;
+            self.top1_in += (rank == Some(0)) as usize;
+        }
+    }
+    fn p1_in(&self) -> f64 {
+        self.top1_in as f64 / self.n_in.max(1) as f64
+    }
+    fn p3(&self) -> f64 {
+        self.top3 as f64 / self.n.max(1) as f64
+    }
+    fn line(&self, name: &str) -> String {
+        format!(
+            "{name}: {} reports; top-1 {}/{} overall, {}/{} = {:.1} % where the log holds the cause; top-3 {}/{} = {:.1} %",
+            self.n,
+            self.top1,
+            self.n,
+            self.top1_in,
+            self.n_in,
+            100.0 * self.p1_in(),
+            self.top3,
+            self.n,
+            100.0 * self.p3()
+        )
+    }
+}
+
 #[test]
 fn real_reports_top1_and_top3() {
     let cases = corpus();
     let sources: std::collections::BTreeSet<&str> = cases.iter().map(|c| c.source.as_str()).collect();
     assert_eq!(sources.len(), cases.len(), "one file per report");
-    let (mut top1_in, mut n_in, mut top3, mut top1) = (0, 0, 0, 0);
+    let (mut train, mut held, mut new, mut all) =
+        (Score::default(), Score::default(), Score::default(), Score::default());
     let mut bad_exit = Vec::new();
-    println!("{:<48} {:<20} {:<5} {:<4} got", "report", "expected", "inlog", "rank");
+    println!("{:<48} {:<8} {:<20} {:<5} {:<4} got", "report", "half", "expected", "inlog", "rank");
     for c in &cases {
         let (code, cats) = categories(&c.file);
         if code != 1 {
             bad_exit.push(format!("{}: exit {code}", c.file.display()));
         }
         let rank = cats.iter().position(|x| *x == c.expected);
-        let hit1 = rank == Some(0);
-        let hit3 = rank.is_some_and(|r| r < 3);
-        top1 += hit1 as usize;
-        top3 += hit3 as usize;
-        if c.in_log {
-            n_in += 1;
-            top1_in += hit1 as usize;
+        match c.half.as_str() {
+            "train" => train.add(c.in_log, rank),
+            "held-out" => held.add(c.in_log, rank),
+            _ => new.add(c.in_log, rank),
         }
+        all.add(c.in_log, rank);
         println!(
-            "{:<48} {:<20} {:<5} {:<4} {}",
+            "{:<48} {:<8} {:<20} {:<5} {:<4} {}",
             c.file.file_name().unwrap().to_string_lossy(),
+            c.half,
             c.expected,
             if c.in_log { "yes" } else { "no" },
             rank.map_or("-".into(), |r| (r + 1).to_string()),
             cats.join(",")
         );
     }
-    let n = cases.len();
-    let p1_in = top1_in as f64 / n_in.max(1) as f64;
-    let p3 = top3 as f64 / n as f64;
-    println!(
-        "corpus: {n} reports; top-1 {top1}/{n} = {:.1} % overall, {top1_in}/{n_in} = {:.1} % where the log holds the cause; top-3 {top3}/{n} = {:.1} %",
-        100.0 * top1 as f64 / n as f64,
-        100.0 * p1_in,
-        100.0 * p3
-    );
+    // the held-out figure counts both held-out sets: the half of the first corpus and the reports found later
+    let mut held_all = Score::default();
+    for s in [&held, &new] {
+        held_all.n += s.n;
+        held_all.top1 += s.top1;
+        held_all.n_in += s.n_in;
+        held_all.top1_in += s.top1_in;
+        held_all.top3 += s.top3;
+    }
+    println!("{}", train.line("training half"));
+    println!("{}", held.line("held-out half"));
+    println!("{}", new.line("found after the rules (held out)"));
+    println!("{}", held_all.line("held out, all"));
+    println!("{}", all.line("corpus"));
     assert!(bad_exit.is_empty(), "failure reports must exit 1 (findings): {bad_exit:?}");
-    assert!(p1_in >= MIN_TOP1_IN_LOG, "top-1 where the log holds the cause fell to {:.1} %", 100.0 * p1_in);
-    assert!(p3 >= MIN_TOP3_ALL, "top-3 fell to {:.1} %", 100.0 * p3);
+    assert!(
+        held_all.p1_in() >= MIN_HELD_TOP1_IN_LOG,
+        "held-out top-1 where the log holds the cause fell to {:.1} %",
+        100.0 * held_all.p1_in()
+    );
+    assert!(held_all.p3() >= MIN_HELD_TOP3, "held-out top-3 fell to {:.1} %", 100.0 * held_all.p3());
+    assert!(
+        train.p1_in() >= MIN_TRAIN_TOP1_IN_LOG,
+        "training top-1 where the log holds the cause fell to {:.1} %",
+        100.0 * train.p1_in()
+    );
+    assert!(train.p3() >= MIN_TRAIN_TOP3, "training top-3 fell to {:.1} %", 100.0 * train.p3());
 }
 
 /// The issue asks for at least 40 real reports.

@@ -271,7 +271,7 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
     let Some(mut ev) = recognise(f.body) else {
         // the errno on the line after the failure
         if let Some(p) = ctx.gen_pending.as_mut() {
-            if p.errno.is_none() {
+            if p.errno.is_none() && !ctx.gen_pending_final {
                 p.errno = errno::find(f.body);
             }
         }
@@ -286,6 +286,14 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
         ev.mem = ctx.device_hint.map(|d| if d { MemKind::Device } else { MemKind::HostAnon });
     }
     ev.evid = Some((lineno, line.to_string()));
+    hold(ev, ctx, lineno, emit);
+    ctx.gen_pending_final = false;
+    true
+}
+
+/// Holds a failure back one line for its errno and for the layers of the same failure printed next to
+/// it (a wrapper's "registration failed" above or below the library's line), which count once.
+pub fn hold(mut ev: RegEv, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Event)) {
     if let Some(p) = ctx.gen_pending.take() {
         let same = lineno <= p.evid.as_ref().map_or(0, |e| e.0) + 2
             && (p.errno.is_none() || ev.errno.is_none() || p.errno == ev.errno)
@@ -295,6 +303,9 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
             ev.errno = ev.errno.or(p.errno);
             ev.mem = ev.mem.or(p.mem);
             ev.lib = p.lib.or(ev.lib);
+            ev.addr = ev.addr.or(p.addr);
+            ev.length = ev.length.or(p.length);
+            ev.access = ev.access.or(p.access);
             if ev.call == "register memory" {
                 ev.call = p.call;
             }
@@ -303,7 +314,6 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
         }
     }
     ctx.gen_pending = Some(ev);
-    true
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ pub mod shim;
 pub mod shimline;
 pub mod ucx;
 pub mod verbs;
+pub mod vocab;
 
 use crate::event::{Event, Lib, RegEv};
 use aho_corasick::AhoCorasick;
@@ -38,6 +39,11 @@ pub struct FileCtx {
     pub gen_pending: Option<RegEv>,
     /// `ulimit -l` / `cat /proc/sys/vm/max_map_count` printed without its answer: the next line has it.
     pub expect: Option<facts::Expect>,
+    /// The last line a registration failure was seen on (the vocabulary's layers count once with it).
+    pub vocab_recent: Option<u64>,
+    /// The held failure came from the vocabulary, whose fields say all its line gives: no errno is
+    /// taken from the next line (UCX's `Input/output error` status there is not EIO).
+    pub gen_pending_final: bool,
 }
 
 /// The registration entry points mrshim knows.
@@ -145,6 +151,9 @@ const NEEDLES: &[&str] = &[
     "OFED",
     "errno",
     "Errno",
+    "RLIMIT_MEMLOCK",
+    "mkey",
+    "mem_map",
 ];
 
 impl Default for Parser {
@@ -179,6 +188,10 @@ impl Parser {
         let body = f.body;
         // NCCL-family lines are the bulk of most job logs: recognised by their tag, no prefilter needed
         if let Some(p) = nccl::split(body) {
+            // the vocabulary's NCCL-family messages (net plugins, gdrwrap) are all failures
+            if p.msg.contains("ailed") && vocab::parse(&f, ctx, lineno, line, emit) {
+                return true;
+            }
             ucx::flush(ctx, emit);
             generic::flush(ctx, emit);
             return nccl::parse_split(body, p, ctx, emit);
@@ -191,6 +204,9 @@ impl Parser {
             return false;
         }
         generic::note_context(body, ctx);
+        if vocab::parse(&f, ctx, lineno, line, emit) {
+            return true;
+        }
         if shimline::parse(body, ctx, lineno, emit) {
             return true;
         }

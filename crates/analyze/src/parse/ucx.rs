@@ -7,7 +7,7 @@ use crate::event::{Event, Lib, RegEv};
 use crate::parse::shim::parse_hex;
 use mrshim_record::MemKind;
 
-fn header(line: &str) -> Option<(Option<f64>, &str, u32, &str)> {
+pub(super) fn header(line: &str) -> Option<(Option<f64>, &str, u32, &str)> {
     let ucx = line.find(" UCX ")?;
     let head = &line[..ucx];
     let rest = line[ucx + 5..].trim_start();

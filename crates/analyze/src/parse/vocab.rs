@@ -1,0 +1,764 @@
+//! The vocabulary: registration-related messages of the stacks users run, as data
+//! (`data/messages.json`, compiled in), each with its source and what its fields give, and the one
+//! recogniser driven by that table. A pattern names a message family: literal text from the
+//! source's format string with typed holes (`{addr}`, `{len}`, `{strerror}`, `{status}` ...) where
+//! the format prints values, so every version and wording variant of one message is one entry.
+//!
+//! Entries with an `owner` are emitted at run time by that parser (UCX's ib_md line, NCCL's WARN,
+//! perftest ...): the table documents and tests them. The others are recognised here: `failure`
+//! lines are failed registrations; `layer` lines are an upper layer of a failure printed just
+//! before them (UCX's rcache → ucp_mm → ucp_request, a transfer engine over its verbs line) and
+//! count once with it (`alone: false`: never on their own); `limit` lines are start-up warnings
+//! that stand for the registrations a limit refuses; `fact` lines give facts (memlock) and leave
+//! the line to the other parsers.
+use super::frame::Frame;
+use super::{generic, FileCtx};
+use crate::errno;
+use crate::event::{Event, Fact, Flag, Lib, RegEv};
+use aho_corasick::AhoCorasick;
+use mrshim_record::MemKind;
+use serde::Deserialize;
+
+const BUILTIN: &str = include_str!("../../data/messages.json");
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Failure,
+    Layer,
+    Limit,
+    Fact,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// One message family, as `data/messages.json` describes it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Entry {
+    pub id: String,
+    pub project: String,
+    pub source: String,
+    pub version: String,
+    pub pattern: String,
+    pub role: Role,
+    /// The parser that emits this message at run time (the table only documents it).
+    #[serde(default)]
+    pub owner: Option<String>,
+    #[serde(default)]
+    pub lib: Option<String>,
+    #[serde(default)]
+    pub call: Option<String>,
+    /// The errno the message stands for when it prints none.
+    #[serde(default)]
+    pub errno: Option<i32>,
+    #[serde(default)]
+    pub mem: Option<String>,
+    #[serde(default)]
+    pub flags: Vec<String>,
+    /// A layer that is also a failure when nothing failed just before it.
+    #[serde(default = "yes")]
+    pub alone: bool,
+    pub category: String,
+    pub means: String,
+    /// A line written from the format string (tests).
+    pub sample: String,
+    /// More lines of the same family (other versions, other values).
+    #[serde(default)]
+    pub also: Vec<String>,
+    /// What the sample gives (tests).
+    pub expect: serde_json::Value,
+}
+
+#[derive(Deserialize)]
+struct File {
+    messages: Vec<Entry>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hole {
+    Addr,
+    Ptr,
+    Len,
+    Range,
+    Access,
+    Strerror,
+    Errno,
+    Code,
+    Status,
+    Kind,
+    Membit,
+    Kb,
+    Int,
+    Hex,
+    Word,
+    Call,
+    Any,
+}
+
+impl Hole {
+    fn parse(name: &str) -> Option<Hole> {
+        Some(match name {
+            "addr" => Hole::Addr,
+            "ptr" => Hole::Ptr,
+            "len" => Hole::Len,
+            "range" => Hole::Range,
+            "access" => Hole::Access,
+            "strerror" => Hole::Strerror,
+            "errno" => Hole::Errno,
+            "code" => Hole::Code,
+            "status" => Hole::Status,
+            "kind" => Hole::Kind,
+            "membit" => Hole::Membit,
+            "kb" => Hole::Kb,
+            "int" => Hole::Int,
+            "hex" => Hole::Hex,
+            "word" => Hole::Word,
+            "call" => Hole::Call,
+            "*" => Hole::Any,
+            _ => return None,
+        })
+    }
+    /// Holes that are a run of characters of one class (the rest run up to the next literal).
+    fn class(self) -> Option<fn(u8) -> bool> {
+        fn num(b: u8) -> bool {
+            b.is_ascii_hexdigit() || b == b'x' || b == b'-'
+        }
+        fn ident(b: u8) -> bool {
+            b.is_ascii_alphanumeric() || b == b'_'
+        }
+        fn range(b: u8) -> bool {
+            b.is_ascii_hexdigit() || b == b'x' || b == b'.'
+        }
+        match self {
+            Hole::Len | Hole::Access | Hole::Errno | Hole::Code | Hole::Kb | Hole::Int | Hole::Hex | Hole::Membit => {
+                Some(num)
+            }
+            Hole::Range => Some(range),
+            Hole::Call => Some(ident),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Tok {
+    /// Lower-cased literal text.
+    Lit(String),
+    Hole(Hole),
+}
+
+/// A pattern as tokens, or why it cannot be one.
+fn compile(pattern: &str) -> Result<Vec<Tok>, String> {
+    let mut toks = Vec::new();
+    let mut rest = pattern;
+    while !rest.is_empty() {
+        match rest.find('{') {
+            Some(i) => {
+                if i > 0 {
+                    toks.push(Tok::Lit(rest[..i].to_ascii_lowercase()));
+                }
+                let close = rest[i..].find('}').ok_or_else(|| format!("unclosed hole in {pattern:?}"))? + i;
+                let name = &rest[i + 1..close];
+                let h = Hole::parse(name).ok_or_else(|| format!("unknown hole {{{name}}} in {pattern:?}"))?;
+                if matches!(toks.last(), Some(Tok::Hole(_))) {
+                    return Err(format!("two holes without text between them in {pattern:?}"));
+                }
+                toks.push(Tok::Hole(h));
+                rest = &rest[close + 1..];
+            }
+            None => {
+                toks.push(Tok::Lit(rest.to_ascii_lowercase()));
+                rest = "";
+            }
+        }
+    }
+    match toks.iter().position(|t| matches!(t, Tok::Lit(_))) {
+        None => Err(format!("no literal text in {pattern:?}")),
+        Some(i) if i > 1 => Err(format!("more than one hole before the first text in {pattern:?}")),
+        Some(i) if i == 1 && toks[0] != Tok::Hole(Hole::Call) && toks[0] != Tok::Hole(Hole::Word) => {
+            Err(format!("a pattern may only start with {{call}} or {{word}}: {pattern:?}"))
+        }
+        Some(_) => Ok(toks),
+    }
+}
+
+/// What a matched line gives.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Fields {
+    pub call: Option<String>,
+    pub addr: Option<u64>,
+    pub length: Option<u64>,
+    pub access: Option<u32>,
+    pub errno: Option<i32>,
+    pub mem: Option<MemKind>,
+    /// Soft RLIMIT_MEMLOCK in bytes.
+    pub memlock: Option<u64>,
+}
+
+fn num(s: &str) -> Option<u64> {
+    let s = s.trim();
+    if matches!(s, "(nil)" | "nil" | "null" | "NULL") {
+        return Some(0);
+    }
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u64::from_str_radix(h, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+/// Addresses and pointers are hex with or without `0x` (`%p` and `%lx`).
+fn hex(s: &str) -> Option<u64> {
+    let s = s.trim();
+    if matches!(s, "(nil)" | "nil" | "null" | "NULL") {
+        return Some(0);
+    }
+    u64::from_str_radix(s.trim_start_matches("0x").trim_start_matches("0X"), 16).ok()
+}
+
+/// An errno from a return code that may be negated (`-12`, `12`); only plausible errnos.
+fn code(s: &str) -> Option<i32> {
+    let n: i64 = s.trim().parse().ok()?;
+    let n = n.checked_abs()?;
+    (1..=133).contains(&n).then_some(n as i32)
+}
+
+/// UCX status strings (ucs_status_string) that say what was wrong with the request itself; the
+/// others (`Input/output error` = the driver refused, whatever its errno) give no errno.
+fn ucs_status(s: &str) -> Option<i32> {
+    let l = s.trim().to_ascii_lowercase();
+    if l.starts_with("invalid parameter") {
+        Some(errno::EINVAL)
+    } else if l.starts_with("out of memory") {
+        Some(errno::ENOMEM)
+    } else if l.starts_with("unsupported operation") {
+        Some(errno::EOPNOTSUPP)
+    } else {
+        None
+    }
+}
+
+/// UCX memory type names (ucs_memory_type_names).
+fn mem_kind(s: &str) -> Option<MemKind> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "host" => Some(MemKind::HostAnon),
+        "cuda" | "cuda-managed" | "rocm" | "rocm-managed" | "ze-device" | "ze-shared" | "rdma" => Some(MemKind::Device),
+        _ => None,
+    }
+}
+
+fn mem_bit(s: &str) -> Option<MemKind> {
+    match num(s)? {
+        1 => Some(MemKind::HostAnon),
+        0 => None,
+        _ => Some(MemKind::Device),
+    }
+}
+
+fn set(f: &mut Fields, h: Hole, v: &str) -> bool {
+    let v = v.trim();
+    match h {
+        Hole::Addr => match hex(v) {
+            Some(a) => f.addr = Some(a),
+            None => return false,
+        },
+        Hole::Len => match num(v) {
+            Some(n) => f.length = Some(n),
+            None => return false,
+        },
+        Hole::Range => {
+            let Some((a, b)) = v.split_once("..") else { return false };
+            match (hex(a), hex(b)) {
+                (Some(a), Some(b)) if b >= a => {
+                    f.addr = Some(a);
+                    f.length = Some(b - a);
+                }
+                _ => return false,
+            }
+        }
+        Hole::Access => match hex(v) {
+            Some(a) => f.access = Some(a as u32),
+            None => return false,
+        },
+        Hole::Strerror => f.errno = errno::find(v),
+        Hole::Errno | Hole::Code => match code(v) {
+            Some(e) => f.errno = Some(e),
+            None => return false,
+        },
+        Hole::Status => f.errno = ucs_status(v),
+        Hole::Kind => f.mem = mem_kind(v),
+        Hole::Membit => f.mem = mem_bit(v),
+        Hole::Kb => match v.parse::<u64>() {
+            Ok(k) => f.memlock = Some(k.saturating_mul(1024)),
+            Err(_) => return false,
+        },
+        Hole::Int => return v.trim_start_matches('-').bytes().all(|b| b.is_ascii_digit()) && !v.is_empty(),
+        Hole::Hex => return hex(v).is_some(),
+        Hole::Call => f.call = Some(v.to_string()),
+        Hole::Ptr => return hex(v).is_some() || v.is_empty(),
+        Hole::Word | Hole::Any => {}
+    }
+    true
+}
+
+/// Matches `toks` against `line` (and its lower-cased copy `low`, same byte offsets).
+fn match_toks(toks: &[Tok], line: &str, low: &str) -> Option<Fields> {
+    let first = toks.iter().position(|t| matches!(t, Tok::Lit(_)))?;
+    let Tok::Lit(anchor) = &toks[first] else { return None };
+    let mut from = 0;
+    for _ in 0..8 {
+        let at = from + low[from..].find(anchor.as_str())?;
+        from = at + 1;
+        let mut f = Fields::default();
+        if first == 1 {
+            let Tok::Hole(h) = toks[0] else { return None };
+            let start =
+                low[..at].bytes().rposition(|b| !(b.is_ascii_alphanumeric() || b == b'_')).map(|i| i + 1).unwrap_or(0);
+            if start == at || !set(&mut f, h, &line[start..at]) {
+                continue;
+            }
+        }
+        if match_rest(&toks[first..], line, low, at, &mut f) {
+            return Some(f);
+        }
+    }
+    None
+}
+
+fn match_rest(toks: &[Tok], line: &str, low: &str, mut c: usize, f: &mut Fields) -> bool {
+    let mut i = 0;
+    while i < toks.len() {
+        match &toks[i] {
+            Tok::Lit(l) => {
+                if !low[c..].starts_with(l.as_str()) {
+                    return false;
+                }
+                c += l.len();
+            }
+            Tok::Hole(h) => {
+                let next = toks.get(i + 1).and_then(|t| if let Tok::Lit(l) = t { Some(l.as_str()) } else { None });
+                let end = match (h.class(), next) {
+                    // a run of the hole's characters; `(nil)` for a NULL pointer
+                    (Some(class), _) => {
+                        let run = low[c..].bytes().take_while(|b| class(*b)).count();
+                        if run == 0 && low[c..].starts_with("(nil)") {
+                            c + 5
+                        } else {
+                            c + run
+                        }
+                    }
+                    (None, Some(l)) => {
+                        if matches!(h, Hole::Addr | Hole::Ptr)
+                            && low[c..].starts_with("(nil)")
+                            && low[c + 5..].starts_with(l)
+                        {
+                            c + 5
+                        } else {
+                            match low[c..].find(l) {
+                                Some(j) => c + j,
+                                None => return false,
+                            }
+                        }
+                    }
+                    (None, None) => line.len(),
+                };
+                if end == c && !matches!(h, Hole::Any | Hole::Ptr) {
+                    return false;
+                }
+                if !set(f, *h, &line[c..end]) {
+                    return false;
+                }
+                c = end;
+            }
+        }
+        i += 1;
+    }
+    true
+}
+
+/// The table, compiled: entries, their tokens and a prefilter on each entry's first literal.
+pub struct Vocab {
+    pub entries: Vec<Entry>,
+    toks: Vec<Vec<Tok>>,
+    pre: AhoCorasick,
+    /// prefilter pattern -> entry
+    owner_of: Vec<usize>,
+}
+
+impl Vocab {
+    pub fn new(json: &str) -> Result<Vocab, String> {
+        let file: File = serde_json::from_str(json).map_err(|e| e.to_string())?;
+        let mut toks = Vec::new();
+        let mut anchors = Vec::new();
+        let mut owner_of = Vec::new();
+        for (i, e) in file.messages.iter().enumerate() {
+            let t = compile(&e.pattern).map_err(|m| format!("{}: {m}", e.id))?;
+            let anchor = t.iter().find_map(|t| if let Tok::Lit(l) = t { Some(l.clone()) } else { None });
+            anchors.push(anchor.unwrap_or_default());
+            owner_of.push(i);
+            toks.push(t);
+        }
+        let pre = AhoCorasick::builder().ascii_case_insensitive(true).build(&anchors).map_err(|e| e.to_string())?;
+        Ok(Vocab { entries: file.messages, toks, pre, owner_of })
+    }
+
+    /// Every entry whose pattern matches `line`, in table order, with what each gives.
+    pub fn matches(&self, line: &str) -> Vec<(usize, Fields)> {
+        let mut cand: Vec<usize> =
+            self.pre.find_overlapping_iter(line).map(|m| self.owner_of[m.pattern().as_usize()]).collect();
+        if cand.is_empty() {
+            return Vec::new();
+        }
+        cand.sort_unstable();
+        cand.dedup();
+        let low = line.to_ascii_lowercase();
+        cand.into_iter().filter_map(|i| match_toks(&self.toks[i], line, &low).map(|f| (i, f))).collect()
+    }
+}
+
+pub fn table() -> &'static Vocab {
+    static T: std::sync::LazyLock<Vocab> =
+        std::sync::LazyLock::new(|| Vocab::new(BUILTIN).expect("data/messages.json is valid (tested)"));
+    &T
+}
+
+pub fn lib_named(name: &str) -> Option<Lib> {
+    Some(match name {
+        "ucx" => Lib::Ucx,
+        "nccl" => Lib::Nccl,
+        "rccl" => Lib::Rccl,
+        "ompi" => Lib::Ompi,
+        "perftest" => Lib::Perftest,
+        "verbs" => Lib::Verbs,
+        "kernel" => Lib::Kernel,
+        "libfabric" => Lib::Libfabric,
+        "nvshmem" => Lib::Nvshmem,
+        "mooncake" => Lib::Mooncake,
+        "nixl" => Lib::Nixl,
+        "gdrcopy" => Lib::Gdrcopy,
+        _ => return None,
+    })
+}
+
+pub fn flag_named(name: &str) -> Option<Flag> {
+    Some(match name {
+        "locked-mem-warn" => Flag::LockedMemWarn,
+        "reg-limit-warn" => Flag::RegLimitWarn,
+        "kernel-reg-fail" => Flag::KernelRegFail,
+        "mkey-limit" => Flag::MkeyLimit,
+        "umem-get-fail" => Flag::UmemGetFail,
+        "mr-size-exceeded" => Flag::MrSizeExceeded,
+        "dmabuf-unsupported" => Flag::DmabufUnsupported,
+        "p2p-pin-fail" => Flag::P2pPinFail,
+        _ => return None,
+    })
+}
+
+/// Host and pid from the prefixes the stacks print: the launcher/logger frame, NCCL's
+/// `host:pid:tid [dev]`, UCX's `[host:pid:tid]`.
+fn origin<'a>(f: &Frame<'a>, body: &'a str) -> (Option<&'a str>, Option<u32>) {
+    if f.host.is_some() || f.pid.is_some() {
+        return (f.host, f.pid);
+    }
+    if let Some(p) = super::nccl::split(body) {
+        return (p.host, p.pid);
+    }
+    if let Some((_, h, p, _)) = super::ucx::header(body) {
+        return (Some(h), Some(p));
+    }
+    (None, None)
+}
+
+/// A failure printed within this many lines before is the one an upper layer reports.
+const LAYER_REACH: u64 = 3;
+
+/// Tries `f.body` against the vocabulary; true when the line was consumed here.
+pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut dyn FnMut(Event)) -> bool {
+    // a failure another parser holds back (UCX's, the generic recogniser's) was on the line before
+    if ctx.ucx_pending.is_some() || ctx.gen_pending.is_some() {
+        ctx.vocab_recent = Some(lineno.saturating_sub(1));
+    }
+    let body = f.body;
+    let hits = table().matches(body);
+    if hits.is_empty() {
+        return false;
+    }
+    let v = table();
+    let (host, pid) = origin(f, body);
+    let host = host.map(String::from).or_else(|| ctx.host.clone());
+    let mut owned = false;
+    let mut chosen = None;
+    for (i, fields) in hits {
+        let e = &v.entries[i];
+        if e.owner.is_some() {
+            owned = true;
+            continue;
+        }
+        if e.role == Role::Fact {
+            let lib = e.lib.as_deref().and_then(lib_named).unwrap_or(Lib::Text);
+            if let Some(m) = fields.memlock {
+                emit(Event::fact(lib, host.as_deref(), pid, Fact::Memlock(Some(m))));
+            }
+            for fl in e.flags.iter().filter_map(|n| flag_named(n)) {
+                emit(Event::fact(lib, host.as_deref(), pid, Fact::Flag(fl)));
+            }
+        } else if chosen.is_none() {
+            chosen = Some((i, fields));
+        }
+    }
+    // the owner parses this line (facts on it were emitted above)
+    let Some((i, fields)) = chosen.filter(|_| !owned) else { return false };
+    let e = &v.entries[i];
+    let lib = e.lib.as_deref().and_then(lib_named).or_else(|| generic::lib_hint(body)).or(ctx.lib_hint);
+    let zero = fields.length == Some(0);
+    let mut flags: Vec<Flag> = e.flags.iter().filter_map(|n| flag_named(n)).collect();
+    if zero {
+        // an empty range is an invalid request, not a size the device refused
+        flags.retain(|f| *f != Flag::MrSizeExceeded);
+    }
+    let is_layer = e.role == Role::Layer;
+    // UCX's own parser holds the driver's line back for the memory kind: its upper layers are its
+    if lib == Some(Lib::Ucx) && ctx.ucx_pending.is_some() {
+        ctx.vocab_recent = Some(lineno);
+        return false;
+    }
+    let recent = ctx.vocab_recent.is_some_and(|r| lineno <= r + LAYER_REACH);
+    if is_layer && ctx.gen_pending.is_none() && recent {
+        // the failure below this layer was already counted
+        ctx.vocab_recent = Some(lineno);
+        return true;
+    }
+    if is_layer && ctx.gen_pending.is_none() && !e.alone {
+        return false;
+    }
+    let kind_hint = fields.mem.or(match e.mem.as_deref() {
+        Some("device") => Some(MemKind::Device),
+        Some("host") => Some(MemKind::HostAnon),
+        _ => None,
+    });
+    let mut mem = kind_hint.or_else(|| generic::mem_hint(body));
+    if mem.is_none() && !zero {
+        mem = ctx.device_hint.map(|d| if d { MemKind::Device } else { MemKind::HostAnon });
+    }
+    for fl in &flags {
+        emit(Event::fact(lib.unwrap_or(Lib::Text), host.as_deref(), pid, Fact::Flag(*fl)));
+    }
+    let ev = RegEv {
+        lib,
+        host,
+        pid,
+        rank: f.rank,
+        call: fields.call.clone().or_else(|| e.call.clone()).unwrap_or_else(|| "register memory".into()),
+        ok: false,
+        errno: fields.errno.or(e.errno).or(if zero { Some(errno::EINVAL) } else { None }),
+        mem,
+        access: fields.access,
+        length: fields.length,
+        addr: fields.addr,
+        evid: Some((lineno, line.to_string())),
+        ..Default::default()
+    };
+    ctx.vocab_recent = Some(lineno);
+    generic::hold(ev, ctx, lineno, emit);
+    ctx.gen_pending_final = true;
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_compile_and_holes_read_values() {
+        let t = compile("{call}(address={addr}, length={len}) failed: {strerror}").unwrap();
+        let line = "x ibv_reg_mr(address=0x7f00, length=4096) failed: Bad address";
+        let f = match_toks(&t, line, &line.to_ascii_lowercase()).unwrap();
+        assert_eq!(
+            (f.call.as_deref(), f.addr, f.length, f.errno),
+            (Some("ibv_reg_mr"), Some(0x7f00), Some(4096), Some(14))
+        );
+        assert!(compile("{addr}{len}").is_err());
+        assert!(compile("{nope} x").is_err());
+        assert!(compile("{addr} x").is_err(), "only {{call}}/{{word}} may lead");
+        let t = compile("region {ptr} [{range}]: {status}").unwrap();
+        let line = "region 0x1 [0x1000..0x3000]: Invalid parameter";
+        let f = match_toks(&t, line, line).unwrap();
+        assert_eq!((f.addr, f.length, f.errno), (Some(0x1000), Some(0x2000), Some(22)));
+    }
+
+    #[test]
+    fn the_table_loads_and_every_entry_is_documented() {
+        let v = table();
+        assert!(v.entries.len() >= 40, "{} entries", v.entries.len());
+        let mut ids = std::collections::BTreeSet::new();
+        for e in &v.entries {
+            assert!(ids.insert(e.id.as_str()), "duplicate id {}", e.id);
+            for (what, s) in [
+                ("project", &e.project),
+                ("source", &e.source),
+                ("version", &e.version),
+                ("means", &e.means),
+                ("category", &e.category),
+            ] {
+                assert!(!s.trim().is_empty(), "{}: no {what}", e.id);
+            }
+            if let Some(l) = &e.lib {
+                assert!(lib_named(l).is_some(), "{}: unknown lib {l}", e.id);
+            }
+            for fl in &e.flags {
+                assert!(flag_named(fl).is_some(), "{}: unknown flag {fl}", e.id);
+            }
+        }
+    }
+
+    /// Each entry's sample (and its other lines of the same family) is recognised by that entry.
+    #[test]
+    fn each_entry_recognises_its_own_family() {
+        let v = table();
+        let mut bad = Vec::new();
+        for (i, e) in v.entries.iter().enumerate() {
+            for s in std::iter::once(&e.sample).chain(&e.also) {
+                if !v.matches(s).iter().any(|(j, _)| *j == i) {
+                    bad.push(format!("{}: {s}", e.id));
+                }
+            }
+        }
+        assert!(bad.is_empty(), "not recognised by their own entry:\n{}", bad.join("\n"));
+    }
+
+    fn run(lines: &[&str]) -> Vec<Event> {
+        let mut p = crate::parse::Parser::default();
+        let mut ctx = FileCtx::default();
+        let mut out = Vec::new();
+        for (n, l) in lines.iter().enumerate() {
+            p.line(&mut ctx, l, n as u64 + 1, &mut |e| out.push(e));
+        }
+        p.end_file(&mut ctx, &mut |e| out.push(e));
+        out
+    }
+
+    fn kind(m: Option<MemKind>) -> Option<&'static str> {
+        m.map(|m| if m == MemKind::Device { "device" } else { "host" })
+    }
+
+    /// One check per entry: its sample line, run through the whole parser (whichever parser owns
+    /// it), gives what the entry says: a failed registration or none, the call, errno, length,
+    /// address, access mask, memory kind, memlock and flags.
+    #[test]
+    fn each_entry_gives_its_fields() {
+        let mut bad = Vec::new();
+        for e in &table().entries {
+            let out = run(&[e.sample.as_str()]);
+            let fails: Vec<&RegEv> =
+                out.iter().filter_map(|x| if let Event::Reg(r) = x { (!r.ok).then_some(r) } else { None }).collect();
+            let x = &e.expect;
+            let mut why = Vec::new();
+            let want_fail = x["failure"].as_bool().unwrap_or(false);
+            if want_fail == fails.is_empty() || fails.len() > 1 {
+                why.push(format!("{} failure(s), expected {}", fails.len(), if want_fail { 1 } else { 0 }));
+            }
+            if let Some(r) = fails.first() {
+                if let Some(c) = x.get("call").and_then(|c| c.as_str()) {
+                    if r.call != c {
+                        why.push(format!("call {} != {c}", r.call));
+                    }
+                }
+                if let Some(v) = x.get("errno") {
+                    let want = v.as_i64().map(|n| n as i32);
+                    if r.errno != want {
+                        why.push(format!("errno {:?} != {want:?}", r.errno));
+                    }
+                }
+                for (k, got) in [("length", r.length), ("addr", r.addr), ("access", r.access.map(u64::from))] {
+                    if let Some(v) = x.get(k) {
+                        if got != v.as_u64() {
+                            why.push(format!("{k} {got:?} != {v}"));
+                        }
+                    }
+                }
+                if let Some(m) = x.get("mem").and_then(|m| m.as_str()) {
+                    if kind(r.mem) != Some(m) {
+                        why.push(format!("mem {:?} != {m}", r.mem));
+                    }
+                }
+            }
+            if let Some(m) = x.get("memlock").and_then(|m| m.as_u64()) {
+                if !out.iter().any(|ev| matches!(ev, Event::Fact { fact: Fact::Memlock(Some(n)), .. } if *n == m)) {
+                    why.push(format!("no memlock fact {m}"));
+                }
+            }
+            for fl in x.get("flags").and_then(|f| f.as_array()).into_iter().flatten() {
+                let f = flag_named(fl.as_str().unwrap_or("")).expect("known flag");
+                if !out.iter().any(|ev| matches!(ev, Event::Fact { fact: Fact::Flag(g), .. } if *g == f)) {
+                    why.push(format!("no flag {fl}"));
+                }
+            }
+            if !why.is_empty() {
+                bad.push(format!("{}: {}\n    {}", e.id, why.join("; "), e.sample));
+            }
+        }
+        assert!(bad.is_empty(), "{} of {} entries:\n{}", bad.len(), table().entries.len(), bad.join("\n"));
+    }
+
+    /// Layers of one failure count once; a layer that may not stand alone is no failure by itself.
+    #[test]
+    fn layers_count_once() {
+        let count = |lines: &[&str]| run(lines).iter().filter(|e| matches!(e, Event::Reg(r) if !r.ok)).count();
+        // UCX 1.13: driver line, md line (memory kind), request line
+        assert_eq!(count(&[
+            "[1.0] [h:1:0] ib_md.c:349  UCX  ERROR ibv_reg_mr(address=0x7f724fa00000, length=4096, access=0xf) failed: Bad address",
+            "[1.1] [h:1:0] ucp_mm.c:164  UCX  ERROR failed to register address 0x7f724fa00000 mem_type bit 0x2 length 4096 on md[5]=mlx5_0: Input/output error (md reg_mem_types 0x3)",
+            "[1.2] [h:1:0] ucp_request.c:526  UCX  ERROR failed to register user buffer datatype 0x8 address 0x7f724fa00000 len 4096: Input/output error",
+        ]), 1);
+        // UCX 1.3: the cache, the md and the request
+        assert_eq!(count(&[
+            "[1.0] [h:1:0] rcache.c:481  UCX  WARN  failed to register region 0xc5c5f0 [0x7fff7d47c000..0x7ffffd47c000]: Input/output error",
+            "[1.1] [h:1:0] ucp_mm.c:105  UCX  ERROR failed to register address 0x7fff7d47c000 length 2147483644 on md[0]=ib/mlx5_2: Input/output error",
+            "[1.2] [h:1:0] ucp_request.c:259  UCX  ERROR failed to register user buffer datatype 0x8 address 0x7fff7d47c000 len 2147483644: Input/output error",
+        ]), 1);
+        // a region that failed and the pool that needed it
+        assert_eq!(count(&[
+            "[1.0] [s:2:0] rcache.c:534  UCX  WARN  failed to register region 0x563b3f909550 [0x7fae34a00000..0x7fae35000000]: Input/output error",
+            "[1.1] [s:2:0] mpool.c:176  UCX  ERROR Failed to allocate memory pool (name=ud_tx_skb) chunk: Input/output error",
+        ]), 1);
+        assert_eq!(count(&["[1.1] [s:2:0] mpool.c:176  UCX  ERROR Failed to allocate memory pool (name=ud_tx_skb) chunk: Input/output error"]), 0);
+        // the NCCL UCX plugin over UCX's own line
+        assert_eq!(count(&[
+            "[1.0] [node02:10366:1]          rcache.c:985  UCX  ERROR failed to insert region 0x1479900ba210 [0x0..0x0]: Invalid parameter",
+            "",
+            "node02:10366:10377 [0] ucx_plugin.c:498 NCCL WARN Failed: UCX error ucx_plugin.c:498 '-5' Invalid parameter",
+        ]), 1);
+        // the transfer engine's own line after its verbs line gives the length
+        let out = run(&[
+            "E0326 14:23:05.675921 18944 rdma_context.cpp:265] Failed to register memory 0x7f105035d000: Input/output error [5]",
+            "W0326 14:23:05.734648 1307 rdma_transport.cpp:400] RdmaTransport: Failed to register memory: addr 0x7f105035d000 length 4885774336",
+        ]);
+        let fails: Vec<&RegEv> =
+            out.iter().filter_map(|e| if let Event::Reg(r) = e { (!r.ok).then_some(r) } else { None }).collect();
+        assert_eq!(fails.len(), 1);
+        assert_eq!((fails[0].errno, fails[0].length), (Some(5), Some(4885774336)));
+    }
+
+    /// A UCX status is not an errno: the request line after a cache failure does not turn it into EIO.
+    #[test]
+    fn ucx_status_is_not_an_errno() {
+        let out = run(&[
+            "[1.0] [h:1:0] rcache.c:460  UCX  WARN  failed to register region 0x31797f0 [0x7fffda8d3000..0x7fffe28d4000]: Input/output error",
+            "[h:1] pml_ucx.c:860  Error: ucx send failed: Input/output error",
+        ]);
+        let r = out.iter().find_map(|e| if let Event::Reg(r) = e { Some(r) } else { None }).unwrap();
+        assert_eq!(r.errno, None);
+    }
+
+    /// A zero-length registration is an empty request, not memory of any kind, whatever the file said.
+    #[test]
+    fn zero_length_is_no_memory_kind() {
+        let out = run(&[
+            "cuMemAlloc of a GPU buffer",
+            "libfabric:1188:1763515454::efa:mr:efa_mr_reg_ibv_mr():519<warn> Unable to register MR of 0 bytes: Operation not supported, flags 0, ibv pd: 0x55d0c0de10, total mr reg size 0, mr reg count 0",
+        ]);
+        let r = out.iter().find_map(|e| if let Event::Reg(r) = e { (!r.ok).then_some(r) } else { None }).unwrap();
+        assert_eq!((r.length, r.mem, r.errno), (Some(0), None, Some(95)));
+    }
+}
