@@ -25,19 +25,6 @@ fn wait_listening(w: &SimWorld, server: &mut std::process::Child) {
     }
 }
 
-/// rping before rdma-core v59 exits 255 after a successful run when its main thread destroys the
-/// CM event channel between the CM thread's handling of the last event (DISCONNECTED) and its
-/// next rdma_get_cm_event (EBADF, as on a NIC): upstream's f3ae6534a ("rping: terminate CM event
-/// thread before exiting", v59) fixed the program. Debian 12 ships v44; seen here in full runs. The
-/// data lines are still checked by the caller.
-fn rping_teardown_race(name: &str, o: &Output) -> bool {
-    let err = stderr(o);
-    name == "rping"
-        && o.status.code() == Some(255)
-        && err.contains("DISCONNECT EVENT...")
-        && err.trim_end().ends_with("rdma_get_cm_event: Bad file descriptor")
-}
-
 /// Server and client of one program in every mode: both exit 0; returns (server, client)
 /// outputs per mode, and checks each process's records against the device.
 fn pair(

@@ -8,3 +8,8 @@ MRSHIM_PIP_PKGS=(ziglang==0.17.1 cargo-zigbuild==0.24.1)
 MRSHIM_ARM64_ROOT=$MRSHIM_TOOLS/arm64-root
 MRSHIM_ARM64_PROGRAMS=(ibverbs-utils perftest)
 export PATH="$MRSHIM_VENV/bin:$PATH"
+# The kernel test bed (scripts/rdma-vm): Debian's own kernel image package, downloaded and
+# unpacked (never installed), its uncompressed vmlinux and a small initramfs, one directory
+# per kernel release. MRSHIM_VM_KERNEL_PKG names the meta package that picks the release.
+MRSHIM_RDMA_VM=$MRSHIM_TOOLS/rdma-vm
+MRSHIM_VM_KERNEL_PKG=${MRSHIM_VM_KERNEL_PKG:-linux-image-amd64}

@@ -149,6 +149,8 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut v::ibv_pd, attr: *mut v::ibv_ah_
             return errno_ret(e, null_mut());
         }
         let ah = v::ibv_ah { context: p.pd.context, pd, handle: p.id as u32 };
+        // SAFETY: pd is the caller's live PD.
+        unsafe { Pd::count(pd, 1) };
         Box::into_raw(Box::new(Ah { ah, attr: a })).cast()
     })
 }
@@ -156,7 +158,9 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut v::ibv_pd, attr: *mut v::ibv_ah_
 pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut v::ibv_ah) -> c_int {
     ffi(libc::EINVAL, || {
         // SAFETY: ah came from ibv_create_ah.
-        drop(unsafe { Box::from_raw(ah.cast::<Ah>()) });
+        let b = unsafe { Box::from_raw(ah.cast::<Ah>()) };
+        // SAFETY: the AH's PD outlives it.
+        unsafe { Pd::count(b.ah.pd, -1) };
         0
     })
 }

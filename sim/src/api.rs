@@ -335,7 +335,7 @@ pub unsafe extern "C" fn ibv_alloc_pd(c: *mut v::ibv_context) -> *mut v::ibv_pd 
             return errno_ret(e, null_mut());
         }
         let id = NEXT_PD.fetch_add(1, Ordering::Relaxed);
-        let b = Box::new(Pd { pd: v::ibv_pd { context: c, handle: id as u32 }, id });
+        let b = Box::new(Pd { pd: v::ibv_pd { context: c, handle: id as u32 }, id, users: Default::default() });
         Box::into_raw(b).cast()
     })
 }
@@ -343,6 +343,10 @@ pub unsafe extern "C" fn ibv_alloc_pd(c: *mut v::ibv_context) -> *mut v::ibv_pd 
 pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut v::ibv_pd) -> c_int {
     ffi(libc::EINVAL, || {
         // SAFETY: pd came from ibv_alloc_pd.
+        if unsafe { outer::<Pd, _>(pd) }.users.load(Ordering::Acquire) > 0 {
+            return libc::EBUSY;
+        }
+        // SAFETY: as above; no object refers to it any more.
         drop(unsafe { Box::from_raw(pd.cast::<Pd>()) });
         0
     })
@@ -478,6 +482,8 @@ fn new_mr(
     let key = cx.engine.new_key();
     cx.engine.mrs.write().unwrap().insert(key, crate::engine::MrEntry { pd: p.id, iova, len, access, base });
     PINNED.fetch_add(pinned_pages, Ordering::Relaxed);
+    // SAFETY: as above.
+    unsafe { Pd::count(pd, 1) };
     let mr = Mr {
         mr: v::ibv_mr {
             context: p.pd.context,
@@ -621,6 +627,8 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut v::ibv_mr) -> c_int {
         let cx = unsafe { ctx(b.mr.context) };
         cx.engine.mrs.write().unwrap().remove(&b.mr.lkey);
         PINNED.fetch_sub(b.pinned_pages, Ordering::Relaxed);
+        // SAFETY: the MR's PD outlives it (dealloc is EBUSY until now).
+        unsafe { Pd::count(b.mr.pd, -1) };
         if let Some((p, n)) = b.alias {
             // SAFETY: unmapping the alias this registration created.
             unsafe { libc::munmap(p as *mut c_void, n) };

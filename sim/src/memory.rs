@@ -64,13 +64,15 @@ pub enum Walk {
     Host,
     /// Some page is simulated GPU memory.
     Device,
-    /// A page is missing, PROT_NONE, or read-only while write access was asked for.
+    /// A page is missing, or not writable while write access was asked for.
     Fault,
 }
 
 pub fn walk(maps: &[Mapping], addr: u64, len: u64, writable: bool) -> Walk {
     let start = addr & !(PAGE - 1);
-    let Some(end) = addr.checked_add(len).map(|e| (e + PAGE - 1) & !(PAGE - 1)) else { return Walk::Fault };
+    let Some(end) = addr.checked_add(len).and_then(|e| e.checked_add(PAGE - 1)).map(|e| e & !(PAGE - 1)) else {
+        return Walk::Fault;
+    };
     let mut at = start;
     let mut device = false;
     for m in maps.iter().filter(|m| m.end > start && m.start < end) {
@@ -79,7 +81,9 @@ pub fn walk(maps: &[Mapping], addr: u64, len: u64, writable: bool) -> Walk {
         }
         if m.is_gpu() {
             device = true;
-        } else if !m.read || (writable && !m.write) {
+        } else if writable && !m.write {
+            // Only a writable pin needs the mapping writable. A read-only pin of a PROT_NONE
+            // page succeeds: get_user_pages checks VM_MAYREAD, not VM_READ (as rxe shows).
             return Walk::Fault;
         }
         at = at.max(m.end);
@@ -266,11 +270,14 @@ mod tests {
         assert_eq!(va(0x10010, 64, 0x20000, RW), Err(libc::EINVAL), "page offsets differ");
         assert_eq!(va(0x10010, 64, 0x7000_0010, RW), Ok(Walk::Host), "same page offset, other iova");
         assert_eq!(va(0x40000, 64, 0x40000, RW), Err(libc::EFAULT), "unmapped");
-        assert_eq!(va(0x30000, 64, 0x30000, acc::REMOTE_READ), Err(libc::EFAULT), "PROT_NONE");
+        assert_eq!(va(0x30000, 64, 0x30000, acc::REMOTE_READ), Ok(Walk::Host), "PROT_NONE, read-only pin");
+        assert_eq!(va(0x30000, 64, 0x30000, 0), Ok(Walk::Host), "PROT_NONE, access 0");
+        assert_eq!(va(0x30000, 64, 0x30000, acc::LOCAL_WRITE), Err(libc::EFAULT), "PROT_NONE, writable pin");
         assert_eq!(va(0x20000, 64, 0x20000, RW), Err(libc::EFAULT), "read-only mapping with write access");
         assert_eq!(va(0x20000, 64, 0x20000, acc::REMOTE_READ), Ok(Walk::Host), "read-only mapping, read access");
         assert_eq!(va(0x1f000, 0x2000, 0x1f000, acc::REMOTE_READ), Ok(Walk::Host), "spans two mappings");
-        assert_eq!(va(0x2f000, 0x2000, 0x2f000, acc::REMOTE_READ), Err(libc::EFAULT), "runs into PROT_NONE");
+        assert_eq!(va(0x2f000, 0x2000, 0x2f000, acc::REMOTE_READ), Ok(Walk::Host), "runs into PROT_NONE, read-only");
+        assert_eq!(va(0x2f000, 0x2000, 0x2f000, RW), Err(libc::EFAULT), "runs into PROT_NONE, writable");
         assert_eq!(va(0x50000, 64, 0x50000, RW), Err(libc::EINVAL), "device memory without peer memory");
         assert_eq!(va(u64::MAX - 10, 64, u64::MAX - 10, RW), Err(libc::EINVAL), "wraps");
     }

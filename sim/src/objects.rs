@@ -22,6 +22,26 @@ pub struct Ctx {
 pub struct Pd {
     pub pd: v::ibv_pd,
     pub id: usize,
+    /// The kernel's `pd->usecnt`: MRs, QPs, SRQs and AHs on this PD. ibv_dealloc_pd is EBUSY
+    /// while any is alive (as on rxe: the uverbs core refuses, whatever the provider).
+    pub users: std::sync::atomic::AtomicUsize,
+}
+
+impl Pd {
+    /// One more (`+1`) or one fewer (`-1`) object on the PD `pd` points at.
+    ///
+    /// # Safety
+    /// `pd` is a PD this library returned and has not freed.
+    pub unsafe fn count(pd: *mut v::ibv_pd, delta: isize) {
+        use std::sync::atomic::Ordering;
+        // SAFETY: the caller's promise.
+        let p = unsafe { outer::<Pd, _>(pd) };
+        if delta > 0 {
+            p.users.fetch_add(1, Ordering::AcqRel);
+        } else {
+            p.users.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
 }
 
 #[repr(C)]

@@ -139,6 +139,8 @@ fn create_qp(pd: *mut v::ibv_pd, init: *mut v::ibv_qp_init_attr, ex: bool) -> *m
     qp.qp_num = qpn;
     qp.state = qps::IBV_QPS_RESET;
     qp.qp_type = ia.qp_type;
+    // SAFETY: pd is the caller's live PD.
+    unsafe { Pd::count(pd, 1) };
     Box::into_raw(Box::new(Qp { qpx, ex, inner, cap: *cap, batch: Default::default() })).cast()
 }
 
@@ -149,6 +151,8 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut v::ibv_qp) -> c_int {
         // SAFETY: its context is ours.
         let cx = unsafe { ctx(b.qpx.qp_base.context) };
         cx.engine.qps.lock().unwrap().remove(&b.inner.qpn);
+        // SAFETY: the QP's PD outlives it.
+        unsafe { Pd::count(b.qpx.qp_base.pd, -1) };
         // Before the number can be handed out again: the CQs then hold none of this QP's.
         b.inner.send_cq.forget(b.inner.qpn);
         b.inner.recv_cq.forget(b.inner.qpn);

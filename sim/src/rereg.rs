@@ -107,6 +107,13 @@ fn command(m: &mut Mr, flags: c_int, pd: *mut v::ibv_pd, addr: u64, len: u64, ac
     } else {
         cx.engine.mrs.write().unwrap().insert(m.mr.lkey, entry);
     }
+    if new_pd.1 != m.mr.pd {
+        // SAFETY: both are live PDs of this library (the MR holds the old one).
+        unsafe {
+            Pd::count(new_pd.1, 1);
+            Pd::count(m.mr.pd, -1);
+        }
+    }
     m.mr.pd = new_pd.1;
     Ok(())
 }

@@ -122,6 +122,8 @@ fn create(pd: *mut v::ibv_pd, srq_context: *mut std::ffi::c_void, attr: &mut v::
     srq.srq_context = srq_context;
     srq.pd = pd;
     srq.handle = p.id as u32;
+    // SAFETY: pd is the caller's live PD.
+    unsafe { Pd::count(pd, 1) };
     let b = Box::into_raw(Box::new(Srq { srq, inner }));
     // SAFETY: b is live.
     let inner = unsafe { &(*b).inner };
@@ -180,7 +182,9 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut v::ibv_srq) -> c_int {
             return libc::EBUSY;
         }
         // SAFETY: as above; nobody else refers to it any more.
-        drop(unsafe { Box::from_raw(srq.cast::<Srq>()) });
+        let b = unsafe { Box::from_raw(srq.cast::<Srq>()) };
+        // SAFETY: the SRQ's PD outlives it.
+        unsafe { Pd::count(b.srq.pd, -1) };
         0
     })
 }
