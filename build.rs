@@ -2,6 +2,9 @@ fn main() {
     // libmrshim.so must not depend on libibverbs (a program that never uses verbs loads it
     // unchanged); ibverbs-sys asks for -libverbs, --as-needed drops it since nothing references it.
     println!("cargo:rustc-cdylib-link-arg=-Wl,--as-needed");
+    // `mrshim exec` checks the SONAME before it preloads a file: a `--lib` naming another
+    // library (libibverbs, a stale build of something else) is refused, not preloaded.
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libmrshim.so");
     // Versioned exports (tools/cc-versioned, the workspace linker, keeps only this script). The
     // map names x86_64's first glibc version; aarch64's is GLIBC_2.17 (the glibc_base! macro).
     let dir = std::env::var("CARGO_MANIFEST_DIR").unwrap();

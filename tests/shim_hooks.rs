@@ -304,6 +304,10 @@ fn bad_values_print_one_line_and_pass_through() {
         ("MRSHIM_SUMMARY", "sometimes", "mrshim: MRSHIM_SUMMARY=\"sometimes\" is not valid; accepted: on, off (also 1/0, true/false, yes/no); mrshim passes every call through unrecorded"),
         ("MRSHIM_WARN", "loud", "mrshim: MRSHIM_WARN=\"loud\" is not valid; accepted: on, off (also 1/0, true/false, yes/no); mrshim passes every call through unrecorded"),
         ("MRSHIM_DEBUG_PANIC", "always", "mrshim: MRSHIM_DEBUG_PANIC=\"always\" is not valid; accepted: init, hook, call, record, exit, bounce (where the shim panics on purpose; unset in production); mrshim passes every call through unrecorded"),
+        // switches read by the bounce layer and the GPU copy engines: never "on" by mistake
+        ("MRSHIM_BOUNCE_TRACK", "bogus", "mrshim: MRSHIM_BOUNCE_TRACK=\"bogus\" is not valid; accepted: on (default), off (also 1/0, true/false, yes/no); mrshim passes every call through unrecorded"),
+        ("MRSHIM_BOUNCE_TRACK", "", "mrshim: MRSHIM_BOUNCE_TRACK=\"\" is not valid; accepted: on (default), off (also 1/0, true/false, yes/no); mrshim passes every call through unrecorded"),
+        ("MRSHIM_COPY_SELFTEST", "always", "mrshim: MRSHIM_COPY_SELFTEST=\"always\" is not valid; accepted: auto (default: only engines of unconfirmed ABI, MACA), on (every GPU copy engine), off (= auto; also 1/0, true/false, yes/no); mrshim passes every call through unrecorded"),
     ];
     use mrshim_core::config::{INJECT_ACCEPTED, RETRY_ACCEPTED};
     let long = |var: &str, val: &str, acc: &str| {
@@ -660,9 +664,64 @@ fn every_variable_is_in_the_help_and_the_readme() {
     let help = stdout(&run(cmd(mrshim_bin()).arg("--help")));
     let exec_help = stdout(&run(cmd(mrshim_bin()).args(["exec", "--help"])));
     let readme = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let shim_md = std::fs::read_to_string(root.join("docs/shim.md")).unwrap();
     for v in mrshim_core::config::VARS {
         assert!(help.contains(v), "mrshim --help lacks {v}");
         assert!(exec_help.contains(v), "mrshim exec --help lacks {v}");
         assert!(readme.contains(&format!("`{v}`")), "README.md lacks {v}");
+        assert!(shim_md.contains(&format!("`{v}`")), "docs/shim.md lacks {v}");
     }
+    // The simulator's own variables: `mrshim sim --help` and README.
+    let sim_help = stdout(&run(cmd(mrshim_bin()).args(["sim", "--help"])));
+    for v in mrshim_names(&root.join("sim"), &|p| p.components().any(|c| c.as_os_str() == "src")) {
+        assert!(v.starts_with("MRSHIM_SIM_"), "{v}: the simulator reads only MRSHIM_SIM_* variables");
+        assert!(sim_help.contains(&v), "mrshim sim --help lacks {v}");
+        assert!(readme.contains(&format!("`{v}`")), "README.md lacks {v}");
+    }
+}
+
+/// The `MRSHIM_*` names read from the environment by the Rust sources under `dir` that `keep`
+/// selects (`var("…")`, `var_os("…")`, `getenv`).
+fn mrshim_names(dir: &std::path::Path, keep: &dyn Fn(&std::path::Path) -> bool) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() && p.file_name().is_some_and(|n| n != "target" && n != "tests" && n != "benches") {
+                todo.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") && keep(&p) {
+                let text = std::fs::read_to_string(&p).unwrap();
+                for pat in ["var(\"MRSHIM_", "var_os(\"MRSHIM_", "getenv(\"MRSHIM_"] {
+                    for (i, _) in text.match_indices(pat) {
+                        let rest = &text[i + pat.len() - "MRSHIM_".len()..];
+                        let name: String = rest
+                            .chars()
+                            .take_while(|c| c.is_ascii_uppercase() || *c == '_' || c.is_ascii_digit())
+                            .collect();
+                        out.insert(name);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The shim reads its environment in one place: crates/shim-core/src/config.rs. A `MRSHIM_*`
+/// read anywhere else in libmrshim.so's sources (src/, the crates it links) bypasses the one
+/// grammar, `mrshim exec`'s check and the config record.
+#[test]
+fn the_shim_reads_no_variable_outside_its_config_module() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let shim_crates = ["shim-core", "bounce", "retry", "dirty", "forklock", "access", "verbs", "errno"];
+    let mut stray = Vec::new();
+    for dir in
+        std::iter::once(root.join("src")).chain(shim_crates.iter().map(|c| root.join("crates").join(c).join("src")))
+    {
+        let keep = |p: &std::path::Path| !p.ends_with("shim-core/src/config.rs");
+        stray.extend(mrshim_names(&dir, &keep).into_iter().map(|n| format!("{n} under {}", dir.display())));
+    }
+    assert!(stray.is_empty(), "read outside crates/shim-core/src/config.rs: {stray:?}");
 }

@@ -148,6 +148,48 @@ fn a_symlinked_directory_of_another_user_is_not_followed() {
     assert_eq!(records(&elsewhere.join("x.jsonl")).len(), 4, "{}", stderr(&o));
 }
 
+/// Issue 31 item 4: a directory in the middle of MRSHIM_LOG that another user owns (or that anyone
+/// may write, without the sticky bit) is not used: that user could move root's records away and
+/// plant a directory of its own for the next process. One line, calls pass through. The same
+/// directory owned by root, or world-writable but sticky like /tmp, is used.
+#[test]
+fn a_log_directory_another_user_owns_or_anyone_may_write_is_not_used() {
+    let d = tmp("dirowner");
+    let mid = d.join("mid");
+    std::fs::create_dir_all(mid.join("logs")).unwrap();
+    std::os::unix::fs::chown(&mid, Some(NOBODY), Some(NOBODY)).unwrap();
+    let base = run(fake_cmd("hostile").args(["loop", "1"]));
+    for log in [mid.join("logs/x.jsonl").display().to_string(), format!("{}/", mid.join("logs/new").display())] {
+        let o = run(fake_cmd("hostile").args(["loop", "1"]).env("MRSHIM_LOG", &log));
+        assert!(o.status.success());
+        assert_eq!(o.stdout, base.stdout, "calls pass through");
+        let err = stderr(&o);
+        // one line, then the exit summary counting the records lost
+        assert!(err.lines().nth(1).is_none_or(|l| l.contains("MRSHIM INFO summary")), "{err}");
+        let why = format!(
+            "the directory {} belongs to uid 65534 (neither root nor this process's uid 0): not used; records are not written, calls pass through",
+            mid.display()
+        );
+        assert!(err.lines().next().unwrap().contains(&why), "{log}: {err}");
+        assert!(!mid.join("logs/x.jsonl").exists() && !mid.join("logs/new").exists(), "{log}");
+    }
+    // owned by root but writable by anyone, not sticky: refused too
+    std::os::unix::fs::chown(&mid, Some(0), Some(0)).unwrap();
+    std::fs::set_permissions(&mid, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let o = run(fake_cmd("hostile").args(["loop", "1"]).env("MRSHIM_LOG", mid.join("logs/x.jsonl")));
+    assert!(stderr(&o).contains("is writable by others and not sticky (mode 0777): not used"), "{}", stderr(&o));
+    assert!(!mid.join("logs/x.jsonl").exists());
+    // sticky, as /tmp: used
+    std::fs::set_permissions(&mid, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let o = run(fake_cmd("hostile").args(["loop", "1"]).env("MRSHIM_LOG", mid.join("logs/x.jsonl")));
+    assert_eq!(records(&mid.join("logs/x.jsonl")).len(), 4, "{}", stderr(&o));
+    // the last directory of a file pattern, owned by another user: refused as well
+    std::os::unix::fs::chown(mid.join("logs"), Some(NOBODY), Some(NOBODY)).unwrap();
+    let o = run(fake_cmd("hostile").args(["loop", "1"]).env("MRSHIM_LOG", mid.join("logs/y.jsonl")));
+    assert!(stderr(&o).contains("/mid/logs belongs to uid 65534"), "{}", stderr(&o));
+    assert!(!mid.join("logs/y.jsonl").exists());
+}
+
 /// Item 6: a file another user created at the log's (predictable) name is not appended to by
 /// root: that would hand them addresses, the executable and environment values, and let them
 /// poison the records.

@@ -5,33 +5,19 @@
 
 use mrshim_dirty::{uffd::Kernel, Answer, Id, Tracker};
 use mrshim_forklock::ForkLock;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// None while no region is tracked; then a tracker, disabled where the kernel cannot track.
 static TRACKER: ForkLock<Option<Tracker<Kernel>>> = ForkLock::new(None);
 
-/// MRSHIM_BOUNCE_TRACK, read once: 0 not yet, 1 on, 2 off.
-static SETTING: AtomicU8 = AtomicU8::new(0);
+/// Set in a forked child: it never tracks (see [`after_fork_child`]).
+static FORKED_OFF: AtomicBool = AtomicBool::new(false);
 
+/// MRSHIM_BOUNCE_TRACK as the shim's configuration parsed it (on without a shim: unit tests).
+/// A bad value never gets here: the shim then passes every call through, so nothing is bounced.
 fn enabled_by_setting() -> bool {
-    match SETTING.load(Ordering::Acquire) {
-        1 => return true,
-        2 => return false,
-        _ => {}
-    }
-    let on = match std::env::var("MRSHIM_BOUNCE_TRACK").as_deref() {
-        Err(_) | Ok("on") => true,
-        Ok("off") => false,
-        Ok(other) => {
-            mrshim_core::stderr_line(&format!(
-                "mrshim WARN MRSHIM_BOUNCE_TRACK={} is not on or off; using on",
-                mrshim_core::config::shorten(other)
-            ));
-            true
-        }
-    };
-    SETTING.store(if on { 1 } else { 2 }, Ordering::Release);
-    on
+    !FORKED_OFF.load(Ordering::Acquire)
+        && mrshim_core::shim_if_initialized().and_then(|s| s.config()).is_none_or(|c| c.bounce_track)
 }
 
 /// Tracks the application's pages of [app, app+len) if they are private anonymous memory and
@@ -90,5 +76,5 @@ pub unsafe fn after_fork_child() {
     // The parent's descriptors stay open in the child, untouched (a Kernel dropped in another
     // process closes nothing); the child's folds all compare whole regions.
     drop(TRACKER.lock().take());
-    SETTING.store(2, Ordering::Release);
+    FORKED_OFF.store(true, Ordering::Release);
 }

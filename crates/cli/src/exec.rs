@@ -35,6 +35,11 @@ Environment read by libmrshim.so (also when preloaded without `mrshim exec`):
   MRSHIM_DEBUG_PANIC  init | hook | call | record | exit | bounce: the shim panics there on purpose, to show that
                   no panic reaches the program (one stderr line, an `error` record, the call
                   passed through). Unset in production.
+  MRSHIM_BOUNCE_TRACK  on (default) | off: the bounce layer tracks application writes through
+                  the kernel; off: every fold compares whole regions (docs/bounce.md)
+  MRSHIM_COPY_SELFTEST auto (default) | on | off: on proves every GPU copy engine (CUDA, HIP)
+                  with a round trip before first use; MACA's is always proven (off = auto)
+Switches accept on/off, 1/0, true/false, yes/no in any case; empty counts as bad.
 A bad value prints one line naming the variable, the value and what is accepted; the shim then
 passes every call through unrecorded (`mrshim exec` refuses to start instead). Rank:
 OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK, SLURM_PROCID, RANK, MV2_COMM_WORLD_RANK,
@@ -48,7 +53,7 @@ record). Under MPI: `mpirun -np N mrshim exec --log DIR/ -- CMD` or
 `mpirun -x LD_PRELOAD=/path/libmrshim.so -x MRSHIM_LOG=DIR/ CMD`.";
 
 #[derive(clap::Args)]
-#[command(after_long_help = ENV_HELP)]
+#[command(after_help = "Environment variables of libmrshim.so: `mrshim exec --help`.", after_long_help = ENV_HELP)]
 pub struct Args {
     /// Sets MRSHIM_LOG, with the same meaning: a file path (pattern with %h/%p/%r/%j), a directory
     /// (existing, or ending in /: one file per process), off or stderr. Default: $MRSHIM_LOG if
@@ -151,27 +156,155 @@ fn validate(vars: &BTreeMap<&'static str, String>) -> Result<(), String> {
     Err(format!("{}{also}; not started", first.problem()))
 }
 
-/// Loads the library into this process (which exec(2)s next) as the loader would preload it:
-/// one built for another architecture or needing a newer glibc fails here with the loader's
-/// message. Its constructor only resolves glibc's dlsym and registers a fork handler.
+/// Checks before anything maps `lib`: a whole libmrshim.so for this machine (elf_check.rs: a
+/// truncated copy would kill the loader with SIGBUS, another library must not be preloaded).
+fn check_file(lib: &Path) -> Result<(), String> {
+    let bytes = std::fs::read(lib).map_err(|e| format!("{}: {e}; not started", lib.display()))?;
+    crate::elf_check::check(&bytes, "libmrshim.so")
+        .map_err(|why| format!("{} is not a usable libmrshim.so: {why}; not started", lib.display()))
+}
+
+/// Loads the library as the loader would preload it, in a child (a damaged file that slipped
+/// through [`check_file`] kills the child, not `mrshim exec`): one built against a newer glibc,
+/// or needing a library this node lacks, fails here with the loader's message. Its
+/// constructor only resolves glibc's dlsym and registers a fork handler.
 fn check_loads(lib: &Path) -> Result<(), String> {
+    use std::io::Read;
+    use std::os::fd::FromRawFd;
     use std::os::unix::ffi::OsStrExt;
     let path = std::ffi::CString::new(lib.as_os_str().as_bytes())
-        .map_err(|_| format!("{} contains a NUL byte", lib.display()))?;
-    // SAFETY: a NUL-terminated path; RTLD_LOCAL keeps its exports out of this process's scope.
-    let h = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-    if !h.is_null() {
-        return Ok(());
+        .map_err(|_| format!("{} contains a NUL byte; not started", lib.display()))?;
+    let mut fds = [0; 2];
+    // SAFETY: fds is a writable array of two ints.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(format!("pipe: {}; not started", std::io::Error::last_os_error()));
     }
-    // SAFETY: dlerror returns null or a C string valid until the next dl* call on this thread.
-    let e = unsafe { libc::dlerror() };
-    let why = if e.is_null() {
-        "the loader refused it".to_string()
+    // SAFETY: `mrshim exec` is single-threaded here; the child only calls dlopen, dlerror,
+    // write and _exit before it ends.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: a NUL-terminated path; RTLD_LOCAL keeps its exports out of this child's scope.
+        let h = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        let code = if h.is_null() {
+            // SAFETY: dlerror returns null or a C string valid until the next dl* call.
+            let e = unsafe { libc::dlerror() };
+            if !e.is_null() {
+                // SAFETY: e is a NUL-terminated string; fds[1] is the pipe's write end.
+                unsafe { libc::write(fds[1], e.cast(), libc::strlen(e)) };
+            }
+            1
+        } else {
+            0
+        };
+        // SAFETY: ends the child without running the parent's exit handlers.
+        unsafe { libc::_exit(code) };
+    }
+    // SAFETY: fds[1] is ours and no longer needed here; fds[0] is owned by the File below.
+    unsafe { libc::close(fds[1]) };
+    // SAFETY: fds[0] is an open descriptor nothing else owns.
+    let mut reader = unsafe { std::fs::File::from_raw_fd(fds[0]) };
+    if pid < 0 {
+        return Err(format!("fork: {}; not started", std::io::Error::last_os_error()));
+    }
+    let mut msg = String::new();
+    let _ = reader.read_to_string(&mut msg);
+    let mut status = 0;
+    // SAFETY: waits for the child forked above; status is writable.
+    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
+        && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+    {}
+    let shown = lib.display();
+    if libc::WIFSIGNALED(status) {
+        let sig = libc::WTERMSIG(status);
+        return Err(format!(
+            "{shown} killed the loader with signal {sig} ({}): a damaged or partial copy?; not started",
+            signal_name(sig)
+        ));
+    }
+    match libc::WEXITSTATUS(status) {
+        0 => Ok(()),
+        _ if msg.is_empty() => Err(format!("{shown} does not load on this system: the loader refused it; not started")),
+        _ => Err(format!("{shown} does not load on this system: {}; not started", msg.trim_end())),
+    }
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGILL => "SIGILL",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGKILL => "SIGKILL",
+        _ => "a signal",
+    }
+}
+
+/// The dynamic loader splits LD_PRELOAD at spaces and colons (glibc's `rtld.c`); tabs and
+/// newlines are refused too, to be safe with any shell or launcher that passes it on.
+fn preloadable(p: &str) -> bool {
+    !p.is_empty() && !p.contains([' ', ':', '\t', '\n'])
+}
+
+/// A name for `lib` that LD_PRELOAD can carry: its own path when the loader can take it, else a
+/// symbolic link to it in a private directory (`$XDG_RUNTIME_DIR/mrshim` or `/tmp/mrshim-<uid>`,
+/// mode 0700, owned by this user and checked so) named after the library's path, size and
+/// modification time. The link stays (processes of the job load it later, e.g. MPI's daemons
+/// and every exec'd child); it is one small link per installed copy.
+fn preload_path(lib: &Path) -> Result<String, String> {
+    let shown = lib.display().to_string();
+    if preloadable(&shown) && lib.to_str().is_some() {
+        return Ok(shown);
+    }
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let candidates = std::env::var("XDG_RUNTIME_DIR")
+        .ok()
+        .filter(|d| d.starts_with('/') && preloadable(d))
+        .map(|d| PathBuf::from(d).join("mrshim"))
+        .into_iter()
+        .chain([PathBuf::from(format!("/tmp/mrshim-{uid}"))]);
+    let mut why = Vec::new();
+    for dir in candidates {
+        match private_link(&dir, lib, uid) {
+            Ok(link) => return Ok(link),
+            Err(e) => why.push(e),
+        }
+    }
+    Err(format!(
+        "the dynamic loader cannot preload {shown:?} (LD_PRELOAD splits paths at spaces and colons) and no private link could be made ({}); install mrshim under a path without spaces or colons, or pass --lib; not started",
+        why.join("; ")
+    ))
+}
+
+fn private_link(dir: &Path, lib: &Path, uid: libc::uid_t) -> Result<String, String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let shown = dir.display();
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("{shown}: {e}")),
+    }
+    let md = std::fs::symlink_metadata(dir).map_err(|e| format!("{shown}: {e}"))?;
+    if !md.is_dir() || md.uid() != uid || md.permissions().mode() & 0o022 != 0 {
+        return Err(format!("{shown} is not a directory of uid {uid} that only it can write"));
+    }
+    let st = std::fs::metadata(lib).map_err(|e| format!("{}: {e}", lib.display()))?;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    std::hash::Hash::hash(&(lib, st.len(), st.mtime(), st.mtime_nsec(), st.ino()), &mut h);
+    let link = dir.join(format!("libmrshim-{:016x}.so", std::hash::Hasher::finish(&h)));
+    if std::fs::read_link(&link).ok().as_deref() != Some(lib) {
+        let tmp = dir.join(format!(".libmrshim.{}.tmp", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(lib, &tmp)
+            .and_then(|()| std::fs::rename(&tmp, &link))
+            .map_err(|e| format!("{}: {e}", link.display()))?;
+    }
+    let s = link.display().to_string();
+    if preloadable(&s) {
+        Ok(s)
     } else {
-        // SAFETY: as above, non-null.
-        unsafe { std::ffi::CStr::from_ptr(e) }.to_string_lossy().into_owned()
-    };
-    Err(format!("{} does not load on this system: {why}; not started", lib.display()))
+        Err(format!("{shown} itself has a space or colon"))
+    }
 }
 
 pub fn run(a: Args) -> ExitCode {
@@ -184,12 +317,16 @@ pub fn run(a: Args) -> ExitCode {
         Err(e) => return refuse(e),
     };
     let vars = flag_vars(&a);
-    if let Err(e) = validate(&vars).and_then(|()| check_loads(&lib)) {
-        return refuse(e);
-    }
+    let lib_s = match validate(&vars)
+        .and_then(|()| check_file(&lib))
+        .and_then(|()| check_loads(&lib))
+        .and_then(|()| preload_path(&lib))
+    {
+        Ok(p) => p,
+        Err(e) => return refuse(e),
+    };
     let mut cmd = std::process::Command::new(&a.cmd[0]);
     cmd.args(&a.cmd[1..]).envs(&vars);
-    let lib_s = lib.display().to_string();
     let preload = match std::env::var("LD_PRELOAD") {
         Ok(old) if old.split([' ', ':']).any(|p| p == lib_s) => old,
         Ok(old) if !old.trim().is_empty() => format!("{lib_s}:{old}"),

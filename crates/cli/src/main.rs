@@ -5,6 +5,7 @@ use std::process::ExitCode;
 mod analyze;
 mod color;
 mod doctor;
+mod elf_check;
 mod exec;
 mod generate;
 mod progress;

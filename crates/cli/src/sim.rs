@@ -2,7 +2,9 @@
 //! device (and simulated GPU runtimes): a directory of `libibverbs.so.1` / `libcuda.so.1` /
 //! `libamdhip64.so.{6,5}` / `libhsa-runtime64.so.1` / `libmcruntime.so` links to the simulator's libraries goes first in
 //! LD_LIBRARY_PATH, then CMD is exec(2)ed in a private mount namespace that shows the simulated
-//! devices in /sys/class and /dev (sim_view.rs).
+//! devices in /sys/class and /dev (sim_view.rs). An LD_AUDIT module (sim/audit) sends the
+//! libibverbs and librdmacm that a program brings itself (a wheel's renamed copies, found through
+//! RPATH before LD_LIBRARY_PATH is consulted) to the simulator's.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -50,6 +52,11 @@ pub struct Args {
     /// inside one `mrshim sim --netns`)
     #[arg(long, conflicts_with = "no_view")]
     pub netns: bool,
+    /// Do not redirect the libibverbs and librdmacm a program brings itself (renamed copies in
+    /// a Python wheel, found through RPATH) to the simulator's: by default every library name
+    /// of theirs, linked or dlopen()ed, loads the simulator's (an LD_AUDIT module)
+    #[arg(long)]
+    pub no_redirect: bool,
     /// The command and its arguments (after `--`)
     #[arg(
         trailing_var_arg = true,
@@ -81,6 +88,11 @@ fn libraries() -> Result<Vec<(&'static str, PathBuf)>, String> {
         libs.push(("librdmacm.so.1", cm.clone()));
         libs.push(("librdmacm.so", cm));
     }
+    // The loader audit module that sends a program's own libibverbs/librdmacm (a wheel's
+    // renamed copy found through RPATH) to the ones above (sim/audit).
+    if let Some(audit) = find("libmrshim_sim_audit.so") {
+        libs.push((AUDIT, audit));
+    }
     if let Some(cuda) = find("libcuda.so") {
         libs.push(("libcuda.so.1", cuda.clone()));
         libs.push(("libcuda.so", cuda));
@@ -101,6 +113,9 @@ fn libraries() -> Result<Vec<(&'static str, PathBuf)>, String> {
     Ok(libs)
 }
 
+/// The audit module's name in the private directory.
+const AUDIT: &str = "libmrshim_sim_audit.so";
+
 /// A private directory of SONAME links (the build produces lib*.so without the .1).
 fn lib_dir() -> Result<PathBuf, String> {
     let libs = libraries()?;
@@ -120,6 +135,27 @@ fn lib_dir() -> Result<PathBuf, String> {
         }
     }
     Ok(dir)
+}
+
+/// LD_AUDIT for CMD: the audit module first, then what was set already (the loader splits the
+/// list at colons; the private directory's path has none, see [`lib_dir`]).
+fn audit_value(dir: &Path) -> Result<OsString, String> {
+    let module = dir.join(AUDIT);
+    if !module.exists() {
+        return Err(format!(
+            "{AUDIT} not found next to the simulator (build it with `cargo build -p mrshim-sim-audit`): programs that bring their own libibverbs (Python wheels) will not reach the simulated devices"
+        ));
+    }
+    let mut v = OsString::from(&module);
+    match std::env::var_os("LD_AUDIT").filter(|o| !o.is_empty()) {
+        Some(old) if !old.to_string_lossy().split(':').any(|p| Path::new(p) == module) => {
+            v.push(":");
+            v.push(old);
+        }
+        Some(old) => v = old,
+        None => {}
+    }
+    Ok(v)
 }
 
 fn hash(p: &Path) -> u64 {
@@ -174,6 +210,14 @@ pub fn run(a: Args) -> ExitCode {
     }
     let mut cmd = std::process::Command::new(&a.cmd[0]);
     cmd.args(&a.cmd[1..]).env("LD_LIBRARY_PATH", path);
+    if !a.no_redirect {
+        match audit_value(&dir) {
+            Ok(v) => {
+                cmd.env("LD_AUDIT", v);
+            }
+            Err(e) => eprintln!("mrshim sim: {e}"),
+        }
+    }
     if let Some(f) = a.faults {
         cmd.env("MRSHIM_SIM_FAULTS", f);
     }

@@ -37,6 +37,18 @@ impl Clock {
         }
         mono.wrapping_add(self.offset.load(Relaxed))
     }
+
+    /// Wall-clock ns at an earlier monotonic time `mono`, with the offset the last [`wall_ns`]
+    /// used (no refresh: an offset taken now could be a few ns larger than the one a later
+    /// record used, and put this time after that record's).
+    ///
+    /// [`wall_ns`]: Clock::wall_ns
+    pub fn wall_ns_before(&self, mono: u64) -> u64 {
+        if self.stamp.load(Relaxed) == 0 {
+            return self.wall_ns(mono);
+        }
+        mono.wrapping_add(self.offset.load(Relaxed))
+    }
 }
 
 #[cfg(test)]

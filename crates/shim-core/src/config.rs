@@ -1,4 +1,13 @@
 //! `MRSHIM_*` environment variables → a typed [`Config`], or one [`ConfigError`] per bad variable.
+//!
+//! Every variable libmrshim.so reads is parsed here and nowhere else (the simulator's
+//! `MRSHIM_SIM_*` belong to the simulator, sim/src/config.rs). Adding one is four steps, each
+//! next to its neighbours: a field in [`Config`] (and its default), a `*_ACCEPTED` text, a name in
+//! [`VARS`] (that also echoes it in the config record), and a parse step in [`parse_as`] that
+//! pushes a [`ConfigError`] for a bad value. On/off switches use [`parse_onoff`] (on/off, 1/0,
+//! true/false, yes/no, any case; empty or anything else is an error, never a silent default).
+//! `mrshim exec` runs the same parser before launch; README's table, docs/shim.md and
+//! `exec::ENV_HELP` (`mrshim --help`) list every name in [`VARS`] (a test checks).
 
 use std::fmt;
 
@@ -40,6 +49,13 @@ pub struct Config {
     /// MRSHIM_DEBUG_PANIC: make the shim panic at one point, to prove it never takes the
     /// application down (tests, and users who want to see it for themselves).
     pub debug_panic: Option<PanicAt>,
+    /// MRSHIM_BOUNCE_TRACK (default on): the bounce layer tracks application writes through the
+    /// kernel (off: every fold compares whole regions; docs/bounce.md).
+    pub bounce_track: bool,
+    /// MRSHIM_COPY_SELFTEST: `on`: every GPU copy engine proves itself before first use; `auto`
+    /// (default) and `off`: only the engines whose ABI is not publicly confirmed (MACA), which
+    /// are always proven (docs/bounce.md).
+    pub copy_selftest: bool,
 }
 
 /// Where MRSHIM_DEBUG_PANIC makes the shim panic.
@@ -90,6 +106,8 @@ impl Default for Config {
             retry: Default::default(),
             inject: String::new(),
             debug_panic: None,
+            bounce_track: true,
+            copy_selftest: false,
         }
     }
 }
@@ -104,6 +122,9 @@ pub const RETRY_ACCEPTED: &str = mrshim_retry::policy::HELP;
 pub const INJECT_ACCEPTED: &str = mrshim_retry::inject::HELP;
 pub const DEBUG_PANIC_ACCEPTED: &str =
     "init, hook, call, record, exit, bounce (where the shim panics on purpose; unset in production)";
+pub const BOUNCE_TRACK_ACCEPTED: &str = "on (default), off (also 1/0, true/false, yes/no)";
+pub const COPY_SELFTEST_ACCEPTED: &str =
+    "auto (default: only engines of unconfirmed ABI, MACA), on (every GPU copy engine), off (= auto; also 1/0, true/false, yes/no)";
 
 /// One bad variable. Displayed as the single stderr line users see.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,6 +161,8 @@ pub const VARS: &[&str] = &[
     "MRSHIM_RETRY",
     "MRSHIM_INJECT",
     "MRSHIM_DEBUG_PANIC",
+    "MRSHIM_BOUNCE_TRACK",
+    "MRSHIM_COPY_SELFTEST",
 ];
 
 /// Values longer than this are shown cut in messages and in the config record (a 1 MB value
@@ -267,6 +290,29 @@ pub fn parse_as(get: impl Fn(&str) -> Option<String>, secure: bool) -> Result<Co
             }),
         }
     }
+    if let Some(v) = get("MRSHIM_BOUNCE_TRACK") {
+        match parse_onoff(&v) {
+            Some(b) => c.bounce_track = b,
+            None => errs.push(ConfigError {
+                var: "MRSHIM_BOUNCE_TRACK",
+                value: v,
+                accepted: BOUNCE_TRACK_ACCEPTED,
+                detail: None,
+            }),
+        }
+    }
+    if let Some(v) = get("MRSHIM_COPY_SELFTEST") {
+        let parsed = if v.trim().eq_ignore_ascii_case("auto") { Some(false) } else { parse_onoff(&v) };
+        match parsed {
+            Some(b) => c.copy_selftest = b,
+            None => errs.push(ConfigError {
+                var: "MRSHIM_COPY_SELFTEST",
+                value: v,
+                accepted: COPY_SELFTEST_ACCEPTED,
+                detail: None,
+            }),
+        }
+    }
     errs.extend(not_utf8);
     errs.sort_by_key(|e| VARS.iter().position(|v| *v == e.var));
     if errs.is_empty() {
@@ -292,11 +338,15 @@ fn accepted(var: &str) -> &'static str {
         "MRSHIM_RETRY" => RETRY_ACCEPTED,
         "MRSHIM_INJECT" => INJECT_ACCEPTED,
         "MRSHIM_DEBUG_PANIC" => DEBUG_PANIC_ACCEPTED,
+        "MRSHIM_BOUNCE_TRACK" => BOUNCE_TRACK_ACCEPTED,
+        "MRSHIM_COPY_SELFTEST" => COPY_SELFTEST_ACCEPTED,
         _ => ONOFF_ACCEPTED,
     }
 }
 
-fn parse_onoff(v: &str) -> Option<bool> {
+/// The one on/off grammar of every switch: on/off, 1/0, true/false, yes/no, in any case, spaces
+/// around ignored. Anything else (empty too) is None: the caller reports it.
+pub fn parse_onoff(v: &str) -> Option<bool> {
     match v.trim().to_ascii_lowercase().as_str() {
         "on" | "1" | "true" | "yes" => Some(true),
         "off" | "0" | "false" | "no" => Some(false),
@@ -478,6 +528,35 @@ mod tests {
         let got: Vec<_> = e.iter().map(|e| (e.var, e.value.as_str(), e.detail.as_deref())).collect();
         let bad = Some("not valid UTF-8");
         assert_eq!(got, [("MRSHIM_LOG", "/x", bad), ("MRSHIM_WARN", "o\u{fffd}", bad)]);
+    }
+
+    #[test]
+    fn switches_share_one_grammar_and_never_fail_open() {
+        for var in ["MRSHIM_WARN", "MRSHIM_SUMMARY", "MRSHIM_BOUNCE_TRACK", "MRSHIM_COPY_SELFTEST"] {
+            for off in ["off", "OFF", "0", "false", "False", "no", " NO "] {
+                let c = p(&[(var, off)]).unwrap_or_else(|e| panic!("{var}={off}: {e:?}"));
+                let got = match var {
+                    "MRSHIM_WARN" => c.warn,
+                    "MRSHIM_SUMMARY" => c.summary,
+                    "MRSHIM_BOUNCE_TRACK" => c.bounce_track,
+                    _ => c.copy_selftest,
+                };
+                assert!(!got, "{var}={off:?} must be off");
+            }
+            for on in ["on", "On", "1", "true", "TRUE", "yes"] {
+                assert!(p(&[(var, on)]).is_ok(), "{var}={on}");
+            }
+            for bad in ["", " ", "bogus", "enable", "2"] {
+                let e = p(&[(var, bad)]).unwrap_err();
+                assert_eq!((e.len(), e[0].var), (1, var), "{var}={bad:?}");
+                assert!(e[0].to_string().contains("passes every call through"), "{}", e[0]);
+            }
+        }
+        assert!(p(&[("MRSHIM_BOUNCE_TRACK", "on")]).unwrap().bounce_track);
+        assert!(Config::default().bounce_track, "tracking is on by default");
+        assert!(p(&[("MRSHIM_COPY_SELFTEST", "on")]).unwrap().copy_selftest);
+        assert!(!p(&[("MRSHIM_COPY_SELFTEST", "Auto")]).unwrap().copy_selftest);
+        assert_eq!(accepted("MRSHIM_BOUNCE_TRACK"), BOUNCE_TRACK_ACCEPTED);
     }
 
     #[test]

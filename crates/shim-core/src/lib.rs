@@ -67,6 +67,9 @@ pub struct Shim {
     mrs: MrTable,
     summarized: AtomicBool,
     clock: clock::Clock,
+    /// CLOCK_MONOTONIC when the shim was built (in a forked child: the fork): the config
+    /// record's time, never later than any record of the process.
+    started: AtomicU64,
     memlock: limits::Memlock,
     retry: mrshim_retry::engine::Engine,
     inject: Vec<mrshim_retry::inject::Rule>,
@@ -155,6 +158,7 @@ impl Shim {
             mrs: MrTable::new(),
             summarized: AtomicBool::new(false),
             clock: clock::Clock::default(),
+            started: AtomicU64::new(clock::mono_ns()),
             memlock: limits::Memlock::default(),
             retry: mrshim_retry::engine::Engine::new(cfg.as_ref().map(|c| c.retry.clone()).unwrap_or_default()),
             inject: cfg.as_ref().and_then(|c| mrshim_retry::inject::parse(&c.inject).ok()).unwrap_or_default(),
@@ -231,6 +235,7 @@ impl Shim {
         // SAFETY: getpid has no preconditions.
         let pid = unsafe { libc::getpid() } as u32;
         self.pid.store(pid, Relaxed);
+        self.started.store(clock::mono_ns(), Relaxed);
         // SAFETY: the caller's contract (also for the resets below).
         unsafe { self.log.after_fork(pid) };
         self.maps.forget();

@@ -239,9 +239,10 @@ impl Log {
             // A file pattern under a directory that does not exist yet (a shared filesystem path
             // per job): its parents are created like a one-file-per-process directory.
             match logfile::open_dir(parent, true) {
-                Ok(p) => match logfile::subdir(&p, last) {
-                    Some(d) => (Ok(d), dir_file(), true),
-                    None => (Ok(p), last.to_string(), false),
+                Ok(p) => match logfile::subdir(&p, last, &expanded) {
+                    Ok(Some(d)) => (Ok(d), dir_file(), true),
+                    Ok(None) => (Ok(p), last.to_string(), false),
+                    Err(e) => (Err(e), last.to_string(), false),
                 },
                 Err(e) => (Err(e), last.to_string(), false),
             }

@@ -8,6 +8,13 @@
 //!   /lustre/scratch` is followed). Missing directories are created (`mkdirat`, mode 0750 less the
 //!   umask: logs hold addresses, paths and settings), and the error
 //!   names the component that failed.
+//! - Every directory on the way (the start, `/` or the working directory, and what a trusted
+//!   link leads to) must belong to root or to this process's effective user and must not be
+//!   writable by others (`o+w`), unless it is sticky (`/tmp`, `/var/tmp`: others may add entries
+//!   there but cannot rename or remove ours). Otherwise the user who owns or may write it could
+//!   move the records away and plant a directory of its own for the next process: it is refused
+//!   with one line, like an untrusted symbolic link. Group-writable directories are accepted (the
+//!   owner chose the group). Directories the shim creates itself pass by construction.
 //! - The file itself is never a symbolic link (`O_NOFOLLOW`), never blocks the open
 //!   (`O_NONBLOCK`: a FIFO with no reader fails with ENXIO at once instead of hanging the job), and
 //!   must be a regular file (`fstat`; `/dev/null` and `/dev/full` are allowed: they cannot block and
@@ -64,14 +71,51 @@ fn with_place(place: &str, e: io::Error) -> io::Error {
     io::Error::new(e.kind(), format!("{}: {e}", crate::config::shorten(place)))
 }
 
+/// Is a directory with this owner and mode one whose entries only trusted users can move?
+/// (The rule the module describes; Err: why not, for the one line.)
+pub fn dir_trusted(uid: libc::uid_t, mode: libc::mode_t) -> Result<(), String> {
+    if !trusted(uid) {
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        return Err(format!("belongs to uid {uid} (neither root nor this process's uid {me})"));
+    }
+    if mode & libc::S_IWOTH != 0 && mode & libc::S_ISVTX == 0 {
+        return Err(format!("is writable by others and not sticky (mode {:04o})", mode & 0o7777));
+    }
+    Ok(())
+}
+
+/// `dir` (reached as `shown`) passes [`dir_trusted`], or an error naming it.
+fn check_dir(dir: &OwnedFd, shown: &str) -> io::Result<()> {
+    let st = fstat(dir.as_raw_fd())?;
+    dir_trusted(st.st_uid, st.st_mode).map_err(|why| {
+        io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("the directory {} {why}: not used", crate::config::shorten(shown)),
+        )
+    })
+}
+
 /// One directory component below `dir` (`shown`: the path so far, for messages).
 fn step(dir: RawFd, comp: &str, shown: &str) -> io::Result<OwnedFd> {
     let name = cstr(comp)?;
     let node = openat(dir, &name, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
     let st = fstat(node.as_raw_fd())?;
     match st.st_mode & libc::S_IFMT {
-        libc::S_IFDIR => Ok(node),
-        libc::S_IFLNK if trusted(st.st_uid) => openat(dir, &name, libc::O_PATH | libc::O_DIRECTORY, 0),
+        libc::S_IFDIR => {
+            dir_trusted(st.st_uid, st.st_mode).map_err(|why| {
+                io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!("the directory {} {why}: not used", crate::config::shorten(shown)),
+                )
+            })?;
+            Ok(node)
+        }
+        libc::S_IFLNK if trusted(st.st_uid) => {
+            let target = openat(dir, &name, libc::O_PATH | libc::O_DIRECTORY, 0)?;
+            check_dir(&target, &format!("{shown} (where the link leads)"))?;
+            Ok(target)
+        }
         libc::S_IFLNK => Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
             format!(
@@ -90,6 +134,7 @@ fn step(dir: RawFd, comp: &str, shown: &str) -> io::Result<OwnedFd> {
 pub fn open_dir(path: &str, create: bool) -> io::Result<OwnedFd> {
     let start = if path.starts_with('/') { "/" } else { "." };
     let mut dir = openat(libc::AT_FDCWD, &cstr(start)?, libc::O_PATH | libc::O_DIRECTORY, 0)?;
+    check_dir(&dir, if start == "/" { "/" } else { "." })?;
     let mut shown = String::from(if start == "/" { "" } else { "." });
     for comp in path.split('/').filter(|c| !c.is_empty() && *c != ".") {
         shown.push('/');
@@ -122,9 +167,14 @@ pub fn split(path: &str) -> (&str, &str) {
     }
 }
 
-/// Is `name` in `dir` a directory (through a trusted link too)? Then it is returned.
-pub fn subdir(dir: &OwnedFd, name: &str) -> Option<OwnedFd> {
-    step(dir.as_raw_fd(), name, name).ok()
+/// Is `name` in `dir` a directory (through a trusted link too)? Then it is returned; Ok(None)
+/// when it is missing or not a directory; an error when it is one that may not be used.
+pub fn subdir(dir: &OwnedFd, name: &str, shown: &str) -> io::Result<Option<OwnedFd>> {
+    match step(dir.as_raw_fd(), name, shown) {
+        Ok(d) => Ok(Some(d)),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR | libc::ELOOP)) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 fn is_null_or_full(st: &libc::stat) -> bool {

@@ -341,7 +341,9 @@ impl Shim {
 
     /// The first line of every log: version, executable, environment, effective settings.
     pub fn config_record(&self) -> Reg {
-        let mut r = self.base(Kind::Config, clock::wall_now_ns());
+        // When the shim started: the record is written with the first record that opens the
+        // log, whose time is that call's start, after this.
+        let mut r = self.base(Kind::Config, self.clock.wall_ns_before(self.started.load(Relaxed)));
         r.seq = 0;
         r.shim_version = Some(env!("CARGO_PKG_VERSION").into());
         r.exe = std::fs::read_link("/proc/self/exe").ok().map(|p| p.display().to_string());
@@ -364,6 +366,8 @@ impl Shim {
             if !c.inject.is_empty() {
                 s.insert("inject".into(), c.inject.clone());
             }
+            s.insert("bounce_track".into(), if c.bounce_track { "on" } else { "off" }.into());
+            s.insert("copy_selftest".into(), if c.copy_selftest { "on" } else { "auto" }.into());
         }
         if let Some((_, v)) = self.rank {
             s.insert("rank_from".into(), v.into());

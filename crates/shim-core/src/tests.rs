@@ -123,6 +123,12 @@ fn every_field_of_a_registration() {
     let (soft, hard) = crate::limits::read();
     assert_eq!((r.memlock_soft, r.memlock_hard), (soft, hard));
     assert!(r.time_ns > 1_600_000_000_000_000_000);
+    assert!(
+        recs[0].time_ns <= r.time_ns,
+        "the config record (seq 0) is not later than seq 1: {} > {}",
+        recs[0].time_ns,
+        r.time_ns
+    );
 
     // dereg links to the registration and gives the bytes back
     let d2 = RegArgs { call: Some(Call::DeregMr), mr: 0x1000, pd: 0xabc0, addr, length: 8192, ..Default::default() };

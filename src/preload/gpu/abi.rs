@@ -133,10 +133,16 @@ pub fn pattern(n: usize) -> Vec<u8> {
     (0..n).map(|i| (i as u32).wrapping_mul(31).wrapping_add(7) as u8 | 1).collect()
 }
 
-/// `MRSHIM_COPY_SELFTEST`: `on` tests every engine before first use; `auto` (default) only the
-/// engines whose ABI is not publicly confirmed (MACA). MACA is always tested.
-pub fn selftest_wanted(family: Family, setting: Option<&str>) -> bool {
-    !family.abi_public() || matches!(setting.map(str::trim), Some("on" | "1" | "yes"))
+/// `MRSHIM_COPY_SELFTEST` (the shim's config: `every`, from `on`) tests every engine before first
+/// use; `auto` (default) only the engines whose ABI is not publicly confirmed (MACA). MACA is
+/// always tested.
+pub fn selftest_wanted(family: Family, every: bool) -> bool {
+    !family.abi_public() || every
+}
+
+/// MRSHIM_COPY_SELFTEST=on, as the shim's configuration parsed it.
+pub fn selftest_every() -> bool {
+    mrshim_core::shim_if_initialized().and_then(|s| s.config()).is_some_and(|c| c.copy_selftest)
 }
 
 /// How VA → dmabuf is tried for one runtime: TRY until the runtime answers, then ALWAYS when it
@@ -242,12 +248,11 @@ mod tests {
 
     #[test]
     fn selftest_and_dmabuf_policies() {
-        assert!(selftest_wanted(Family::Maca, None));
-        assert!(selftest_wanted(Family::Maca, Some("off")));
-        assert!(!selftest_wanted(Family::Hip, None));
-        assert!(selftest_wanted(Family::Hip, Some("on")));
-        assert!(selftest_wanted(Family::Cuda, Some("on")));
-        assert!(!selftest_wanted(Family::Cuda, Some("auto")));
+        assert!(selftest_wanted(Family::Maca, false));
+        assert!(!selftest_wanted(Family::Hip, false));
+        assert!(selftest_wanted(Family::Hip, true));
+        assert!(selftest_wanted(Family::Cuda, true));
+        assert!(!selftest_wanted(Family::Cuda, false));
         assert_eq!(DmabufPolicy::Try.after(true), DmabufPolicy::Always);
         assert_eq!(DmabufPolicy::Try.after(false), DmabufPolicy::Never);
         assert_eq!(DmabufPolicy::Never.after(true), DmabufPolicy::Never);

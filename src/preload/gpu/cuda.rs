@@ -140,7 +140,7 @@ impl Cuda {
     fn trusted(&'static self, addr: u64) -> Result<(), String> {
         self.trusted
             .get_or_init(|| {
-                if !abi::selftest_wanted(Family::Cuda, std::env::var("MRSHIM_COPY_SELFTEST").ok().as_deref()) {
+                if !abi::selftest_wanted(Family::Cuda, abi::selftest_every()) {
                     return Ok(());
                 }
                 let r = self.self_test(addr);
