@@ -71,7 +71,7 @@ fn corpus() -> Vec<Case> {
             match half.as_str() {
                 "train" | "held-out" => assert_eq!(
                     half == "train",
-                    fnv(&base) % 2 == 0,
+                    fnv(&base).is_multiple_of(2),
                     "{base}: the split is by the FNV-1a hash of the name"
                 ),
                 "new" => {}
