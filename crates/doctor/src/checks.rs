@@ -28,7 +28,7 @@ pub fn run_all(fs: &Fs, probe: Option<&crate::probe::DmabufProbe>) -> Report {
         .or_else(|| fs.read_trim("/etc/hostname"))
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "unknown".into());
-    let limits = memlock(fs);
+    let limits = memlock(fs, ipc_lock(fs) == Some(true));
     let memlock_finite = limits.raw.get("soft").map(|v| !v.is_null()).unwrap_or(false);
     let rdma = rdma_devices(fs);
     let has_rdma = rdma.raw.get("devices").and_then(|d| d.as_array()).map(|a| !a.is_empty()).unwrap_or(false);
@@ -47,6 +47,7 @@ pub fn run_all(fs: &Fs, probe: Option<&crate::probe::DmabufProbe>) -> Report {
         pcie(fs),
         container,
         env_vars(fs),
+        ucx_relaxed_ordering(fs),
     ];
     Report {
         mrshim_doctor: SCHEMA_VERSION,
@@ -69,7 +70,23 @@ fn show_limit(l: Option<u64>) -> String {
     l.map(human_bytes).unwrap_or_else(|| "unlimited".into())
 }
 
-fn memlock(fs: &Fs) -> Check {
+/// CAP_IPC_LOCK in this process's effective set (None: unknown).
+fn ipc_lock(fs: &Fs) -> Option<bool> {
+    fs.read("/proc/self/status")
+        .and_then(|s| s.lines().find(|l| l.starts_with("CapEff:")).map(|l| l[7..].trim().to_string()))
+        .and_then(|h| u64::from_str_radix(&h, 16).ok())
+        .map(|caps| caps & (1 << 14) != 0)
+}
+
+/// RDMA devices whose kernel driver pins user memory with its own accounting that honours
+/// RLIMIT_MEMLOCK even with CAP_IPC_LOCK: siw (siw_umem_get compares against the limit without
+/// asking for the capability). The others pin through ib_umem_get (mlx5, rxe, efa, irdma,
+/// bnxt_re, ...), which skips the limit for a process with CAP_IPC_LOCK.
+fn limit_honouring_devices(fs: &Fs) -> Vec<String> {
+    fs.list("/sys/class/infiniband").into_iter().filter(|d| d.starts_with("siw")).collect()
+}
+
+fn memlock(fs: &Fs, cap_ipc_lock: bool) -> Check {
     let Some(text) = fs.read("/proc/self/limits") else {
         return check(
             "memlock",
@@ -91,34 +108,45 @@ fn memlock(fs: &Fs) -> Check {
             "unknown: no 'Max locked memory' line",
         );
     };
-    let status = match soft {
+    let mut status = match soft {
         None => Status::Ok,
         Some(n) if n < 64 << 20 => Status::Fail,
         Some(_) => Status::Warn,
     };
-    let mut c = check(
-        "memlock",
-        "locked memory limit (ulimit -l)",
-        status,
-        format!("soft {} / hard {}", show_limit(soft), show_limit(hard)),
-    );
-    c.details.push("from /proc/self/limits (what this process inherited)".into());
+    let mut value = format!("soft {} / hard {}", show_limit(soft), show_limit(hard));
+    let mut details = vec!["from /proc/self/limits (what this process inherited)".to_string()];
+    let honouring = limit_honouring_devices(fs);
+    if cap_ipc_lock && status != Status::Ok {
+        if honouring.is_empty() {
+            status = Status::Ok;
+            value.push_str(", not enforced: CAP_IPC_LOCK");
+            details.push(
+                "with CAP_IPC_LOCK the kernel's pinning for RDMA (ib_umem_get: mlx5, rxe, efa, irdma, bnxt_re ...) \
+                 does not check RLIMIT_MEMLOCK, so registrations of jobs that run with the same capabilities are not \
+                 limited by it; jobs started without CAP_IPC_LOCK (another user, a container without IPC_LOCK) are"
+                    .into(),
+            );
+        } else {
+            details.push(format!(
+                "CAP_IPC_LOCK is present, but {} (siw) pins against RLIMIT_MEMLOCK even with it (siw_umem_get does \
+                 not ask for the capability); ib_umem_get providers (mlx5, rxe, ...) would ignore the limit",
+                honouring.join(", ")
+            ));
+        }
+    }
+    let mut c = check("memlock", "locked memory limit (ulimit -l)", status, value);
+    c.details = details;
     if status != Status::Ok {
         c.fix = Some(MEMLOCK_FIX.into());
     }
-    c.raw = json!({"soft": soft, "hard": hard});
+    c.raw = json!({"soft": soft, "hard": hard, "cap_ipc_lock": cap_ipc_lock, "enforced_by": honouring});
     c
 }
 
 fn cap_ipc_lock(fs: &Fs, memlock_finite: bool) -> Check {
-    let eff = fs
-        .read("/proc/self/status")
-        .and_then(|s| s.lines().find(|l| l.starts_with("CapEff:")).map(|l| l[7..].trim().to_string()))
-        .and_then(|h| u64::from_str_radix(&h, 16).ok());
-    match eff {
+    match ipc_lock(fs) {
         None => check("cap_ipc_lock", "CAP_IPC_LOCK", Status::Warn, "unknown: no CapEff in /proc/self/status"),
-        Some(caps) => {
-            let has = caps & (1 << 14) != 0;
+        Some(has) => {
             let status = if has || !memlock_finite { Status::Ok } else { Status::Warn };
             let mut c = check("cap_ipc_lock", "CAP_IPC_LOCK", status, if has { "present" } else { "absent" });
             if !has && memlock_finite {
@@ -443,4 +471,162 @@ fn env_vars(fs: &Fs) -> Check {
     c.details = set.iter().map(|(k, v)| format!("{k}={v}")).collect();
     c.raw = serde_json::Value::Object(set.into_iter().map(|(k, v)| (k, serde_json::Value::String(v))).collect());
     c
+}
+
+/// The value of an environment variable as the job would see it (this process's; a captured tree's
+/// /proc/self/environ).
+fn env_var(fs: &Fs, key: &str) -> Option<String> {
+    if fs.is_real_root() {
+        return std::env::var(key).ok();
+    }
+    let e = fs.read("/proc/self/environ")?;
+    e.split('\0').find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=').map(String::from))
+}
+
+/// What `UCX_IB_PCI_RELAXED_ORDERING` means on this node: its default (`auto`, also spelled `try`)
+/// depends on the CPU model (see [`crate::ucx`]), so nodes of one fleet differ.
+fn ucx_relaxed_ordering(fs: &Fs) -> Check {
+    use crate::ucx;
+    let cpu = ucx::parse_cpuinfo(&fs.read("/proc/cpuinfo").unwrap_or_default());
+    let installed = fs.read("/var/lib/dpkg/status").and_then(|s| ucx::installed_version(&s));
+    let series = installed.as_deref().and_then(ucx::version);
+    let setting = env_var(fs, "UCX_IB_PCI_RELAXED_ORDERING");
+    let explicit = setting.as_deref().map(|s| s.trim().to_ascii_lowercase());
+    let title = "UCX relaxed ordering (UCX_IB_PCI_RELAXED_ORDERING)";
+    let rows = ucx::by_version(&cpu);
+    let here = series.map(|v| ucx::auto_on(&cpu, v));
+    let value = match explicit.as_deref() {
+        Some("on" | "yes" | "y" | "1" | "true") => format!("set to {}: UCX always requests relaxed ordering", setting.as_deref().unwrap_or("")),
+        Some("off" | "no" | "n" | "0" | "false") => format!("set to {}: UCX never requests relaxed ordering", setting.as_deref().unwrap_or("")),
+        _ => {
+            let what = match (here, installed.as_deref()) {
+                (Some(a), Some(v)) => format!("UCX {v} {} on this CPU", ucx::say(a)),
+                _ => {
+                    let mut parts: Vec<String> = Vec::new();
+                    for (range, a) in &rows {
+                        parts.push(format!("UCX {range} {}", ucx::say(*a)));
+                    }
+                    format!("UCX version unknown: {}", parts.join("; "))
+                }
+            };
+            format!("default (auto/try): {what} ({})", cpu.describe())
+        }
+    };
+    let mut c = check("ucx_relaxed_ordering", title, Status::Ok, value);
+    c.details.push(
+        "UCX's default asks for IBV_ACCESS_RELAXED_ORDERING only on CPU models it prefers it for (AMD Naples/Rome/Milan, \
+         Genoa from UCX 1.16, Turin from 1.18, Fujitsu ARM before 1.18): nodes with other CPUs register without it, so \
+         a device or platform that refuses relaxed ordering fails only on some nodes of a mixed fleet. Set \
+         UCX_IB_PCI_RELAXED_ORDERING=on or off explicitly for the same behaviour everywhere; compare nodes with \
+         `mrshim doctor --compare`."
+            .into(),
+    );
+    if explicit.is_none() {
+        for (range, a) in &rows {
+            c.details.push(format!("UCX {range}: {}", ucx::say(*a)));
+        }
+    }
+    let auto_json = |a: ucx::Auto| match a {
+        ucx::Auto::All(m) => json!({"requests": "all", "model": m}),
+        ucx::Auto::GpuOnly(m) => json!({"requests": "gpu", "model": m}),
+        ucx::Auto::No => json!({"requests": "none"}),
+    };
+    c.raw = json!({
+        "setting": setting,
+        "ucx_version": installed,
+        "cpu": {"vendor": cpu.vendor, "family": cpu.family, "model": cpu.model, "implementer": cpu.implementer, "architecture": cpu.architecture},
+        "default_here": here.map(auto_json),
+        "default_by_version": rows.iter().map(|(r, a)| (r.clone(), auto_json(*a))).collect::<serde_json::Map<String, serde_json::Value>>(),
+    });
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A captured tree with the given files (path below the root, content).
+    fn tree(name: &str, files: &[(&str, &str)]) -> std::path::PathBuf {
+        let root = std::env::temp_dir().join(format!("mrshim-doctor-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for (p, text) in files {
+            let f = root.join(p);
+            std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+            std::fs::write(f, text).unwrap();
+        }
+        root
+    }
+
+    const LIMITS_8M: &str = "Limit                     Soft Limit           Hard Limit           Units\nMax locked memory         8388608              8388608              bytes\n";
+    /// CapEff of root (all capabilities) and of a user without any.
+    const ROOT_CAPS: &str = "Name:\tmrshim\nCapEff:\t000001ffffffffff\n";
+    const NO_CAPS: &str = "Name:\tmrshim\nCapEff:\t0000000000000000\n";
+
+    fn memlock_of(name: &str, files: &[(&str, &str)]) -> Check {
+        let root = tree(name, files);
+        let c = memlock(&Fs::new(&root), ipc_lock(&Fs::new(&root)) == Some(true));
+        std::fs::remove_dir_all(&root).unwrap();
+        c
+    }
+
+    /// With CAP_IPC_LOCK an 8 MiB memlock is no failure where ib_umem_get pins (rxe, mlx5), and
+    /// still one where siw pins; without the capability it fails everywhere.
+    #[test]
+    fn memlock_with_cap_ipc_lock_depends_on_the_provider() {
+        let rxe = [
+            ("proc/self/limits", LIMITS_8M),
+            ("proc/self/status", ROOT_CAPS),
+            ("sys/class/infiniband/rxe0/node_type", "1: CA\n"),
+        ];
+        let c = memlock_of("rxe-root", &rxe);
+        assert_eq!(c.status, Status::Ok, "{c:?}");
+        assert!(c.value.contains("not enforced: CAP_IPC_LOCK"), "{}", c.value);
+        assert!(c.details.iter().any(|d| d.contains("ib_umem_get")), "{:?}", c.details);
+        assert_eq!(c.fix, None);
+        let mut siw = rxe.to_vec();
+        siw.push(("sys/class/infiniband/siw0/node_type", "4: RNIC\n"));
+        let c = memlock_of("siw-root", &siw);
+        assert_eq!(c.status, Status::Fail, "{c:?}");
+        assert!(c.details.iter().any(|d| d.contains("siw0") && d.contains("even with it")), "{:?}", c.details);
+        assert_eq!(c.raw["enforced_by"], json!(["siw0"]));
+        let mut user = rxe.to_vec();
+        user[1] = ("proc/self/status", NO_CAPS);
+        let c = memlock_of("rxe-user", &user);
+        assert_eq!(c.status, Status::Fail, "{c:?}");
+        assert!(c.fix.is_some());
+    }
+
+    fn ucx_of(name: &str, files: &[(&str, &str)]) -> Check {
+        let root = tree(name, files);
+        let c = ucx_relaxed_ordering(&Fs::new(&root));
+        std::fs::remove_dir_all(&root).unwrap();
+        c
+    }
+
+    const DPKG: &str = "Package: libucx0\nStatus: install ok installed\nVersion: 1.13.1-1\n\n";
+
+    /// What `try`/`auto` means here, from /proc/cpuinfo and the installed UCX; an explicit
+    /// setting wins.
+    #[test]
+    fn ucx_relaxed_ordering_default_follows_the_cpu() {
+        let milan = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\n";
+        let intel = "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 207\n";
+        let c = ucx_of("milan", &[("proc/cpuinfo", milan), ("var/lib/dpkg/status", DPKG)]);
+        assert_eq!(
+            c.value,
+            "default (auto/try): UCX 1.13.1-1 requests relaxed ordering (AMD Milan) on this CPU (AuthenticAMD family 0x19 model 0x1)"
+        );
+        assert_eq!(c.raw["default_here"]["requests"], "all");
+        let c = ucx_of("intel", &[("proc/cpuinfo", intel), ("var/lib/dpkg/status", DPKG)]);
+        assert!(c.value.contains("UCX 1.13.1-1 does not request relaxed ordering on this CPU"), "{}", c.value);
+        assert!(c.details.iter().any(|d| d == "UCX 1.21: requests relaxed ordering (Intel Emerald Rapids)"), "{:?}", c.details);
+        let c = ucx_of("unknown-version", &[("proc/cpuinfo", intel)]);
+        assert!(c.value.starts_with("default (auto/try): UCX version unknown: UCX 1.13–1.15 does not request"), "{}", c.value);
+        let c = ucx_of(
+            "set-on",
+            &[("proc/cpuinfo", intel), ("var/lib/dpkg/status", DPKG), ("proc/self/environ", "A=1\0UCX_IB_PCI_RELAXED_ORDERING=on\0")],
+        );
+        assert_eq!(c.value, "set to on: UCX always requests relaxed ordering");
+        assert_eq!(c.raw["setting"], "on");
+    }
 }

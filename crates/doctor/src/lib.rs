@@ -10,6 +10,7 @@ pub mod probe;
 pub mod render;
 pub mod report;
 pub mod sys;
+pub mod ucx;
 
 pub use report::{Check, Report, Status};
 
