@@ -496,20 +496,21 @@ fn ucx_relaxed_ordering(fs: &Fs) -> Check {
     let rows = ucx::by_version(&cpu);
     let here = series.map(|v| ucx::auto_on(&cpu, v));
     let value = match explicit.as_deref() {
-        Some("on" | "yes" | "y" | "1" | "true") => format!("set to {}: UCX always requests relaxed ordering", setting.as_deref().unwrap_or("")),
-        Some("off" | "no" | "n" | "0" | "false") => format!("set to {}: UCX never requests relaxed ordering", setting.as_deref().unwrap_or("")),
+        Some("on" | "yes" | "y" | "1" | "true") => {
+            format!("set to {}: UCX always requests relaxed ordering", setting.as_deref().unwrap_or(""))
+        }
+        Some("off" | "no" | "n" | "0" | "false") => {
+            format!("set to {}: UCX never requests relaxed ordering", setting.as_deref().unwrap_or(""))
+        }
         _ => {
             let what = match (here, installed.as_deref()) {
                 (Some(a), Some(v)) => format!("UCX {v} {} on this CPU", ucx::say(a)),
                 _ => {
-                    let mut parts: Vec<String> = Vec::new();
-                    for (range, a) in &rows {
-                        parts.push(format!("UCX {range} {}", ucx::say(*a)));
-                    }
-                    format!("UCX version unknown: {}", parts.join("; "))
+                    let first = rows.first().map_or(ucx::Auto::No, |r| r.1);
+                    format!("UCX version unknown; 1.13 {}", ucx::say(first))
                 }
             };
-            format!("default (auto/try): {what} ({})", cpu.describe())
+            format!("default: {what}")
         }
     };
     let mut c = check("ucx_relaxed_ordering", title, Status::Ok, value);
@@ -612,19 +613,24 @@ mod tests {
         let milan = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\n";
         let intel = "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 207\n";
         let c = ucx_of("milan", &[("proc/cpuinfo", milan), ("var/lib/dpkg/status", DPKG)]);
-        assert_eq!(
-            c.value,
-            "default (auto/try): UCX 1.13.1-1 requests relaxed ordering (AMD Milan) on this CPU (AuthenticAMD family 0x19 model 0x1)"
-        );
+        assert_eq!(c.value, "default: UCX 1.13.1-1 requests relaxed ordering (AMD Milan) on this CPU");
         assert_eq!(c.raw["default_here"]["requests"], "all");
         let c = ucx_of("intel", &[("proc/cpuinfo", intel), ("var/lib/dpkg/status", DPKG)]);
         assert!(c.value.contains("UCX 1.13.1-1 does not request relaxed ordering on this CPU"), "{}", c.value);
-        assert!(c.details.iter().any(|d| d == "UCX 1.21: requests relaxed ordering (Intel Emerald Rapids)"), "{:?}", c.details);
+        assert!(
+            c.details.iter().any(|d| d == "UCX 1.21: requests relaxed ordering (Intel Emerald Rapids)"),
+            "{:?}",
+            c.details
+        );
         let c = ucx_of("unknown-version", &[("proc/cpuinfo", intel)]);
-        assert!(c.value.starts_with("default (auto/try): UCX version unknown: UCX 1.13–1.15 does not request"), "{}", c.value);
+        assert!(c.value.starts_with("default: UCX version unknown; 1.13 does not request"), "{}", c.value);
         let c = ucx_of(
             "set-on",
-            &[("proc/cpuinfo", intel), ("var/lib/dpkg/status", DPKG), ("proc/self/environ", "A=1\0UCX_IB_PCI_RELAXED_ORDERING=on\0")],
+            &[
+                ("proc/cpuinfo", intel),
+                ("var/lib/dpkg/status", DPKG),
+                ("proc/self/environ", "A=1\0UCX_IB_PCI_RELAXED_ORDERING=on\0"),
+            ],
         );
         assert_eq!(c.value, "set to on: UCX always requests relaxed ordering");
         assert_eq!(c.raw["setting"], "on");

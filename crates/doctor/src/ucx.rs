@@ -168,7 +168,8 @@ mod tests {
     /// The decision table, case by case from UCX's sources (see the module).
     #[test]
     fn decision_table() {
-        let intel = |model| Cpu { vendor: "GenuineIntel".into(), family: Some(6), model: Some(model), ..Default::default() };
+        let intel =
+            |model| Cpu { vendor: "GenuineIntel".into(), family: Some(6), model: Some(model), ..Default::default() };
         let fujitsu = Cpu { implementer: Some(0x46), architecture: Some(8), ..Default::default() };
         let arm = Cpu { implementer: Some(0x41), architecture: Some(8), ..Default::default() };
         let hygon = Cpu { vendor: "HygonGenuine".into(), family: Some(0x18), model: Some(0), ..Default::default() };
@@ -210,12 +211,14 @@ mod tests {
         let c = parse_cpuinfo(x86);
         assert_eq!(c, amd(25, 17));
         assert_eq!(c.describe(), "AuthenticAMD family 0x19 model 0x11");
-        let arm = "processor\t: 0\nBogoMIPS\t: 200.00\nCPU implementer\t: 0x46\nCPU architecture: 8\nCPU variant\t: 0x1\n";
+        let arm =
+            "processor\t: 0\nBogoMIPS\t: 200.00\nCPU implementer\t: 0x46\nCPU architecture: 8\nCPU variant\t: 0x1\n";
         let c = parse_cpuinfo(arm);
         assert_eq!((c.implementer, c.architecture), (Some(0x46), Some(8)));
         assert_eq!(version("1.13.1-1"), Some((1, 13)));
         assert_eq!(version("1:1.16.0~rc2"), Some((1, 16)), "an epoch is not the version");
-        let status = "Package: libucx0\nStatus: install ok installed\nVersion: 1.13.1-1\n\nPackage: ucx-utils\nVersion: 9\n";
+        let status =
+            "Package: libucx0\nStatus: install ok installed\nVersion: 1.13.1-1\n\nPackage: ucx-utils\nVersion: 9\n";
         assert_eq!(installed_version(status).as_deref(), Some("1.13.1-1"));
         let rows = by_version(&amd(0x19, 0x11));
         let names: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
