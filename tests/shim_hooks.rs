@@ -40,12 +40,17 @@ fn exports_only_the_hooks_and_needs_no_libibverbs() {
     assert_eq!(
         defined,
         [
+            "close@@GLIBC_2.2.5",
+            "close_range@@GLIBC_2.34",
+            "closefrom@@GLIBC_2.34",
             "dlclose@@GLIBC_2.34",
             "dlclose@GLIBC_2.2.5",
             "dlsym@@GLIBC_2.34",
             "dlsym@GLIBC_2.2.5",
             "dlvsym@@GLIBC_2.34",
             "dlvsym@GLIBC_2.2.5",
+            "dup2@@GLIBC_2.2.5",
+            "dup3@@GLIBC_2.9",
             "ibv_dereg_mr@@IBVERBS_1.1",
             "ibv_dereg_mr@IBVERBS_1.0",
             "ibv_destroy_qp@@IBVERBS_1.1",

@@ -33,6 +33,9 @@ Environment read by libmrshim.so (also when preloaded without `mrshim exec`):
   MRSHIM_BOUNCE_REMOTE  refuse (default) | announced: may bounce regions peers RDMA-WRITE/READ;
                   announced = every such access is announced by a completion the process polls
                   or a message it posts (NCCL, MPI): the bounce contract (docs/bounce.md)
+  MRSHIM_BOUNCE_ON_VIOLATION  warn (default) | abort: a bounce region used outside its contract
+                  is a WARN line, a violation record and a count in the summary; abort also
+                  stops the process at the first one (docs/bounce.md)
   MRSHIM_INJECT   CALL:ERRNO[:COND,...];...  make up failures to rehearse, e.g.
                   ibv_reg_mr_iova2:EINVAL:relaxed (docs/retry.md)
   MRSHIM_DEBUG_PANIC  init | hook | call | record | exit | bounce: the shim panics there on purpose, to show that
