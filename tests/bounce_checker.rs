@@ -156,6 +156,9 @@ impl Checker {
         if bounce {
             c.env("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed")
                 .env("MRSHIM_RETRY", "bounce")
+                // The programs' peer accesses are announced (a completion or a message) but for
+                // the labelled exclusions: the user's declaration of docs/bounce.md's contract.
+                .env("MRSHIM_BOUNCE_REMOTE", "announced")
                 .env("MRSHIM_LOG", "off")
                 .env("MRSHIM_WARN", "off");
             // Every other program without write tracking (whole-region compares: the fallback
@@ -183,7 +186,7 @@ impl Checker {
         let args = args.join(" ");
         format!(
             "  plain:  {base} {prog} {args}\n  bounce: {base} LD_PRELOAD={shim} MRSHIM_SIM_FAULTS=reg:EFAULT:relaxed \
-             MRSHIM_RETRY=bounce {track}{corrupt}{prog} {args}",
+             MRSHIM_RETRY=bounce MRSHIM_BOUNCE_REMOTE=announced {track}{corrupt}{prog} {args}",
             prog = self.prog.display(),
             shim = shim_lib().display(),
             track = if p.seed % 2 == 1 { "MRSHIM_BOUNCE_TRACK=off " } else { "" },

@@ -28,7 +28,10 @@ fn run_pair(w: &SimWorld, mem: &str) -> Run {
         let logs = w.dir.join(format!("logs-{role}"));
         let _ = std::fs::remove_dir_all(&logs);
         let mut c = w.cmd(passive());
-        c.args([role, exchange.to_str().unwrap(), mem, "16777216"]).env("MRSHIM_LOG", format!("{}/", logs.display()));
+        c.args([role, exchange.to_str().unwrap(), mem, "16777216"])
+            .env("MRSHIM_LOG", format!("{}/", logs.display()))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
         c
     };
     let t = side("target").spawn().expect("target");

@@ -439,7 +439,9 @@ fn random_policies_and_failures_never_crash_and_every_mr_carries_data() {
         seen_total.3 += recs.iter().filter(|r| r.strategy.as_deref() == Some("bounce") && r.result == "ok").count();
     }
     let (failed, rescued, learned, bounced) = seen_total;
-    assert!(failed > 20 && rescued > 10 && learned > 20 && bounced > 5, "the mix exercises every path: {seen_total:?}");
+    // Learning is keyed by the cause a strategy proved (issue 28 item 5), so fewer later calls
+    // take a learned rescue than when one rescue sent every registration of the kind there.
+    assert!(failed > 20 && rescued > 10 && learned > 5 && bounced > 5, "the mix exercises every path: {seen_total:?}");
 }
 
 /// The device refuses relaxed ordering with EINVAL and, without it, answers ENOMEM: the rescue

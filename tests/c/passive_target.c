@@ -240,17 +240,18 @@ static int target(void) {
 static int initiator(void) {
     void *buf = alloc();
     open_qp();
-    struct info t;
-    wait_for("target", &t, sizeof t);
-    if (t.refused) {
-        printf("initiator: target refused\n");
-        return 2;
-    }
+    /* Its own buffer first (local access only: inside the bounce contract), then the target's. */
     struct ibv_mr *mr = ibv_reg_mr(pd, buf, size, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_RELAXED_ORDERING);
     if (!mr) {
         int e = errno;
         printf("initiator: registration refused: errno %d (%s)\n", e, strerrorname_np(e));
         return 3;
+    }
+    struct info t;
+    wait_for("target", &t, sizeof t);
+    if (t.refused) {
+        printf("initiator: target refused\n");
+        return 2;
     }
     struct info me;
     my_info(&me);
