@@ -61,13 +61,21 @@ impl Matcher {
                 }
             }
         }
-        let ac = AhoCorasick::builder().ascii_case_insensitive(true).build(&pats).ok();
+        let ac = AhoCorasick::builder()
+            .kind(Some(aho_corasick::AhoCorasickKind::DFA))
+            .ascii_case_insensitive(true)
+            .build(&pats)
+            .ok();
         Matcher { issues, note, ac, owners }
     }
 
     /// Pattern indices occurring in `line`.
     pub fn scan(&self, line: &str) -> Vec<usize> {
         let Some(ac) = &self.ac else { return vec![] };
+        // the prefilter first: most lines have none of the patterns
+        if !ac.is_match(line) {
+            return vec![];
+        }
         let mut v: Vec<usize> = ac.find_overlapping_iter(line).map(|m| m.pattern().as_usize()).collect();
         v.dedup();
         v

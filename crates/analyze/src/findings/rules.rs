@@ -202,11 +202,7 @@ pub(super) fn memlock_limit<'a>(v: &View<'a>) -> Cand<'a> {
     let enomem = v.errno_count(ENOMEM);
     let total = sum(&v.fails);
     if enomem * 2 >= total {
-        c.add(
-            1.0,
-            "ENOMEM is what the kernel returns at that limit.",
-            None,
-        );
+        c.add(1.0, "ENOMEM is what the kernel returns at that limit.", None);
     }
     if v.errno_count(EPERM) > 0 && small.iter().any(|s| s.1 == 0) {
         c.add(1.0, "EPERM with a memlock limit of 0: the process may not pin memory at all.", None);
