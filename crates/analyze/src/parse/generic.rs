@@ -229,13 +229,10 @@ pub fn lib_hint(s: &str) -> Option<Lib> {
 
 fn arg_num(l: &str, keys: &[&str]) -> Option<u64> {
     for k in keys {
-        if let Some(i) = l.find(k) {
-            let v: String = l[i + k.len()..]
-                .trim_start_matches([' ', '=', ':'])
-                .chars()
-                .take_while(|c| c.is_ascii_hexdigit() || *c == 'x')
-                .collect();
-            if let Some(n) = parse_hex(&v).or_else(|| v.parse().ok()) {
+        if let Some(i) = memchr::memmem::find(l.as_bytes(), k.as_bytes()) {
+            let v = l[i + k.len()..].trim_start_matches([' ', '=', ':']);
+            let v = &v[..v.bytes().take_while(|c| c.is_ascii_hexdigit() || *c == b'x').count()];
+            if let Some(n) = parse_hex(v).or_else(|| v.parse().ok()) {
                 return Some(n);
             }
         }
