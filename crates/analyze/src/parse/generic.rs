@@ -227,10 +227,22 @@ pub fn lib_hint(s: &str) -> Option<Lib> {
     first.map(|i| LIBS[i as usize].1)
 }
 
-fn arg_num(l: &str, keys: &[&str]) -> Option<u64> {
+/// Keys of the arguments [`recognise`] reads, each list in order of preference.
+const ADDR_KEYS: &[&str] = &["addr=", "addr:", "address=", "address ", "buf ", "memory "];
+const LEN_KEYS: &[&str] = &["length=", "length:", "length ", "len=", "size=", "size:", "size = "];
+const ACCESS_KEYS: &[&str] = &["access=", "access:", "access_flags = ", "accessflag:"];
+
+type Finders = Vec<memchr::memmem::Finder<'static>>;
+
+fn finders(keys: &'static [&'static str]) -> Finders {
+    keys.iter().map(|k| memchr::memmem::Finder::new(k.as_bytes())).collect()
+}
+
+/// The number after the first key of `keys` that has one, in hex (`0x`) or decimal.
+fn arg_num(l: &str, keys: &Finders) -> Option<u64> {
     for k in keys {
-        if let Some(i) = memchr::memmem::find(l.as_bytes(), k.as_bytes()) {
-            let v = l[i + k.len()..].trim_start_matches([' ', '=', ':']);
+        if let Some(i) = k.find(l.as_bytes()) {
+            let v = l[i + k.needle().len()..].trim_start_matches([' ', '=', ':']);
             let v = &v[..v.bytes().take_while(|c| c.is_ascii_hexdigit() || *c == b'x').count()];
             if let Some(n) = parse_hex(v).or_else(|| v.parse().ok()) {
                 return Some(n);
@@ -242,6 +254,9 @@ fn arg_num(l: &str, keys: &[&str]) -> Option<u64> {
 
 /// A registration failure on `body`, or None.
 pub fn recognise(body: &str) -> Option<RegEv> {
+    static ADDR: std::sync::LazyLock<Finders> = std::sync::LazyLock::new(|| finders(ADDR_KEYS));
+    static LEN: std::sync::LazyLock<Finders> = std::sync::LazyLock::new(|| finders(LEN_KEYS));
+    static ACCESS: std::sync::LazyLock<Finders> = std::sync::LazyLock::new(|| finders(ACCESS_KEYS));
     // prose in CJK scripts is read sentence by sentence by the prose parser
     if body.len() > 4096 || body.chars().any(|c| c >= '\u{2e80}') {
         return None;
@@ -265,9 +280,9 @@ pub fn recognise(body: &str) -> Option<RegEv> {
         ok: false,
         errno: errno::find(body),
         mem,
-        addr: arg_num(&lower, &["addr=", "addr:", "address=", "address ", "buf ", "memory "]).filter(|a| *a > 4096),
-        length: arg_num(&lower, &["length=", "length:", "length ", "len=", "size=", "size:", "size = "]),
-        access: arg_num(&lower, &["access=", "access:", "access_flags = ", "accessflag:"]).map(|a| a as u32),
+        addr: arg_num(&lower, &ADDR).filter(|a| *a > 4096),
+        length: arg_num(&lower, &LEN),
+        access: arg_num(&lower, &ACCESS).map(|a| a as u32),
         ..Default::default()
     })
 }
