@@ -139,7 +139,8 @@ mod tests {
                 all(&copy, Set::Errno)
             };
             assert_eq!(from_line, own, "{part:?}");
-            assert_eq!(lib_from_line, all(&part.to_string(), Set::Lib), "{part:?}");
+            let copy = part.to_string();
+            assert_eq!(lib_from_line, all(&copy, Set::Lib), "{part:?}");
         }
         let mut buf = line.clone();
         prime(&buf);
