@@ -1,8 +1,9 @@
 //! analyze throughput on a generated 1 GiB mixed log, one thread: `cargo run --release -p mrshim-analyze
 //! --bin analyze-bench [-- BYTES]`. Prints MB/s; the goal is >= 200 MB/s. Not part of the test suite.
-//! `analyze-bench failures [goal]`: input made of failure lines only (records, MRSHIM WARN, NCCL WARN, UCX and
+//! `analyze-bench failures`: input made of failure lines only (records, MRSHIM WARN, NCCL WARN, UCX and
 //! libfabric lines): MB/s at 20k, 200k and 2M failure lines side by side (the cost per line must not
-//! grow with their number), and PASS/FAIL for 100 MB of them in under 2 s.
+//! grow with their number), and PASS/FAIL for 100 MB of them in under 2 s, beside the last row
+//! docs/perf.md recorded. `failures goal [BYTES]`: the goal's run alone (BYTES for a profiler).
 //! `analyze-bench job DIR [REGS]` writes the synthetic 4096-rank job instead (512 hosts x 8 ranks, 3 with a
 //! 64 KiB memlock; REGS registrations per rank, default 128 = about 450 MB) to time `mrshim analyze DIR`.
 use mrshim_analyze::gen;
@@ -63,7 +64,24 @@ fn failure_run(block: &[u8], bytes: u64) -> (u64, f64, f64, f64, u64) {
     (lines, bytes as f64 / 1e6 / cpu, cpu, wall, a.failed())
 }
 
+/// The last row of docs/perf.md's table for this run ("analyze on failure lines only"), printed
+/// beside this run's figures: the before of a change is the row recorded before it.
+fn last_recorded() -> Option<String> {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/perf.md")).ok()?;
+    let sec = doc.split("## analyze on failure lines only").nth(1)?;
+    let sec = sec.split("\n## ").next()?;
+    // rows of the dated table: `| 2026-12-06 09:10, ...`
+    let dated =
+        |l: &&str| l.len() > 7 && l.starts_with("| ") && l[2..6].bytes().all(|b| b.is_ascii_digit()) && &l[6..7] == "-";
+    let row = sec.lines().filter(dated).last()?;
+    Some(row.trim().to_string())
+}
+
 fn failures(goal_only: Option<u64>) {
+    if let Some(row) = last_recorded() {
+        println!("analyze-bench failures: last recorded (docs/perf.md): {row}");
+        println!("analyze-bench failures: columns: date, host, commit | MB/s at 20k | at 200k | at 2M | 100 MB: CPU s");
+    }
     let block = gen::failure_block(8 << 20);
     let per_line = block.len() as f64 / block.iter().filter(|b| **b == b'\n').count() as f64;
     if let Some(bytes) = goal_only {
