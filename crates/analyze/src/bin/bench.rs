@@ -73,7 +73,7 @@ fn last_recorded() -> Option<String> {
     // rows of the dated table: `| 2026-12-06 09:10, ...`
     let dated =
         |l: &&str| l.len() > 7 && l.starts_with("| ") && l[2..6].bytes().all(|b| b.is_ascii_digit()) && &l[6..7] == "-";
-    let row = sec.lines().filter(dated).last()?;
+    let row = sec.lines().rfind(dated)?;
     Some(row.trim().to_string())
 }
 
