@@ -194,7 +194,7 @@ pub struct Collector {
     /// WARN line, the MRSHIM summary, NCCL's line, UCX's line, the application's own line). One failure
     /// shows up in several of them, under different call names and errno wordings; the channel that
     /// saw the most stands for the process.
-    seen_by_source: HashMap<(String, u32), ChannelCounts>,
+    seen_by_source: HashMap<String, HashMap<u32, ChannelCounts>>,
     /// Per file: failures seen in lines that name their process (per channel), and in lines that do
     /// not (an application's own error line): those are the same failures again as long as there
     /// are no more of them than the file's best channel of lines with a pid saw.
@@ -297,7 +297,10 @@ impl Collector {
         let new = match r.pid {
             Some(pid) => {
                 bump(named, ch);
-                let c = self.seen_by_source.entry((host.to_string(), pid)).or_default();
+                if !self.seen_by_source.contains_key(host) {
+                    self.seen_by_source.insert(host.to_string(), HashMap::default());
+                }
+                let c = self.seen_by_source.get_mut(host).expect("inserted").entry(pid).or_default();
                 let mine = bump(c, ch);
                 mine > others(c, ch)
             }

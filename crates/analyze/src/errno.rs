@@ -67,15 +67,8 @@ pub use mrshim_errno::text;
 /// forms in [`KEYED`], `[14]`/`(22)` after a failure, negative returns (`failed -12`, `return -22`,
 /// `: -22`) and libfabric's negative FI_ errno. Numbers that are no errno this table knows are ignored.
 pub fn find(s: &str) -> Option<i32> {
-    for e in recognised() {
-        if contains_ci(s, e.text) || contains_word(s, e.name) {
-            return Some(e.number);
-        }
-    }
-    for (nm, n) in ALIASES {
-        if contains_word(s, nm) {
-            return Some(*n);
-        }
+    if let Some(n) = named(s) {
+        return Some(n);
     }
     let lower = s.to_ascii_lowercase();
     for key in KEYED {
@@ -95,6 +88,61 @@ pub fn find(s: &str) -> Option<i32> {
     bracketed(s).or_else(|| negative_return(s))
 }
 
+/// The texts and names of [`RECOGNISED`] and the [`ALIASES`], found in one pass: a strerror text in
+/// any casing, an errno name as a word of its own in capitals. The first errno of the table that
+/// occurs wins (as if each were looked for in turn), then the aliases.
+struct Names {
+    /// word -> (priority, errno, is a name: exact case and word boundaries required)
+    what: Vec<(usize, i32, bool)>,
+    words: Vec<&'static str>,
+}
+
+fn names() -> &'static Names {
+    static N: std::sync::LazyLock<Names> = std::sync::LazyLock::new(|| {
+        let mut words: Vec<&'static str> = Vec::new();
+        let mut what = Vec::new();
+        for (i, e) in recognised().enumerate() {
+            words.push(e.text);
+            what.push((i, e.number, false));
+            words.push(e.name);
+            what.push((i, e.number, true));
+        }
+        for (i, (nm, n)) in ALIASES.iter().enumerate() {
+            words.push(nm);
+            what.push((RECOGNISED.len() + i, *n, true));
+        }
+        Names { what, words }
+    });
+    &N
+}
+
+/// The words [`find`] looks for first, for the line scanner ([`crate::scan`]).
+pub fn words() -> Vec<String> {
+    names().words.iter().map(|w| w.to_string()).collect()
+}
+
+fn named(s: &str) -> Option<i32> {
+    let n = names();
+    let b = s.as_bytes();
+    let mut best: Option<(usize, i32)> = None;
+    crate::scan::each(s, crate::scan::Set::Errno, |w, r| {
+        let (prio, num, word) = n.what[w as usize];
+        if best.is_some_and(|(p, _)| p <= prio) {
+            return;
+        }
+        if word {
+            let exact = b[r.clone()] == *n.words[w as usize].as_bytes();
+            let before = r.start == 0 || !b[r.start - 1].is_ascii_alphanumeric();
+            let after = r.end >= b.len() || !b[r.end].is_ascii_alphanumeric();
+            if !(exact && before && after) {
+                return;
+            }
+        }
+        best = Some((prio, num));
+    });
+    best.map(|b| b.1)
+}
+
 /// A known errno right after a key: separators ` `, `:`, `=`, `(` and an optional minus, then digits.
 fn number_after(rest: &str) -> Option<i32> {
     let t = rest.trim_start_matches([' ', ':', '=', '\t']);
@@ -106,7 +154,7 @@ fn number_after(rest: &str) -> Option<i32> {
 }
 
 fn known(t: &str) -> Option<i32> {
-    let digits: String = t.chars().take_while(|c| c.is_ascii_digit()).collect();
+    let digits = &t[..t.bytes().take_while(u8::is_ascii_digit).count()];
     let n: i32 = digits.parse().ok()?;
     // a longer number (an address, a size) is not an errno
     if t[digits.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '.') {
@@ -144,26 +192,6 @@ fn negative_return(s: &str) -> Option<i32> {
         }
     }
     None
-}
-
-fn contains_ci(s: &str, needle: &str) -> bool {
-    s.contains(needle) || s.to_ascii_lowercase().contains(&needle.to_ascii_lowercase())
-}
-
-fn contains_word(s: &str, w: &str) -> bool {
-    let b = s.as_bytes();
-    let mut from = 0;
-    while let Some(i) = s[from..].find(w) {
-        let at = from + i;
-        let before = at == 0 || !b[at - 1].is_ascii_alphanumeric();
-        let end = at + w.len();
-        let after = end >= b.len() || !b[end].is_ascii_alphanumeric();
-        if before && after {
-            return true;
-        }
-        from = end;
-    }
-    false
 }
 
 #[cfg(test)]

@@ -40,10 +40,22 @@ pub fn table() -> (Vec<KnownIssue>, Option<String>) {
     }
 }
 
+/// The patterns of [`table`] as read once per process, for the line scanner ([`crate::scan`]).
+pub fn words() -> Vec<String> {
+    static W: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| patterns(&table().0));
+    W.clone()
+}
+
+fn patterns(issues: &[KnownIssue]) -> Vec<String> {
+    issues.iter().flat_map(|k| k.groups.iter().flatten().cloned()).collect()
+}
+
 /// Scans lines for every pattern of every issue at once.
 pub struct Matcher {
     pub issues: Vec<KnownIssue>,
     pub note: Option<String>,
+    /// The patterns are the line scanner's ([`words`]): its pass of the line answers.
+    shared: bool,
     ac: Option<AhoCorasick>,
     /// pattern index -> (issue, group, position in group)
     pub owners: Vec<(usize, usize)>,
@@ -61,14 +73,24 @@ impl Matcher {
                 }
             }
         }
-        let ac = AhoCorasick::builder().ascii_case_insensitive(true).build(&pats).ok();
-        Matcher { issues, note, ac, owners }
+        let ac = AhoCorasick::builder()
+            .kind(Some(aho_corasick::AhoCorasickKind::DFA))
+            .ascii_case_insensitive(true)
+            .build(&pats)
+            .ok();
+        let shared = pats == words();
+        Matcher { issues, note, shared, ac, owners }
     }
 
     /// Pattern indices occurring in `line`.
     pub fn scan(&self, line: &str) -> Vec<usize> {
         let Some(ac) = &self.ac else { return vec![] };
-        let mut v: Vec<usize> = ac.find_overlapping_iter(line).map(|m| m.pattern().as_usize()).collect();
+        let mut v: Vec<usize> = Vec::new();
+        if self.shared {
+            crate::scan::each(line, crate::scan::Set::Known, |p, _| v.push(p as usize));
+        } else {
+            v.extend(ac.find_overlapping_iter(line).map(|m| m.pattern().as_usize()));
+        }
         v.dedup();
         v
     }

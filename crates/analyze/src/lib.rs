@@ -15,6 +15,7 @@ pub mod known;
 pub mod parse;
 pub mod ranks;
 pub mod render;
+pub mod scan;
 
 use collect::{Collector, FileStat};
 use findings::Finding;

@@ -186,3 +186,26 @@ fn the_timeline_cap_with_only_failures() {
     assert_eq!(c.points_dropped, 30_000);
     assert!(c.points.iter().all(|p| p.failed()));
 }
+
+/// Two processes writing to one terminal cut lines into each other: one garbled failure among
+/// many whole UCX lines that all ask for relaxed ordering does not push relaxed ordering out of
+/// first place; whole lines without it would.
+#[test]
+fn an_interleaved_line_does_not_hide_relaxed_ordering() {
+    let ucx = |i: u64| {
+        format!(
+            "[1796550907.{i:06}] [vm:7602:0]          ib_log.c:254  UCX  ERROR ibv_reg_mr(address=0x7fc2acfd9000, length=19034112, access=0x10000f) failed: Bad address\n"
+        )
+    };
+    let mut text: String = (0..200).map(ucx).collect();
+    // a line whose end is another process's pool error: the status of that line
+    text.push_str("[1796550947.421285] [vm:7603:0]          ib_log.c:254  UCX  ERROR ibv_reg_mr(address=0x7fea0aa00000, length=20971520, access=0x10000f) failed: Input/output error\n");
+    let a = run(&[("job.out", &text)]);
+    assert_eq!(cats(&a).first(), Some(&"relaxed-ordering"), "{:?}", cats(&a));
+    // as many failures with another errno as with a refusal's are no strays
+    let other: String = (0..200)
+        .map(|i| format!("[1796550947.{i:06}] [vm:7603:0]          ib_log.c:254  UCX  ERROR ibv_reg_mr(address=0x7fc2acfd9000, length=19034112, access=0x10000f) failed: Input/output error\n"))
+        .collect();
+    let a = run(&[("job.out", &format!("{text}{other}"))]);
+    assert_ne!(cats(&a).first(), Some(&"relaxed-ordering"), "{:?}", cats(&a));
+}

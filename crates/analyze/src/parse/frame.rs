@@ -37,6 +37,13 @@ pub fn split(line: &str) -> Frame<'_> {
     f
 }
 
+/// The first `": "` in the first `window` bytes of `s` (labels are short: no search through the
+/// whole line for them).
+fn colon_space(s: &str, window: usize) -> Option<usize> {
+    let b = &s.as_bytes()[..s.len().min(window)];
+    memchr::memchr_iter(b':', b).find(|&i| s.as_bytes().get(i + 1) == Some(&b' '))
+}
+
 fn digits(s: &str, n: usize) -> bool {
     s.len() >= n && s.as_bytes()[..n].iter().all(u8::is_ascii_digit)
 }
@@ -65,6 +72,10 @@ fn iso_timestamp(s: &str) -> Option<&str> {
 /// `[2024-05-01 10:00:00] ` (Python logging, many launchers).
 fn bracketed_timestamp(s: &str) -> Option<&str> {
     let inner = s.strip_prefix('[')?;
+    // a date first (UCX's `[1764700000.123456]` and dmesg's stamps are not): no copy for those
+    if inner.as_bytes().get(4) != Some(&b'-') {
+        return None;
+    }
     let end = inner.find(']')?;
     (iso_timestamp(&format!("{} x", &inner[..end])).is_some()).then(|| inner[end + 1..].trim_start())
 }
@@ -133,7 +144,7 @@ fn tag_output<'a>(s: &'a str, rank: &mut Option<i64>) -> Option<&'a str> {
 /// `0: ` / ` 12: ` (srun --label, torchrun's `[rank]:` is handled by the NCCL prefix parser).
 fn srun_label<'a>(s: &'a str, rank: &mut Option<i64>) -> Option<&'a str> {
     let t = s.trim_start();
-    let end = t.find(": ")?;
+    let end = colon_space(t, 7)?;
     if end == 0 || end > 6 || !t[..end].bytes().all(|c| c.is_ascii_digit()) {
         return None;
     }
@@ -156,14 +167,17 @@ fn glog<'a>(s: &'a str, pid: &mut Option<u32>) -> Option<&'a str> {
 
 /// docker compose: `service-1  | text`.
 fn compose(s: &str) -> Option<&str> {
-    let (name, rest) = s.split_once(" | ")?;
+    // names are padded to the longest service name: the separator is near the start
+    let head = &s.as_bytes()[..s.len().min(160)];
+    let at = memchr::memmem::find(head, b" | ")?;
+    let (name, rest) = (&s[..at], &s[at + 3..]);
     let name = name.trim_end();
     (!name.is_empty() && !name.contains(' ') && name.len() < 64).then_some(rest)
 }
 
 /// pdsh/clush: `node017: text` — a host-like label (has a digit, `-` or `.`, no spaces, not a time).
 fn pdsh<'a>(s: &'a str, host: &mut Option<&'a str>) -> Option<&'a str> {
-    let end = s.find(": ")?;
+    let end = colon_space(s, 64)?;
     let h = &s[..end];
     let hostlike = !h.is_empty()
         && h.len() <= 63

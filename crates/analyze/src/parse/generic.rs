@@ -72,20 +72,21 @@ const CALLS: &[&str] = &[
     "ib_umem_get",
 ];
 
-fn squash(s: &str) -> String {
-    s.chars().filter(|c| c.is_ascii_alphanumeric()).map(|c| c.to_ascii_lowercase()).collect()
-}
-
 /// True if `s` names a memory registration (not a deregistration, not a success line).
 pub fn mentions_registration(s: &str) -> bool {
-    let l = s.to_ascii_lowercase();
+    mentions_lower(&s.to_ascii_lowercase())
+}
+
+/// [`mentions_registration`] of a line already lower-cased.
+fn mentions_lower(l: &str) -> bool {
     if l.match_indices("regist").any(|(i, _)| !l[..i].ends_with("de") && !l[..i].ends_with("un"))
         && ["memory", "buffer", " mr", "region"].iter().any(|w| l.contains(w))
         && !l.contains("registered ")
     {
         return true;
     }
-    let q = squash(s);
+    // lower-cased, everything but letters and digits removed
+    let q: String = l.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
     MENTIONS.iter().any(|m| {
         q.match_indices(m).any(|(i, _)| !(q[..i].ends_with("de") || m.starts_with("reg") && q[..i].ends_with("un")))
     })
@@ -97,7 +98,10 @@ pub fn has_failure_word(lower: &str) -> bool {
 
 /// The call a line names, or a neutral name for "register memory" wording.
 pub fn call_in(s: &str) -> String {
-    let lower = s.to_ascii_lowercase();
+    call_in_lower(&s.to_ascii_lowercase())
+}
+
+fn call_in_lower(lower: &str) -> String {
     for c in CALLS {
         if lower.contains(c) {
             return (*c).to_string();
@@ -109,104 +113,138 @@ pub fn call_in(s: &str) -> String {
     "register memory".into()
 }
 
-/// Memory kind from the words on the line: device for dmabuf, FI_HMEM/iface=cuda|rocr|ze, `(cuda)`,
-/// "GPU MR/buffer/memory", `memoryType=2`, `CUDA_MEM_DEVICE`, cuMem/VMM/expandable_segments, VRAM,
-/// aws-ofi-nccl's `type = 2` (NCCL_PTR_CUDA); host for `(host)`, `type = 1`, FI_HMEM_SYSTEM, `memoryType=0`.
+/// MSCCL++'s debug line "cuMemAlloc: 0, dmaBufSupported: 0" describes a host buffer: words inside
+/// these say nothing.
+const NOT_MEM: &[&str] = &["cumemalloc: 0", "dmabufsupported: 0"];
+const HOST_MEM: &[&str] =
+    &["(host)", "(type = 1)", "fi_hmem_system", "memorytype=0", "mem_type bit 0x1", "host memory", "dram"];
+const DEVICE_MEM: &[&str] = &[
+    "dmabuf",
+    "dma-buf",
+    "dma_buf",
+    "fi_hmem_cuda",
+    "fi_hmem_rocr",
+    "fi_hmem_ze",
+    "iface=cuda",
+    "iface=rocr",
+    "iface=ze",
+    "(cuda)",
+    "(rocm)",
+    "(gpu)",
+    "gpu mr",
+    "gpu buffer",
+    "gpu memory",
+    "gpu address",
+    // "register a buffer on GPU" / "on the GPU": how people describe device memory in prose
+    "on gpu",
+    "on the gpu",
+    "memorytype=2",
+    "cuda_mem_device",
+    "cumemalloc",
+    "cumemcreate",
+    "cumem",
+    "vmm",
+    "expandable_segments",
+    "vram",
+    "(type = 2)",
+    "mem_type bit 0x2",
+    "device memory",
+    "hipmalloc",
+    "p2p_get_pages",
+    "gdr_pin",
+    "gdrdrv",
+];
+
+/// The words of [`mem_hint`], for the line scanner ([`crate::scan`]): not, host, device.
+pub fn mem_words() -> Vec<String> {
+    NOT_MEM.iter().chain(HOST_MEM).chain(DEVICE_MEM).map(|w| w.to_string()).collect()
+}
+
+/// Memory kind from the words on the line (any casing): device for dmabuf, FI_HMEM/iface=cuda|rocr|ze,
+/// `(cuda)`, "GPU MR/buffer/memory", `memoryType=2`, `CUDA_MEM_DEVICE`, cuMem/VMM/expandable_segments,
+/// VRAM, aws-ofi-nccl's `type = 2` (NCCL_PTR_CUDA); host for `(host)`, `type = 1`, FI_HMEM_SYSTEM,
+/// `memoryType=0`. Host words win.
 pub fn mem_hint(s: &str) -> Option<MemKind> {
-    // "cuMemAlloc: 0, dmaBufSupported: 0" (MSCCL++ debug) describes a host buffer
-    let l = s.to_ascii_lowercase().replace("cumemalloc: 0", "").replace("dmabufsupported: 0", "");
-    const DEVICE: &[&str] = &[
-        "dmabuf",
-        "dma-buf",
-        "dma_buf",
-        "fi_hmem_cuda",
-        "fi_hmem_rocr",
-        "fi_hmem_ze",
-        "iface=cuda",
-        "iface=rocr",
-        "iface=ze",
-        "(cuda)",
-        "(rocm)",
-        "(gpu)",
-        "gpu mr",
-        "gpu buffer",
-        "gpu memory",
-        "gpu address",
-        // "register a buffer on GPU" / "on the GPU": how people describe device memory in prose
-        "on gpu",
-        "on the gpu",
-        "memorytype=2",
-        "cuda_mem_device",
-        "cumemalloc",
-        "cumemcreate",
-        "cumem",
-        "vmm",
-        "expandable_segments",
-        "vram",
-        "(type = 2)",
-        "mem_type bit 0x2",
-        "device memory",
-        "hipmalloc",
-        "p2p_get_pages",
-        "gdr_pin",
-        "gdrdrv",
-    ];
-    const HOST: &[&str] =
-        &["(host)", "(type = 1)", "fi_hmem_system", "memorytype=0", "mem_type bit 0x1", "host memory", "dram"];
-    if HOST.iter().any(|w| l.contains(w)) {
+    let (not, host) = (NOT_MEM.len() as u32, (NOT_MEM.len() + HOST_MEM.len()) as u32);
+    let mut hits: Vec<(u32, std::ops::Range<usize>)> = Vec::new();
+    crate::scan::each(s, crate::scan::Set::Mem, |i, r| hits.push((i, r)));
+    if hits.is_empty() {
+        return None;
+    }
+    let masked =
+        |r: &std::ops::Range<usize>| hits.iter().any(|(p, n)| *p < not && n.start <= r.start && r.end <= n.end);
+    let kind = |lo: u32, hi: u32| hits.iter().any(|(p, r)| (lo..hi).contains(p) && !masked(r));
+    if kind(not, host) {
         return Some(MemKind::HostAnon);
     }
-    if DEVICE.iter().any(|w| l.contains(w)) {
+    if kind(host, u32::MAX) {
         return Some(MemKind::Device);
     }
     None
 }
 
-/// The library a line comes from, by its names and source files.
-pub fn lib_hint(s: &str) -> Option<Lib> {
-    let l = s.to_ascii_lowercase();
-    let pairs: &[(&str, Lib)] = &[
-        ("mscclpp", Lib::Mscclpp),
-        ("nvshmem", Lib::Nvshmem),
-        ("deep_ep", Lib::Deepep),
-        ("deepep", Lib::Deepep),
-        ("mooncake", Lib::Mooncake),
-        ("transfer_engine", Lib::Mooncake),
-        ("rdma_context.cpp", Lib::Mooncake),
-        ("rdma_transport.cpp", Lib::Mooncake),
-        ("efa_context.cpp", Lib::Mooncake),
-        ("nixl", Lib::Nixl),
-        ("net/ofi", Lib::Nccl),
-        ("ncclsystemerror", Lib::Nccl),
-        ("rccl", Lib::Rccl),
-        ("mccl", Lib::Mccl),
-        ("nccl", Lib::Nccl),
-        ("libfabric", Lib::Libfabric),
-        ("fi_mr_", Lib::Libfabric),
-        ("cxil_map", Lib::Libfabric),
-        ("cxip_", Lib::Libfabric),
-        ("ofi error", Lib::Libfabric),
-        ("gdrdrv", Lib::Gdrcopy),
-        ("gdr_pin", Lib::Gdrcopy),
-        ("gdrcopy", Lib::Gdrcopy),
-        ("nvidia-fs", Lib::Kernel),
-        ("mori", Lib::Mori),
-        ("ucx", Lib::Ucx),
-        ("ompi", Lib::Ompi),
-        ("open mpi", Lib::Ompi),
-    ];
-    pairs.iter().find(|(w, _)| l.contains(w)).map(|p| p.1)
+const LIBS: &[(&str, Lib)] = &[
+    ("mscclpp", Lib::Mscclpp),
+    ("nvshmem", Lib::Nvshmem),
+    ("deep_ep", Lib::Deepep),
+    ("deepep", Lib::Deepep),
+    ("mooncake", Lib::Mooncake),
+    ("transfer_engine", Lib::Mooncake),
+    ("rdma_context.cpp", Lib::Mooncake),
+    ("rdma_transport.cpp", Lib::Mooncake),
+    ("efa_context.cpp", Lib::Mooncake),
+    ("nixl", Lib::Nixl),
+    ("net/ofi", Lib::Nccl),
+    ("ncclsystemerror", Lib::Nccl),
+    ("rccl", Lib::Rccl),
+    ("mccl", Lib::Mccl),
+    ("nccl", Lib::Nccl),
+    ("libfabric", Lib::Libfabric),
+    ("fi_mr_", Lib::Libfabric),
+    ("cxil_map", Lib::Libfabric),
+    ("cxip_", Lib::Libfabric),
+    ("ofi error", Lib::Libfabric),
+    ("gdrdrv", Lib::Gdrcopy),
+    ("gdr_pin", Lib::Gdrcopy),
+    ("gdrcopy", Lib::Gdrcopy),
+    ("nvidia-fs", Lib::Kernel),
+    ("mori", Lib::Mori),
+    ("ucx", Lib::Ucx),
+    ("ompi", Lib::Ompi),
+    ("open mpi", Lib::Ompi),
+];
+
+/// The words of [`lib_hint`], for the line scanner ([`crate::scan`]).
+pub fn lib_words() -> Vec<String> {
+    LIBS.iter().map(|p| p.0.to_string()).collect()
 }
 
-fn arg_num(l: &str, keys: &[&str]) -> Option<u64> {
+/// The library a line comes from, by its names and source files (any casing): the first of the
+/// list that occurs anywhere.
+pub fn lib_hint(s: &str) -> Option<Lib> {
+    let mut first: Option<u32> = None;
+    crate::scan::each(s, crate::scan::Set::Lib, |i, _| first = Some(first.map_or(i, |f| f.min(i))));
+    first.map(|i| LIBS[i as usize].1)
+}
+
+/// Keys of the arguments [`recognise`] reads, each list in order of preference.
+const ADDR_KEYS: &[&str] = &["addr=", "addr:", "address=", "address ", "buf ", "memory "];
+const LEN_KEYS: &[&str] = &["length=", "length:", "length ", "len=", "size=", "size:", "size = "];
+const ACCESS_KEYS: &[&str] = &["access=", "access:", "access_flags = ", "accessflag:"];
+
+type Finders = Vec<memchr::memmem::Finder<'static>>;
+
+fn finders(keys: &'static [&'static str]) -> Finders {
+    keys.iter().map(|k| memchr::memmem::Finder::new(k.as_bytes())).collect()
+}
+
+/// The number after the first key of `keys` that has one, in hex (`0x`) or decimal.
+fn arg_num(l: &str, keys: &Finders) -> Option<u64> {
     for k in keys {
-        if let Some(i) = l.find(k) {
-            let v: String = l[i + k.len()..]
-                .trim_start_matches([' ', '=', ':'])
-                .chars()
-                .take_while(|c| c.is_ascii_hexdigit() || *c == 'x')
-                .collect();
-            if let Some(n) = parse_hex(&v).or_else(|| v.parse().ok()) {
+        if let Some(i) = k.find(l.as_bytes()) {
+            let v = l[i + k.needle().len()..].trim_start_matches([' ', '=', ':']);
+            let v = &v[..v.bytes().take_while(|c| c.is_ascii_hexdigit() || *c == b'x').count()];
+            if let Some(n) = parse_hex(v).or_else(|| v.parse().ok()) {
                 return Some(n);
             }
         }
@@ -216,19 +254,22 @@ fn arg_num(l: &str, keys: &[&str]) -> Option<u64> {
 
 /// A registration failure on `body`, or None.
 pub fn recognise(body: &str) -> Option<RegEv> {
+    static ADDR: std::sync::LazyLock<Finders> = std::sync::LazyLock::new(|| finders(ADDR_KEYS));
+    static LEN: std::sync::LazyLock<Finders> = std::sync::LazyLock::new(|| finders(LEN_KEYS));
+    static ACCESS: std::sync::LazyLock<Finders> = std::sync::LazyLock::new(|| finders(ACCESS_KEYS));
     // prose in CJK scripts is read sentence by sentence by the prose parser
-    if body.len() > 4096 || body.chars().any(|c| c >= '\u{2e80}') || !mentions_registration(body) {
+    if body.len() > 4096 || body.chars().any(|c| c >= '\u{2e80}') {
         return None;
     }
     let lower = body.to_ascii_lowercase();
-    if !has_failure_word(&lower) {
+    if !mentions_lower(&lower) || !has_failure_word(&lower) {
         return None;
     }
     // a count of failures ("0 failures") is a summary, not a failure
     if lower.contains(" failures") && !lower.contains("failed") {
         return None;
     }
-    let call = call_in(body);
+    let call = call_in_lower(&lower);
     let mut mem = mem_hint(body);
     if mem.is_none() && matches!(call.as_str(), "gdr_pin_buffer" | "nvidia_p2p_get_pages" | "nv_p2p_get_pages") {
         mem = Some(MemKind::Device);
@@ -239,9 +280,9 @@ pub fn recognise(body: &str) -> Option<RegEv> {
         ok: false,
         errno: errno::find(body),
         mem,
-        addr: arg_num(&lower, &["addr=", "addr:", "address=", "address ", "buf ", "memory "]).filter(|a| *a > 4096),
-        length: arg_num(&lower, &["length=", "length:", "length ", "len=", "size=", "size:", "size = "]),
-        access: arg_num(&lower, &["access=", "access:", "access_flags = ", "accessflag:"]).map(|a| a as u32),
+        addr: arg_num(&lower, &ADDR).filter(|a| *a > 4096),
+        length: arg_num(&lower, &LEN),
+        access: arg_num(&lower, &ACCESS).map(|a| a as u32),
         ..Default::default()
     })
 }

@@ -177,6 +177,8 @@ impl Parser {
         if t.starts_with('{') && shim::parse(t, &mut self.shim, lineno, emit) {
             return true;
         }
+        // every fixed word list in one pass over the line (see crate::scan)
+        crate::scan::prime(line);
         for k in self.known.scan(line) {
             emit(Event::Known(k));
         }

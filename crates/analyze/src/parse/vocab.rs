@@ -303,27 +303,26 @@ fn set(f: &mut Fields, h: Hole, v: &str) -> bool {
 }
 
 /// Matches `toks` against `line` (and its lower-cased copy `low`, same byte offsets).
+#[cfg(test)]
 fn match_toks(toks: &[Tok], line: &str, low: &str) -> Option<Fields> {
     let first = toks.iter().position(|t| matches!(t, Tok::Lit(_)))?;
     let Tok::Lit(anchor) = &toks[first] else { return None };
-    let mut from = 0;
-    for _ in 0..8 {
-        let at = from + low[from..].find(anchor.as_str())?;
-        from = at + 1;
-        let mut f = Fields::default();
-        if first == 1 {
-            let Tok::Hole(h) = toks[0] else { return None };
-            let start =
-                low[..at].bytes().rposition(|b| !(b.is_ascii_alphanumeric() || b == b'_')).map(|i| i + 1).unwrap_or(0);
-            if start == at || !set(&mut f, h, &line[start..at]) {
-                continue;
-            }
-        }
-        if match_rest(&toks[first..], line, low, at, &mut f) {
-            return Some(f);
+    memchr::memmem::find_iter(low.as_bytes(), anchor.as_bytes()).take(8).find_map(|at| match_at(toks, line, low, at))
+}
+
+/// Matches `toks` with their first literal at byte `at` of `line`.
+fn match_at(toks: &[Tok], line: &str, low: &str, at: usize) -> Option<Fields> {
+    let first = toks.iter().position(|t| matches!(t, Tok::Lit(_)))?;
+    let mut f = Fields::default();
+    if first == 1 {
+        let Tok::Hole(h) = toks[0] else { return None };
+        let start =
+            low[..at].bytes().rposition(|b| !(b.is_ascii_alphanumeric() || b == b'_')).map(|i| i + 1).unwrap_or(0);
+        if start == at || !set(&mut f, h, &line[start..at]) {
+            return None;
         }
     }
-    None
+    match_rest(&toks[first..], line, low, at, &mut f).then_some(f)
 }
 
 fn match_rest(toks: &[Tok], line: &str, low: &str, mut c: usize, f: &mut Fields) -> bool {
@@ -355,7 +354,7 @@ fn match_rest(toks: &[Tok], line: &str, low: &str, mut c: usize, f: &mut Fields)
                         {
                             c + 5
                         } else {
-                            match low[c..].find(l) {
+                            match memchr::memmem::find(&low.as_bytes()[c..], l.as_bytes()) {
                                 Some(j) => c + j,
                                 None => return false,
                             }
@@ -382,38 +381,71 @@ pub struct Vocab {
     pub entries: Vec<Entry>,
     toks: Vec<Vec<Tok>>,
     pre: AhoCorasick,
-    /// prefilter pattern -> entry
-    owner_of: Vec<usize>,
+    /// prefilter pattern (a distinct first literal) -> the entries it starts
+    owners: Vec<Vec<usize>>,
+    anchors: Vec<String>,
 }
 
 impl Vocab {
     pub fn new(json: &str) -> Result<Vocab, String> {
         let file: File = serde_json::from_str(json).map_err(|e| e.to_string())?;
         let mut toks = Vec::new();
-        let mut anchors = Vec::new();
-        let mut owner_of = Vec::new();
+        let mut anchors: Vec<String> = Vec::new();
+        let mut owners: Vec<Vec<usize>> = Vec::new();
         for (i, e) in file.messages.iter().enumerate() {
             let t = compile(&e.pattern).map_err(|m| format!("{}: {m}", e.id))?;
             let anchor = t.iter().find_map(|t| if let Tok::Lit(l) = t { Some(l.clone()) } else { None });
-            anchors.push(anchor.unwrap_or_default());
-            owner_of.push(i);
+            let anchor = anchor.unwrap_or_default();
+            match anchors.iter().position(|a| *a == anchor) {
+                Some(p) => owners[p].push(i),
+                None => {
+                    anchors.push(anchor);
+                    owners.push(vec![i]);
+                }
+            }
             toks.push(t);
         }
-        let pre = AhoCorasick::builder().ascii_case_insensitive(true).build(&anchors).map_err(|e| e.to_string())?;
-        Ok(Vocab { entries: file.messages, toks, pre, owner_of })
+        let pre = AhoCorasick::builder()
+            .kind(Some(aho_corasick::AhoCorasickKind::DFA))
+            .ascii_case_insensitive(true)
+            .build(&anchors)
+            .map_err(|e| e.to_string())?;
+        Ok(Vocab { entries: file.messages, toks, pre, owners, anchors })
     }
 
-    /// Every entry whose pattern matches `line`, in table order, with what each gives.
+    /// The distinct first literals (lower case), for the line scanner ([`crate::scan`]).
+    pub fn anchors(&self) -> &[String] {
+        &self.anchors
+    }
+
+    /// Every entry whose pattern matches `line`, in table order, with what each gives. The
+    /// prefilter's hits are where each entry's first literal is: tried there (the first 8 of an
+    /// entry), so a line without any of them costs one automaton pass and no allocation.
     pub fn matches(&self, line: &str) -> Vec<(usize, Fields)> {
-        let mut cand: Vec<usize> =
-            self.pre.find_overlapping_iter(line).map(|m| self.owner_of[m.pattern().as_usize()]).collect();
-        if cand.is_empty() {
+        let mut starts: Vec<(usize, usize)> = Vec::new();
+        if std::ptr::eq(self, table()) {
+            // the built-in table's first literals are in the line scanner's pass
+            crate::scan::each(line, crate::scan::Set::Vocab, |a, r| {
+                starts.extend(self.owners[a as usize].iter().map(|e| (*e, r.start)))
+            });
+        } else {
+            for m in self.pre.find_overlapping_iter(line) {
+                starts.extend(self.owners[m.pattern().as_usize()].iter().map(|e| (*e, m.start())));
+            }
+        }
+        if starts.is_empty() {
             return Vec::new();
         }
-        cand.sort_unstable();
-        cand.dedup();
+        starts.sort_unstable();
         let low = line.to_ascii_lowercase();
-        cand.into_iter().filter_map(|i| match_toks(&self.toks[i], line, &low).map(|f| (i, f))).collect()
+        let mut out = Vec::new();
+        for group in starts.chunk_by(|a, b| a.0 == b.0) {
+            let e = group[0].0;
+            if let Some(f) = group.iter().take(8).find_map(|(_, at)| match_at(&self.toks[e], line, &low, *at)) {
+                out.push((e, f));
+            }
+        }
+        out
     }
 }
 

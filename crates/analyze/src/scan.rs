@@ -1,0 +1,151 @@
+//! One automaton pass per line for every fixed word list the parsers look for: errno texts and
+//! names ([`crate::errno`]), memory-kind and library words ([`crate::parse::generic`]) and the
+//! vocabulary's first literals ([`crate::parse::vocab`]) and the known issues' patterns ([`crate::known`]). Each of them used to walk the line on its
+//! own, several times per line; now the first question about a line scans it once (all
+//! occurrences of all words, any casing) and the questions about it or any part of it are answered
+//! from that scan. The last line scanned is kept per thread, with its text: a part of it is
+//! recognised by address and checked byte for byte, so a reused buffer is never mistaken for it.
+use aho_corasick::{AhoCorasick, AhoCorasickKind};
+use std::cell::RefCell;
+use std::ops::Range;
+
+/// The word lists, each with its own pattern numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Set {
+    Errno,
+    Mem,
+    Lib,
+    Vocab,
+    Known,
+}
+
+struct Combined {
+    ac: AhoCorasick,
+    /// distinct word -> the (list, number in the list) it stands for
+    owners: Vec<Vec<(Set, u32)>>,
+}
+
+fn combined() -> &'static Combined {
+    static C: std::sync::LazyLock<Combined> = std::sync::LazyLock::new(|| {
+        let mut words: Vec<String> = Vec::new();
+        let mut owners: Vec<Vec<(Set, u32)>> = Vec::new();
+        let lists: [(Set, Vec<String>); 5] = [
+            (Set::Errno, crate::errno::words()),
+            (Set::Mem, crate::parse::generic::mem_words()),
+            (Set::Lib, crate::parse::generic::lib_words()),
+            (Set::Vocab, crate::parse::vocab::table().anchors().to_vec()),
+            (Set::Known, crate::known::words()),
+        ];
+        for (set, list) in lists {
+            for (i, w) in list.into_iter().enumerate() {
+                let lw = w.to_ascii_lowercase();
+                match words.iter().position(|x| *x == lw) {
+                    Some(p) => owners[p].push((set, i as u32)),
+                    None => {
+                        words.push(lw);
+                        owners.push(vec![(set, i as u32)]);
+                    }
+                }
+            }
+        }
+        let ac = AhoCorasick::builder()
+            .kind(Some(AhoCorasickKind::DFA))
+            .ascii_case_insensitive(true)
+            .build(&words)
+            .expect("static word lists");
+        Combined { ac, owners }
+    });
+    &C
+}
+
+#[derive(Default)]
+struct Last {
+    /// Address of the text scanned last (only compared, never dereferenced) and a copy of it.
+    addr: usize,
+    text: String,
+    /// (distinct word, start, end) of every occurrence.
+    hits: Vec<(u32, usize, usize)>,
+}
+
+thread_local! {
+    static LAST: RefCell<Last> = RefCell::default();
+}
+
+/// Calls `f(number in the list, range in s)` for every occurrence in `s` of a word of `set`
+/// (overlapping occurrences included, in the order the automaton reports them).
+pub fn each(s: &str, set: Set, mut f: impl FnMut(u32, Range<usize>)) {
+    let c = combined();
+    LAST.with(|l| {
+        let mut l = l.borrow_mut();
+        let addr = s.as_ptr() as usize;
+        let inside = addr >= l.addr
+            && addr + s.len() <= l.addr + l.text.len()
+            && l.text.as_bytes()[addr - l.addr..addr - l.addr + s.len()] == *s.as_bytes();
+        let off = if inside {
+            addr - l.addr
+        } else {
+            let l = &mut *l;
+            l.addr = addr;
+            l.text.clear();
+            l.text.push_str(s);
+            l.hits.clear();
+            for m in c.ac.find_overlapping_iter(s) {
+                l.hits.push((m.pattern().as_u32(), m.start(), m.end()));
+            }
+            0
+        };
+        for &(w, start, end) in &l.hits {
+            if start < off || end > off + s.len() {
+                continue;
+            }
+            for &(st, i) in &c.owners[w as usize] {
+                if st == set {
+                    f(i, start - off..end - off);
+                }
+            }
+        }
+    })
+}
+
+/// Scans `s` now, so that the questions about it and its parts that follow are answered from
+/// one pass.
+pub fn prime(s: &str) {
+    each(s, Set::Errno, |_, _| {});
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all(s: &str, set: Set) -> Vec<(u32, Range<usize>)> {
+        let mut v = Vec::new();
+        each(s, set, |i, r| v.push((i, r)));
+        v.sort_by_key(|x| (x.1.start, x.0));
+        v
+    }
+
+    /// A part of the line scanned last gets the occurrences inside it, in its own offsets, the same
+    /// as a scan of that part alone; a buffer reused for other text is scanned again.
+    #[test]
+    fn parts_of_the_last_line_answer_like_a_scan_of_their_own() {
+        let line = String::from("x UCX ERROR ibv_reg_mr failed: Invalid argument (EINVAL) on cuda memory");
+        for part in [&line[..], &line[2..40], &line[12..], &line[30..47], &line[31..46]] {
+            prime(&line);
+            let from_line = all(part, Set::Errno);
+            prime(&line);
+            let lib_from_line = all(part, Set::Lib);
+            let own = {
+                let copy = part.to_string();
+                all(&copy, Set::Errno)
+            };
+            assert_eq!(from_line, own, "{part:?}");
+            let copy = part.to_string();
+            assert_eq!(lib_from_line, all(&copy, Set::Lib), "{part:?}");
+        }
+        let mut buf = line.clone();
+        prime(&buf);
+        assert!(!all(&buf, Set::Errno).is_empty());
+        buf.replace_range(.., &"z".repeat(line.len()));
+        assert!(all(&buf, Set::Errno).is_empty(), "the same buffer with other text");
+    }
+}
