@@ -47,6 +47,8 @@ pub struct LogMap {
     /// Start of the first reservation that could not be stored (u64::MAX: none).
     cut: AtomicU64,
     growing: AtomicBool,
+    /// The mapping's pages below this were dropped from the page tables (see release_written).
+    released: AtomicU64,
     window: u64,
     chunk: u64,
 }
@@ -79,6 +81,7 @@ impl LogMap {
             size: AtomicU64::new(0),
             cut: AtomicU64::new(u64::MAX),
             growing: AtomicBool::new(false),
+            released: AtomicU64::new(0),
             window,
             chunk,
         }
@@ -143,6 +146,7 @@ impl LogMap {
         self.next.store(end, SeqCst);
         self.size.store(end, SeqCst);
         self.cut.store(u64::MAX, SeqCst);
+        self.released.store(0, SeqCst);
         self.fd.store(fd, SeqCst);
         self.base.store(base, SeqCst);
         self.state.store(MAPPED, SeqCst);
@@ -188,6 +192,7 @@ impl LogMap {
                     let grown = target >= end && append_blank(fd, size, target);
                     if grown {
                         self.size.store(target, Release);
+                        self.release_written(size);
                     }
                     grown
                 };
@@ -200,6 +205,21 @@ impl LogMap {
             } else {
                 std::thread::yield_now();
             }
+        }
+    }
+
+    /// Drops the pages of chunks written before the one ending at `size` from this process's
+    /// page tables: they stay in the page cache (dirty ones are written back as usual), and the
+    /// process's RSS does not grow with its log. A writer still copying into one faults it back.
+    fn release_written(&self, size: u64) {
+        let upto = size.saturating_sub(self.chunk) & !4095;
+        let from = self.released.load(Relaxed);
+        if upto > from {
+            let base = self.base.load(SeqCst);
+            // SAFETY: [from, upto) is inside the mapping; MADV_DONTNEED on a shared file mapping
+            // keeps the file's contents (the next access reads them from the page cache).
+            unsafe { libc::madvise(base.add(from as usize).cast(), (upto - from) as usize, libc::MADV_DONTNEED) };
+            self.released.store(upto, Relaxed);
         }
     }
 
