@@ -247,7 +247,9 @@ fn main() {
     let log = e.dir.join("lat.jsonl");
     let shims = e.shims();
     let mut figs = vec![Figures::default(); shims.len()];
+    let load = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim().to_string();
     println!("libmrshim.so benchmark ({iters} reg+dereg pairs per run, median of {reps} runs' medians)");
+    println!("load average at the start: {}", load());
     println!("this: {}", e.shim.display());
     if let Some(b) = &e.base {
         println!("base: {} (MRSHIM_BENCH_BASE; runs alternate with this one's)", b.display());
@@ -451,7 +453,8 @@ fn main() {
         }
         None => println!("\n(no dated row in {} to compare with)", perf.display()),
     }
-    println!("Add this run as a dated row to docs/perf.md (the goals above, not prose).");
+    println!("load average at the end: {}", load());
+    println!("Add this run as a dated row to docs/perf.md (the goals above, not prose; with the load).");
     let _ = std::fs::remove_dir_all(&e.dir);
 }
 
