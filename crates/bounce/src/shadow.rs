@@ -73,6 +73,7 @@ impl Shadow {
             engine,
             folded: AtomicU64::new(u64::MAX),
             gone: AtomicBool::new(false),
+            said_inaccessible: AtomicBool::new(false),
         };
         if let Some(r) = live::containing(app, len) {
             // Peers may have written the shared shadow since its last sync: only the bytes the

@@ -1,0 +1,116 @@
+/* Bounce defects of issue 28 item 4, one mode per defect, each in one process on a loopback RC
+ * QP pair (rc_pair.h). Run on the simulator with MRSHIM_SIM_FAULTS=reg:EFAULT:relaxed,
+ * MRSHIM_RETRY=bounce and MRSHIM_BOUNCE_REMOTE=announced: every registration below asks for
+ * relaxed ordering, the device refuses it, the shim makes it a bounce region.
+ *
+ *   guard  N8: a REMOTE_WRITE region whose third page the application made PROT_NONE after
+ *          registering it. A receive into its first page (ibv_post_recv folds the region), a
+ *          SEND into it, and a WRITE_WITH_IMM into the guard page (its completion syncs the
+ *          region). Prints "guard: ok" when the received bytes are right and the process is
+ *          alive; the shim must not touch the guard page.
+ *   cqex   extended CQs: the receiver's CQ is made with ibv_create_cq_ex and polled with
+ *          ibv_start_poll/ibv_next_poll/ibv_end_poll; a WRITE_WITH_IMM and a SEND into a bounce
+ *          region, checked byte for byte after each completion.
+ *   uring  N4: io_uring IORING_OP_READ_FIXED from a file into a registered (fixed) bounce
+ *          buffer, then the application SENDs (announcing the read), and the peer RDMA-READs the
+ *          buffer: the peer must read the file's bytes.
+ *
+ * Exit 0 and "<mode>: ok"; 1 and "<mode>: stale ..." for wrong bytes; 2 for a failed call;
+ * 3 for "not available here" (printed in one line). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "rc_pair.h"
+
+#define PAGE 4096
+#define ACCESS (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_RELAXED_ORDERING)
+
+static void die(const char *what) {
+    printf("%s failed: %s\n", what, strerror(errno));
+    fflush(stdout);
+    exit(2);
+}
+
+static unsigned char *pages(int n) {
+    void *b = mmap(NULL, (size_t)n * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (b == MAP_FAILED) die("mmap");
+    return b;
+}
+
+static void wait_one(struct ibv_cq *cq, struct ibv_wc *wc) {
+    int n;
+    while ((n = ibv_poll_cq(cq, 1, wc)) == 0) {}
+    if (n < 0 || wc->status != IBV_WC_SUCCESS) { errno = EIO; die("completion"); }
+}
+
+static void post_recv(struct ibv_qp *qp, void *addr, uint32_t len, uint32_t lkey, uint64_t id) {
+    struct ibv_sge s = { .addr = (uintptr_t)addr, .length = len, .lkey = lkey };
+    struct ibv_recv_wr w = { .wr_id = id, .sg_list = &s, .num_sge = len ? 1 : 0 }, *bad;
+    if ((errno = ibv_post_recv(qp, &w, &bad))) die("ibv_post_recv");
+}
+
+static void post_send(struct ibv_qp *qp, enum ibv_wr_opcode op, void *addr, uint32_t len, uint32_t lkey,
+                      uint64_t raddr, uint32_t rkey) {
+    struct ibv_sge s = { .addr = (uintptr_t)addr, .length = len, .lkey = lkey };
+    struct ibv_send_wr w = { .wr_id = 7, .sg_list = &s, .num_sge = 1, .opcode = op,
+        .send_flags = IBV_SEND_SIGNALED, .imm_data = 9 }, *bad;
+    w.wr.rdma.remote_addr = raddr;
+    w.wr.rdma.rkey = rkey;
+    if ((errno = ibv_post_send(qp, &w, &bad))) die("ibv_post_send");
+}
+
+static void fill(unsigned char *b, size_t n, unsigned seed) {
+    for (size_t i = 0; i < n; i++) b[i] = (unsigned char)(seed * 131 + i * 7 + 1);
+}
+
+static long differing(const unsigned char *b, size_t n, unsigned seed) {
+    long d = 0;
+    for (size_t i = 0; i < n; i++) d += b[i] != (unsigned char)(seed * 131 + i * 7 + 1);
+    return d;
+}
+
+static int guard(void) {
+    struct pair p;
+    if (open_pair(&p)) die("open_pair");
+    unsigned char *src = pages(4), *dst = pages(4);
+    struct ibv_mr *s = ibv_reg_mr(p.pd, src, 4 * PAGE, ACCESS), *d = ibv_reg_mr(p.pd, dst, 4 * PAGE, ACCESS);
+    if (!s || !d) die("ibv_reg_mr");
+    /* a guard page made after the registration (the NIC keeps its pages pinned) */
+    if (mprotect(dst + 2 * PAGE, PAGE, PROT_NONE)) die("mprotect");
+    fill(src, PAGE, 1);
+    post_recv(p.qp[1], dst, PAGE, d->lkey, 1);
+    post_send(p.qp[0], IBV_WR_SEND, src, PAGE, s->lkey, 0, 0);
+    struct ibv_wc wc;
+    wait_one(p.cq[0], &wc);
+    wait_one(p.cq[1], &wc);
+    long bad = differing(dst, PAGE, 1);
+    if (bad) { printf("guard: stale: %ld bytes of the SEND\n", bad); return 1; }
+    /* a peer's write into the guard page, announced by its immediate */
+    fill(src + PAGE, PAGE, 2);
+    post_recv(p.qp[1], NULL, 0, 0, 2);
+    post_send(p.qp[0], IBV_WR_RDMA_WRITE_WITH_IMM, src + PAGE, PAGE, s->lkey, (uintptr_t)dst + 2 * PAGE, d->rkey);
+    wait_one(p.cq[0], &wc);
+    wait_one(p.cq[1], &wc);
+    if (mprotect(dst + 2 * PAGE, PAGE, PROT_READ | PROT_WRITE)) die("mprotect");
+    if (ibv_dereg_mr(s) || ibv_dereg_mr(d)) die("ibv_dereg_mr");
+    printf("guard: ok\n");
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *mode = argc > 1 ? argv[1] : "";
+    if (!strcmp(mode, "guard")) return guard();
+    fprintf(stderr, "usage: bounce_defects guard|cqex|uring\n");
+    return 2;
+}
