@@ -107,10 +107,79 @@ static int guard(void) {
     return 0;
 }
 
+/* Polls one completion from an extended CQ; 0 when it succeeded, with its opcode and byte_len. */
+static void poll_ex(struct ibv_cq_ex *cq, enum ibv_wc_opcode *op, uint32_t *len) {
+    struct ibv_poll_cq_attr a = { 0 };
+    int rc;
+    while ((rc = ibv_start_poll(cq, &a)) == ENOENT) {}
+    if (rc) { errno = rc; die("ibv_start_poll"); }
+    if (cq->status != IBV_WC_SUCCESS) { errno = EIO; die("extended completion"); }
+    *op = ibv_wc_read_opcode(cq);
+    *len = ibv_wc_read_byte_len(cq);
+    ibv_end_poll(cq);
+}
+
+static int cqex(void) {
+    int n;
+    struct ibv_device **l = ibv_get_device_list(&n);
+    if (!l || !n) die("ibv_get_device_list");
+    struct pair p = { .ctx = ibv_open_device(l[0]) };
+    if (!p.ctx || !(p.pd = ibv_alloc_pd(p.ctx))) die("ibv_open_device");
+    /* the bounce regions first: the CQ is made in a context with a bounce region */
+    unsigned char *src = pages(4), *dst = pages(4);
+    struct ibv_mr *s = ibv_reg_mr(p.pd, src, 4 * PAGE, ACCESS), *d = ibv_reg_mr(p.pd, dst, 4 * PAGE, ACCESS);
+    if (!s || !d) die("ibv_reg_mr");
+    struct ibv_cq_init_attr_ex ca = { .cqe = 16, .wc_flags = IBV_WC_EX_WITH_BYTE_LEN };
+    struct ibv_cq_ex *x = ibv_create_cq_ex(p.ctx, &ca);
+    if (!x) {
+        if (errno == EOPNOTSUPP) { printf("cqex: extended CQs not available here\n"); return 3; }
+        die("ibv_create_cq_ex");
+    }
+    p.cq[0] = ibv_create_cq(p.ctx, 16, NULL, NULL, 0);
+    p.cq[1] = ibv_cq_ex_to_cq(x);
+    for (int i = 0; i < 2; i++) {
+        struct ibv_qp_init_attr a = { .send_cq = p.cq[i], .recv_cq = p.cq[i], .qp_type = IBV_QPT_RC,
+            .cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 } };
+        if (!p.cq[i] || !(p.qp[i] = ibv_create_qp(p.pd, &a))) die("ibv_create_qp");
+    }
+    if (modify(p.ctx, p.qp[0], p.qp[1]->qp_num) || modify(p.ctx, p.qp[1], p.qp[0]->qp_num)) die("ibv_modify_qp");
+    struct ibv_wc wc;
+    enum ibv_wc_opcode op;
+    uint32_t len;
+    for (unsigned round = 1; round <= 3; round++) {
+        /* a SEND into the first page */
+        fill(src, PAGE, round);
+        post_recv(p.qp[1], dst, PAGE, d->lkey, round);
+        post_send(p.qp[0], IBV_WR_SEND, src, PAGE, s->lkey, 0, 0);
+        wait_one(p.cq[0], &wc);
+        poll_ex(x, &op, &len);
+        long bad = differing(dst, PAGE, round);
+        if (op != IBV_WC_RECV || len != PAGE || bad) {
+            printf("cqex: stale: round %u: %ld bytes of the SEND (opcode %d, byte_len %u)\n", round, bad, op, len);
+            return 1;
+        }
+        /* a WRITE_WITH_IMM into the second page, announced by its completion */
+        fill(src + PAGE, PAGE, round + 10);
+        post_recv(p.qp[1], NULL, 0, 0, round);
+        post_send(p.qp[0], IBV_WR_RDMA_WRITE_WITH_IMM, src + PAGE, PAGE, s->lkey, (uintptr_t)dst + PAGE, d->rkey);
+        wait_one(p.cq[0], &wc);
+        poll_ex(x, &op, &len);
+        bad = differing(dst + PAGE, PAGE, round + 10);
+        if (op != IBV_WC_RECV_RDMA_WITH_IMM || bad) {
+            printf("cqex: stale: round %u: %ld bytes of the WRITE_WITH_IMM (opcode %d)\n", round, bad, op);
+            return 1;
+        }
+    }
+    if (ibv_destroy_qp(p.qp[0]) || ibv_destroy_qp(p.qp[1]) || ibv_dereg_mr(s) || ibv_dereg_mr(d)) die("teardown");
+    printf("cqex: ok\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *mode = argc > 1 ? argv[1] : "";
     if (!strcmp(mode, "guard")) return guard();
+    if (!strcmp(mode, "cqex")) return cqex();
     fprintf(stderr, "usage: bounce_defects guard|cqex|uring\n");
     return 2;
 }

@@ -16,6 +16,7 @@
 //! | [`idle`] | when spinning on empty polls brings over peers' unannounced writes |
 //! | [`fixes`] | MRs with a changed `addr` and what their deregistration needs |
 //! | [`patch`] | when a context's / `ibv_qp_ex`'s ops are wrapped and restored |
+//! | [`cqex`] | extended CQs made and polled through the shim |
 //! | [`copy`] | the copy engine trait and the host engine |
 //! | `pool` | mmap pool for shadows and baselines |
 //! | `dirty` | the one tracker of the application's writes (crates/dirty) |
@@ -27,6 +28,7 @@
 
 mod access;
 pub mod copy;
+pub mod cqex;
 pub mod diff;
 mod dirty;
 pub mod fixes;
