@@ -22,7 +22,10 @@ const SUPPORTED: u64 = (v::IBV_WC_EX_WITH_BYTE_LEN
 ///
 /// # Safety
 /// `c` is a context of this library; `attr` null or the application's attributes.
-pub unsafe extern "C" fn op_create_cq_ex(c: *mut v::ibv_context, attr: *mut v::ibv_cq_init_attr_ex) -> *mut v::ibv_cq_ex {
+pub unsafe extern "C" fn op_create_cq_ex(
+    c: *mut v::ibv_context,
+    attr: *mut v::ibv_cq_init_attr_ex,
+) -> *mut v::ibv_cq_ex {
     // SAFETY: rdma-core passes the application's attributes.
     let Some(a) = (unsafe { attr.as_ref() }) else {
         return crate::errno_ret(libc::EINVAL, null_mut());
