@@ -78,3 +78,40 @@ fn completions_of_an_extended_cq_bring_the_bytes_over() {
     assert!(stderr(&o).contains("rescued by bounce"), "{}", all(&o));
     assert!(recs.iter().all(|r| r.kind != Some(mrshim_record::Kind::Violation)), "{recs:?}");
 }
+
+/// N4: a buffer the kernel writes through io_uring's fixed-buffer pin (`IORING_OP_READ_FIXED`,
+/// raw system calls as liburing makes them: no page fault, so write tracking sees nothing), a
+/// SEND announcing it, the peer's RDMA READ. With tracking (the default) the fold before the
+/// SEND compares the whole buffer (it is due: a second after the last check), finds bytes no
+/// fault reported, folds them — the peer reads the file's bytes — and reports the
+/// `untracked_write` violation (tracking of the buffer stops). Before: every byte stale. With
+/// `MRSHIM_BOUNCE_TRACK=off`: exact, no violation. Where io_uring is disabled
+/// (kernel.io_uring_disabled) the program says so and the test checks only the fallback.
+#[test]
+fn kernel_writes_through_io_uring_fixed_buffers_are_found_and_reported() {
+    let w = world("bd-uring");
+    let dir = w.dir.to_str().unwrap().to_string();
+    let uring = |track: &str| {
+        let logs = w.dir.join(format!("logs-uring-{track}"));
+        let _ = std::fs::remove_dir_all(&logs);
+        let o = run(w
+            .cmd(prog())
+            .args(["uring", &dir])
+            .env("MRSHIM_LOG", format!("{}/", logs.display()))
+            .env("MRSHIM_BOUNCE_TRACK", track));
+        let recs: Vec<mrshim_record::Reg> = files(&logs).iter().flat_map(|f| records(f)).collect();
+        (o, recs)
+    };
+    let (o, recs) = uring("off");
+    if o.status.code() == Some(3) {
+        assert!(stdout(&o).contains("io_uring not available here"), "{}", all(&o));
+        eprintln!("io_uring is disabled on this machine: only the program's fallback was checked");
+        return;
+    }
+    assert!(o.status.success() && stdout(&o).contains("uring: ok"), "tracking off: {}", all(&o));
+    assert!(violations(&recs, "untracked_write").is_empty(), "{recs:?}");
+    let (o, recs) = uring("on");
+    assert!(o.status.success() && stdout(&o).contains("uring: ok"), "tracking on: {}", all(&o));
+    assert_eq!(violations(&recs, "untracked_write").len(), 1, "{recs:?}\n{}", all(&o));
+    assert!(stderr(&o).contains("bounce coherence violation (untracked_write)"), "{}", all(&o));
+}

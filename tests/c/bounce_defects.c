@@ -29,6 +29,7 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
+#include <linux/io_uring.h>
 
 #include "rc_pair.h"
 
@@ -175,11 +176,116 @@ static int cqex(void) {
     return 0;
 }
 
+/* io_uring by raw system calls (as liburing makes them): one READ_FIXED of `len` bytes of `fd`
+ * into `buf`, registered as fixed buffer 0 beforehand. 0, or -errno; 1 when io_uring is not
+ * available here. */
+static int ring_fd = -1;
+static struct io_uring_params rp;
+static unsigned char *sq_ring, *cq_ring;
+static struct io_uring_sqe *sqes;
+
+static int ring_setup(void *buf, size_t len) {
+    memset(&rp, 0, sizeof rp);
+    ring_fd = (int)syscall(__NR_io_uring_setup, 4, &rp);
+    if (ring_fd < 0) return 1;
+    sq_ring = mmap(NULL, rp.sq_off.array + rp.sq_entries * sizeof(unsigned), PROT_READ | PROT_WRITE, MAP_SHARED,
+                   ring_fd, IORING_OFF_SQ_RING);
+    cq_ring = mmap(NULL, rp.cq_off.cqes + rp.cq_entries * sizeof(struct io_uring_cqe), PROT_READ | PROT_WRITE,
+                   MAP_SHARED, ring_fd, IORING_OFF_CQ_RING);
+    sqes = mmap(NULL, rp.sq_entries * sizeof(struct io_uring_sqe), PROT_READ | PROT_WRITE, MAP_SHARED, ring_fd,
+                IORING_OFF_SQES);
+    if (sq_ring == MAP_FAILED || cq_ring == MAP_FAILED || sqes == MAP_FAILED) die("io_uring mmap");
+    struct iovec iov = { .iov_base = buf, .iov_len = len };
+    if (syscall(__NR_io_uring_register, ring_fd, IORING_REGISTER_BUFFERS, &iov, 1)) die("IORING_REGISTER_BUFFERS");
+    return 0;
+}
+
+static int read_fixed(int fd, void *buf, unsigned len) {
+    unsigned *tail = (unsigned *)(sq_ring + rp.sq_off.tail), mask = *(unsigned *)(sq_ring + rp.sq_off.ring_mask);
+    unsigned t = *tail, i = t & mask;
+    struct io_uring_sqe *e = &sqes[i];
+    memset(e, 0, sizeof *e);
+    e->opcode = IORING_OP_READ_FIXED;
+    e->fd = fd;
+    e->addr = (uintptr_t)buf;
+    e->len = len;
+    e->off = 0;
+    e->buf_index = 0;
+    ((unsigned *)(sq_ring + rp.sq_off.array))[i] = i;
+    __atomic_store_n(tail, t + 1, __ATOMIC_RELEASE);
+    if (syscall(__NR_io_uring_enter, ring_fd, 1, 1, IORING_ENTER_GETEVENTS, NULL, 0) < 0) die("io_uring_enter");
+    unsigned *head = (unsigned *)(cq_ring + rp.cq_off.head);
+    unsigned h = *head;
+    if (h == __atomic_load_n((unsigned *)(cq_ring + rp.cq_off.tail), __ATOMIC_ACQUIRE)) { errno = EIO; die("no CQE"); }
+    struct io_uring_cqe *c = &((struct io_uring_cqe *)(cq_ring + rp.cq_off.cqes))[h & *(unsigned *)(cq_ring + rp.cq_off.ring_mask)];
+    int res = c->res;
+    __atomic_store_n(head, h + 1, __ATOMIC_RELEASE);
+    return res;
+}
+
+#define URING_LEN (64 * 1024)
+
+/* N4: a buffer the kernel writes through io_uring's fixed-buffer pin (no page fault), then a
+ * SEND that announces it, then the peer's RDMA READ of it. */
+static int uring(const char *dir) {
+    struct pair p;
+    if (open_pair(&p)) die("open_pair");
+    struct ibv_qp_attr ra = { .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ };
+    if (ibv_modify_qp(p.qp[0], &ra, IBV_QP_ACCESS_FLAGS)) die("ibv_modify_qp (remote read)");
+    unsigned char *buf = pages(URING_LEN / PAGE), *got = pages(URING_LEN / PAGE), *msg = pages(1);
+    struct ibv_mr *b = ibv_reg_mr(p.pd, buf, URING_LEN, ACCESS), *g = ibv_reg_mr(p.pd, got, URING_LEN, ACCESS);
+    struct ibv_mr *m = ibv_reg_mr(p.pd, msg, PAGE, ACCESS);
+    if (!b || !g || !m) die("ibv_reg_mr");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/uring-data", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) die("open");
+    fill(got, URING_LEN, 5); /* the file's bytes */
+    if (write(fd, got, URING_LEN) != URING_LEN) die("write");
+    memset(got, 0, URING_LEN);
+    fill(buf, URING_LEN, 4);
+    struct ibv_wc wc;
+    /* SENDs: every one folds the application's writes into the shadow first (tracking starts) */
+    for (int i = 0; i < 2; i++) {
+        post_recv(p.qp[1], msg, PAGE, m->lkey, 1);
+        post_send(p.qp[0], IBV_WR_SEND, msg, 8, m->lkey, 0, 0);
+        wait_one(p.cq[0], &wc);
+        wait_one(p.cq[1], &wc);
+    }
+    if (ring_setup(buf, URING_LEN)) {
+        printf("uring: io_uring not available here (%s): kernel.io_uring_disabled?\n", strerror(errno));
+        return 3;
+    }
+    for (int i = 0; i < 2; i++) {
+        post_recv(p.qp[1], msg, PAGE, m->lkey, 1);
+        post_send(p.qp[0], IBV_WR_SEND, msg, 8, m->lkey, 0, 0);
+        wait_one(p.cq[0], &wc);
+        wait_one(p.cq[1], &wc);
+    }
+    int r = read_fixed(fd, buf, URING_LEN);
+    if (r != URING_LEN) { errno = r < 0 ? -r : EIO; die("IORING_OP_READ_FIXED"); }
+    if (differing(buf, URING_LEN, 5)) { printf("uring: the read did not land\n"); return 2; }
+    /* the SEND that tells the peer to read (after a pause: a tracked buffer is checked by a
+     * whole compare at most once a second after its first folds), then the peer's READ */
+    usleep(1200 * 1000);
+    post_recv(p.qp[1], msg, PAGE, m->lkey, 1);
+    post_send(p.qp[0], IBV_WR_SEND, msg, 8, m->lkey, 0, 0);
+    wait_one(p.cq[0], &wc);
+    wait_one(p.cq[1], &wc);
+    post_send(p.qp[1], IBV_WR_RDMA_READ, got, URING_LEN, g->lkey, (uintptr_t)buf, b->rkey);
+    wait_one(p.cq[1], &wc);
+    long bad = differing(got, URING_LEN, 5);
+    if (bad) { printf("uring: stale: the peer read %ld of %d bytes stale\n", bad, URING_LEN); return 1; }
+    printf("uring: ok\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *mode = argc > 1 ? argv[1] : "";
     if (!strcmp(mode, "guard")) return guard();
     if (!strcmp(mode, "cqex")) return cqex();
-    fprintf(stderr, "usage: bounce_defects guard|cqex|uring\n");
+    if (!strcmp(mode, "uring") && argc > 2) return uring(argv[2]);
+    fprintf(stderr, "usage: bounce_defects guard|cqex|uring DIR\n");
     return 2;
 }

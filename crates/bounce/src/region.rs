@@ -30,6 +30,29 @@ pub(crate) struct Scratch {
     pages: Vec<(u64, u64)>,
     /// Where the next idle pass goes on down from (0: the top).
     idle_from: usize,
+    /// Tracked folds checked by a whole compare so far, and when the last one was.
+    verified: u32,
+    verified_at: Option<std::time::Instant>,
+}
+
+/// A tracked span's first [`VERIFY_FIRST`] tracked folds, and then one every [`VERIFY_EVERY`],
+/// also compare the whole span: bytes changed on pages the kernel did not report were written
+/// without a page fault (io_uring fixed buffers, vmsplice, another device's DMA), which tracking
+/// cannot see (docs/bounce.md, the contract).
+pub const VERIFY_FIRST: u32 = 2;
+pub const VERIFY_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl Scratch {
+    fn verify_due(&mut self) -> bool {
+        let now = std::time::Instant::now();
+        let due =
+            self.verified < VERIFY_FIRST || self.verified_at.is_none_or(|t| now.duration_since(t) >= VERIFY_EVERY);
+        if due {
+            self.verified += 1;
+            self.verified_at = Some(now);
+        }
+        due
+    }
 }
 
 /// An idle pass compares at most about this many bytes of one extent, then goes on from there
@@ -55,6 +78,8 @@ pub(crate) struct Maps {
     /// Whether the kernel tracks writes to `span` (host memory, crates/dirty): decided at the
     /// first fold before a SEND ([`Region::start_tracking`]).
     pub(crate) track: OnceLock<Option<mrshim_dirty::Id>>,
+    /// Tracking missed a write ([`VERIFY_FIRST`]): whole compares from then on.
+    pub(crate) track_lost: AtomicBool,
     /// Serialises the syncs of the regions sharing these mappings; holds what they reuse.
     pub(crate) sync: ForkLock<Scratch>,
 }
@@ -191,7 +216,7 @@ impl Region {
         hs.iter().map(|h| ((h.start - v.app) as usize, (h.end - v.app) as usize)).collect()
     }
     fn tracked(&self) -> Option<mrshim_dirty::Id> {
-        self.maps.track.get().copied().flatten()
+        self.maps.track.get().copied().flatten().filter(|_| !self.maps.track_lost.load(Ordering::Acquire))
     }
     /// At a fold before a SEND, the first one of these mappings: the kernel tracks the
     /// application's writes to the span from now on, where it can (host memory with a
@@ -342,6 +367,7 @@ impl Region {
         let Some((e, holes)) = self.usable(e, false) else { return };
         let v = e.view;
         let mut guard = self.maps.sync.lock();
+        let verify = e.track.is_some() && guard.verify_due();
         let Scratch { bytes, runs, pages, .. } = &mut *guard;
         // The application's bytes: host memory in place (racing writes by the application are
         // what a NIC would see too), device memory through a copy.
@@ -364,6 +390,7 @@ impl Region {
             each_outside(a, b, &holes, |a, b| unsafe { changed_in(&v, now, a, b, runs) })
         };
         match e.track.map(|id| (id, dirty::written(id, pages))) {
+            Some((_, mrshim_dirty::Answer::Written)) if verify => changed(0, v.len, runs),
             Some((_, mrshim_dirty::Answer::Written)) => {
                 let end = v.app + v.len as u64;
                 for &(a, b) in pages.iter() {
@@ -388,7 +415,75 @@ impl Region {
                 std::ptr::copy_nonoverlapping(now.add(a), (v.baseline + a) as *mut u8, b - a);
             }
         }
+        if let (true, Some(id)) = (verify, e.track) {
+            self.verify(&v, id, runs, pages, now, &holes);
+        }
         self.folded.store(epoch, Ordering::Release);
+    }
+    /// After a tracked fold that compared the whole span (`runs`: what changed, folded already;
+    /// `pages`: what the kernel reported written): pages written while it compared are asked
+    /// for again and folded (the scan re-protected them); a change on a page neither scan
+    /// reported was written without a fault — a violation, and the span is compared whole from
+    /// now on.
+    fn verify(
+        &self,
+        v: &View,
+        id: mrshim_dirty::Id,
+        runs: &[(usize, usize)],
+        pages: &mut Vec<(u64, u64)>,
+        now: *const u8,
+        holes: &[(usize, usize)],
+    ) {
+        let before = pages.len();
+        if dirty::written(id, pages) != mrshim_dirty::Answer::Written {
+            return;
+        }
+        let reported = |p: u64| pages.iter().any(|&(x, y)| x <= p && p < y);
+        let unseen: usize = runs
+            .iter()
+            .map(|&(a, b)| {
+                let (a, b) = (v.app + a as u64, v.app + b as u64);
+                let mut n = 0;
+                let mut p = a & !(PAGE as u64 - 1);
+                while p < b {
+                    if !reported(p) {
+                        n += (b.min(p + PAGE as u64) - a.max(p)) as usize;
+                    }
+                    p += PAGE as u64;
+                }
+                n
+            })
+            .sum();
+        let first = runs.first().map_or(0, |r| r.0);
+        // the pages written meanwhile, folded now
+        let end = v.app + v.len as u64;
+        let mut more = Vec::new();
+        for &(a, b) in &pages[before..] {
+            let (a, b) = ((a.max(v.app) - v.app) as usize, (b.min(end).saturating_sub(v.app)) as usize);
+            // SAFETY: [a, b) is outside the holes and within the extent (each_outside).
+            each_outside(a, b, holes, |a, b| unsafe { changed_in(v, now, a, b, &mut more) });
+        }
+        for &(a, b) in &more {
+            // SAFETY: as in fold.
+            unsafe {
+                std::ptr::copy_nonoverlapping(now.add(a), (v.shadow + a) as *mut u8, b - a);
+                std::ptr::copy_nonoverlapping(now.add(a), (v.baseline + a) as *mut u8, b - a);
+            }
+        }
+        if unseen == 0 || self.maps.track_lost.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        dirty::untrack(id);
+        mrshim_core::violation::report(
+            "untracked_write",
+            &format!(
+                "{unseen} bytes of the bounce region at {:#x} (length {}, first at offset {first}) changed with no page \
+                 fault the kernel's write tracking saw (io_uring fixed buffers, vmsplice, another device's DMA into \
+                 these pages): folded now, but a peer that read them before may have read older bytes; this \
+                 region is compared whole from now on (MRSHIM_BOUNCE_TRACK=off does that for every region)",
+                self.app, self.len
+            ),
+        );
     }
     /// Copies to the application only the bytes a peer changed in the shadow since the last sync,
     /// so what the application wrote to its buffer meanwhile is not overwritten.

@@ -94,6 +94,7 @@ impl Shadow {
             baseline: (b, if with_baseline { maplen } else { 0 }),
             span: View { app, shadow, baseline, len: len as usize },
             track: Default::default(),
+            track_lost: AtomicBool::new(false),
             sync: ForkLock::new(Default::default()),
         });
         let region = region(shadow, baseline, maps);
