@@ -48,28 +48,22 @@ pub unsafe extern "C" fn op_create_cq_ex(
     q.end_poll = Some(end_poll);
     q.read_opcode = Some(read_opcode);
     q.read_vendor_err = Some(read_vendor_err);
-    let has = |f: u32| a.wc_flags & f as u64 != 0;
-    if has(v::IBV_WC_EX_WITH_BYTE_LEN) {
-        q.read_byte_len = Some(read_byte_len);
-    }
-    if has(v::IBV_WC_EX_WITH_IMM) {
-        q.read_imm_data = Some(read_imm_data);
-    }
-    if has(v::IBV_WC_EX_WITH_QP_NUM) {
-        q.read_qp_num = Some(read_qp_num);
-    }
-    if has(v::IBV_WC_EX_WITH_SRC_QP) {
-        q.read_src_qp = Some(read_src_qp);
-    }
     q.read_wc_flags = Some(read_wc_flags);
-    if has(v::IBV_WC_EX_WITH_SLID) {
-        q.read_slid = Some(read_slid);
-    }
-    if has(v::IBV_WC_EX_WITH_SL) {
-        q.read_sl = Some(read_sl);
-    }
-    if has(v::IBV_WC_EX_WITH_DLID_PATH_BITS) {
-        q.read_dlid_path_bits = Some(read_dlid_path_bits);
+    // The readers of the optional fields, each where its flag was asked for (as providers do).
+    type Set = fn(&mut v::ibv_cq_ex);
+    let optional: [(u32, Set); 7] = [
+        (v::IBV_WC_EX_WITH_BYTE_LEN, |q| q.read_byte_len = Some(read_byte_len)),
+        (v::IBV_WC_EX_WITH_IMM, |q| q.read_imm_data = Some(read_imm_data)),
+        (v::IBV_WC_EX_WITH_QP_NUM, |q| q.read_qp_num = Some(read_qp_num)),
+        (v::IBV_WC_EX_WITH_SRC_QP, |q| q.read_src_qp = Some(read_src_qp)),
+        (v::IBV_WC_EX_WITH_SLID, |q| q.read_slid = Some(read_slid)),
+        (v::IBV_WC_EX_WITH_SL, |q| q.read_sl = Some(read_sl)),
+        (v::IBV_WC_EX_WITH_DLID_PATH_BITS, |q| q.read_dlid_path_bits = Some(read_dlid_path_bits)),
+    ];
+    for (flag, set) in optional {
+        if a.wc_flags & flag as u64 != 0 {
+            set(q);
+        }
     }
     x
 }
