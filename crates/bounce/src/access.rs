@@ -6,8 +6,10 @@
 //!
 //! One `PROCMAP_QUERY` ioctl on /proc/self/maps per mapping the range spans (Linux >= 6.11, about
 //! 0.3 µs, as the msync it replaces); older kernels: /proc/self/maps read and parsed (tens of µs).
-//! The descriptor stays open (close-on-exec); a forked child opens its own (a descriptor of
-//! /proc/self/maps names the process that opened it).
+//! The descriptor stays open (close-on-exec, at the log's floor of numbers, away from the ones
+//! `open` hands out); a forked child opens its own (a descriptor of /proc/self/maps names the
+//! process that opened it); one the application closed or replaced is noticed (the ioctl fails)
+//! and opened again.
 
 use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -127,6 +129,17 @@ fn fd() -> Option<(i32, bool)> {
                 FD.store(NO_QUERY, Ordering::Release);
                 return None;
             }
+            // Away from the numbers `open` hands out, as the log's (the application's next
+            // descriptor stays what it was).
+            // SAFETY: F_DUPFD_CLOEXEC on our valid descriptor only creates a new one.
+            let high = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, mrshim_core::log::FD_FLOOR) };
+            let fd = if high >= 0 {
+                // SAFETY: the descriptor opened above, replaced by `high`.
+                unsafe { libc::close(fd) };
+                high
+            } else {
+                fd
+            };
             match FD.compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => Some((fd, true)),
                 Err(other) => {
