@@ -99,6 +99,7 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut v::ibv_device) -> *mut v::ibv
         vctx.query_device_ex = Some(op_query_device_ex);
         vctx.create_qp_ex = Some(crate::qp::op_create_qp_ex);
         vctx.create_srq_ex = Some(crate::srq::op_create_srq_ex);
+        vctx.create_cq_ex = Some(crate::cqex::op_create_cq_ex);
         let c = &mut vctx.context;
         c.device = dev;
         c.cmd_fd = cmd_fd();
@@ -690,13 +691,14 @@ pub unsafe extern "C" fn ibv_create_cq(
             ch.wfd
         };
         let inner = Arc::new(crate::cq::CqInner::new(cqe as usize, wfd));
-        // SAFETY: ibv_cq is plain old data (zeroed pthread objects are their static initialisers).
-        let mut cq: v::ibv_cq = unsafe { std::mem::zeroed() };
+        // SAFETY: ibv_cq_ex is plain old data (zeroed pthread objects are their static
+        // initialisers, None ops); so is ibv_wc.
+        let (mut cq, current): (v::ibv_cq_ex, v::ibv_wc) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
         cq.context = c;
         cq.channel = channel;
         cq.cq_context = cq_context;
         cq.cqe = cq_size(cqe);
-        let p = Box::into_raw(Box::new(Cq { cq, inner }));
+        let p = Box::into_raw(Box::new(Cq { cq, inner, current: current.into() }));
         // SAFETY: p is live.
         unsafe { (*p).inner.set_ptr(p as usize) };
         p.cast()

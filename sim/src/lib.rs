@@ -19,6 +19,7 @@ pub mod api;
 pub mod compat;
 pub mod config;
 pub mod cq;
+pub mod cqex;
 pub mod device;
 pub mod engine;
 pub mod events;

@@ -54,10 +54,15 @@ pub struct Mr {
     pub dmabuf: bool,
 }
 
+/// Every CQ is laid out as rdma-core's `struct ibv_cq_ex` (whose head is `struct ibv_cq`), as
+/// providers allocate a `verbs_cq`: one made by `ibv_create_cq_ex` has its poll ops set (cqex.rs).
 #[repr(C)]
 pub struct Cq {
-    pub cq: v::ibv_cq,
+    pub cq: v::ibv_cq_ex,
     pub inner: Arc<CqInner>,
+    /// The completion `ibv_start_poll`/`ibv_next_poll` returned last (one poller at a time, as
+    /// rdma-core requires of extended CQs).
+    pub current: std::cell::UnsafeCell<v::ibv_wc>,
 }
 
 #[repr(C)]

@@ -4,6 +4,7 @@
 //! in them — which walk the application's WR lists and completions and hand the crate plain
 //! values.
 
+use mrshim_bounce::cqex::{self, CqxOps};
 use mrshim_bounce::fixes::{self, FixKind, ShadowMr};
 use mrshim_bounce::live::{self, Completion};
 use mrshim_bounce::patch::{self, ContextOps, QpxOps, Slots};
@@ -117,6 +118,11 @@ type PostSend = unsafe extern "C" fn(*mut v::ibv_qp, *mut v::ibv_send_wr, *mut *
 type PostRecv = unsafe extern "C" fn(*mut v::ibv_qp, *mut v::ibv_recv_wr, *mut *mut v::ibv_recv_wr) -> c_int;
 type PostSrqRecv = unsafe extern "C" fn(*mut v::ibv_srq, *mut v::ibv_recv_wr, *mut *mut v::ibv_recv_wr) -> c_int;
 type PollCq = unsafe extern "C" fn(*mut v::ibv_cq, c_int, *mut mrshim_verbs::sys::ibv_wc) -> c_int;
+type CreateCqEx = unsafe extern "C" fn(*mut v::ibv_context, *mut v::ibv_cq_init_attr_ex) -> *mut v::ibv_cq_ex;
+type StartPoll = unsafe extern "C" fn(*mut v::ibv_cq_ex, *mut v::ibv_poll_cq_attr) -> c_int;
+type NextPoll = unsafe extern "C" fn(*mut v::ibv_cq_ex) -> c_int;
+type ReadOpcode = unsafe extern "C" fn(*mut v::ibv_cq_ex) -> v::ibv_wc_opcode::Type;
+type ReadU32 = unsafe extern "C" fn(*mut v::ibv_cq_ex) -> u32;
 type QxStart = unsafe extern "C" fn(*mut v::ibv_qp_ex);
 type QxRead = unsafe extern "C" fn(*mut v::ibv_qp_ex, u32, u64);
 type QxSge = unsafe extern "C" fn(*mut v::ibv_qp_ex, u32, u64, u32);
@@ -184,6 +190,17 @@ impl Slots for FfiSlots {
             wr_rdma_read: q.wr_rdma_read.map_or(0, |p| p as usize),
             wr_set_sge: q.wr_set_sge.map_or(0, |p| p as usize),
             wr_set_sge_list: q.wr_set_sge_list.map_or(0, |p| p as usize),
+        }
+    }
+    unsafe fn take_create_cq_ex(&self, ctx: usize) {
+        // SAFETY: the trait's contract: a live context.
+        let Some(vc) = (unsafe { verbs_context(ctx) }) else { return };
+        // SAFETY: verbs_context says the slot exists; a pointer-sized aligned field.
+        let slot = unsafe { &mut (*vc).create_cq_ex };
+        let (cur, ours) = (slot.map_or(0, |f| f as usize), create_cq_ex as CreateCqEx as usize);
+        if cur != 0 && cur != ours {
+            cqex::took_create(ctx, cur);
+            *slot = Some(create_cq_ex);
         }
     }
     unsafe fn set_qpx_ops(&self, qpx: usize, o: QpxOps) {
@@ -495,4 +512,147 @@ unsafe extern "C" fn qx_set_sge_list(q: *mut v::ibv_qp_ex, num: usize, list: *co
     n.sges_set();
     // SAFETY: the provider's wr_set_sge_list with the application's arguments.
     unsafe { provider::<QxSgeList>(n.ops().wr_set_sge_list)(q, num, list) }
+}
+
+// ----------------------------------------------------------------- extended CQs
+//
+// `ibv_create_cq_ex` calls the context's `verbs_context.create_cq_ex`, `ibv_start_poll` and
+// `ibv_next_poll` each CQ's own pointers (crates/bounce `cqex.rs`).
+
+/// rdma-core's `verbs_get_ctx_op(ctx, create_cq_ex)`: the context's `verbs_context` when it is
+/// an extended one large enough to hold that op.
+///
+/// # Safety
+/// `ctx` is a live `ibv_context`.
+unsafe fn verbs_context(ctx: usize) -> Option<*mut v::verbs_context> {
+    const AT: usize = std::mem::offset_of!(v::verbs_context, context);
+    let need = std::mem::size_of::<v::verbs_context>() - std::mem::offset_of!(v::verbs_context, create_cq_ex);
+    let c = ctx as *mut v::ibv_context;
+    // SAFETY: the caller's contract; abi_compat is (void *)-1 exactly when the ibv_context is
+    // the tail of a verbs_context, whose sz says how many of its ops (laid out from the
+    // newest down) the provider knows.
+    unsafe {
+        if (*c).abi_compat as usize != usize::MAX {
+            return None;
+        }
+        let vc = c.cast::<u8>().sub(AT).cast::<v::verbs_context>();
+        ((*vc).sz >= need).then_some(vc)
+    }
+}
+
+/// The shim's `create_cq_ex`: the provider's, asking also for what the bounce layer reads of a
+/// completion, then the new CQ's polls wrapped. A provider that refuses the added flags makes the
+/// application's own request, and that CQ is not followed (one line says so).
+unsafe extern "C" fn create_cq_ex(c: *mut v::ibv_context, attr: *mut v::ibv_cq_init_attr_ex) -> *mut v::ibv_cq_ex {
+    let Some(p) = cqex::create_of(c as usize) else {
+        // SAFETY: errno is thread-local.
+        unsafe { *libc::__errno_location() = libc::EOPNOTSUPP };
+        return std::ptr::null_mut();
+    };
+    let create = |a| {
+        // SAFETY: the provider's own create_cq_ex with the application's arguments.
+        unsafe { provider::<CreateCqEx>(p)(c, a) }
+    };
+    if attr.is_null() {
+        return create(attr);
+    }
+    // SAFETY: the application's attributes, passed on to the provider.
+    let asked = unsafe { (*attr).wc_flags };
+    // SAFETY: as above; restored before returning.
+    unsafe { (*attr).wc_flags = asked | cqex::NEEDED_WC_FLAGS };
+    let cq = create(attr);
+    // SAFETY: as above.
+    unsafe { (*attr).wc_flags = asked };
+    if cq.is_null() {
+        if asked & cqex::NEEDED_WC_FLAGS == cqex::NEEDED_WC_FLAGS {
+            return cq;
+        }
+        let cq = create(attr);
+        if !cq.is_null() {
+            mrshim_bounce::region::warn_once(
+                "an extended CQ could not be made with byte counts and QP numbers: completions polled from it \
+                 with ibv_start_poll/ibv_next_poll do not reach bounce regions",
+            );
+        }
+        return cq;
+    }
+    // SAFETY: the provider just made this CQ; nobody polls it yet.
+    let q = unsafe { &mut *cq };
+    let addr = |f: Option<usize>| f.unwrap_or(0);
+    let ops = CqxOps {
+        start_poll: addr(q.start_poll.map(|f| f as usize)),
+        next_poll: addr(q.next_poll.map(|f| f as usize)),
+        read_opcode: addr(q.read_opcode.map(|f| f as usize)),
+        read_byte_len: addr(q.read_byte_len.map(|f| f as usize)),
+        read_qp_num: addr(q.read_qp_num.map(|f| f as usize)),
+    };
+    if [ops.start_poll, ops.next_poll, ops.read_opcode, ops.read_byte_len, ops.read_qp_num].contains(&0) {
+        mrshim_bounce::region::warn_once(
+            "an extended CQ without the poll functions the shim needs: its completions do not reach bounce regions",
+        );
+        return cq;
+    }
+    cqex::follow(cq as usize, ops);
+    q.start_poll = Some(cqx_start_poll);
+    q.next_poll = Some(cqx_next_poll);
+    cq
+}
+
+unsafe extern "C" fn cqx_start_poll(cq: *mut v::ibv_cq_ex, attr: *mut v::ibv_poll_cq_attr) -> c_int {
+    let Some(o) = cqex::ops(cq as usize) else { return libc::EINVAL };
+    // SAFETY: the provider's own start_poll, saved from this CQ, with the application's arguments.
+    let rc = unsafe { provider::<StartPoll>(o.start_poll)(cq, attr) };
+    // SAFETY: the application's live CQ, just polled.
+    unsafe { cqx_polled("ibv_start_poll", cq, &o, rc) };
+    rc
+}
+
+unsafe extern "C" fn cqx_next_poll(cq: *mut v::ibv_cq_ex) -> c_int {
+    let Some(o) = cqex::ops(cq as usize) else { return libc::EINVAL };
+    // SAFETY: the provider's own next_poll, saved from this CQ.
+    let rc = unsafe { provider::<NextPoll>(o.next_poll)(cq) };
+    if rc != libc::ENOENT {
+        // SAFETY: as in cqx_start_poll.
+        unsafe { cqx_polled("ibv_next_poll", cq, &o, rc) };
+    }
+    rc
+}
+
+/// After a start/next poll of a followed CQ returned `rc`: a completion releases what it
+/// completes, as in [`poll_cq`]; `ibv_start_poll` finding nothing is an empty poll.
+///
+/// # Safety
+/// `cq` is the application's live extended CQ, between its poll and its `ibv_end_poll`.
+unsafe fn cqx_polled(what: &str, cq: *mut v::ibv_cq_ex, o: &CqxOps, rc: c_int) {
+    if !live::any_region() {
+        return;
+    }
+    if rc == libc::ENOENT {
+        if mrshim_bounce::idle::empty_poll() {
+            guarded_copies(what, live::idle_pass);
+        }
+        return;
+    }
+    if rc != 0 {
+        return;
+    }
+    use v::ibv_wc_opcode::{IBV_WC_RECV, IBV_WC_RECV_RDMA_WITH_IMM};
+    // SAFETY: the caller's contract: the current completion's fields and the provider's readers
+    // (the CQ was made with byte counts and QP numbers).
+    let c = unsafe {
+        let (ctx, wr_id) = ((*cq).context as usize, (*cq).wr_id);
+        let ok = (*cq).status == v::ibv_wc_status::IBV_WC_SUCCESS;
+        let op = provider::<ReadOpcode>(o.read_opcode)(cq);
+        let qpn = provider::<ReadU32>(o.read_qp_num)(cq);
+        if matches!(op, IBV_WC_RECV | IBV_WC_RECV_RDMA_WITH_IMM) {
+            let len = provider::<ReadU32>(o.read_byte_len)(cq);
+            Completion::recv(ctx, qpn, wr_id, ok, op == IBV_WC_RECV_RDMA_WITH_IMM, len)
+        } else {
+            Completion::send(ctx, qpn, wr_id, ok)
+        }
+    };
+    guarded_copies(what, || {
+        debug_panic();
+        live::completed(std::iter::once(c));
+    });
 }

@@ -16,15 +16,19 @@
 //! | [`idle`] | when spinning on empty polls brings over peers' unannounced writes |
 //! | [`fixes`] | MRs with a changed `addr` and what their deregistration needs |
 //! | [`patch`] | when a context's / `ibv_qp_ex`'s ops are wrapped and restored |
+//! | [`cqex`] | extended CQs made and polled through the shim |
 //! | [`copy`] | the copy engine trait and the host engine |
 //! | `pool` | mmap pool for shadows and baselines |
 //! | `dirty` | the one tracker of the application's writes (crates/dirty) |
+//! | `access` | which pages of the application's buffer the shim may touch now |
 //!
 //! The verbs objects themselves (context ops, `ibv_qp_ex` pointers, `ibv_mr` fields, WR lists,
 //! work completions) are read and written by libmrshim.so's FFI layer (src/preload/bounce.rs):
 //! this crate sees plain values and the [`patch::Slots`] trait.
 
+mod access;
 pub mod copy;
+pub mod cqex;
 pub mod diff;
 mod dirty;
 pub mod fixes;
@@ -63,6 +67,7 @@ pub unsafe fn after_fork_child() {
         live::PENDING_READ.map.recover_in_child(|| None);
         idle::STATE.recover_in_child(idle::Backoff::new);
         dirty::after_fork_child();
+        access::after_fork_child();
     }
 }
 

@@ -79,6 +79,12 @@ pub trait Slots {
     /// # Safety
     /// As [`Slots::qpx_ops`]; pointer-sized aligned stores, as in [`Slots::set_context_ops`].
     unsafe fn set_qpx_ops(&self, qpx: usize, ops: QpxOps);
+    /// Takes `ctx`'s `create_cq_ex` slot for good, if it has one ([`crate::cqex`]): extended CQs
+    /// made from now on are followed. Called under PATCHING when the context is patched.
+    ///
+    /// # Safety
+    /// As [`Slots::context_ops`].
+    unsafe fn take_create_cq_ex(&self, _ctx: usize) {}
 }
 
 /// Function addresses saved by a patch, for the wrappers to call.
@@ -136,7 +142,10 @@ pub(crate) fn patch(slots: &dyn Slots, ctx: usize) {
         ours.post_srq_recv = 0;
     }
     // SAFETY: as above; the saved ops are in place before the wrappers that call them.
-    unsafe { slots.set_context_ops(ctx, ours) };
+    unsafe {
+        slots.set_context_ops(ctx, ours);
+        slots.take_create_cq_ex(ctx);
+    }
     each_qpx(ctx, |n| n.patch(slots));
 }
 

@@ -9,6 +9,7 @@
 //! take no such shortcut: the application can write between two posts with no verb in between;
 //! what makes them cheap is the kernel's write tracking of host memory (crates/dirty).
 
+use crate::access::{self, each_outside};
 use crate::copy::CopyEngine;
 use crate::dirty;
 use crate::pool::{unmap, Mapping};
@@ -29,6 +30,29 @@ pub(crate) struct Scratch {
     pages: Vec<(u64, u64)>,
     /// Where the next idle pass goes on down from (0: the top).
     idle_from: usize,
+    /// Tracked folds checked by a whole compare so far, and when the last one was.
+    verified: u32,
+    verified_at: Option<std::time::Instant>,
+}
+
+/// A tracked span's first [`VERIFY_FIRST`] tracked folds, and then one every [`VERIFY_EVERY`],
+/// also compare the whole span: bytes changed on pages the kernel did not report were written
+/// without a page fault (io_uring fixed buffers, vmsplice, another device's DMA), which tracking
+/// cannot see (docs/bounce.md, the contract).
+pub const VERIFY_FIRST: u32 = 2;
+pub const VERIFY_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl Scratch {
+    fn verify_due(&mut self) -> bool {
+        let now = std::time::Instant::now();
+        let due =
+            self.verified < VERIFY_FIRST || self.verified_at.is_none_or(|t| now.duration_since(t) >= VERIFY_EVERY);
+        if due {
+            self.verified += 1;
+            self.verified_at = Some(now);
+        }
+        due
+    }
 }
 
 /// An idle pass compares at most about this many bytes of one extent, then goes on from there
@@ -54,6 +78,8 @@ pub(crate) struct Maps {
     /// Whether the kernel tracks writes to `span` (host memory, crates/dirty): decided at the
     /// first fold before a SEND ([`Region::start_tracking`]).
     pub(crate) track: OnceLock<Option<mrshim_dirty::Id>>,
+    /// Tracking missed a write ([`VERIFY_FIRST`]): whole compares from then on.
+    pub(crate) track_lost: AtomicBool,
     /// Serialises the syncs of the regions sharing these mappings; holds what they reuse.
     pub(crate) sync: ForkLock<Scratch>,
 }
@@ -101,6 +127,8 @@ pub struct Region {
     pub(crate) folded: AtomicU64,
     /// Deregistered: its buffer may be freed or reused, nothing is copied into it any more.
     pub(crate) gone: AtomicBool,
+    /// Pages of the buffer were found inaccessible (reported once per region).
+    pub(crate) said_inaccessible: AtomicBool,
 }
 
 /// Pages touched by changed runs (what brings a resting tracked range back to tracking).
@@ -142,17 +170,53 @@ impl Region {
             None => Extent { view: self.own(), track: None },
         }
     }
-    /// `e` while its buffer is mapped; a span whose buffer is partly gone (the outer region's
-    /// buffer freed) falls back to this region alone; None when this region's is gone too.
-    fn usable(&self, e: &Extent) -> Option<Extent> {
-        if self.mapped(&e.view) {
-            return Some(Extent { view: e.view, track: e.track });
+    /// `e` and the parts of it the shim must not touch now ([`Self::holes`]; `write`: the shim
+    /// writes the application's bytes). A span partly gone or protected (the outer region's
+    /// buffer freed) falls back to this region alone; None when nothing of it can be touched.
+    fn usable(&self, e: &Extent, write: bool) -> Option<(Extent, Vec<(usize, usize)>)> {
+        let mut e = Extent { view: e.view, track: e.track };
+        let mut h = self.holes(&e.view, 0, e.view.len, write, e.track.is_none());
+        if !h.is_empty() && e.track.is_some() {
+            e = Extent { view: self.own(), track: None };
+            h = self.holes(&e.view, 0, e.view.len, write, true);
         }
-        let own = self.own();
-        (e.track.is_some() && self.mapped(&own)).then_some(Extent { view: own, track: None })
+        (h.first() != Some(&(0, e.view.len))).then_some((e, h))
+    }
+    /// The parts of [off, off+n) of `v` the shim must not touch now, as offsets into `v`, sorted:
+    /// the application unmapped them (a registration may outlive its buffer: UCX's registration
+    /// cache keeps an MR after the buffer was freed until it processes the unmap event), or made
+    /// them inaccessible (`mprotect`: a guard page; read-only where the shim would write) — the
+    /// NIC keeps the shadow's pages, but a copy of the shim's there would fault in the
+    /// application's process. With `report`, the latter is a violation, said once per region.
+    /// Device memory: none (the engine's copies report errors themselves).
+    fn holes(&self, v: &View, off: usize, n: usize, write: bool, report: bool) -> Vec<(usize, usize)> {
+        if !self.engine.app_is_host() {
+            return Vec::new();
+        }
+        let hs = access::holes(v.app + off as u64, n as u64, write);
+        if let (Some(h), true) = (hs.iter().find(|h| h.mapped), report) {
+            if !self.said_inaccessible.swap(true, Ordering::AcqRel) {
+                mrshim_core::violation::report(
+                    "inaccessible_pages",
+                    &format!(
+                        "the application made [{:#x}, {:#x}) of the bounce region at {:#x} (length {}) {} after \
+                         registering it (mprotect): the shim neither reads nor writes those pages, so what a peer \
+                         writes there does not reach the application and what the application wrote there last \
+                         may not reach peers; keep guard pages out of registered memory, or register the buffer \
+                         directly",
+                        h.start,
+                        h.end,
+                        self.app,
+                        self.len,
+                        if write { "not writable" } else { "unreadable" }
+                    ),
+                );
+            }
+        }
+        hs.iter().map(|h| ((h.start - v.app) as usize, (h.end - v.app) as usize)).collect()
     }
     fn tracked(&self) -> Option<mrshim_dirty::Id> {
-        self.maps.track.get().copied().flatten()
+        self.maps.track.get().copied().flatten().filter(|_| !self.maps.track_lost.load(Ordering::Acquire))
     }
     /// At a fold before a SEND, the first one of these mappings: the kernel tracks the
     /// application's writes to the span from now on, where it can (host memory with a
@@ -183,7 +247,9 @@ impl Region {
     /// take for a peer's write and copy back over the application's buffer.
     pub(crate) fn to_shadow(&self, off: u64, n: usize) {
         let _one_at_a_time = self.maps.sync.lock();
-        self.through_baseline(&self.own(), off, n, |ba, sh, app, k| {
+        let own = self.own();
+        let holes = self.holes(&own, off as usize, n, false, true);
+        self.through_baseline(&own, off, n, &holes, |ba, sh, app, k| {
             let dst = ba.unwrap_or(sh);
             // SAFETY: [app, app+k) is within the region: the shadow (or baseline) mapping and the
             // application's buffer it was prepared for both cover it.
@@ -206,28 +272,34 @@ impl Region {
             return;
         }
         let _one_at_a_time = self.maps.sync.lock();
-        // SAFETY: [off, off+n) is within the region: the baseline mapping and the application's
-        // buffer both cover it.
-        if let Err(e) = unsafe { self.engine.to_host((self.baseline + off as usize) as *mut u8, self.app + off, n) } {
-            warn_once(&format!("{} engine: {e}", self.engine.name()));
-        }
+        let holes = self.holes(&self.own(), off as usize, n, false, true);
+        each_outside(off as usize, off as usize + n, &holes, |a, b| {
+            // SAFETY: [a, b) is within the region and readable now: the baseline mapping and the
+            // application's buffer both cover it.
+            if let Err(e) = unsafe { self.engine.to_host((self.baseline + a) as *mut u8, self.app + a as u64, b - a) } {
+                warn_once(&format!("{} engine: {e}", self.engine.name()));
+            }
+        });
     }
     /// Shadow → application, [off, off+n) of this region (under the sync lock, as
     /// [`Self::to_shadow`]).
     pub(crate) fn to_app(&self, off: u64, n: usize) {
         let _one_at_a_time = self.maps.sync.lock();
-        self.to_app_in(&self.own(), off, n);
+        let own = self.own();
+        let holes = self.holes(&own, off as usize, n, true, true);
+        self.to_app_in(&own, off, n, &holes);
     }
     /// Shadow → application, [off, off+n) of `v`. For regions peers write, through the baseline:
     /// a snapshot first, then the application gets exactly the snapshot, so bytes a peer writes
     /// while this runs differ from the baseline and go over at the next sync instead of being
     /// lost.
-    fn to_app_in(&self, v: &View, off: u64, n: usize) {
+    /// `holes`: the parts of `v` not to touch ([`Self::holes`]).
+    fn to_app_in(&self, v: &View, off: u64, n: usize, holes: &[(usize, usize)]) {
         if self.gone.load(Ordering::Acquire) {
             return;
         }
         self.will_write_app(v.app + off, n);
-        self.through_baseline(v, off, n, |ba, sh, app, k| {
+        self.through_baseline(v, off, n, holes, |ba, sh, app, k| {
             if let Some(ba) = ba {
                 // SAFETY: as in to_shadow.
                 unsafe { std::ptr::copy_nonoverlapping(sh as *const u8, ba as *mut u8, k) };
@@ -238,20 +310,28 @@ impl Region {
             }
         });
     }
-    /// Runs `step(baseline, shadow, application, len)` over [off, off+n) of `v`: for host memory
-    /// in 16 KiB steps, so the second copy of each step reads the baseline from cache; in one
-    /// step for a GPU runtime (each of its copies is a call and a stream sync). No baseline: one
-    /// step.
-    fn through_baseline(&self, v: &View, off: u64, n: usize, mut step: impl FnMut(Option<usize>, usize, u64, usize)) {
+    /// Runs `step(baseline, shadow, application, len)` over [off, off+n) of `v` outside
+    /// `holes`: for host memory in 16 KiB steps, so the second copy of each step reads the
+    /// baseline from cache; in one step for a GPU runtime (each of its copies is a call and a
+    /// stream sync). No baseline: one step.
+    fn through_baseline(
+        &self,
+        v: &View,
+        off: u64,
+        n: usize,
+        holes: &[(usize, usize)],
+        mut step: impl FnMut(Option<usize>, usize, u64, usize),
+    ) {
         const STEP: usize = 16 << 10;
-        let unit = if self.has_baseline() && self.engine.app_is_host() { STEP } else { n.max(1) };
-        let mut done = 0;
-        while done < n {
-            let k = unit.min(n - done);
-            let o = off as usize + done;
-            step(self.has_baseline().then_some(v.baseline + o), v.shadow + o, v.app + o as u64, k);
-            done += k;
-        }
+        each_outside(off as usize, off as usize + n, holes, |from, to| {
+            let unit = if self.has_baseline() && self.engine.app_is_host() { STEP } else { to - from };
+            let mut o = from;
+            while o < to {
+                let k = unit.min(to - o);
+                step(self.has_baseline().then_some(v.baseline + o), v.shadow + o, v.app + o as u64, k);
+                o += k;
+            }
+        });
     }
     /// Before the shim writes [app, app+n) of the application's buffer: where the kernel tracks
     /// it, the pages lose their write protection in one call instead of one fault each (a
@@ -266,19 +346,6 @@ impl Region {
     }
     pub(crate) fn has_baseline(&self) -> bool {
         self.maps.baseline.1 != 0
-    }
-    /// Whether the application's host buffer under `v` is still mapped. A registration may
-    /// outlive it: UCX's registration cache keeps an MR after the buffer was freed until it
-    /// processes the unmap event, and the NIC keeps the pinned pages meanwhile; the shim must not
-    /// touch the hole (one msync(MS_ASYNC), which only checks the mappings). Device memory: the
-    /// engine's copies report errors themselves.
-    fn mapped(&self, v: &View) -> bool {
-        if !self.engine.app_is_host() {
-            return true;
-        }
-        let start = v.app & !(PAGE as u64 - 1);
-        // SAFETY: MS_ASYNC only validates that [start, app+len) is mapped; nothing is written.
-        unsafe { libc::msync(start as *mut libc::c_void, (v.app + v.len as u64 - start) as usize, libc::MS_ASYNC) == 0 }
     }
     /// Before a receive is posted (regions peers write) and before a post that may tell a peer
     /// to read (regions peers read): bytes the application changed in its buffer since the last
@@ -297,52 +364,126 @@ impl Region {
         if once_per_epoch && self.folded.load(Ordering::Acquire) == epoch {
             return;
         }
-        let Some(e) = self.usable(e) else { return };
+        let Some((e, holes)) = self.usable(e, false) else { return };
         let v = e.view;
         let mut guard = self.maps.sync.lock();
+        let verify = e.track.is_some() && guard.verify_due();
         let Scratch { bytes, runs, pages, .. } = &mut *guard;
-        let now: &[u8] = if self.engine.app_is_host() {
-            // SAFETY: host memory the extent covers, readable for len bytes (checked when the
-            // shadow was prepared, mapped as just checked); racing writes by the application are
-            // what a NIC would see too.
-            unsafe { std::slice::from_raw_parts(v.app as *const u8, v.len) }
+        // The application's bytes: host memory in place (racing writes by the application are
+        // what a NIC would see too), device memory through a copy.
+        let now: *const u8 = if self.engine.app_is_host() {
+            v.app as *const u8
         } else {
             bytes.resize(v.len, 0);
             // SAFETY: the scratch buffer was just sized to len; the region covers [app, app+len).
             if let Err(err) = unsafe { self.engine.to_host(bytes.as_mut_ptr(), v.app, v.len) } {
                 return warn_once(&format!("{} engine: {err}", self.engine.name()));
             }
-            bytes
+            bytes.as_ptr()
         };
         pages.clear();
         runs.clear();
+        // `now` is readable outside `holes` for the extent's length (host memory as just
+        // checked, or the scratch copy).
+        let changed = |a: usize, b: usize, runs: &mut Vec<(usize, usize)>| {
+            // SAFETY: [a, b) is outside the holes and within the extent (each_outside).
+            each_outside(a, b, &holes, |a, b| unsafe { changed_in(&v, now, a, b, runs) })
+        };
         match e.track.map(|id| (id, dirty::written(id, pages))) {
+            Some((_, mrshim_dirty::Answer::Written)) if verify => changed(0, v.len, runs),
             Some((_, mrshim_dirty::Answer::Written)) => {
                 let end = v.app + v.len as u64;
                 for &(a, b) in pages.iter() {
                     // the written pages, clipped to the extent, as offsets into it
                     let (a, b) = (a.max(v.app) - v.app, b.min(end).saturating_sub(v.app));
-                    if a < b {
-                        changed_in(&v, now, a as usize, b as usize, runs);
-                    }
+                    changed(a as usize, b as usize, runs);
                 }
             }
             answer => {
-                changed_in(&v, now, 0, v.len, runs);
+                changed(0, v.len, runs);
                 if let Some((id, _)) = answer {
                     dirty::compared(id, changed_pages(runs));
                 }
             }
         }
         for &(a, b) in runs.iter() {
-            // SAFETY: shadow and baseline are live, each [a, b) is within len, and neither
-            // aliases `now` (the application's buffer or the scratch copy).
+            // SAFETY: shadow and baseline are live, each [a, b) is within len and readable in
+            // `now` (found there), and neither aliases `now` (the application's buffer or the
+            // scratch copy).
             unsafe {
-                std::ptr::copy_nonoverlapping(now[a..].as_ptr(), (v.shadow + a) as *mut u8, b - a);
-                std::ptr::copy_nonoverlapping(now[a..].as_ptr(), (v.baseline + a) as *mut u8, b - a);
+                std::ptr::copy_nonoverlapping(now.add(a), (v.shadow + a) as *mut u8, b - a);
+                std::ptr::copy_nonoverlapping(now.add(a), (v.baseline + a) as *mut u8, b - a);
             }
         }
+        if let (true, Some(id)) = (verify, e.track) {
+            self.verify(&v, id, runs, pages, now, &holes);
+        }
         self.folded.store(epoch, Ordering::Release);
+    }
+    /// After a tracked fold that compared the whole span (`runs`: what changed, folded already;
+    /// `pages`: what the kernel reported written): pages written while it compared are asked
+    /// for again and folded (the scan re-protected them); a change on a page neither scan
+    /// reported was written without a fault — a violation, and the span is compared whole from
+    /// now on.
+    fn verify(
+        &self,
+        v: &View,
+        id: mrshim_dirty::Id,
+        runs: &[(usize, usize)],
+        pages: &mut Vec<(u64, u64)>,
+        now: *const u8,
+        holes: &[(usize, usize)],
+    ) {
+        let before = pages.len();
+        if dirty::written(id, pages) != mrshim_dirty::Answer::Written {
+            return;
+        }
+        let reported = |p: u64| pages.iter().any(|&(x, y)| x <= p && p < y);
+        let unseen: usize = runs
+            .iter()
+            .map(|&(a, b)| {
+                let (a, b) = (v.app + a as u64, v.app + b as u64);
+                let mut n = 0;
+                let mut p = a & !(PAGE as u64 - 1);
+                while p < b {
+                    if !reported(p) {
+                        n += (b.min(p + PAGE as u64) - a.max(p)) as usize;
+                    }
+                    p += PAGE as u64;
+                }
+                n
+            })
+            .sum();
+        let first = runs.first().map_or(0, |r| r.0);
+        // the pages written meanwhile, folded now
+        let end = v.app + v.len as u64;
+        let mut more = Vec::new();
+        for &(a, b) in &pages[before..] {
+            let (a, b) = ((a.max(v.app) - v.app) as usize, (b.min(end).saturating_sub(v.app)) as usize);
+            // SAFETY: [a, b) is outside the holes and within the extent (each_outside).
+            each_outside(a, b, holes, |a, b| unsafe { changed_in(v, now, a, b, &mut more) });
+        }
+        for &(a, b) in &more {
+            // SAFETY: as in fold.
+            unsafe {
+                std::ptr::copy_nonoverlapping(now.add(a), (v.shadow + a) as *mut u8, b - a);
+                std::ptr::copy_nonoverlapping(now.add(a), (v.baseline + a) as *mut u8, b - a);
+            }
+        }
+        if unseen == 0 || self.maps.track_lost.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        dirty::untrack(id);
+        mrshim_core::violation::report(
+            "untracked_write",
+            &format!(
+                "{unseen} bytes of the bounce region at {:#x} (length {}, first at offset {first}) changed with no page \
+                 fault the kernel's write tracking saw (io_uring fixed buffers, vmsplice, another device's DMA into \
+                 these pages): folded now, but a peer that read them before may have read older bytes; this \
+                 region is compared whole from now on (MRSHIM_BOUNCE_TRACK=off does that for every region)",
+                self.app, self.len
+            ),
+        );
     }
     /// Copies to the application only the bytes a peer changed in the shadow since the last sync,
     /// so what the application wrote to its buffer meanwhile is not overwritten.
@@ -355,23 +496,22 @@ impl Region {
         let v = e.view;
         let mut one_at_a_time = self.maps.sync.lock();
         let runs = &mut one_at_a_time.runs;
-        // SAFETY: the shadow is a live mapping covering the extent; only read here.
-        let sh = unsafe { std::slice::from_raw_parts(v.shadow as *const u8, v.len) };
         runs.clear();
-        changed_in(&v, sh, 0, v.len, runs);
+        // SAFETY: the shadow is a live mapping covering the extent; only read here.
+        unsafe { changed_in(&v, v.shadow as *const u8, 0, v.len, runs) };
         if runs.is_empty() {
             return;
         }
-        match self.usable(e) {
-            Some(u) if u.view.app == v.app => {}
-            Some(own) => {
+        let holes = match self.usable(e, true) {
+            Some((u, holes)) if u.view.app == v.app => holes,
+            Some((own, _)) => {
                 drop(one_at_a_time);
                 return self.sync_peer(&own);
             }
             None => return,
-        }
+        };
         for &(a, b) in runs.iter() {
-            self.to_app_in(&v, a as u64, b - a);
+            self.to_app_in(&v, a as u64, b - a, &holes);
         }
     }
     /// Peers' writes that no completion announced, while the application spins on empty polls
@@ -391,7 +531,7 @@ impl Region {
     /// bottom).
     pub(crate) fn sync_unannounced(&self, e: &Extent) -> (bool, bool) {
         const CHUNK: usize = 4096;
-        let Some(e) = self.usable(e) else { return (false, true) };
+        let Some((e, holes)) = self.usable(e, true) else { return (false, true) };
         if self.gone.load(Ordering::Acquire) {
             return (false, true);
         }
@@ -434,16 +574,19 @@ impl Region {
         runs.reverse();
         let found = !runs.is_empty();
         for &(a, b) in runs.iter() {
-            self.will_write_app(v.app + a as u64, b - a);
-            // The run's last byte last: another thread polling it sees the rest first.
-            let split = if b - a > 1 && self.engine.app_is_host() { b - 1 } else { b };
-            for (x, y) in [(a, split), (split, b)] {
-                // SAFETY: [x, y) is within the extent, which the application's buffer covers.
-                if let Err(err) = unsafe { self.engine.to_app(v.app + x as u64, (v.baseline + x) as *const u8, y - x) }
-                {
-                    warn_once(&format!("{} engine: {err}", self.engine.name()));
+            each_outside(a, b, &holes, |a, b| {
+                self.will_write_app(v.app + a as u64, b - a);
+                // The run's last byte last: another thread polling it sees the rest first.
+                let split = if b - a > 1 && self.engine.app_is_host() { b - 1 } else { b };
+                for (x, y) in [(a, split), (split, b)] {
+                    let (to, from) = (v.app + x as u64, (v.baseline + x) as *const u8);
+                    // SAFETY: [x, y) is within the extent, which the application's buffer covers
+                    // (writable: outside the holes).
+                    if let Err(err) = unsafe { self.engine.to_app(to, from, y - x) } {
+                        warn_once(&format!("{} engine: {err}", self.engine.name()));
+                    }
                 }
-            }
+            });
         }
         (found, end == 0)
     }
@@ -524,10 +667,19 @@ unsafe fn snapshot_from_end(src: *const u8, dst: &mut [u8]) {
 
 /// The runs in [a, b) where `now` (the extent's bytes, application or shadow) differs from its
 /// baseline, appended to `runs`.
-fn changed_in(v: &View, now: &[u8], a: usize, b: usize, runs: &mut Vec<(usize, usize)>) {
-    // SAFETY: the baseline is a live mapping covering the extent, b <= len; only read here.
-    let ba = unsafe { std::slice::from_raw_parts((v.baseline + a) as *const u8, b - a) };
-    crate::diff::for_each_run(&now[a..b], ba, |x, y| runs.push((a + x, a + y)));
+///
+/// # Safety
+/// `now + a .. now + b` is readable; b <= the extent's length.
+unsafe fn changed_in(v: &View, now: *const u8, a: usize, b: usize, runs: &mut Vec<(usize, usize)>) {
+    // SAFETY: the baseline is a live mapping covering the extent, b <= len; the caller's
+    // contract for `now`; only read here.
+    let (ba, now) = unsafe {
+        (
+            std::slice::from_raw_parts((v.baseline + a) as *const u8, b - a),
+            std::slice::from_raw_parts(now.add(a), b - a),
+        )
+    };
+    crate::diff::for_each_run(now, ba, |x, y| runs.push((a + x, a + y)));
 }
 
 /// The one loud line for copies that did not happen (later ones are not repeated): the

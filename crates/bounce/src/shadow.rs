@@ -73,6 +73,7 @@ impl Shadow {
             engine,
             folded: AtomicU64::new(u64::MAX),
             gone: AtomicBool::new(false),
+            said_inaccessible: AtomicBool::new(false),
         };
         if let Some(r) = live::containing(app, len) {
             // Peers may have written the shared shadow since its last sync: only the bytes the
@@ -93,6 +94,7 @@ impl Shadow {
             baseline: (b, if with_baseline { maplen } else { 0 }),
             span: View { app, shadow, baseline, len: len as usize },
             track: Default::default(),
+            track_lost: AtomicBool::new(false),
             sync: ForkLock::new(Default::default()),
         });
         let region = region(shadow, baseline, maps);

@@ -1,0 +1,116 @@
+//! Extended CQs (`ibv_create_cq_ex`, polled with `ibv_start_poll`/`ibv_next_poll`/
+//! `ibv_end_poll`): static-inline calls through `verbs_context.create_cq_ex` and each CQ's own
+//! function pointers, which the context's `poll_cq` wrapper never sees. From the first bounce
+//! region of a context on, the shim makes the context's extended CQs itself (the provider's
+//! `create_cq_ex`, asking also for the byte count and QP number of each completion) and wraps
+//! each one's `start_poll` and `next_poll`: a completion they return releases what
+//! `ibv_poll_cq`'s would ([`crate::live::completed`]). Both stay wrapped for the CQ's life (no
+//! destroy of a CQ reaches the shim to tell it when to restore them). The FFI layer reads and
+//! writes the pointers; this module keeps the provider's functions.
+
+use crate::leaked::Leaked;
+use crate::patch::PATCHING;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_QP_NUM: what the shim needs to read of a completion
+/// (a receive's length, the QP whose pending work it releases), added to the application's
+/// request.
+pub const NEEDED_WC_FLAGS: u64 = 1 | 4;
+
+/// The provider's functions of one extended CQ, as addresses (non-zero).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CqxOps {
+    pub start_poll: usize,
+    pub next_poll: usize,
+    pub read_opcode: usize,
+    pub read_byte_len: usize,
+    pub read_qp_num: usize,
+}
+
+struct Node {
+    cq: AtomicUsize,
+    start_poll: AtomicUsize,
+    next_poll: AtomicUsize,
+    read_opcode: AtomicUsize,
+    read_byte_len: AtomicUsize,
+    read_qp_num: AtomicUsize,
+}
+
+/// Followed CQs, by address (a CQ made at the address of a destroyed one takes its node).
+static CQXS: Leaked<Node> = Leaked::new();
+
+/// The provider's `create_cq_ex` of each context whose slot the shim took.
+struct Create {
+    ctx: usize,
+    provider: usize,
+}
+static CREATES: Leaked<Create> = Leaked::new();
+
+/// The provider's `create_cq_ex` of `ctx`, if the shim took that slot.
+pub fn create_of(ctx: usize) -> Option<usize> {
+    CREATES.iter().find(|c| c.ctx == ctx).map(|c| c.provider)
+}
+
+/// From [`crate::patch::Slots::take_create_cq_ex`] (under PATCHING): the shim took `ctx`'s
+/// `create_cq_ex` slot, whose provider function is `f`.
+pub fn took_create(ctx: usize, f: usize) {
+    if create_of(ctx).is_none() {
+        CREATES.push(Create { ctx, provider: f });
+    }
+}
+
+/// An extended CQ made through the shim, with the provider's functions: follow it (the FFI
+/// layer installs the wrappers after this).
+pub fn follow(cq: usize, ops: CqxOps) {
+    let _g = PATCHING.lock();
+    let node = match CQXS.iter().find(|n| n.cq.load(Ordering::Acquire) == cq) {
+        Some(n) => n,
+        None => CQXS.push(Node {
+            cq: AtomicUsize::new(0),
+            start_poll: AtomicUsize::new(0),
+            next_poll: AtomicUsize::new(0),
+            read_opcode: AtomicUsize::new(0),
+            read_byte_len: AtomicUsize::new(0),
+            read_qp_num: AtomicUsize::new(0),
+        }),
+    };
+    node.start_poll.store(ops.start_poll, Ordering::Release);
+    node.next_poll.store(ops.next_poll, Ordering::Release);
+    node.read_opcode.store(ops.read_opcode, Ordering::Release);
+    node.read_byte_len.store(ops.read_byte_len, Ordering::Release);
+    node.read_qp_num.store(ops.read_qp_num, Ordering::Release);
+    node.cq.store(cq, Ordering::Release);
+}
+
+/// The provider's functions of the followed CQ at `cq` (for its wrappers).
+pub fn ops(cq: usize) -> Option<CqxOps> {
+    let n = CQXS.iter().find(|n| n.cq.load(Ordering::Acquire) == cq)?;
+    Some(CqxOps {
+        start_poll: n.start_poll.load(Ordering::Acquire),
+        next_poll: n.next_poll.load(Ordering::Acquire),
+        read_opcode: n.read_opcode.load(Ordering::Acquire),
+        read_byte_len: n.read_byte_len.load(Ordering::Acquire),
+        read_qp_num: n.read_qp_num.load(Ordering::Acquire),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_followed_cq_keeps_its_providers_functions_and_a_new_cq_at_its_address_replaces_them() {
+        let a = CqxOps { start_poll: 1, next_poll: 2, read_opcode: 3, read_byte_len: 4, read_qp_num: 5 };
+        let b = CqxOps { start_poll: 11, ..a };
+        assert_eq!(ops(0x5000), None);
+        follow(0x5000, a);
+        follow(0x6000, b);
+        assert_eq!((ops(0x5000), ops(0x6000)), (Some(a), Some(b)));
+        follow(0x5000, b);
+        assert_eq!(ops(0x5000), Some(b));
+        let _g = PATCHING.lock();
+        took_create(0x77, 9);
+        took_create(0x77, 10);
+        assert_eq!((create_of(0x77), create_of(0x78)), (Some(9), None));
+    }
+}

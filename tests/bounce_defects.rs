@@ -1,0 +1,117 @@
+//! Regression tests for the bounce defects of issue 28 item 4 that the bfix branch left open
+//! (docs/bounce.md): each runs tests/c/bounce_defects.c in one process on the simulator, every
+//! registration a bounce region (the device refuses relaxed ordering), remote access declared
+//! announced (`MRSHIM_BOUNCE_REMOTE=announced`: the program announces every peer access).
+mod shim_util;
+use shim_util::*;
+use std::path::PathBuf;
+use std::process::Output;
+
+fn prog() -> PathBuf {
+    static P: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    P.get_or_init(|| {
+        let p = tmp("c-bounce-defects").join("bounce_defects");
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        cc(&[
+            "-O1",
+            "-o",
+            p.to_str().unwrap(),
+            src_c("bounce_defects.c").to_str().unwrap(),
+            &format!("-L{}", sim_lib_dir().display()),
+            "-libverbs",
+        ]);
+        p
+    })
+    .clone()
+}
+
+fn world(name: &str) -> SimWorld {
+    SimWorld::new(name)
+        .with("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed")
+        .with("MRSHIM_RETRY", "bounce")
+        .with("MRSHIM_BOUNCE_REMOTE", "announced")
+}
+
+/// `mode` run with its records in the world's `logs/`: (output, records).
+fn run_mode(w: &SimWorld, mode: &str, env: &[(&str, &str)]) -> (Output, Vec<mrshim_record::Reg>) {
+    let logs = w.dir.join(format!("logs-{mode}"));
+    let _ = std::fs::remove_dir_all(&logs);
+    let o = run(w.cmd(prog()).arg(mode).env("MRSHIM_LOG", format!("{}/", logs.display())).envs(env.iter().copied()));
+    let recs = files(&logs).iter().flat_map(|f| records(f)).collect();
+    (o, recs)
+}
+
+fn all(o: &Output) -> String {
+    format!("{:?}\n{}{}", o.status, stdout(o), stderr(o))
+}
+
+fn violations<'a>(recs: &'a [mrshim_record::Reg], kind: &str) -> Vec<&'a mrshim_record::Reg> {
+    recs.iter().filter(|r| r.call == kind).collect()
+}
+
+/// N8: a PROT_NONE guard page inside a REMOTE_WRITE bounce region, made after the registration.
+/// The shim never touches it (before: SIGSEGV in ibv_post_recv's fold): the SEND's bytes arrive
+/// exact, and the peer's write into the guard page, which the application cannot be given, is a
+/// violation — one WARN line and a record naming the page.
+#[test]
+fn a_guard_page_inside_a_bounce_region_is_never_touched() {
+    let w = world("bd-guard");
+    let (o, recs) = run_mode(&w, "guard", &[]);
+    assert!(o.status.success() && stdout(&o).contains("guard: ok"), "{}", all(&o));
+    assert!(stderr(&o).contains("bounce rescued") || stderr(&o).contains("rescued by bounce"), "{}", all(&o));
+    let v = violations(&recs, "inaccessible_pages");
+    assert_eq!(v.len(), 1, "{recs:?}\n{}", all(&o));
+    let err = stderr(&o);
+    let lines = err.lines().filter(|l| l.contains("bounce coherence violation (inaccessible_pages)")).count();
+    assert_eq!(lines, 1, "{}", all(&o));
+}
+
+/// Extended CQs: a receiver whose CQ is made with `ibv_create_cq_ex` (in a context that already
+/// has a bounce region) and polled with `ibv_start_poll`/`ibv_end_poll`. Every SEND's bytes and
+/// every WRITE_WITH_IMM's are in the application's buffer when its completion is polled (before:
+/// they stayed in the shadow — the extended poll was not wrapped).
+#[test]
+fn completions_of_an_extended_cq_bring_the_bytes_over() {
+    let w = world("bd-cqex");
+    let (o, recs) = run_mode(&w, "cqex", &[]);
+    assert!(o.status.success() && stdout(&o).contains("cqex: ok"), "{}", all(&o));
+    assert!(stderr(&o).contains("rescued by bounce"), "{}", all(&o));
+    assert!(recs.iter().all(|r| r.kind != Some(mrshim_record::Kind::Violation)), "{recs:?}");
+}
+
+/// N4: a buffer the kernel writes through io_uring's fixed-buffer pin (`IORING_OP_READ_FIXED`,
+/// raw system calls as liburing makes them: no page fault, so write tracking sees nothing), a
+/// SEND announcing it, the peer's RDMA READ. With tracking (the default) the fold before the
+/// SEND compares the whole buffer (it is due: a second after the last check), finds bytes no
+/// fault reported, folds them — the peer reads the file's bytes — and reports the
+/// `untracked_write` violation (tracking of the buffer stops). Before: every byte stale. With
+/// `MRSHIM_BOUNCE_TRACK=off`: exact, no violation. Where io_uring is disabled
+/// (kernel.io_uring_disabled) the program says so and the test checks only the fallback.
+#[test]
+fn kernel_writes_through_io_uring_fixed_buffers_are_found_and_reported() {
+    let w = world("bd-uring");
+    let dir = w.dir.to_str().unwrap().to_string();
+    let uring = |track: &str| {
+        let logs = w.dir.join(format!("logs-uring-{track}"));
+        let _ = std::fs::remove_dir_all(&logs);
+        let o = run(w
+            .cmd(prog())
+            .args(["uring", &dir])
+            .env("MRSHIM_LOG", format!("{}/", logs.display()))
+            .env("MRSHIM_BOUNCE_TRACK", track));
+        let recs: Vec<mrshim_record::Reg> = files(&logs).iter().flat_map(|f| records(f)).collect();
+        (o, recs)
+    };
+    let (o, recs) = uring("off");
+    if o.status.code() == Some(3) {
+        assert!(stdout(&o).contains("io_uring not available here"), "{}", all(&o));
+        eprintln!("io_uring is disabled on this machine: only the program's fallback was checked");
+        return;
+    }
+    assert!(o.status.success() && stdout(&o).contains("uring: ok"), "tracking off: {}", all(&o));
+    assert!(violations(&recs, "untracked_write").is_empty(), "{recs:?}");
+    let (o, recs) = uring("on");
+    assert!(o.status.success() && stdout(&o).contains("uring: ok"), "tracking on: {}", all(&o));
+    assert_eq!(violations(&recs, "untracked_write").len(), 1, "{recs:?}\n{}", all(&o));
+    assert!(stderr(&o).contains("bounce coherence violation (untracked_write)"), "{}", all(&o));
+}
