@@ -108,6 +108,10 @@ impl Backend for RealFunctions {
         super::gpu::export_dmabuf(addr, len)
     }
 
+    fn in_bounce_region(&self, addr: u64, len: u64) -> bool {
+        bounce::covers(addr, len)
+    }
+
     fn bounce_shadow(&self, a: &RegArgs) -> Result<Box<dyn StagedShadow>, String> {
         bounce::prepare(a.addr, a.length, a.iova(), a.access)
     }

@@ -40,6 +40,11 @@ pub fn prepare(app: u64, len: u64, iova: u64, access: u32) -> Result<Box<dyn Sta
     Ok(Box::new(Staged(Shadow::prepare(app, len, iova, access, memory)?)))
 }
 
+/// Whether [app, app+len) lies in a live bounce region (crates/bounce, `live::covers`).
+pub fn covers(app: u64, len: u64) -> bool {
+    mrshim_bounce::live::covers(app, len)
+}
+
 /// The token of one bounce attempt: adopted by its MR, or abandoned.
 struct Staged(Shadow);
 

@@ -61,6 +61,19 @@ pub(crate) fn containing(app: u64, len: u64) -> Option<Arc<Region>> {
     regions.iter().find(|r| r.has_baseline() && r.app <= app && app + len <= r.app + r.len).cloned()
 }
 
+/// Whether a live bounce region's buffer contains [app, app+len): memory whose shadow peers
+/// reach. Another MR of that memory must go through the same shadow (the shim routes it there):
+/// a NIC writing the application's buffer directly through a second MR bypasses the write
+/// tracking the shadow's folds rely on, and peers reading through the first one would read
+/// stale bytes (seen: Open MPI's one-sided window, registered by UCX with and without relaxed
+/// ordering).
+pub fn covers(app: u64, len: u64) -> bool {
+    if LIVE.load(Ordering::Acquire) == 0 {
+        return false;
+    }
+    REGIONS.lock().iter().any(|r| r.app <= app && app.saturating_add(len) <= r.app + r.len)
+}
+
 /// Whether `ctx` still has a bounce region.
 pub(crate) fn in_context(ctx: usize) -> bool {
     REGIONS.lock().iter().any(|r| r.ctx == ctx)

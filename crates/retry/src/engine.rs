@@ -106,6 +106,23 @@ impl Engine {
         self.any_up_front.load(Relaxed)
     }
 
+    /// Before the caller's own call, for memory that already has a bounce region: the same
+    /// shadow, whatever this request's access (the policy must allow bounce). Not a learned
+    /// strategy but coherence: a second MR registered directly on the buffer would let a NIC
+    /// write it past the shadow's write tracking. None when bounce does not apply (a probe, a
+    /// request invalid by the verbs specification, a policy without bounce, the contract).
+    pub fn shared_bounce_attempt(&self, req: &RegArgs, env: &dyn Env) -> Option<Attempt> {
+        let allowed = self.policy.strategies.contains(&Strategy::Bounce)
+            || self.policy.per_errno.iter().any(|(_, l)| l.contains(&Strategy::Bounce))
+            || self.policy.per_call.iter().any(|(_, l)| l.contains(&Strategy::Bounce));
+        if !allowed || req.is_probe() || req.spec_violation().is_some() {
+            return None;
+        }
+        let (req2, change) = self.prepare(Strategy::Bounce, req, 0, env).ok()??;
+        let change = format!("memory inside a bounce region: its shadow, {change}");
+        Some(Attempt { n: 0, strategy: Strategy::Bounce, req: req2, change, learned: None })
+    }
+
     /// Sticky mode, before the caller's own call: an up-front strategy that rescued this kind
     /// of memory through this entry point. None when nothing applies.
     pub fn learned_attempt(&self, req: &RegArgs, env: &dyn Env) -> Option<Attempt> {
@@ -319,6 +336,23 @@ mod tests {
             e.learned_result(&l, no_relaxed(&l).is_ok());
         }
         assert_eq!(e.rescued(), vec![(Strategy::DropRelaxedOrdering, 1001)]);
+    }
+
+    /// Memory already inside a bounce region: its shadow, whatever the access, when the policy
+    /// has bounce; never for a probe, a spec-invalid request or a policy without bounce.
+    #[test]
+    fn memory_inside_a_bounce_region_goes_through_its_shadow() {
+        let env =
+            FakeEnv { kind: MemKind::HostAnon, memlock: Cell::new((u64::MAX, u64::MAX)), shadow: Some(0x7000_0000) };
+        let e = Engine::new(Policy::parse("bounce").unwrap());
+        let local = mrshim_verbs::access::LOCAL_WRITE;
+        let a = e.shared_bounce_attempt(&req(local), &env).expect("through the shadow");
+        assert_eq!((a.strategy, a.req.addr, a.learned), (Strategy::Bounce, 0x7000_0000, None));
+        assert!(a.change.starts_with("memory inside a bounce region"), "{}", a.change);
+        assert!(e.shared_bounce_attempt(&req(mrshim_verbs::access::REMOTE_ATOMIC), &env).is_none(), "spec-invalid");
+        assert!(e.shared_bounce_attempt(&req(0xf), &env).is_none(), "peers' access: the contract decides");
+        let e = Engine::new(Policy::parse("drop-relaxed-ordering").unwrap());
+        assert!(e.shared_bounce_attempt(&req(local), &env).is_none(), "a policy without bounce");
     }
 
     #[test]

@@ -42,6 +42,11 @@ pub trait Backend {
     fn export_dmabuf(&self, _addr: u64, _len: u64) -> Result<(i32, u64), String> {
         Err("no GPU runtime is loaded".into())
     }
+    /// Whether [addr, addr+len) lies in a live bounce region: another registration of it goes
+    /// through the same shadow (crates/bounce, `live::covers`).
+    fn in_bounce_region(&self, _addr: u64, _len: u64) -> bool {
+        false
+    }
     /// A host shadow for the region (bounce strategy), to be registered at its `addr()`.
     fn bounce_shadow(&self, _args: &RegArgs) -> Result<Box<dyn StagedShadow>, String> {
         Err("host bounce buffers are not available here".into())

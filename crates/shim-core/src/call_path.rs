@@ -29,16 +29,26 @@ impl Shim {
         let req = Some(args).filter(|a| a.call() != crate::Call::DeregMr && !a.is_probe() && backend.can_retry());
         let env = rescue::ShimEnv::new(self, backend);
         let seq = self.next_seq();
-        // Sticky: what worked before for this kind of memory goes first, as the call itself.
+        // Memory inside a bounce region goes through its shadow (coherence, not learning:
+        // Engine::shared_bounce_attempt); otherwise, sticky: what worked before for this kind
+        // of memory goes first, as the call itself.
         let mut skip = None;
-        if let Some(a) = req.and_then(|r| self.retry.learned_attempt(r, &env)) {
+        let up_front = req.and_then(|r| {
+            let shared = if backend.in_bounce_region(r.addr, r.length) {
+                self.retry.shared_bounce_attempt(r, &env)
+            } else {
+                None
+            };
+            shared.or_else(|| self.retry.learned_attempt(r, &env))
+        });
+        if let Some(a) = up_front {
             let aargs = a.req;
             let t = self.attempt(&aargs, true, &env, backend);
             self.retry.learned_result(&a, t.out.ok());
             let meta = Meta {
                 strategy: Some(a.strategy.name()),
                 change: Some(&a.change),
-                learned: true,
+                learned: a.learned.is_some(),
                 injected: t.injected,
                 ..Meta::default()
             };
