@@ -25,17 +25,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// The features the bounce layer of main 039e958 passes. Each one left out has a seed that
-/// fails there (issue 28): `srq` (N1: SRQ receives not copied), `dupid` (N2: receives sharing a
-/// wr_id), `threads` (N3: a post's copy racing another thread's sync), `dereg` (N6: a completion
-/// polled after ibv_dereg_mr), `msge` (N12: a two-SGE receive with its header in a plain MR
-/// overruns the message's end), `refuse` (N13: a refused READ left pending), `immbuf` (N20:
-/// WRITE_WITH_IMM copies the receive's buffer), `destroy` (found by this checker, seed 1001069:
-/// after ibv_destroy_qp with receives posted, the application's writes to those buffers are not
-/// folded at its next ibv_post_recv — the back-to-back receive run survives the destroy — so a
-/// peer's announced WRITE of bytes equal to the old shadow's leaves the application's bytes).
-/// `all` is the set to run once they are fixed.
-const DEFAULT_FEATURES: &str = "send,fill,write,imm,read,rereg,unannounced,unannounced-read";
+/// The features the bounce layer passes: every one but `threads`. On main 039e958 each of
+/// `srq` (N1: SRQ receives not copied), `dupid` (N2: receives sharing a wr_id), `dereg` (N6: a
+/// completion polled after ibv_dereg_mr), `msge` (N12: a two-SGE receive with its header in a
+/// plain MR overruns the message's end), `refuse` (N13: a refused READ left pending), `immbuf`
+/// (N20: WRITE_WITH_IMM copies the receive's buffer) and `destroy` (found by this checker, seed
+/// 1001069: receives left posted at ibv_destroy_qp) had a failing seed; they are fixed (issue
+/// 28). `threads` (a post's copy racing another thread's sync, N3) still shows a rare,
+/// timing-dependent difference in the sender's own slot with `all` (issue 28, open): run it with
+/// `BOUNCE_CHECK_FEATURES=all`.
+const DEFAULT_FEATURES: &str =
+    "send,fill,write,imm,read,rereg,unannounced,unannounced-read,srq,dupid,dereg,msge,refuse,immbuf,destroy";
 
 fn env_or(k: &str, d: &str) -> String {
     std::env::var(k).ok().filter(|v| !v.is_empty()).unwrap_or_else(|| d.to_string())
