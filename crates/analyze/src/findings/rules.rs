@@ -345,7 +345,11 @@ pub(super) fn relaxed_ordering<'a>(v: &View<'a>) -> Cand<'a> {
     // ordering does (`noro_fail`).
     let strays = sum(&v.fail_where(|k, _| host(k) && !fits(k) && k.relaxed != Some(false)));
     let all_ro = !host_fails.is_empty() && strays * 100 <= sum(&host_fails);
-    if all_ro && noro_fail.is_empty() {
+    // A cut line can also show a mask without bit 20 (`access=0x10000f` cut after `0x1`): a
+    // registration without relaxed ordering contradicts only beyond the same 1 in 100.
+    let noro = sum(&noro_fail);
+    let contradicted = noro > 0 && noro * 100 > sum(&host_fails);
+    if all_ro && !contradicted {
         let how = if host_fails.iter().all(|(k, _)| k.relaxed == Some(true)) {
             "its access mask has IBV_ACCESS_RELAXED_ORDERING (bit 20, e.g. UCX's access=0x10000f)"
         } else {
@@ -365,7 +369,8 @@ pub(super) fn relaxed_ordering<'a>(v: &View<'a>) -> Cand<'a> {
             c.groups = host_fails.clone();
         }
     }
-    if !noro_fail.is_empty()
+    if contradicted
+        || (noro > 0 && host_fails.is_empty())
         || v.flag(Flag::RoOffStillFails).is_some()
         || v.runs.iter().any(|r| r.ro == Some(false) && r.failed > 0)
     {
