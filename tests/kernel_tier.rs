@@ -430,7 +430,11 @@ mod guest {
             c.env("MRSHIM_INJECT", "ibv_reg_mr_iova2:EINVAL:relaxed").env("MRSHIM_RETRY", "auto");
         }
         if mode == Allreduce::Bounce {
-            c.env("MRSHIM_INJECT", "reg:EFAULT:relaxed").env("MRSHIM_RETRY", "bounce");
+            // The NCCL-style ring announces every WRITE with an immediate it polls: the bounce
+            // contract's declaration (docs/bounce.md).
+            c.env("MRSHIM_INJECT", "reg:EFAULT:relaxed")
+                .env("MRSHIM_RETRY", "bounce")
+                .env("MRSHIM_BOUNCE_REMOTE", "announced");
         }
         let o = c.output().unwrap();
         ok(&o, "allreduce")?;
