@@ -100,9 +100,9 @@ impl Kernel {
     /// alone — exactly the two written after must be reported. Err says why not (a kernel
     /// before 6.7, seccomp, vm.unprivileged_userfaultfd, no /proc).
     pub fn open() -> Result<Kernel, String> {
+        let flags = libc::O_CLOEXEC | libc::O_NONBLOCK | UFFD_USER_MODE_ONLY;
         // SAFETY: the userfaultfd system call with flags only; returns a new descriptor or -1.
-        let uffd =
-            unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK | UFFD_USER_MODE_ONLY) };
+        let uffd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) };
         if uffd < 0 {
             return Err(last_error("userfaultfd"));
         }

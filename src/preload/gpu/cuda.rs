@@ -172,11 +172,12 @@ impl Cuda {
             device_pointer: 0,
         });
         let mut back = vec![0u8; N];
-        // SAFETY: host and back are N-byte host buffers, scratch the N-byte device allocation
-        // made above in this engine's context.
-        let round_trip =
-            unsafe { e.to_app(scratch, host.as_ptr(), N).and_then(|_| e.to_host(back.as_mut_ptr(), scratch, N)) }
-                .map(|_| back.iter().zip(&host).position(|(a, b)| a != b));
+        // SAFETY: host is an N-byte host buffer, scratch the N-byte device allocation made above
+        // in this engine's context.
+        let there = unsafe { e.to_app(scratch, host.as_ptr(), N) };
+        // SAFETY: back is an N-byte host buffer, scratch as above.
+        let back_again = there.and_then(|_| unsafe { e.to_host(back.as_mut_ptr(), scratch, N) });
+        let round_trip = back_again.map(|_| back.iter().zip(&host).position(|(a, b)| a != b));
         // SAFETY: freeing the allocation made above, in its context.
         let _ = e.in_ctx(|| unsafe { (self.mem_free)(scratch) });
         abi::verdict(Family::Cuda, CU_MEMORYTYPE_DEVICE, &Observed { scratch, device, on_scratch, on_host, round_trip })
