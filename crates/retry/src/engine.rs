@@ -112,10 +112,7 @@ impl Engine {
     /// write it past the shadow's write tracking. None when bounce does not apply (a probe, a
     /// request invalid by the verbs specification, a policy without bounce, the contract).
     pub fn shared_bounce_attempt(&self, req: &RegArgs, env: &dyn Env) -> Option<Attempt> {
-        let allowed = self.policy.strategies.contains(&Strategy::Bounce)
-            || self.policy.per_errno.iter().any(|(_, l)| l.contains(&Strategy::Bounce))
-            || self.policy.per_call.iter().any(|(_, l)| l.contains(&Strategy::Bounce));
-        if !allowed || req.is_probe() || req.spec_violation().is_some() {
+        if !self.policy.uses(Strategy::Bounce) || req.is_probe() || req.spec_violation().is_some() {
             return None;
         }
         let (req2, change) = self.prepare(Strategy::Bounce, req, 0, env).ok()??;

@@ -144,9 +144,17 @@ impl Policy {
     }
 
     pub fn is_off(&self) -> bool {
-        self.strategies.is_empty()
-            && self.per_errno.iter().all(|(_, l)| l.is_empty())
-            && self.per_call.iter().all(|(_, l)| l.is_empty())
+        self.every_strategy().next().is_none()
+    }
+
+    /// Whether `s` is in the policy for some failure (the list, or an `on.ERRNO`/per-call one).
+    pub fn uses(&self, s: Strategy) -> bool {
+        self.every_strategy().any(|x| *x == s)
+    }
+
+    fn every_strategy(&self) -> impl Iterator<Item = &Strategy> {
+        let per_errno = self.per_errno.iter().flat_map(|(_, l)| l);
+        self.strategies.iter().chain(per_errno).chain(self.per_call.iter().flat_map(|(_, l)| l))
     }
 
     /// The strategies to walk for this failure, in order; empty when the policy does not retry it.
