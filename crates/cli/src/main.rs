@@ -11,6 +11,7 @@ mod generate;
 mod progress;
 mod sim;
 mod sim_netns;
+mod sim_netns_shared;
 mod sim_view;
 
 #[derive(Parser)]

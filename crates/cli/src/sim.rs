@@ -46,12 +46,17 @@ pub struct Args {
     /// UCX and Open MPI do)
     #[arg(long)]
     pub no_view: bool,
-    /// Also run CMD in a private network namespace where each simulated RoCE port has its
-    /// interface (mrsimN, 192.0.2.(10+N)/24, shown in /sys/class/net and the device's
-    /// device/net/) and lo is up; CMD then reaches no other network (start server and client
-    /// inside one `mrshim sim --netns`)
-    #[arg(long, conflicts_with = "no_view")]
+    /// Require the network namespace (below): exit 2 with one line when it cannot be made,
+    /// instead of running CMD without the ports' interfaces
+    #[arg(long, conflicts_with_all = ["no_view", "no_netns"])]
     pub netns: bool,
+    /// Keep the host's network: by default CMD runs in a network namespace shared by the
+    /// `mrshim sim`s of this user and run directory (MRSHIM_SIM_RUNDIR), where each simulated
+    /// RoCE port has its interface (mrsimN, 192.0.2.(10+N)/24, in /sys/class/net and the
+    /// device's device/net/) as UCX >= 1.23 and rdma_cm users need, and lo is up; CMD reaches no
+    /// other network there
+    #[arg(long)]
+    pub no_netns: bool,
     /// Do not redirect the libibverbs and librdmacm a program brings itself (renamed copies in
     /// a Python wheel, found through RPATH) to the simulator's: by default every library name
     /// of theirs, linked or dlopen()ed, loads the simulator's (an LD_AUDIT module)
@@ -191,16 +196,27 @@ pub fn run(a: Args) -> ExitCode {
         };
     }
     if !a.no_view {
-        if let Err(e) = crate::sim_view::enter(&dir, a.netns) {
-            if a.netns {
+        use crate::sim_view::Net;
+        let net = match (a.netns, a.no_netns) {
+            (true, _) => Net::Required,
+            (false, true) => Net::Host,
+            (false, false) => Net::Shared,
+        };
+        match crate::sim_view::enter(&dir, net) {
+            Ok(None) => {}
+            Ok(Some(missing)) => eprintln!(
+                "mrshim sim: the RoCE ports have no network interface ({missing}): UCX >= 1.23 will not reach \
+                 them, rdma_cm users find no address; --no-netns keeps the host's network without this line"
+            ),
+            Err(e) if a.netns => {
                 // Asked for: running without the interfaces would not be what was asked.
                 eprintln!("mrshim sim: --netns: {e}");
                 return ExitCode::from(2);
             }
-            eprintln!(
+            Err(e) => eprintln!(
                 "mrshim sim: no /sys/class/infiniband and /dev/infiniband view ({e}); libibverbs programs run, \
                  UCX and Open MPI will not see the devices"
-            );
+            ),
         }
     }
     let mut path = OsString::from(&dir);

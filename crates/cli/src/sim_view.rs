@@ -3,9 +3,10 @@
 //! the host's /sys/class entries (bind mounts) plus `infiniband/` and `infiniband_verbs/`
 //! written by the simulator, and /dev likewise plus `infiniband/uverbsN` and `rdma_cm`
 //! character devices. Nothing of the host's /sys or /dev is modified: the mounts exist only in
-//! the namespace and vanish with its last process. With `--netns` the command also gets a
-//! private network namespace in which each RoCE port has its interface (sim_netns.rs), shown
-//! in /sys/class/net and linked from `device/net/<ifname>`.
+//! the namespace and vanish with its last process. The command also joins a network namespace
+//! shared by the `mrshim sim`s of one user and run directory, in which each RoCE port has its
+//! interface (sim_netns.rs, sim_netns_shared.rs), shown in /sys/class/net and linked from
+//! `device/net/<ifname>`.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -43,22 +44,20 @@ fn mount(src: &Path, dst: &Path, fstype: Option<&str>, flags: libc::c_ulong, dat
     check(rc, &format!("mount {} on {}", src.display(), dst.display()))
 }
 
-/// Unshares the mount namespace (and the user namespace when not root, mapping the caller's
-/// own uid/gid so the command runs as itself; and the network namespace with `netns`) and
-/// stops mount propagation to the host.
-fn private_namespace(netns: bool) -> Result<(), String> {
+/// Unshares the mount namespace (and the user namespace when not root and not already in the
+/// shared one, mapping the caller's own uid/gid so the command runs as itself) and stops mount
+/// propagation to the host.
+fn private_namespace(in_userns: bool) -> Result<(), String> {
     // SAFETY: getters without preconditions.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     let mut flags = libc::CLONE_NEWNS;
-    if netns {
-        flags |= libc::CLONE_NEWNET;
-    }
-    if uid != 0 {
+    let new_user = uid != 0 && !in_userns;
+    if new_user {
         flags |= libc::CLONE_NEWUSER;
     }
     // SAFETY: unshare has no memory preconditions; this process is single-threaded here.
     check(unsafe { libc::unshare(flags) }, "unshare")?;
-    if uid != 0 {
+    if new_user {
         let w = |f: &str, s: String| std::fs::write(f, s).map_err(|e| format!("{f}: {e}"));
         w("/proc/self/setgroups", "deny".into())?;
         w("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
@@ -136,28 +135,53 @@ pub fn write_to(lib_dir: &Path, dir: &Path) -> Result<(), String> {
     write_sysfs(lib_dir, dir)
 }
 
-/// Enters the namespace with the view (and with `netns` the network namespace with the ports'
-/// interfaces). Already inside one (a nested `mrshim sim`, or a host with real RDMA devices):
-/// nothing to do — but `netns` then needs the interfaces to be there already.
-pub fn enter(lib_dir: &Path, netns: bool) -> Result<(), String> {
+/// The network side of the view.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Net {
+    /// The host's network; the RoCE ports have no interface (`--no-netns`).
+    Host,
+    /// The shared namespace with the ports' interfaces where the machine allows it, else the
+    /// host's network and one line saying what is missing (the default).
+    Shared,
+    /// The shared namespace or an error (`--netns`).
+    Required,
+}
+
+/// Enters the namespace with the view and, unless `net` is [`Net::Host`], the shared network
+/// namespace where each RoCE port has its interface (sim_netns_shared.rs). Already inside a
+/// view (a nested `mrshim sim`, or a host with real RDMA devices): nothing to do — but
+/// [`Net::Required`] then needs the interfaces to be there already. Ok(Some(line)): the view is
+/// made, the interfaces are not (why, for the user).
+pub fn enter(lib_dir: &Path, net: Net) -> Result<Option<String>, String> {
     let sys = Path::new("/sys");
     if sys.join("class/infiniband").exists() {
         let missing = crate::sim_netns::from_sysfs(&sys.join("class/infiniband"))
             .into_iter()
             .find(|(_, d)| !sys.join("class/net").join(&d.name).exists());
         return match missing {
-            Some((dev, d)) if netns => Err(format!(
-                "/sys/class/infiniband exists already (real devices, or a view made without --netns) and {dev}'s \
+            Some((dev, d)) if net == Net::Required => Err(format!(
+                "/sys/class/infiniband exists already (real devices, or a view made with --no-netns) and {dev}'s \
                  interface {} does not: no network namespace made",
                 d.name
             )),
-            _ => Ok(()),
+            _ => Ok(None),
         };
     }
-    private_namespace(netns)?;
+    let mut joined = false;
+    let mut missing = None;
+    if net != Net::Host {
+        match shared_netns(lib_dir) {
+            Ok(j) => joined = j,
+            Err(e) if net == Net::Required => return Err(e),
+            Err(e) => missing = Some(e),
+        }
+    }
+    // SAFETY: a getter without preconditions.
+    let in_userns = joined && unsafe { libc::geteuid() } != 0;
+    private_namespace(in_userns)?;
     cover(Path::new("/sys/class"))?;
     write_sysfs(lib_dir, sys)?;
-    if netns {
+    if joined {
         port_interfaces(sys)?;
     }
     cover(Path::new("/dev"))?;
@@ -166,17 +190,32 @@ pub fn enter(lib_dir: &Path, netns: bool) -> Result<(), String> {
     for i in 0..written_devices(Path::new("/sys")) {
         char_device(&ib.join(format!("uverbs{i}")), (231, 192 + i as u32))?;
     }
-    char_device(&ib.join("rdma_cm"), RDMA_CM_DEV)
+    char_device(&ib.join("rdma_cm"), RDMA_CM_DEV)?;
+    Ok(missing)
 }
 
-/// Creates the ports' interfaces in this (new) network namespace and shows that namespace's
-/// interfaces in /sys/class/net and /sys/devices/virtual/net — sysfs shows the network
-/// namespace of whoever mounted it, so a fresh sysfs mounted here is bound over the host's
-/// two directories, then detached — plus `device/net/<ifname>` links for each port.
+/// Joins the shared network namespace of the devices' RoCE ports (false: they have none, the
+/// host's network is kept).
+fn shared_netns(lib_dir: &Path) -> Result<bool, String> {
+    let tmp = std::env::temp_dir().join(format!("mrshim-sim-ports-{}", std::process::id()));
+    let r = write_sysfs(lib_dir, &tmp).map(|_| crate::sim_netns::from_sysfs(&tmp.join("class/infiniband")));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let devs = r?;
+    if devs.is_empty() {
+        return Ok(false);
+    }
+    let rundir = crate::sim_netns_shared::rundir(lib_dir)?;
+    crate::sim_netns_shared::join(&rundir, &devs.iter().map(|(_, d)| d).collect::<Vec<_>>())?;
+    Ok(true)
+}
+
+/// Shows this (shared) network namespace's interfaces in /sys/class/net and
+/// /sys/devices/virtual/net — sysfs shows the network namespace of whoever mounted it, so a
+/// fresh sysfs mounted here is bound over the host's two directories, then detached — plus
+/// `device/net/<ifname>` links for each port.
 fn port_interfaces(sys: &Path) -> Result<(), String> {
     let ib = sys.join("class/infiniband");
     let devs = crate::sim_netns::from_sysfs(&ib);
-    crate::sim_netns::create(&devs.iter().map(|(_, d)| d).collect::<Vec<_>>())?;
     let fresh = sys.join("class/.mrshim-sysfs");
     std::fs::create_dir(&fresh).map_err(|e| format!("{}: {e}", fresh.display()))?;
     mount(Path::new("sysfs"), &fresh, Some("sysfs"), libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC, None)?;

@@ -1,0 +1,90 @@
+//! Python-wheel clients on the simulated NIC under plain `mrshim sim -- CMD`, installed by
+//! scripts/install-deps from PyPI into a venv of their own (`$MRSHIM_TOOLS/pyclients`):
+//! - the UCX 1.23 (with verbs) that NIXL's wheel vendors, with the wheel's own libibverbs renamed
+//!   by auditwheel (`libibverbs-<hash>.so.1`, found through RPATH `$ORIGIN`): UCX >= 1.23 takes
+//!   a RoCE port only when it finds the port's network interface (docs/sim.md), so this needs
+//!   both the redirection of a vendored libibverbs and the default network namespace.
+
+mod shim_util;
+use shim_util::*;
+use std::path::PathBuf;
+
+/// The venv scripts/install-deps makes (scripts/lib/tools.sh: MRSHIM_PYCLIENTS).
+fn pyclients() -> PathBuf {
+    let tools = std::env::var_os("MRSHIM_TOOLS").filter(|v| !v.is_empty()).map(PathBuf::from).unwrap_or_else(|| {
+        let cache = std::env::var_os("XDG_CACHE_HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache"));
+        cache.join("mrshim-tools")
+    });
+    let d = tools.join("pyclients");
+    assert!(
+        d.join("bin/python3").exists(),
+        "{} missing: scripts/install-deps installs the Python-wheel clients",
+        d.display()
+    );
+    d
+}
+
+fn site_packages() -> PathBuf {
+    let lib = pyclients().join("lib");
+    let py = files(&lib).into_iter().find(|p| p.file_name().unwrap().to_string_lossy().starts_with("python3"));
+    py.expect("lib/python3.*").join("site-packages")
+}
+
+fn script(name: &str) -> String {
+    format!("{}/tests/py/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// UCX 1.23 from NIXL's wheel, loaded from Python with ctypes: an endpoint over rc_verbs on
+/// mlx5_0:1 (RoCE) and a 1 MiB PUT and GET, byte-exact — under plain `mrshim sim`, then with
+/// the shim (its records equal what the device saw) and with MRSHIM_RETRY=auto. With
+/// `--no-netns` the same endpoint fails as UCX fails on a host where the port has no netdev.
+#[test]
+fn ucx_1_23_from_the_nixl_wheel_puts_and_gets_over_roce_under_plain_mrshim_sim() {
+    let libs = site_packages().join("nixl_cu12.libs");
+    let vendored =
+        files(&libs).into_iter().filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("libibverbs-"));
+    assert_eq!(vendored.count(), 1, "NIXL's wheel vendors a renamed libibverbs in {}", libs.display());
+    let libs = libs.to_str().unwrap();
+    let ucx = ["UCX_TLS=rc_verbs,ud_verbs", "UCX_NET_DEVICES=mlx5_0:1"];
+    for mode in MODES {
+        let w = SimWorld::new(&format!("wheel-ucx-{mode:?}"));
+        let mut c = stack_cmd(&w, mode, 0, "/usr/bin/python3", &[&script("ucp_put_check.py"), libs]);
+        // `env` (stack_cmd's program) takes these before the command.
+        let args: Vec<String> = c.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        let at = args.iter().position(|a| a == "/usr/bin/python3").unwrap();
+        let mut c2 = cmd("timeout");
+        c2.args(&args[..at]).args(ucx).args(&args[at..]).envs(c.get_envs().filter_map(|(k, v)| Some((k, v?))));
+        c = c2;
+        let o = run(&mut c);
+        let who = format!("ucx 1.23 {mode:?}");
+        assert!(o.status.success(), "{who}: {}\n{}", stdout(&o), stderr(&o));
+        // UCX logs to stdout. The one error it logs here: no NETLINK_RDMA socket (the kernel has
+        // no InfiniBand), which UCX gets past.
+        let out = stdout(&o);
+        let lines: Vec<&str> = out
+            .lines()
+            .filter(|l| {
+                !(l.contains("UCX  ERROR socket create failed: Protocol not supported")
+                    || l.contains("UCX  ERROR failed to create netlink socket"))
+            })
+            .collect();
+        assert_eq!(
+            lines,
+            ["ucx 1.23", "endpoint connected", "put byte-exact", "get byte-exact"],
+            "{who}: {out}\n{}",
+            stderr(&o)
+        );
+        assert_stack_records(&w, mode, 1, &who);
+    }
+    // The interface lookup UCX >= 1.23 does, without the namespace: it is what fails.
+    let w = SimWorld::new("wheel-ucx-no-netns");
+    let mut c = cmd("timeout");
+    c.args(["-k", "5", "60"]).arg(mrshim_bin()).args(["sim", "--no-netns", "--", "env"]).args(ucx);
+    c.args(["/usr/bin/python3", &script("ucp_put_check.py"), libs]).env("MRSHIM_SIM_RUNDIR", w.dir.join("run"));
+    let o = run(&mut c);
+    assert_eq!(o.status.code(), Some(3), "{}\n{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("failed to get interface index for mrsim0"), "{}", stdout(&o));
+}
