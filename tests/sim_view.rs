@@ -263,3 +263,32 @@ fn where_the_namespace_cannot_be_made_one_line_says_so() {
     let err = stderr(&o);
     assert!(err.starts_with("mrshim sim: --netns: ") && err.lines().count() == 1, "{err}");
 }
+
+/// The shared namespace's holder (`mrshim-sim-net`) goes away once the namespace is empty:
+/// nothing of `mrshim sim` outlives its jobs for more than a few seconds, and the next
+/// `mrshim sim` starts a new one.
+#[test]
+fn the_namespace_holder_leaves_when_the_last_member_has_left() {
+    let w = SimWorld::new("netns-holder");
+    // SAFETY: a getter without preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let u = User { prefix: vec![], mrshim: mrshim_bin(), uid };
+    let holder = || {
+        let pidfile = files(&w.dir.join("run")).into_iter().find(|p| p.extension().is_some_and(|e| e == "pid"))?;
+        let pid = std::fs::read_to_string(pidfile).ok()?.split_whitespace().next()?.to_string();
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+        (comm == "mrshim-sim-net\n").then_some(pid)
+    };
+    let o = u.sim(&w, &[], "sleep 1");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let first = holder().expect("a holder right after the job");
+    let gone = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        holder().is_none()
+    });
+    assert!(gone, "holder {first} still there 10 s after its last member left");
+    assert!(!std::path::Path::new(&format!("/proc/{first}")).exists() || holder().is_none());
+    let o = u.sim(&w, &[], "ls /sys/class/net | grep -c mrsim");
+    assert_eq!(stdout(&o), "2\n", "{}", stderr(&o));
+    assert_ne!(holder().expect("a new holder"), first);
+}

@@ -1,10 +1,12 @@
 //! `mrshim sim [--devices SPEC] [--faults RULES] -- CMD ARGS...`: run CMD on the simulated verbs
 //! device (and simulated GPU runtimes): a directory of `libibverbs.so.1` / `libcuda.so.1` /
-//! `libamdhip64.so.{6,5}` / `libhsa-runtime64.so.1` / `libmcruntime.so` links to the simulator's libraries goes first in
-//! LD_LIBRARY_PATH, then CMD is exec(2)ed in a private mount namespace that shows the simulated
-//! devices in /sys/class and /dev (sim_view.rs). An LD_AUDIT module (sim/audit) sends the
-//! libibverbs and librdmacm that a program brings itself (a wheel's renamed copies, found through
-//! RPATH before LD_LIBRARY_PATH is consulted) to the simulator's.
+//! `libamdhip64.so.{6,5}` / `libhsa-runtime64.so.1` / `libmcruntime.so` links to the simulator's
+//! libraries goes first in LD_LIBRARY_PATH, then CMD is exec(2)ed in a private mount namespace
+//! that shows the simulated devices in /sys/class and /dev (sim_view.rs), in a network namespace
+//! where the RoCE ports have their interfaces, shared by the `mrshim sim`s of one run directory
+//! (sim_netns_shared.rs). An LD_AUDIT module (sim/audit) sends the libibverbs and librdmacm that
+//! a program brings itself (a wheel's renamed copies, found through RPATH before LD_LIBRARY_PATH
+//! is consulted) to the simulator's.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -21,7 +23,8 @@ Environment read by the simulated device (see docs/sim.md):
   MRSHIM_SIM_PEER_MEMORY on | off  (off: GPU memory through the VA path fails, like a missing
                         nvidia_peermem)
   MRSHIM_SIM_DEVICE_MEM_ERRNO  errno for that failure (default EINVAL, as in the seed)
-  MRSHIM_SIM_RUNDIR     where processes meet (default $XDG_RUNTIME_DIR or /tmp, mrshim-sim-UID)
+  MRSHIM_SIM_RUNDIR     where processes meet (default $XDG_RUNTIME_DIR or /tmp, mrshim-sim-UID);
+                        the `mrshim sim`s of one run directory share one network namespace
   MRSHIM_SIM_LOG        file: one JSON line per registration the device saw
 Simulated GPUs (docs/sim-gpu.md): MRSHIM_SIM_GPUS, MRSHIM_SIM_GPU_MEM; MRSHIM_SIM_MACA_ABI
   assumed | enum | layout  (libmcruntime.so's mcMemoryType values / mcPointerAttribute_t

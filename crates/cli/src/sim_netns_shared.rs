@@ -235,8 +235,9 @@ fn holder(report: libc::c_int, devs: &[&Netdev], lock_path: &Path, pid_path: &Pa
         std::thread::sleep(std::time::Duration::from_secs(1));
         idle = if members() { 0 } else { idle + 1 };
         if idle >= IDLE_CHECKS {
-            // Under the lock: a process about to join holds it until it is a member.
-            let Ok(_l) = lock(lock_path) else { continue };
+            // Under the lock: a process about to join holds it until it is a member. Without it
+            // (the run directory was removed) nobody can find this namespace any more.
+            let Ok(_l) = lock(lock_path) else { return 0 };
             if !members() {
                 let _ = std::fs::remove_file(pid_path);
                 return 0;
