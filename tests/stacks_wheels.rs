@@ -111,6 +111,20 @@ fn mpi4py(w: &SimWorld, env: &[String]) -> std::process::Output {
     run(&mut stack_cmd_within(w, Mode::Plain, 0, "mpirun", &args, 300))
 }
 
+/// The shim in every rank (one log each, the device's log of the job), the device refusing what
+/// `faults` say and the shim rescuing it through bounce buffers (MPI over UCX announces every
+/// peer access: MRSHIM_BOUNCE_REMOTE=announced).
+fn bounce_env(w: &SimWorld, faults: &str) -> [String; 6] {
+    [
+        format!("LD_PRELOAD={}", shim_lib().display()),
+        format!("MRSHIM_LOG={}/", w.dir.join("logs").display()),
+        format!("MRSHIM_SIM_LOG={}", w.dir.join("sim.jsonl").display()),
+        "MRSHIM_RETRY=bounce".into(),
+        "MRSHIM_BOUNCE_REMOTE=announced".into(),
+        format!("MRSHIM_SIM_FAULTS={faults}"),
+    ]
+}
+
 fn assert_ranks_ok(o: &std::process::Output, who: &str) {
     assert!(o.status.success(), "{who}: {}\n{}", stdout(o), stderr(o));
     let out = stdout(o);
@@ -133,14 +147,7 @@ fn mpi4py_wheel_on_open_mpi_pml_ucx_byte_exact_plain_and_rescued_by_the_shim() {
     let w = SimWorld::new("wheel-mpi4py");
     assert_ranks_ok(&mpi4py(&w, &[]), "mpi4py plain");
     let w = SimWorld::new("wheel-mpi4py-rescued");
-    let env = [
-        format!("LD_PRELOAD={}", shim_lib().display()),
-        format!("MRSHIM_LOG={}/", w.dir.join("logs").display()),
-        format!("MRSHIM_SIM_LOG={}", w.dir.join("sim.jsonl").display()),
-        "MRSHIM_RETRY=bounce".into(),
-        "MRSHIM_BOUNCE_REMOTE=announced".into(),
-        format!("MRSHIM_SIM_FAULTS={}", refuse_every_ucx_registration()),
-    ];
+    let env = bounce_env(&w, refuse_every_ucx_registration());
     let o = mpi4py(&w, &env);
     assert_ranks_ok(&o, "mpi4py rescued");
     let dev = sim_log(&w.dir.join("sim.jsonl"));
@@ -170,14 +177,7 @@ fn mpi4py_wheel_on_open_mpi_pml_ucx_byte_exact_plain_and_rescued_by_the_shim() {
 #[test]
 fn mpi4py_job_where_only_large_registrations_fail_bounces_only_those() {
     let w = SimWorld::new("wheel-mpi4py-some");
-    let env = [
-        format!("LD_PRELOAD={}", shim_lib().display()),
-        format!("MRSHIM_LOG={}/", w.dir.join("logs").display()),
-        format!("MRSHIM_SIM_LOG={}", w.dir.join("sim.jsonl").display()),
-        "MRSHIM_RETRY=bounce".into(),
-        "MRSHIM_BOUNCE_REMOTE=announced".into(),
-        format!("MRSHIM_SIM_FAULTS={},min_len=1M", refuse_every_ucx_registration()),
-    ];
+    let env = bounce_env(&w, &format!("{},min_len=1M", refuse_every_ucx_registration()));
     let o = mpi4py(&w, &env);
     assert_ranks_ok(&o, "only large registrations fail");
     let logs = files(&w.dir.join("logs"));

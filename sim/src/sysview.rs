@@ -13,7 +13,8 @@ pub const UVERBS_MAJOR: u32 = 231;
 pub const UVERBS_MINOR_BASE: u32 = 192;
 
 /// The network interface a RoCE GID names in `gid_attrs/ndevs` (UCX reads it to name the port).
-/// It exists only in `mrshim sim --netns`'s network namespace, which makes it from these files.
+/// It exists only in the network namespace of `mrshim sim` (not with `--no-netns`), which makes
+/// it from these files.
 pub fn netdev_name(dev: &Device) -> String {
     format!("mrsim{}", dev.index)
 }
@@ -79,8 +80,8 @@ pub fn write(root: &Path, devices: &[&Device]) -> io::Result<()> {
             }
         }
         // No device/net/<ifname> here: tools that see the directory ask `ip addr show <ifname>`
-        // for its address (rdma-core's tests do), so only `mrshim sim --netns`, which creates
-        // the interface, adds the link.
+        // for its address (rdma-core's tests do), so only `mrshim sim`'s network namespace,
+        // where the interface exists, adds the link.
         // The driver: a link whose name tools read (there is no mlx5_core in the kernel).
         let _ = std::fs::remove_file(root.join(format!("{ib}/device/driver")));
         std::os::unix::fs::symlink("/sys/bus/pci/drivers/mlx5_core", root.join(format!("{ib}/device/driver")))?;

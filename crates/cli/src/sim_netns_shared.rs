@@ -273,19 +273,10 @@ fn make(devs: &[&Netdev]) -> Result<(), String> {
 /// default `$XDG_RUNTIME_DIR` or /tmp, then `mrshim-sim-<uid>`), asked of the simulator itself
 /// so that both agree.
 pub fn rundir(lib_dir: &Path) -> Result<PathBuf, String> {
-    let lib = std::ffi::CString::new(lib_dir.join("libibverbs.so.1").to_string_lossy().into_owned())
-        .map_err(|_| "NUL in the library path".to_string())?;
-    // SAFETY: dlopen/dlsym with NUL-terminated names; the symbol has the documented signature
-    // and returns a NUL-terminated string that lives as long as the library (never unloaded).
+    let f = crate::sim_view::sim_symbol(lib_dir, c"mrshim_sim_rundir")?;
+    // SAFETY: the symbol has the documented signature and returns NULL or a NUL-terminated
+    // string that lives as long as the library (never unloaded).
     unsafe {
-        let h = libc::dlopen(lib.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
-        if h.is_null() {
-            return Err(format!("cannot load {}", lib_dir.join("libibverbs.so.1").display()));
-        }
-        let f = libc::dlsym(h, c"mrshim_sim_rundir".as_ptr());
-        if f.is_null() {
-            return Err("the simulator library has no mrshim_sim_rundir".into());
-        }
         let f: unsafe extern "C" fn() -> *const libc::c_char = std::mem::transmute(f);
         let p = f();
         if p.is_null() {

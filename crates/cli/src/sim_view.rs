@@ -112,19 +112,29 @@ fn char_device(path: &Path, (major, minor): (u32, u32)) -> Result<(), String> {
     mount(Path::new("/dev/null"), path, None, libc::MS_BIND, None)
 }
 
-/// Asks the simulator (the library the command will load) to write its /sys/class entries.
-fn write_sysfs(lib_dir: &Path, root: &Path) -> Result<(), String> {
+/// A function of the simulator library the command will load (loaded here once, never
+/// unloaded), by name.
+pub(crate) fn sim_symbol(lib_dir: &Path, name: &std::ffi::CStr) -> Result<*mut libc::c_void, String> {
     let lib = cstr(&lib_dir.join("libibverbs.so.1"));
-    // SAFETY: dlopen/dlsym with NUL-terminated names; the symbol has the documented signature.
+    // SAFETY: dlopen/dlsym with NUL-terminated names.
     unsafe {
         let h = libc::dlopen(lib.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
         if h.is_null() {
             return Err(format!("cannot load {}", lib_dir.join("libibverbs.so.1").display()));
         }
-        let f = libc::dlsym(h, c"mrshim_sim_write_sysfs".as_ptr());
+        let f = libc::dlsym(h, name.as_ptr());
         if f.is_null() {
-            return Err("the simulator library has no mrshim_sim_write_sysfs".into());
+            return Err(format!("the simulator library has no {}", name.to_string_lossy()));
         }
+        Ok(f)
+    }
+}
+
+/// Asks the simulator (the library the command will load) to write its /sys/class entries.
+fn write_sysfs(lib_dir: &Path, root: &Path) -> Result<(), String> {
+    let f = sim_symbol(lib_dir, c"mrshim_sim_write_sysfs")?;
+    // SAFETY: the symbol has the documented signature; root is NUL-terminated.
+    unsafe {
         let f: unsafe extern "C" fn(*const libc::c_char) -> libc::c_int = std::mem::transmute(f);
         check(f(cstr(root).as_ptr()), &format!("writing the simulated devices under {}", root.display()))
     }
