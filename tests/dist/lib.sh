@@ -28,3 +28,25 @@ run_arch() {
   shift
   if [ "$arch" = aarch64 ]; then qemu-aarch64-static "$@"; else "$@"; fi
 }
+
+# wheel_devinfo DEVINFO LIBIBVERBS DIR: DIR/bin/ibv_devinfo as an auditwheel-repaired wheel leaves
+# a program: Debian's DEVINFO linked instead to LIBIBVERBS renamed libibverbs-abc123.so.1 (file
+# and SONAME) in DIR/wheel.libs, found through its RPATH $ORIGIN/../wheel.libs, which the loader
+# searches before LD_LIBRARY_PATH. Prints the program's path.
+wheel_devinfo() {
+  local dir=$3
+  mkdir -p "$dir/bin" "$dir/wheel.libs"
+  cp "$(realpath "$2")" "$dir/wheel.libs/libibverbs-abc123.so.1"
+  patchelf --set-soname libibverbs-abc123.so.1 "$dir/wheel.libs/libibverbs-abc123.so.1"
+  cp "$1" "$dir/bin/ibv_devinfo"
+  # One change per patchelf run: Debian 12's patchelf mixes up a NEEDED rename and a new RPATH.
+  patchelf --replace-needed libibverbs.so.1 libibverbs-abc123.so.1 "$dir/bin/ibv_devinfo"
+  patchelf --force-rpath --set-rpath '$ORIGIN/../wheel.libs' "$dir/bin/ibv_devinfo"
+  readelf -d "$dir/bin/ibv_devinfo" | grep -qF '[libibverbs-abc123.so.1]' || fail "patchelf did not rename the NEEDED entry"
+  readelf -d "$dir/bin/ibv_devinfo" | grep -qF '(RPATH)              Library rpath: [$ORIGIN/../wheel.libs]' ||
+    fail "patchelf did not set the RPATH"
+  echo "$dir/bin/ibv_devinfo"
+}
+
+# The simulated device's firmware version: only the simulator prints it.
+sim_fw='fw_ver:[[:space:]]*28.39.1002'

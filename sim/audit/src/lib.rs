@@ -13,8 +13,16 @@
 
 use std::ffi::{c_char, c_uint, CStr};
 
-/// rtld-audit(7): the interface version this module needs (la_objsearch exists since 1).
-const LAV_VERSION: c_uint = 1;
+/// rtld-audit(7): the highest interface version this module knows. It uses la_objsearch only,
+/// the same in versions 1 (glibc < 2.35) and 2, where the aarch64 register structures of
+/// la_pltenter/la_pltexit changed — and where glibc on aarch64 ignores a module answering 1
+/// ("requires version 1 (maximum supported version 2)": tests/dist/aarch64 found it).
+const LAV_HIGHEST: c_uint = 2;
+
+/// The version to answer the loader's `version`: the loader's own, up to [`LAV_HIGHEST`].
+pub fn agreed_version(version: c_uint) -> c_uint {
+    version.min(LAV_HIGHEST)
+}
 /// `flag` of la_objsearch: the name as the loader was asked for it.
 const LA_SER_ORIG: c_uint = 0x01;
 
@@ -74,7 +82,7 @@ pub extern "C" fn la_version(version: c_uint) -> c_uint {
             }
         }
     }
-    version.min(LAV_VERSION)
+    agreed_version(version)
 }
 
 /// rtld-audit(7): the name to search instead of `name`.
@@ -105,6 +113,11 @@ pub unsafe extern "C" fn la_objsearch(name: *const c_char, _cookie: *mut usize, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_loaders_version_is_answered_up_to_the_highest_known() {
+        assert_eq!([1, 2, 3].map(agreed_version), [1, 2, 2]);
+    }
 
     #[test]
     fn rdma_core_names_are_redirected_and_nothing_else() {
