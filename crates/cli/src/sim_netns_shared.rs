@@ -67,9 +67,11 @@ fn own_dir(dir: &Path) -> Result<(), String> {
         let _ = std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700));
     }
     let m = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    // SAFETY: a getter without preconditions.
-    let uid = unsafe { libc::geteuid() };
-    if !m.is_dir() || m.uid() != uid || m.mode() & 0o022 != 0 {
+    // SAFETY: getters without preconditions.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    // Group-writable only for the caller's own group (a umask of 002 with user-private groups).
+    let open_to_others = m.mode() & 0o002 != 0 || (m.mode() & 0o020 != 0 && m.gid() != gid);
+    if !m.is_dir() || m.uid() != uid || open_to_others {
         return Err(format!(
             "{} is not a directory of uid {uid} closed to others (owner {}, mode {:o}): no shared namespace there",
             dir.display(),
