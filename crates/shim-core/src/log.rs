@@ -103,6 +103,19 @@ pub fn before_close(first: i32, last: i32) {
     }
 }
 
+/// The preload's `_exit`/`_Exit` hooks call this first: a mapped log gets its blank end trimmed,
+/// as at a normal exit (whose handlers `_exit` skips). Only in the process that opened the log: a
+/// `vfork` child shares its parent's memory, and its `_exit` must leave the parent's mapping be.
+pub fn before_exit() {
+    if let Some(s) = crate::shim_if_initialized() {
+        // SAFETY: getpid has no preconditions.
+        let me = unsafe { libc::getpid() } as u32;
+        if s.log.opened_by.load(Relaxed) == me {
+            s.log.finish();
+        }
+    }
+}
+
 /// What the writer needs to know to name and start a file.
 pub struct OpenCtx<'a> {
     pub host: &'a str,
