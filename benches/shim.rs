@@ -9,12 +9,14 @@
 //! - On the simulator: the ratios a job sees (its registration parses /proc/self/maps like the
 //!   kernel pins pages, so it costs tens of µs and the shim's share is small).
 //! - On the cheap fake library of the hook tests (a registration costs ~100 ns): the added ns
-//!   per call are measurable there, so the goals are judged on it. Full logging is also run with
-//!   the log on tmpfs, and next to it the median of one plain write(2) of a same-size line to
-//!   the same file: the part of the cost that is the kernel's, not the shim's.
+//!   per call are measurable there, so the goals are judged on it. Full logging goes to a
+//!   per-process file (a directory destination, as `mrshim exec --log DIR` and the docs' job
+//!   examples use: the shared mapping of crates/shim-core/src/logmap.rs), on disk and on tmpfs,
+//!   and to one file name several processes could share (one write(2) per record), next to the
+//!   median of one plain write(2) of a same-size line to that file: the kernel's part there.
 //!
-//! Throughput: 8 threads registering/deregistering with full logging; records on disk are
-//! counted: 0 lost.
+//! Throughput: 8 threads registering/deregistering with full logging (per-process file; on the
+//! fake library also the shared name); records on disk are counted: 0 lost.
 //!
 //! `MRSHIM_BENCH_BASE=/path/to/another/libmrshim.so` (e.g. main's release build) runs it too, in
 //! the same rounds, alternating with this one: a `base` row next to every row. At the end each
@@ -89,6 +91,29 @@ const OFF_QUIET: Mode = Mode { name: "log off", env: Some(&[("MRSHIM_LOG", "off"
 const OFF: Mode = Mode { name: "log off+summary", env: Some(&[("MRSHIM_LOG", "off")]) };
 const FULL: Mode = Mode { name: "full logging", env: Some(&[("MRSHIM_LOG", "LOG")]) };
 
+/// A log destination of a run: a directory (ends in '/': one file per process, mapped) or a
+/// file name (write(2) per record).
+fn clear(log: &Path) {
+    if log.to_str().is_some_and(|s| s.ends_with('/')) {
+        let _ = std::fs::remove_dir_all(log);
+    } else {
+        let _ = std::fs::remove_file(log);
+    }
+}
+
+/// The text a run left at `log` (every file of a directory destination).
+fn log_text(log: &Path) -> String {
+    if log.to_str().is_some_and(|s| s.ends_with('/')) {
+        let mut t = String::new();
+        for e in std::fs::read_dir(log).into_iter().flatten().flatten() {
+            t += &std::fs::read_to_string(e.path()).unwrap_or_default();
+        }
+        t
+    } else {
+        std::fs::read_to_string(log).unwrap_or_default()
+    }
+}
+
 impl Env {
     /// The preloads to compare: this build, then the base if there is one.
     fn shims(&self) -> Vec<(&'static str, &Path)> {
@@ -116,7 +141,7 @@ impl Env {
         }
         c.env("MRSHIM_SUMMARY", "off").env("MRSHIM_WARN", "off");
         if let Some(env) = mode.env {
-            let _ = std::fs::remove_file(log);
+            clear(log);
             c.env("LD_PRELOAD", shim);
             if !env.iter().any(|(k, _)| *k == "MRSHIM_SUMMARY") {
                 c.env_remove("MRSHIM_SUMMARY");
@@ -161,27 +186,24 @@ impl Env {
                     &["write", "20000", path.to_str().unwrap(), &bytes.to_string()],
                     path,
                 );
+                let _ = std::fs::remove_file(path);
                 out.split_whitespace().nth(1).unwrap().parse::<f64>().unwrap()
             })
             .collect();
         median(v)
     }
 
-    /// (calls per second, calls, records on disk)
-    fn thr(&self, shim: &Path, lib: &Path, mode: &Mode, threads: u32, per: u32) -> (f64, u64, u64) {
-        let log = self.dir.join("thr.jsonl");
-        let _ = std::fs::remove_file(&log);
-        let out = self.run_with(shim, lib, mode, &["thr", &threads.to_string(), &per.to_string()], &log);
+    /// (calls per second, calls, records on disk); `log`: a directory (ends in '/') or a file.
+    fn thr(&self, shim: &Path, lib: &Path, mode: &Mode, threads: u32, per: u32, log: &Path) -> (f64, u64, u64) {
+        clear(log);
+        let out = self.run_with(shim, lib, mode, &["thr", &threads.to_string(), &per.to_string()], log);
         let f: Vec<&str> = out.split_whitespace().collect();
         let calls: u64 = f[1].parse().unwrap();
         let secs: f64 = f[3].parse().unwrap();
-        let lines = match std::fs::read_to_string(&log) {
-            Ok(text) => {
-                text.lines().filter(|l| l.contains("\"kind\":\"reg\"") || l.contains("\"kind\":\"dereg\"")).count()
-                    as u64
-            }
-            Err(_) => 0,
-        };
+        let text = log_text(log);
+        let lines =
+            text.lines().filter(|l| l.contains("\"kind\":\"reg\"") || l.contains("\"kind\":\"dereg\"")).count() as u64;
+        clear(log);
         (calls as f64 / secs, calls, lines)
     }
 }
@@ -193,7 +215,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// Bytes of the first reg and dereg record in a log.
 fn record_sizes(log: &Path) -> (usize, usize) {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let text = log_text(log);
     let size = |k: &str| text.lines().find(|l| l.contains(k)).map_or(700, |l| l.len() + 1);
     (size("\"kind\":\"reg\""), size("\"kind\":\"dereg\""))
 }
@@ -203,10 +225,14 @@ fn record_sizes(log: &Path) -> (usize, usize) {
 struct Figures {
     /// Added ns (reg, dereg) on the fake library.
     off: (f64, f64),
+    /// Full logging to a per-process file on disk, on tmpfs; to one shared name on disk.
     full_disk: (f64, f64),
     full_shm: Option<(f64, f64)>,
-    /// 8 threads, fake library: median records/s, lost of all runs.
+    full_shared: (f64, f64),
+    /// 8 threads, fake library, per-process file: median records/s, lost of all runs.
     thr: (f64, u64),
+    /// The same with one shared name.
+    thr_shared: (f64, u64),
     /// Simulator, full logging: reg ratio.
     sim_full: f64,
 }
@@ -221,7 +247,9 @@ fn main() {
     let log = e.dir.join("lat.jsonl");
     let shims = e.shims();
     let mut figs = vec![Figures::default(); shims.len()];
+    let load = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim().to_string();
     println!("libmrshim.so benchmark ({iters} reg+dereg pairs per run, median of {reps} runs' medians)");
+    println!("load average at the start: {}", load());
     println!("this: {}", e.shim.display());
     if let Some(b) = &e.base {
         println!("base: {} (MRSHIM_BENCH_BASE; runs alternate with this one's)", b.display());
@@ -243,54 +271,73 @@ fn main() {
     }
 
     println!("\n== added ns per call, on the fake library (a registration costs ~100 ns there) ==");
-    println!("{:<34} {:>8} {:>9} {:>9} {:>10}  goal", "mode", "reg ns", "dereg ns", "reg +ns", "dereg +ns");
+    println!("{:<38} {:>8} {:>9} {:>9} {:>10}  goal", "mode", "reg ns", "dereg ns", "reg +ns", "dereg +ns");
     let (fr, fd) = e.lat(&e.fake_lib, &DIRECT, iters, reps, &log);
-    println!("{:<34} {fr:>8.0} {fd:>9.0}", DIRECT.name);
+    println!("{:<38} {fr:>8.0} {fd:>9.0}", DIRECT.name);
     let shm = Path::new("/dev/shm");
-    let shm_log = shm.is_dir().then(|| shm.join(format!("mrshim-bench-{}.jsonl", std::process::id())));
+    let shm_log = shm.is_dir().then(|| shm.join(format!("mrshim-bench-{}/", std::process::id())));
     let disk = e.dir.parent().unwrap().display().to_string();
-    let mut rows: Vec<(String, &Mode, PathBuf, &str)> = vec![
-        (PASS.name.into(), &PASS, log.clone(), ""),
-        (OFF_QUIET.name.into(), &OFF_QUIET, log.clone(), "<= 50"),
-        (OFF.name.into(), &OFF, log.clone(), "<= 50"),
-        (format!("{} ({disk})", FULL.name), &FULL, log.clone(), "<= 1000"),
+    let per_process = PathBuf::from(format!("{}/", e.dir.join("logs").display()));
+    /// Which figure a row is.
+    #[derive(PartialEq)]
+    enum Row {
+        Pass,
+        Off,
+        OffSummary,
+        Disk,
+        Shm,
+        Shared,
+    }
+    let mut rows: Vec<(String, &Mode, PathBuf, &str, Row)> = vec![
+        (PASS.name.into(), &PASS, log.clone(), "", Row::Pass),
+        (OFF_QUIET.name.into(), &OFF_QUIET, log.clone(), "<= 50", Row::Off),
+        (OFF.name.into(), &OFF, log.clone(), "<= 50", Row::OffSummary),
+        (format!("full logging, own file ({disk})"), &FULL, per_process.clone(), "<= 1000", Row::Disk),
     ];
     if let Some(l) = &shm_log {
-        rows.push(("full logging (/dev/shm)".into(), &FULL, l.clone(), "<= 1000"));
+        rows.push(("full logging, own file (/dev/shm)".into(), &FULL, l.clone(), "<= 1000", Row::Shm));
     }
-    for (name, m, l, goal) in &rows {
+    rows.push((format!("full logging, shared name ({disk})"), &FULL, log.clone(), "(write(2))", Row::Shared));
+    for (name, m, l, goal, row) in &rows {
         for (i, (r, d)) in e.lat_each(&e.fake_lib, m, iters, reps, l).into_iter().enumerate() {
             let added = (r - fr, d - fd);
-            println!("{:<34} {r:>8.0} {d:>9.0} {:>+9.0} {:>+10.0}  {goal}", label(i, name), added.0, added.1);
-            match (m.name, l == &log) {
-                (n, _) if n == OFF_QUIET.name => figs[i].off = added,
-                (n, true) if n == FULL.name => figs[i].full_disk = added,
-                (n, false) if n == FULL.name => figs[i].full_shm = Some(added),
-                _ => {}
+            println!("{:<38} {r:>8.0} {d:>9.0} {:>+9.0} {:>+10.0}  {goal}", label(i, name), added.0, added.1);
+            match row {
+                Row::Off => figs[i].off = added,
+                Row::Disk => figs[i].full_disk = added,
+                Row::Shm => figs[i].full_shm = Some(added),
+                Row::Shared => figs[i].full_shared = added,
+                Row::Pass | Row::OffSummary => {}
             }
         }
-        if m.name == FULL.name {
+        if *row == Row::Shared {
             let (rb, db) = record_sizes(l);
             let (wr, wd) = (e.write_floor(l, rb, reps), e.write_floor(l, db, reps));
             println!(
-                "{:<34} {wr:>8.0} {wd:>9.0}   (one write(2) of a {rb}/{db}-byte line there: the kernel's part)",
+                "{:<38} {wr:>8.0} {wd:>9.0}   (one write(2) of a {rb}/{db}-byte line there: the kernel's part)",
                 "  write(2) floor"
             );
-            let _ = std::fs::remove_file(l);
         }
+        clear(l);
     }
 
     println!(
         "\n== 8 threads, full logging (records/s: median of 5 alternating runs, and the slowest; lost: all runs) =="
     );
-    for (name, lib, per) in [("simulator", &e.sim_lib, 2000u32), ("fake library", &e.fake_lib, 50000u32)] {
+    let shared = e.dir.join("thr.jsonl");
+    let runs = [
+        ("simulator, own file", &e.sim_lib, 2000u32, &per_process, false),
+        ("fake library, own file", &e.fake_lib, 50000u32, &per_process, true),
+        ("fake library, shared name", &e.fake_lib, 50000u32, &shared, false),
+    ];
+    for (name, lib, per, dest, goal) in runs {
         let mut direct = Vec::new();
         let mut full = vec![Vec::new(); shims.len()];
         let (mut lost, mut calls) = (vec![0; shims.len()], vec![0; shims.len()]);
         for _ in 0..5 {
-            direct.push(e.thr(&e.shim, lib, &DIRECT, 8, per).0);
+            direct.push(e.thr(&e.shim, lib, &DIRECT, 8, per, dest).0);
             for (i, (_, shim)) in shims.iter().enumerate() {
-                let (rate, c, lines) = e.thr(shim, lib, &FULL, 8, per);
+                let (rate, c, lines) = e.thr(shim, lib, &FULL, 8, per, dest);
                 full[i].push(rate);
                 calls[i] += c;
                 lost[i] += c - lines;
@@ -301,14 +348,16 @@ fn main() {
             let slowest = full.iter().copied().fold(f64::MAX, f64::min);
             let full = median(full);
             println!(
-                "{:<20} direct {direct:>10.0} calls/s   full logging {full:>10.0} records/s (x{:.2} of direct, slowest {slowest:.0})   lost {} of {}",
+                "{:<34} direct {direct:>10.0} calls/s   full logging {full:>10.0} records/s (x{:.2} of direct, slowest {slowest:.0})   lost {} of {}",
                 label(i, name),
                 full / direct,
                 lost[i],
                 calls[i]
             );
-            if lib == &e.fake_lib {
+            if goal {
                 figs[i].thr = (full, lost[i]);
+            } else if lib == &e.fake_lib {
+                figs[i].thr_shared = (full, lost[i]);
             }
         }
     }
@@ -325,25 +374,45 @@ fn main() {
             verdict(worst(f.off) <= 50.0)
         );
         println!(
-            "[{who}] full logging ({disk}), added ns per call: {:+.0} / {:+.0}  goal <= 1000    {}",
+            "[{who}] full logging, own file ({disk}), added ns per call: {:+.0} / {:+.0}  goal <= 1000    {}",
             f.full_disk.0,
             f.full_disk.1,
             verdict(worst(f.full_disk) <= 1000.0)
         );
         if let Some(shm) = f.full_shm {
             println!(
-                "[{who}] full logging (/dev/shm), added ns per call: {:+.0} / {:+.0}  goal <= 1000    {}",
+                "[{who}] full logging, own file (/dev/shm), added ns per call: {:+.0} / {:+.0}  goal <= 1000    {}",
                 shm.0,
                 shm.1,
                 verdict(worst(shm) <= 1000.0)
             );
         }
         println!(
-            "[{who}] 8 threads, fake library: {:.0} records/s, {} lost  goal >= 500000, 0 lost    {}",
+            "[{who}] 8 threads, fake library, own file: {:.0} records/s, {} lost  goal >= 500000, 0 lost    {}",
             f.thr.0,
             f.thr.1,
             verdict(f.thr.0 >= 500_000.0 && f.thr.1 == 0)
         );
+        println!(
+            "[{who}] (no goal) shared name, one write(2) per record: {:+.0} / {:+.0} ns per call; 8 threads {:.0} records/s, {} lost",
+            f.full_shared.0, f.full_shared.1, f.thr_shared.0, f.thr_shared.1
+        );
+    }
+    if figs.len() > 1 {
+        let (t, b) = (&figs[0], &figs[1]);
+        println!("\n== side by side, this run: this build against the base ==");
+        println!("{:<40} {:>16} {:>16}", "", "this", "base");
+        let pair = |p: (f64, f64)| format!("{:+.0} / {:+.0}", p.0, p.1);
+        println!("{:<40} {:>16} {:>16}", "log off, +ns reg / dereg", pair(t.off), pair(b.off));
+        println!("{:<40} {:>16} {:>16}", "own file, +ns reg / dereg", pair(t.full_disk), pair(b.full_disk));
+        if let (Some(x), Some(y)) = (t.full_shm, b.full_shm) {
+            println!("{:<40} {:>16} {:>16}", "own file on tmpfs, +ns reg / dereg", pair(x), pair(y));
+        }
+        println!("{:<40} {:>16} {:>16}", "shared name, +ns reg / dereg", pair(t.full_shared), pair(b.full_shared));
+        let k = |r: (f64, u64)| format!("{:.0}k, {} lost", r.0 / 1000.0, r.1);
+        println!("{:<40} {:>16} {:>16}", "8 threads own file, records/s", k(t.thr), k(b.thr));
+        println!("{:<40} {:>16} {:>16}", "8 threads shared name, records/s", k(t.thr_shared), k(b.thr_shared));
+        println!("{:<40} {:>16.2} {:>16.2}", "simulator full logging, reg x", t.sim_full, b.sim_full);
     }
 
     let perf = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/perf.md");
@@ -354,8 +423,10 @@ fn main() {
             let pairs = [
                 ("log off +ns reg", row.off.0, f.off.0),
                 ("log off +ns dereg", row.off.1, f.off.1),
-                ("full logging +ns reg", row.full_disk.0, f.full_disk.0),
-                ("full logging +ns dereg", row.full_disk.1, f.full_disk.1),
+                ("own file +ns reg", row.full_disk.0, f.full_disk.0),
+                ("own file +ns dereg", row.full_disk.1, f.full_disk.1),
+                ("shared name +ns reg", row.full_shared.0, f.full_shared.0),
+                ("shared name +ns dereg", row.full_shared.1, f.full_shared.1),
             ];
             for (what, then, now) in pairs {
                 // noise on this kind of machine: 20 % or 10 ns, whichever is larger
@@ -367,7 +438,7 @@ fn main() {
                 } else {
                     "within noise"
                 };
-                println!("{what:<26} {then:>+8.0} -> {now:>+8.0}  ({:+.0} ns)  {note}", now - then);
+                println!("{what:<28} {then:>+8.0} -> {now:>+8.0}  ({:+.0} ns)  {note}", now - then);
             }
             let (then, now) = (row.thr.0, f.thr.0);
             let note = if now < then * 0.8 {
@@ -377,23 +448,26 @@ fn main() {
             } else {
                 "within noise"
             };
-            println!("{:<26} {then:>8.0} -> {now:>8.0}  (x{:.2})  {note}", "8 threads records/s", now / then.max(1.0));
-            println!("{:<26} {:>8.2} -> {:>8.2}", "simulator full logging x", row.sim_full, f.sim_full);
+            println!("{:<28} {then:>8.0} -> {now:>8.0}  (x{:.2})  {note}", "8 threads records/s", now / then.max(1.0));
+            println!("{:<28} {:>8.2} -> {:>8.2}", "simulator full logging x", row.sim_full, f.sim_full);
         }
         None => println!("\n(no dated row in {} to compare with)", perf.display()),
     }
-    println!("Add this run as a dated row to docs/perf.md (the goals above, not prose).");
+    println!("load average at the end: {}", load());
+    println!("Add this run as a dated row to docs/perf.md (the goals above, not prose; with the load).");
     let _ = std::fs::remove_dir_all(&e.dir);
 }
 
 /// The last row of docs/perf.md's libmrshim.so table: (its date cell, its figures). Columns as
-/// there: date | log off +ns reg / dereg | full logging disk | full logging tmpfs | 8 threads | sim x.
+/// there: date | log off +ns reg / dereg | full logging disk (own file, then "shared name" and its
+/// pair; rows before the mapped log have one pair: a shared name) | full logging tmpfs | 8
+/// threads | sim x.
 fn last_row(text: &str) -> Option<(String, Figures)> {
     let section = text.split("\n## ").find(|s| s.starts_with("libmrshim.so"))?;
     let row = section.lines().rfind(|l| l.starts_with("| 20"))?;
     let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
     let nums = |c: &str| -> Vec<f64> {
-        c.replace(['(', ')', '/', ',', '+'], " ")
+        c.replace(['(', ')', '/', ',', '+', ';', ':'], " ")
             .split_whitespace()
             .filter_map(|w| w.trim_end_matches('k').parse().ok())
             .collect()
@@ -404,11 +478,18 @@ fn last_row(text: &str) -> Option<(String, Figures)> {
     };
     let thr_cell = cells.get(4)?;
     let thr = nums(thr_cell).first().copied()? * if thr_cell.contains("k records") { 1000.0 } else { 1.0 };
+    let disk = cells.get(2)?;
+    let full_shared = match disk.find("shared") {
+        Some(at) => pair(&disk[at..])?,
+        None => pair(disk)?,
+    };
     let figs = Figures {
         off: pair(cells.get(1)?)?,
-        full_disk: pair(cells.get(2)?)?,
+        full_disk: pair(disk)?,
+        full_shared,
         full_shm: cells.get(3).and_then(|c| pair(c)),
         thr: (thr, 0),
+        thr_shared: (0.0, 0),
         sim_full: cells.get(5).and_then(|c| nums(c).first().copied()).unwrap_or(0.0),
     };
     Some((cells[0].to_string(), figs))

@@ -40,6 +40,8 @@ fn exports_only_the_hooks_and_needs_no_libibverbs() {
     assert_eq!(
         defined,
         [
+            "_Exit@@GLIBC_2.2.5",
+            "_exit@@GLIBC_2.2.5",
             "close@@GLIBC_2.2.5",
             "close_range@@GLIBC_2.34",
             "closefrom@@GLIBC_2.34",
@@ -527,15 +529,49 @@ fn created_files_are_0640_or_stricter() {
     assert_eq!(mode & !0o640, 0, "{mode:o}");
 }
 
+/// Both writers: a per-process file (a directory: the shared mapping, grown ahead with blank
+/// lines that nobody trims after a SIGKILL) and a name several processes may share (write(2)).
 #[test]
 fn sigkill_right_after_a_registration_keeps_the_record() {
-    let d = tmp("sigkill");
-    let o = run(fake_cmd("fake_linked").arg("kill").env("MRSHIM_LOG", &d));
-    assert_eq!(o.status.signal(), Some(9));
-    assert_eq!(stdout(&o), "reg_mr lkey=100 rkey=1100\n");
-    let recs = records(&only_file(&d));
-    assert_eq!(recs.len(), 2);
-    assert_eq!((recs[1].call.as_str(), recs[1].lkey, recs[1].result.as_str()), ("ibv_reg_mr", Some(100), "ok"));
+    for per_process in [true, false] {
+        let d = tmp(if per_process { "sigkill" } else { "sigkill-shared" });
+        let log = if per_process { d.clone() } else { d.join("shared.jsonl") };
+        let o = run(fake_cmd("fake_linked").arg("kill").env("MRSHIM_LOG", &log));
+        assert_eq!(o.status.signal(), Some(9));
+        assert_eq!(stdout(&o), "reg_mr lkey=100 rkey=1100\n");
+        let f = only_file(&d);
+        let text = std::fs::read_to_string(&f).unwrap();
+        let end = text.trim_end_matches('\n').len() + 1;
+        if per_process {
+            // the records, then at most one chunk (256 KiB) of newlines: never a NUL byte
+            assert!(text.len() > end && text.len() - end <= 256 << 10, "{} of {}", end, text.len());
+        } else {
+            assert_eq!(end, text.len(), "write(2): nothing after the records");
+        }
+        let records_only = tmp(if per_process { "sigkill-r" } else { "sigkill-shared-r" }).join("log.jsonl");
+        std::fs::write(&records_only, &text[..end]).unwrap();
+        let recs = records(&records_only);
+        assert_eq!(recs.len(), 2);
+        assert_eq!((recs[1].call.as_str(), recs[1].lkey, recs[1].result.as_str()), ("ibv_reg_mr", Some(100), "ok"));
+    }
+}
+
+/// `_exit` skips exit handlers (forked children end so): the mapped log's blank end is trimmed
+/// by the `_exit`/`_Exit` hooks — but not by a `vfork` child's `_exit`, which shares the parent's
+/// mapping while the parent goes on writing.
+#[test]
+fn a_log_ends_with_its_last_record_after_exit_without_handlers() {
+    for mode in ["_exit", "_Exit", "vfork"] {
+        let d = tmp(&format!("exit{mode}"));
+        let o = run(fake_cmd("fake_linked").arg(mode).env("MRSHIM_LOG", &d));
+        assert_eq!(o.status.code(), Some(0), "{mode}: {}", stderr(&o));
+        let f = only_file(&d);
+        let text = std::fs::read_to_string(&f).unwrap();
+        assert!(text.ends_with("}\n"), "{mode}: the file ends with {} blank bytes", text.len() - text.trim_end().len());
+        let recs = records(&f);
+        let regs = recs.iter().filter(|r| r.call == "ibv_reg_mr" && r.result.as_str() == "ok").count();
+        assert_eq!(regs, if mode == "vfork" { 2 } else { 1 }, "{mode}");
+    }
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! The calls that close or replace descriptors: `close`, `dup2`, `dup3`, `close_range`,
-//! `closefrom`. Each tells the log first
+//! `closefrom`, and the exits that skip exit handlers: `_exit`, `_Exit`. Each tells the log first
 //! ([`mrshim_core::log::before_close`]: if the log's descriptor is among them it is retired and
 //! writes under way on it finish), then makes the application's call. That is how the log never
 //! writes into a file the application opened at the log's old number, without a system call per
@@ -13,8 +13,8 @@ use std::ffi::{c_int, c_uint};
 use std::sync::atomic::{AtomicUsize, Ordering::*};
 
 /// The real functions, in this order (0: not found yet).
-const NAMES: [&std::ffi::CStr; 5] = [c"close", c"dup2", c"dup3", c"close_range", c"closefrom"];
-static REAL: [AtomicUsize; 5] = [const { AtomicUsize::new(0) }; 5];
+const NAMES: [&std::ffi::CStr; 7] = [c"close", c"dup2", c"dup3", c"close_range", c"closefrom", c"_exit", c"_Exit"];
+static REAL: [AtomicUsize; 7] = [const { AtomicUsize::new(0) }; 7];
 
 /// Looks up the next definition (libc's) of each name. From the constructor.
 pub fn resolve() {
@@ -117,4 +117,32 @@ pub unsafe extern "C" fn closefrom(low: c_int) {
             libc::syscall(libc::SYS_close_range, low.max(0) as c_uint, c_uint::MAX, 0);
         },
     }
+}
+
+/// `_exit` and `_Exit`: a mapped log is trimmed first ([`mrshim_core::log::before_exit`]), since
+/// exit handlers (where that happens otherwise) do not run; forked children end this way.
+fn exit_with(i: usize, status: c_int) -> ! {
+    mrshim_core::log::before_exit();
+    match real(i) {
+        // SAFETY: libc's _exit/_Exit, whose type this is; the caller's argument.
+        p if p != 0 => unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(c_int) -> !>(p)(status) },
+        // SAFETY: the system call that _exit makes; it does not return.
+        _ => unsafe {
+            libc::syscall(libc::SYS_exit_group, status);
+            libc::abort()
+        },
+    }
+}
+
+/// # Safety
+/// As libc's `_exit`.
+pub unsafe extern "C" fn _exit(status: c_int) -> ! {
+    exit_with(5, status)
+}
+
+/// # Safety
+/// As libc's `_Exit`.
+#[allow(non_snake_case)]
+pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
+    exit_with(6, status)
 }

@@ -19,6 +19,8 @@
 //! |                     | descriptor if the call closes or replaces it (fds.rs; plain exports,  |
 //! |                     | versioned by libmrshim.map: glibc's base version, `dup3` at 2.9,      |
 //! |                     | `close_range`/`closefrom` at 2.34)                                    |
+//! | `_exit`, `_Exit`    | libc's call, after a mapped log's blank end was trimmed (exit handlers |
+//! |                     | do not run on these; forked children end with them), fds.rs          |
 //!
 //! dlsym/dlvsym are exported as `@GLIBC_2.2.5` (aarch64: `@GLIBC_2.17`) and `@@GLIBC_2.34`; every
 //! export is a tail-jump stub (`.symver` must sit next to the symbol it names, hence assembly).
@@ -50,6 +52,25 @@ export_fd_calls! {
     dup3(old: c_int, new: c_int, flags: c_int) -> c_int;
     close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int;
     closefrom(low: c_int);
+}
+
+/// `_exit` and `_Exit` (they do not return, so not through the macro above).
+///
+/// # Safety
+/// As libc's `_exit`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn _exit(status: c_int) -> ! {
+    // SAFETY: the caller's contract, passed on.
+    unsafe { fds::_exit(status) }
+}
+
+/// # Safety
+/// As libc's `_Exit`.
+#[cfg_attr(not(test), no_mangle)]
+#[allow(non_snake_case)]
+pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
+    // SAFETY: the caller's contract, passed on.
+    unsafe { fds::_Exit(status) }
 }
 
 /// Two exported versions of one name: `name@old` and the default `name@@new`, both tail jumps

@@ -140,6 +140,18 @@ int main(int argc, char **argv) {
     printf("reg_mr lkey=%u rkey=%u\n", a->lkey, a->rkey);
     fflush(stdout);
     if (!strcmp(mode, "kill")) raise(SIGKILL);
+    if (!strcmp(mode, "_exit")) _exit(0);
+    if (!strcmp(mode, "_Exit")) _Exit(0);
+    if (!strcmp(mode, "vfork")) {
+        /* the child shares the parent's memory (and its mapped log) until it _exits */
+        pid_t c = vfork();
+        if (c == 0) _exit(0);
+        int st;
+        waitpid(c, &st, 0);
+        struct ibv_mr *m = ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+        printf("after vfork lkey=%u\n", m ? m->lkey : 0);
+        return m ? 0 : 1;
+    }
     if (!strcmp(mode, "fork")) {
         pid_t c = fork();
         if (c == 0) {

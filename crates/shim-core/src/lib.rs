@@ -6,7 +6,7 @@
 //! By job: [`call`] (the shared types of one call), [`call_path`] (one call: the real function
 //! once, then retry attempts), [`record`] (records and counters), [`report`] (stderr lines and
 //! the exit summary), [`mr_table`] (live MRs and registered bytes), [`line`] (the fast record
-//! writer), [`log`] (the log file), [`config`], [`ident`], [`maps`], [`limits`], [`clock`],
+//! writer), [`log`] (the log file; [`logmap`]: its shared mapping), [`config`], [`ident`], [`maps`], [`limits`], [`clock`],
 //! [`rescue`] (the retry engine wired to the shim), [`internal`] (the panic catcher), [`rereg`]
 //! (`ibv_rereg_mr`: [`Shim::rereg`]).
 //! Here: the per-process [`Shim`] state, its construction and its fork handling.
@@ -23,6 +23,7 @@ pub mod limits;
 pub mod line;
 pub mod log;
 pub mod logfile;
+pub mod logmap;
 pub mod maps;
 mod mr_table;
 mod record;

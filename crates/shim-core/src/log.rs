@@ -1,6 +1,8 @@
-//! The record writer: every record is one `write(2)` of one complete line on an `O_APPEND` fd,
-//! done before the intercepted call returns, so a record survives a SIGKILL right after the call.
-//! No buffering, no background thread, and no other system call per record.
+//! The record writer: every record is one complete line in the kernel's page cache before the
+//! intercepted call returns, so a record survives a SIGKILL right after the call. A file that is
+//! this process's alone is a shared mapping and a record is a copy into it ([`crate::logmap`]:
+//! no system call); any other destination gets one `write(2)` per record on an `O_APPEND` fd. No
+//! buffering, no background thread.
 //!
 //! - **The descriptor is the log's until the application closes it.** The log's descriptor lives
 //!   at [`FD_FLOOR`] or above, away from the numbers `open` hands out. Every libc call that can
@@ -19,6 +21,7 @@
 
 use crate::config::{self, LogDest};
 use crate::logfile;
+use crate::logmap::{LogMap, Stored};
 use std::cell::Cell;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering::*};
@@ -61,8 +64,23 @@ pub struct Log {
     pid_dependent: AtomicBool,
     warned_write: AtomicBool,
     warned_reopen: AtomicBool,
+    /// The file as a shared mapping, when it is this process's alone.
+    map: LogMap,
+    /// This process is a forked child of one that used the log (it writes with write(2)).
+    forked: AtomicBool,
     pub written: AtomicU64,
     pub lost: AtomicU64,
+}
+
+/// What one try at writing a record did.
+enum Attempt {
+    Done,
+    /// The descriptor is not the log's any more: nothing written.
+    NotOurs,
+    /// The mapping is being closed by another thread: try again in a moment.
+    Wait,
+    /// The mapping is full: close it, then try again (with write(2)).
+    Full,
 }
 
 /// What the check before a write found.
@@ -82,6 +100,19 @@ enum Check {
 pub fn before_close(first: i32, last: i32) {
     if let Some(s) = crate::shim_if_initialized() {
         s.log.release(first, last);
+    }
+}
+
+/// The preload's `_exit`/`_Exit` hooks call this first: a mapped log gets its blank end trimmed,
+/// as at a normal exit (whose handlers `_exit` skips). Only in the process that opened the log: a
+/// `vfork` child shares its parent's memory, and its `_exit` must leave the parent's mapping be.
+pub fn before_exit() {
+    if let Some(s) = crate::shim_if_initialized() {
+        // SAFETY: getpid has no preconditions.
+        let me = unsafe { libc::getpid() } as u32;
+        if s.log.opened_by.load(Relaxed) == me {
+            s.log.finish();
+        }
     }
 }
 
@@ -111,6 +142,8 @@ impl Log {
             pid_dependent: AtomicBool::new(false),
             warned_write: AtomicBool::new(false),
             warned_reopen: AtomicBool::new(false),
+            map: LogMap::default(),
+            forked: AtomicBool::new(false),
             written: AtomicU64::new(0),
             lost: AtomicU64::new(0),
         }
@@ -127,37 +160,96 @@ impl Log {
     /// Writes one line (which must end in '\n'). Opens the destination on first use, reopens it
     /// after the application closed its descriptor.
     pub fn write_line(&self, line: &[u8], ctx: &OpenCtx) {
-        // (a few rounds: each is a reopen the application undid at once)
-        for _ in 0..4 {
+        // (a few rounds: each is a reopen the application undid at once; waiting for another
+        // thread to close the mapping is not a round, but is bounded too)
+        let (mut rounds, mut waits) = (0, 0u32);
+        while rounds < 4 && waits < 1 << 20 {
             let raw = self.fd.load(SeqCst);
             if raw >= 0 && raw & OPENING == 0 {
-                if self.write_as(raw, line) {
-                    return;
+                match self.write_as(raw, line) {
+                    Attempt::Done => return,
+                    Attempt::NotOurs => {}
+                    Attempt::Wait => {
+                        waits += 1;
+                        std::thread::yield_now();
+                        continue;
+                    }
+                    Attempt::Full => {
+                        self.unmap(raw);
+                        continue;
+                    }
                 }
-                continue;
-            }
-            if raw == FAILED {
+            } else if raw == FAILED {
                 break;
+            } else {
+                self.open_locked(ctx);
             }
-            self.open_locked(ctx);
+            rounds += 1;
         }
         self.lost.fetch_add(1, Relaxed);
     }
 
     /// One write on the descriptor `raw` stands for, if the log still is `raw` once this write is
-    /// counted as under way (else false: nothing written, nothing counted).
-    fn write_as(&self, raw: i32, line: &[u8]) -> bool {
+    /// counted as under way (else NotOurs: nothing written, nothing counted).
+    fn write_as(&self, raw: i32, line: &[u8]) -> Attempt {
         self.inflight.fetch_add(1, SeqCst);
         let _ = WRITING.try_with(|w| w.set(w.get() + 1));
-        let ours = self.fd.load(SeqCst) == raw;
-        if ours {
+        let r = if self.fd.load(SeqCst) == raw {
             let fd = raw & !OPENING;
-            let check = if fd == STDERR { Check::Fits } else { self.check_size(fd, line.len()) };
-            self.write_on(fd, line, check);
-        }
+            match self.map.store(fd, line) {
+                Stored::Yes => {
+                    self.written.fetch_add(1, Relaxed);
+                    Attempt::Done
+                }
+                Stored::No => {
+                    let check = if fd == STDERR { Check::Fits } else { self.check_size(fd, line.len()) };
+                    self.write_on(fd, line, check);
+                    Attempt::Done
+                }
+                Stored::Wait => Attempt::Wait,
+                Stored::Full => Attempt::Full,
+            }
+        } else {
+            Attempt::NotOurs
+        };
         let _ = WRITING.try_with(|w| w.set(w.get().saturating_sub(1)));
         self.inflight.fetch_sub(1, Release);
-        ours
+        r
+    }
+
+    /// Closes the mapping of `raw`'s descriptor (its blank end trimmed; records go on with
+    /// write(2)), or waits until the thread already closing it is done.
+    fn unmap(&self, raw: i32) {
+        let fd = raw & !OPENING;
+        if self.map.is_mapped(fd) && self.map.begin_close() {
+            self.drain();
+            self.map.finish(fd);
+            return;
+        }
+        let mut waits = 0u32;
+        while self.map.is_closing() && waits < 1 << 20 {
+            waits += 1;
+            std::thread::yield_now();
+        }
+    }
+
+    /// Waits until the writes under way on other threads have finished.
+    fn drain(&self) {
+        let mine = WRITING.try_with(|w| w.get()).unwrap_or(0);
+        while self.inflight.load(SeqCst) > mine {
+            std::hint::spin_loop();
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+        }
+    }
+
+    /// At exit (after the summary record): a mapped log gets its blank end trimmed; records of
+    /// threads still running go on with write(2).
+    pub fn finish(&self) {
+        let raw = self.fd.load(SeqCst);
+        if raw >= 0 {
+            self.unmap(raw);
+        }
     }
 
     /// [`before_close`] for this log.
@@ -172,11 +264,10 @@ impl Log {
             return self.release(first, last);
         }
         self.retired.store(fd, Relaxed);
-        let mine = WRITING.try_with(|w| w.get()).unwrap_or(0);
-        while self.inflight.load(SeqCst) > mine {
-            std::hint::spin_loop();
-            // SAFETY: sched_yield has no preconditions.
-            unsafe { libc::sched_yield() };
+        self.drain();
+        // no write runs on it now and none starts: the blank end goes before the application's call
+        if self.map.is_mapped(fd) {
+            self.unmap(fd);
         }
     }
 
@@ -271,7 +362,20 @@ impl Log {
         }
         // The first line before any other record: other writers wait for this lock meanwhile.
         self.fd.store(fd | OPENING, SeqCst);
-        if !self.write_as(fd | OPENING, &(ctx.first_line)()) {
+        let first_line = (ctx.first_line)();
+        let mut done = false;
+        for _ in 0..2 {
+            match self.write_as(fd | OPENING, &first_line) {
+                Attempt::Done => done = true,
+                Attempt::Full => {
+                    self.unmap(fd);
+                    continue;
+                }
+                Attempt::NotOurs | Attempt::Wait => {}
+            }
+            break;
+        }
+        if !done {
             self.lost.fetch_add(1, Relaxed);
         }
         // (fails when the application closed it meanwhile: RETIRED stays, the next record reopens)
@@ -290,7 +394,32 @@ impl Log {
         }
         drop(o.fd);
         // SAFETY: high was just created by fcntl; it is ours alone.
-        unsafe { OwnedFd::from_raw_fd(high) }.into_raw_fd()
+        let fd = unsafe { OwnedFd::from_raw_fd(high) }.into_raw_fd();
+        self.try_map(fd, o.dev, o.ino);
+        fd
+    }
+
+    /// Maps the log if it is this process's alone (crate::logmap says when); else nothing changes.
+    fn try_map(&self, fd: i32, dev: u64, ino: u64) {
+        if !self.pid_dependent.load(Relaxed)
+            || self.forked.load(Relaxed)
+            || self.fsize_limit.load(Relaxed) != u64::MAX
+            || !unlimited(libc::RLIMIT_AS)
+        {
+            return;
+        }
+        let Ok(st) = logfile::fstat(fd) else { return };
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG || !crate::logmap::local_fs(fd) {
+            return;
+        }
+        // SAFETY: flock on the log's descriptor; a lock another process holds fails at once.
+        if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return;
+        }
+        if !self.map.setup(fd, st.st_size as u64, dev, ino) {
+            // SAFETY: as above.
+            unsafe { libc::flock(fd, libc::LOCK_UN) };
+        }
     }
 
     /// Opens the file the pattern names now (`path`: set to it); None after one stderr line.
@@ -340,8 +469,10 @@ impl Log {
     pub unsafe fn after_fork(&self, child_pid: u32) {
         // SAFETY: the caller's contract.
         unsafe { self.opening.reset_in_child(String::new()) };
-        // the parent's writes under way are not the child's
+        // the parent's writes under way are not the child's, nor is its mapping
         self.inflight.store(0, Relaxed);
+        self.map.reset_in_child();
+        self.forked.store(true, Relaxed);
         let raw = self.fd.load(Relaxed);
         if raw >= 0 && raw & OPENING != 0 {
             // forked while another thread wrote the first line: the child starts over
@@ -366,6 +497,13 @@ impl Log {
         self.warned_write.store(false, Relaxed);
         self.warned_reopen.store(false, Relaxed);
     }
+}
+
+/// Is the soft limit `resource` unlimited?
+fn unlimited(resource: libc::__rlimit_resource_t) -> bool {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: r is writable; getrlimit only writes into it.
+    unsafe { libc::getrlimit(resource, &mut r) == 0 && r.rlim_cur == libc::RLIM_INFINITY }
 }
 
 /// RLIMIT_FSIZE's soft limit in bytes (u64::MAX when unlimited or unreadable).
@@ -424,6 +562,7 @@ mod tests {
         log.write_line(b"{\"a\":1}\n", &ctx(&first));
         log.write_line(b"{\"a\":2}\n", &ctx(&first));
         let p = d.join("x-hostA-3-77.jsonl");
+        log.finish();
         assert_eq!(std::fs::read_to_string(&p).unwrap(), "{\"kind\":\"config\"}\n{\"a\":1}\n{\"a\":2}\n");
         let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode & !0o640, 0, "mode {mode:o}");
@@ -436,6 +575,7 @@ mod tests {
         let log = Log::new(LogDest::Path(d.display().to_string()));
         let first = || b"c\n".to_vec();
         log.write_line(b"r\n", &ctx(&first));
+        log.finish();
         assert_eq!(std::fs::read_to_string(d.join("mrshim-hostA-r3-p77.jsonl")).unwrap(), "c\nr\n");
         // trailing slash: created
         let sub = d.join("new/deeper/");
@@ -499,6 +639,106 @@ mod tests {
         log.release(0, now - 1);
         assert_eq!(log.fd.load(SeqCst), now);
         // SAFETY: fd is the application's copy made above; closing it is the test's own business.
+        unsafe { libc::close(fd) };
+    }
+
+    /// A per-process file is a shared mapping: while the process runs it reads as its records
+    /// plus blank lines (never NUL bytes), at exit it is exactly the records; a name several
+    /// processes may share gets write(2).
+    #[test]
+    fn a_per_process_log_is_mapped_blank_while_running_and_exact_at_exit() {
+        let d = tmp("mapped");
+        let log = Log::new(LogDest::Path(format!("{}/m-%p.jsonl", d.display())));
+        let first = || b"c\n".to_vec();
+        log.write_line(b"r1\n", &ctx(&first));
+        log.write_line(b"r2\n", &ctx(&first));
+        let fd = log.fd.load(SeqCst);
+        assert!(log.map.is_mapped(fd), "a %p name is mapped");
+        let p = d.join("m-77.jsonl");
+        let running = std::fs::read(&p).unwrap();
+        assert_eq!(running.len() as u64, crate::logmap::CHUNK, "grown a chunk ahead");
+        assert!(running.starts_with(b"c\nr1\nr2\n"));
+        assert!(running[9..].iter().all(|&b| b == b'\n'), "the rest is blank lines");
+        log.finish();
+        assert!(!log.map.is_mapped(fd));
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "c\nr1\nr2\n");
+        // after the mapping closed (exit with threads still running): write(2) on the same file
+        log.write_line(b"r3\n", &ctx(&first));
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "c\nr1\nr2\nr3\n");
+        assert_eq!((log.written.load(Relaxed), log.lost.load(Relaxed)), (4, 0));
+
+        // a later process at the same name (a reused pid, an exec) cuts an earlier blank end
+        // (this one's descriptor, still holding the lock, goes first)
+        log.release(fd, fd);
+        // SAFETY: the log's descriptor, released above: nobody uses it any more.
+        unsafe { libc::close(fd) };
+        std::fs::write(&p, "old\n\n\n\n").unwrap();
+        let log = Log::new(LogDest::Path(format!("{}/m-%p.jsonl", d.display())));
+        log.write_line(b"new\n", &ctx(&first));
+        log.finish();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "old\nc\nnew\n");
+
+        // a name without the pid may be shared by several processes: write(2), never mapped
+        let log = Log::new(LogDest::Path(format!("{}/shared.jsonl", d.display())));
+        log.write_line(b"r\n", &ctx(&first));
+        assert!(!log.map.is_mapped(log.fd.load(SeqCst)));
+        assert_eq!(std::fs::read_to_string(d.join("shared.jsonl")).unwrap(), "c\nr\n");
+    }
+
+    /// The window full: the log closes its mapping (trimmed) and goes on with write(2), losing
+    /// nothing; 8 threads meanwhile.
+    #[test]
+    fn a_full_mapping_goes_on_with_write_and_eight_threads_lose_nothing() {
+        let d = tmp("mapfull");
+        let mut log = Log::new(LogDest::Path(format!("{}/", d.display())));
+        log.map = LogMap::new(64 << 10, 4096);
+        let first = || b"c\n".to_vec();
+        std::thread::scope(|s| {
+            for t in 0..8 {
+                let log = &log;
+                let first = &first;
+                s.spawn(move || {
+                    for i in 0..2000 {
+                        log.write_line(format!("{{\"t\":{t},\"i\":{i}}}\n").as_bytes(), &ctx(first));
+                    }
+                });
+            }
+        });
+        assert!(!log.map.is_mapped(log.fd.load(SeqCst)), "64 KiB are full after ~3000 records");
+        log.finish();
+        let text = std::fs::read_to_string(d.join("mrshim-hostA-r3-p77.jsonl")).unwrap();
+        let mut seen = std::collections::HashSet::new();
+        for l in text.lines().skip(1) {
+            assert!(seen.insert(l.to_string()), "twice: {l:?}");
+            let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}"));
+            assert!(v["i"].as_u64().unwrap() < 2000);
+        }
+        assert_eq!(seen.len(), 16000);
+        assert_eq!((log.written.load(Relaxed), log.lost.load(Relaxed)), (16001, 0));
+    }
+
+    /// What the close hook does on a mapped log: the blank end is gone before the application's
+    /// close, and the application's file at that number gets nothing.
+    #[test]
+    fn a_released_mapped_log_is_trimmed_before_the_number_is_reused() {
+        let d = tmp("maprelease");
+        let log = Log::new(LogDest::Path(format!("{}/", d.display())));
+        let first = || b"c\n".to_vec();
+        log.write_line(b"r1\n", &ctx(&first));
+        let fd = log.fd.load(SeqCst);
+        assert!(log.map.is_mapped(fd));
+        log.release(fd, fd);
+        let p = d.join("mrshim-hostA-r3-p77.jsonl");
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "c\nr1\n", "trimmed before the close");
+        let app = d.join("app.txt");
+        let f = std::fs::File::create(&app).unwrap();
+        // SAFETY: both descriptors are valid; fd (the log's old one) is replaced by the app's file.
+        assert_eq!(unsafe { libc::dup2(f.as_raw_fd(), fd) }, fd);
+        log.write_line(b"r2\n", &ctx(&first));
+        log.finish();
+        assert_eq!(std::fs::read_to_string(&app).unwrap(), "");
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "c\nr1\nr2\n");
+        // SAFETY: fd is the application's copy made above.
         unsafe { libc::close(fd) };
     }
 

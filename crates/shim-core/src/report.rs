@@ -167,8 +167,14 @@ impl Shim {
         line
     }
 
-    /// At normal process exit: the summary record and line, once, if the process made any call.
+    /// At normal process exit: the summary record and line, once, if the process made any call;
+    /// then a mapped log's blank end is trimmed (crate::logmap).
     pub fn at_exit(&self) {
+        self.summarize();
+        self.log.finish();
+    }
+
+    fn summarize(&self) {
         let Some(cfg) = &self.cfg else { return };
         self.debug_panic(PanicAt::Exit);
         let s = self.summary();

@@ -53,8 +53,11 @@ fn shim_with(vars: &[(&str, &str)]) -> Shim {
     Shim::from_env(|k| m.get(k).cloned())
 }
 
+/// The records of a log still being written: a mapped log (a directory destination) reads as its
+/// records plus blank lines until the process exits (crate::logmap).
 fn lines(p: &std::path::Path) -> Vec<Reg> {
-    std::fs::read_to_string(p).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    let text = std::fs::read_to_string(p).unwrap();
+    text.lines().filter(|l| !l.is_empty()).map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
 fn only_file(d: &std::path::Path) -> std::path::PathBuf {
