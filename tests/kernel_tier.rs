@@ -135,6 +135,8 @@ kernel_checks!(
     allreduce_dlvsym_memlock_as_non_root_rescued,
     allreduce_dlvsym_through_bounce_buffers,
     regmr_table_matches_the_kernel_column,
+    pyverbs,
+    pyverbs_shim,
 );
 
 /// The half that runs inside the VM (scripts/rdma-vm passes this process's environment on,
@@ -190,6 +192,8 @@ mod guest {
             ("allreduce_dlvsym_memlock_as_non_root_rescued", allreduce_memlock),
             ("allreduce_dlvsym_through_bounce_buffers", |c| allreduce(c, Allreduce::Bounce)),
             ("regmr_table_matches_the_kernel_column", regmr_table),
+            ("pyverbs", |c| pyverbs(c, false)),
+            ("pyverbs_shim", |c| pyverbs(c, true)),
         ];
         let mut results = std::fs::File::create(out.join("results.txt")).unwrap();
         let only = std::env::var(ONLY_VAR).unwrap_or_default();
@@ -544,6 +548,27 @@ mod guest {
         // which answers came from the kernel (uverbs_reg ret=-errno) and which from rdma-core
         std::fs::write(ctx.dir.join("kernel-trace.txt"), ktrace::take()).unwrap();
         regmr_compare(&got, "rxe0").map(|n| format!("{n} cases as in the fixture\n{got}"))
+    }
+
+    /// rdma-core's own tests on rxe0 with the simulator's runner (tests/shim_util/pyverbs.rs):
+    /// outcomes as tests/fixtures/pyverbs.txt's `rxe0` rows; with the shim, records = calls.
+    fn pyverbs(ctx: &Ctx, shim: bool) -> Result<String, String> {
+        let mut c = timeout(300, pyverbs::PYTHON);
+        c.args(pyverbs::args("rxe0"));
+        if shim {
+            ctx.shim(&mut c);
+        }
+        let o = c.output().unwrap();
+        // unittest writes its report on stderr
+        let out = stderr(&o);
+        if !o.status.success() {
+            return Err(format!("pyverbs ({}):\n{}\n{out}", o.status, stdout(&o)));
+        }
+        let mut detail = pyverbs::compare(&out, "rxe0")?;
+        if shim {
+            detail += &recorded(ctx, true, 1)?;
+        }
+        Ok(detail)
     }
 
     /// The kernel's own view of registrations: kprobes on the uverbs command handlers (every
