@@ -18,3 +18,5 @@ export PATH="$MRSHIM_VENV/bin:$PATH"
 # per kernel release. MRSHIM_VM_KERNEL_PKG names the meta package that picks the release.
 MRSHIM_RDMA_VM=$MRSHIM_TOOLS/rdma-vm
 MRSHIM_VM_KERNEL_PKG=${MRSHIM_VM_KERNEL_PKG:-linux-image-amd64}
+# rdma-core's own tests (pyverbs), unpacked from Debian's python3-pyverbs (tests/shim_util/pyverbs.rs).
+MRSHIM_PYVERBS_TESTS=$MRSHIM_TOOLS/pyverbs-tests

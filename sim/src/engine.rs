@@ -302,8 +302,13 @@ impl QpInner {
         self.recv_cq.push_all(recv);
     }
 
-    /// Back to RESET: queues are emptied without completions.
+    /// Back to RESET: queues are emptied without completions, and the QP's completions not
+    /// polled yet leave its CQs, as libmlx5's `mlx5_modify_qp` cleans them (`mlx5_cq_clean`)
+    /// on a move to RESET: a QP brought back from ERR must not hand its new traffic's poller the
+    /// flushed WRs of its previous life (pyverbs' test_mr_rereg_addr/test_mr_rereg_pd).
     pub fn reset(&self, st: &mut QpState) {
+        self.send_cq.forget_qp(self.qpn);
+        self.recv_cq.forget_qp(self.qpn);
         st.sq.clear();
         st.inflight.clear();
         st.rq.clear();

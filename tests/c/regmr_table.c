@@ -165,6 +165,8 @@ static void rereg(void) {
         {"rereg_translation", IBV_REREG_MR_CHANGE_TRANSLATION, NULL, other, 2 * pg, 0},
         {"rereg_no_flags", 0, NULL, NULL, 0, 0},
         {"rereg_unknown_flag", 1 << 6, NULL, NULL, 0, 0},
+        {"rereg_access_undefined_bit_15", IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0, LW | (1 << 15)},
+        {"rereg_translation_length_0", IBV_REREG_MR_CHANGE_TRANSLATION, NULL, other, 0, 0},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         struct ibv_mr *mr = ibv_reg_mr(pd, b, 4 * pg, LW);
@@ -225,6 +227,18 @@ static void teardown_and_limits(void) {
     errno = 0;
     struct ibv_srq *s = dev.max_srq ? ibv_create_srq(pd, &sa) : NULL;
     line("create_srq_max_srq_wr_plus_1", s != NULL, dev.max_srq ? errno : EOPNOTSUPP);
+    if (s) ibv_destroy_srq(s);
+    struct ibv_srq_init_attr sg = {.attr = {.max_wr = 4, .max_sge = (uint32_t)dev.max_srq_sge + 1}};
+    errno = 0;
+    s = dev.max_srq ? ibv_create_srq(pd, &sg) : NULL;
+    line("create_srq_max_srq_sge_plus_1", s != NULL, dev.max_srq ? errno : EOPNOTSUPP);
+    if (s) ibv_destroy_srq(s);
+    /* an SRQ's limit (the low-water mark) above its own size */
+    struct ibv_srq_init_attr ok4 = {.attr = {.max_wr = 4, .max_sge = 1}};
+    s = dev.max_srq ? ibv_create_srq(pd, &ok4) : NULL;
+    struct ibv_srq_attr lim = {.srq_limit = 4096};
+    rc = s ? ibv_modify_srq(s, &lim, IBV_SRQ_LIMIT) : EOPNOTSUPP;
+    line("modify_srq_limit_above_its_size", rc == 0, rc);
     if (s) ibv_destroy_srq(s);
     ibv_destroy_cq(cq);
 }

@@ -2,6 +2,9 @@
 //! at test time, running processes, reading records.
 #![allow(dead_code, unused_imports)]
 
+pub mod bounce_check;
+pub mod pyverbs;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
