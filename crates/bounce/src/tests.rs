@@ -406,6 +406,27 @@ fn receives_posted_back_to_back_fold_the_application_writes_once() {
     s.abandon();
 }
 
+/// A QP destroyed with receives posted gives their buffers back to the application: a receive
+/// posted after it (on a new QP) folds what the application wrote since, though nothing was
+/// posted or polled in between (checker seed 1000062).
+#[test]
+fn a_receive_after_a_qp_destroy_folds_the_applications_writes() {
+    let _one = serial();
+    let mut app = vec![0u8; 8192];
+    let p = app.as_mut_ptr() as u64;
+    let s = peer_writable(&mut app);
+    let r = &s.region;
+    bump_epoch();
+    r.fold_app_writes(true); // the receives posted before the destroy
+    live::qp_destroyed(0x7_7000, 77);
+    // SAFETY: the application's own buffer: its refill after the destroy.
+    unsafe { *(p as *mut u8) = 5 };
+    r.fold_app_writes(true); // the receive posted on the new QP
+                             // SAFETY: the region's live shadow, first byte.
+    assert_eq!(unsafe { *(r.shadow as *const u8) }, 5, "the refill reached the shadow");
+    s.abandon();
+}
+
 /// Issue 18: a peer RDMA-READs a region after a SEND of ours (UCX's rndv GET after its RTS,
 /// MPI_Get after a fence): what the application wrote before that post must be in the shadow,
 /// in this context's regions and another's, tracked by the kernel (>= 64 KiB of private
