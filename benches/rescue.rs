@@ -14,6 +14,13 @@
 //! - the all-reduce example, 2 ranks, direct vs through bounce buffers.
 //!
 //! Each configuration runs in its own process, alternating, ROUNDS times; medians are printed.
+//!
+//! `MRSHIM_BENCH_BASE=/path/to/another/libmrshim.so` (e.g. main's release build, as for
+//! `scripts/bench shim`) runs every bounce configuration through it too, in the same rounds,
+//! alternating with this build: the ratios and added ns of both side by side, and at the end each
+//! goal with PASS/FAIL — the fixed goals above for this build, and "does not fall" against the
+//! base for the stream and all-reduce ratios (this build's ratio at least the base's minus
+//! [`NOISE`] percentage points).
 
 use mrshim_test_support::{shim_lib, sim_lib_dir, target_dir};
 use std::path::Path;
@@ -46,6 +53,26 @@ fn ms_per_iter(out: &str) -> f64 {
 }
 
 const ROUNDS: usize = 5;
+
+/// Percentage points a bounce/direct ratio may be below the base's and still "not fall": the
+/// spread of one ratio between runs of the same build on this simulator (docs/perf.md).
+const NOISE: f64 = 5.0;
+
+/// The goals' verdicts, printed together at the end.
+#[derive(Default)]
+struct Verdicts(Vec<(String, bool)>);
+
+impl Verdicts {
+    fn check(&mut self, what: String, ok: bool) {
+        self.0.push((what, ok));
+    }
+    fn print(&self) {
+        println!("goals");
+        for (what, ok) in &self.0 {
+            println!("  {}  {what}", if *ok { "PASS" } else { "FAIL" });
+        }
+    }
+}
 
 /// Environment variables of one configuration.
 type Env<'a> = &'a [(&'a str, &'a str)];
@@ -120,6 +147,25 @@ fn main() {
         ("MRSHIM_RETRY", "bounce"),
         ("MRSHIM_BOUNCE_REMOTE", "announced"),
     ];
+    let base = std::env::var_os("MRSHIM_BENCH_BASE").filter(|v| !v.is_empty()).map(std::path::PathBuf::from);
+    if let Some(b) = &base {
+        assert!(b.exists(), "MRSHIM_BENCH_BASE={} does not exist", b.display());
+        println!("this: {}\nbase: {} (MRSHIM_BENCH_BASE; runs alternate with this one's)", shim.display(), b.display());
+    }
+    // the preloads whose bounce configurations are measured: this build, then the base
+    let shims: Vec<(&str, &Path)> =
+        std::iter::once(("this", shim.as_path())).chain(base.as_deref().map(|b| ("base", b))).collect();
+    let mut verdicts = Verdicts::default();
+    let side = |v: &[f64]| -> String {
+        v.iter().zip(&shims).map(|(r, (n, _))| format!("{n} {r:>5.1}%")).collect::<Vec<_>>().join("  ")
+    };
+    // "does not fall": this build's ratio (the first) against the base's (the second)
+    let not_falling = |verdicts: &mut Verdicts, what: String, v: &[f64]| {
+        if let [this, base] = v {
+            let ok = *this >= base - NOISE;
+            verdicts.check(format!("{what}: {this:.1}% vs base {base:.1}% (does not fall: >= base - {NOISE} pts)"), ok);
+        }
+    };
     println!("RDMA WRITE_WITH_IMM stream, 16 in flight, every byte new each message: direct vs bounce (MB/s, medians; ratio = median of the per-round ratios)");
     for (size, label) in [
         (64usize, "64"),
@@ -133,39 +179,57 @@ fn main() {
         let iters = ((1usize << 30) / size).clamp(16, 100_000).to_string();
         // Small messages take well under a second a run and swing the most: more rounds.
         let rounds = if size <= 4096 { 3 * ROUNDS } else { ROUNDS };
-        let (mut d, mut b) = (Vec::new(), Vec::new());
+        let mut d = Vec::new();
+        let mut b: Vec<Vec<f64>> = vec![Vec::new(); shims.len()];
+        // per shim and round: bounce / direct of that round's direct run
+        let mut r: Vec<Vec<f64>> = vec![Vec::new(); shims.len()];
         for _ in 0..rounds {
-            for (v, env, shim) in [(&mut d, &[][..], None), (&mut b, bounce, Some(shim.as_path()))] {
-                let out = run(&simcheck, &["bench-bw", &size.to_string(), &iters], env, lib, &rd, shim);
+            let bw = |env: Env, s: Option<&Path>| {
+                let out = run(&simcheck, &["bench-bw", &size.to_string(), &iters], env, lib, &rd, s);
                 assert!(out.contains("data equal"), "bench-bw {size}: {out}");
-                v.push(field(&out, "MB/s"));
+                field(&out, "MB/s")
+            };
+            let direct = bw(&[], None);
+            d.push(direct);
+            for (i, (_, s)) in shims.iter().enumerate() {
+                let x = bw(bounce, Some(s));
+                b[i].push(x);
+                r[i].push(100.0 * x / direct);
             }
         }
-        let ratio = median(d.iter().zip(&b).map(|(d, b)| 100.0 * b / d).collect());
-        let (lo, hi) = d
-            .iter()
-            .zip(&b)
-            .map(|(d, b)| 100.0 * b / d)
-            .fold((f64::MAX, f64::MIN), |(lo, hi), r| (lo.min(r), hi.max(r)));
-        let (d, b) = (median(d), median(b));
+        let ratios: Vec<f64> = r.iter().map(|v| median(v.clone())).collect();
+        let (lo, hi) = r[0].iter().fold((f64::MAX, f64::MIN), |(lo, hi), x| (lo.min(*x), hi.max(*x)));
+        let d = median(d);
+        let bs: Vec<String> =
+            b.iter().zip(&shims).map(|(v, (n, _))| format!("{n} {:>9.1}", median(v.clone()))).collect();
         let goal = match size {
-            s if s <= 4096 => "  (goal >= 95%)",
-            s if s == 1 << 20 => "  (goal >= 70%)",
-            _ => "",
+            s if s <= 4096 => Some(95.0),
+            s if s == 1 << 20 => Some(70.0),
+            _ => None,
         };
-        println!("  {label:>5}  direct {d:>9.1}  bounce {b:>9.1}  ratio {ratio:>5.1}%  ({lo:.0}..{hi:.0}% over {rounds} rounds){goal}");
+        println!(
+            "  {label:>5}  direct {d:>9.1}  bounce {}  ratio {}  (this: {lo:.0}..{hi:.0}% over {rounds} rounds){}",
+            bs.join("  "),
+            side(&ratios),
+            goal.map(|g| format!("  (goal >= {g:.0}%)")).unwrap_or_default()
+        );
+        if let Some(g) = goal {
+            verdicts.check(format!("stream {label}: {:.1}% >= {g:.0}%", ratios[0]), ratios[0] >= g);
+        }
+        not_falling(&mut verdicts, format!("stream {label}"), &ratios);
     }
     println!("post/poll cost of WRs that touch no bounce region (ns, median of {} runs of 2000 batches)", 2 * ROUNDS);
     let one_region: Vec<(&str, &str)> =
         [("SIMCHECK_BOUNCE_REGION", "1")].into_iter().chain(bounce[1..].iter().copied()).collect();
     let no_region = &bounce[1..];
-    let configs: [(&str, Env, Option<&Path>); 3] = [
-        ("no shim", &[], None),
-        ("shim, no bounce region", no_region, Some(&shim)),
-        ("shim, one bounce region", &one_region, Some(&shim)),
-    ];
+    let mut configs: Vec<(String, Env, Option<&Path>)> = vec![("no shim".into(), &[], None)];
+    for (n, s) in &shims {
+        let tag = if shims.len() > 1 { format!(" [{n}]") } else { String::new() };
+        configs.push((format!("shim, no bounce region{tag}"), no_region, Some(s)));
+        configs.push((format!("shim, one bounce region{tag}"), &one_region, Some(s)));
+    }
     const KEYS: [&str; 4] = ["poll_empty_ns", "post_ns", "post_list_ns", "roundtrip_ns"];
-    let mut rows: Vec<[Vec<f64>; 4]> = vec![Default::default(), Default::default(), Default::default()];
+    let mut rows: Vec<[Vec<f64>; 4]> = configs.iter().map(|_| Default::default()).collect();
     for _ in 0..2 * ROUNDS {
         for (i, (_, env, s)) in configs.iter().enumerate() {
             let out = run(&simcheck, &["bench-post", "2000"], env, lib, &rd, *s);
@@ -176,13 +240,13 @@ fn main() {
     }
     let m: Vec<[f64; 4]> = rows.into_iter().map(|r| r.map(median)).collect();
     println!(
-        "  {:<26} {:>14} {:>14} {:>16} {:>18}",
+        "  {:<33} {:>14} {:>14} {:>16} {:>18}",
         "", "empty poll_cq", "post_send", "16-WR list, /WR", "post+complete/WR"
     );
     for (i, (name, _, _)) in configs.iter().enumerate() {
         let d = |j: usize| if i == 0 { String::new() } else { format!(" ({:+.0})", m[i][j] - m[0][j]) };
         println!(
-            "  {name:<26} {:>8.0}{:<6} {:>8.0}{:<6} {:>10.0}{:<6} {:>10.0}{:<8}",
+            "  {name:<33} {:>8.0}{:<6} {:>8.0}{:<6} {:>10.0}{:<6} {:>10.0}{:<8}",
             m[i][0],
             d(0),
             m[i][1],
@@ -194,29 +258,46 @@ fn main() {
         );
     }
     println!("  goals: no bounce region = no shim; one bounce region <= +20 ns");
+    for (i, (name, _, _)) in configs.iter().enumerate() {
+        if !name.starts_with("shim, one bounce region") {
+            continue;
+        }
+        for (j, what) in [(0, "empty poll_cq"), (1, "post_send"), (2, "16-WR list, per WR")] {
+            let added = m[i][j] - m[0][j];
+            verdicts.check(format!("{name}: {what} {added:+.0} ns <= +20 ns"), added <= 20.0);
+        }
+    }
 
     println!("all-reduce, 2 ranks, host memory: direct vs bounce buffers (ms per iteration, median of 3; ratio = bandwidth of bounce / direct)");
     let ar = target_dir().join("examples/allreduce");
     for (size, iters) in [("4K", "200"), ("64K", "100"), ("1M", "20"), ("16M", "4"), ("64M", "2")] {
         let args = ["--ranks", "2", "--size", size, "--iters", iters, "--host-mem"];
-        let (mut d, mut b) = (Vec::new(), Vec::new());
+        let mut d = Vec::new();
+        let mut b: Vec<Vec<f64>> = vec![Vec::new(); shims.len()];
         for _ in 0..3 {
             d.push(ms_per_iter(&run(&ar, &args, &[], lib, &rd, Some(&shim))));
-            b.push(ms_per_iter(&run(
-                &ar,
-                &args,
-                &[
-                    ("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed"),
-                    ("MRSHIM_RETRY", "bounce"),
-                    ("MRSHIM_BOUNCE_REMOTE", "announced"),
-                ],
-                lib,
-                &rd,
-                Some(&shim),
-            )));
+            for (i, (_, s)) in shims.iter().enumerate() {
+                b[i].push(ms_per_iter(&run(
+                    &ar,
+                    &args,
+                    &[
+                        ("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed"),
+                        ("MRSHIM_RETRY", "bounce"),
+                        ("MRSHIM_BOUNCE_REMOTE", "announced"),
+                    ],
+                    lib,
+                    &rd,
+                    Some(s),
+                )));
+            }
         }
-        let (d, b) = (median(d), median(b));
-        println!("  {size:>5}  direct {d:>9.3} ms  bounce {b:>9.3} ms  ratio {:>5.1}%", 100.0 * d / b);
+        let d = median(d);
+        let ms: Vec<f64> = b.into_iter().map(median).collect();
+        let ratios: Vec<f64> = ms.iter().map(|b| 100.0 * d / b).collect();
+        let bs: Vec<String> = ms.iter().zip(&shims).map(|(b, (n, _))| format!("{n} {b:>9.3} ms")).collect();
+        println!("  {size:>5}  direct {d:>9.3} ms  bounce {}  ratio {}", bs.join("  "), side(&ratios));
+        not_falling(&mut verdicts, format!("all-reduce {size}"), &ratios);
     }
+    verdicts.print();
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -72,11 +72,44 @@ fn a_guard_page_inside_a_bounce_region_is_never_touched() {
 /// they stayed in the shadow — the extended poll was not wrapped).
 #[test]
 fn completions_of_an_extended_cq_bring_the_bytes_over() {
-    let w = world("bd-cqex");
-    let (o, recs) = run_mode(&w, "cqex", &[]);
+    extended_cq_exact("cqex");
+}
+
+/// `mode` of bounce_defects.c's extended-CQ test: every byte exact, rescued, no violation.
+fn extended_cq_exact(mode: &str) {
+    let w = world(&format!("bd-{mode}"));
+    let (o, recs) = run_mode(&w, mode, &[]);
     assert!(o.status.success() && stdout(&o).contains("cqex: ok"), "{}", all(&o));
     assert!(stderr(&o).contains("rescued by bounce"), "{}", all(&o));
     assert!(recs.iter().all(|r| r.kind != Some(mrshim_record::Kind::Violation)), "{recs:?}");
+}
+
+/// The same with the extended CQ made before the context had any bounce region (UCX and NCCL
+/// make their CQs before they register buffers). Before: that CQ was made by the provider alone,
+/// its polls never wrapped — every received byte stayed in the shadow.
+#[test]
+fn an_extended_cq_made_before_the_first_bounce_region_is_followed() {
+    extended_cq_exact("cqex-early");
+}
+
+/// N14, answered by the contract (docs/bounce.md): one userfaultfd per page, so the
+/// application's own `UFFDIO_REGISTER` on a buffer the shim tracks fails with EBUSY — and with
+/// `MRSHIM_BOUNCE_TRACK=off` (what the contract tells such applications to run with) it
+/// succeeds. Either way the SENDs before and after carry the application's bytes.
+#[test]
+fn an_applications_own_userfaultfd_on_a_tracked_buffer_is_ebusy_and_works_with_tracking_off() {
+    let w = world("bd-uffd");
+    let (o, _) = run_mode(&w, "uffd", &[]);
+    if o.status.code() == Some(3) {
+        assert!(stdout(&o).contains("not available here"), "{}", all(&o));
+        eprintln!("userfaultfd is not available to this process: nothing to check");
+        return;
+    }
+    assert!(o.status.success() && stdout(&o).contains("uffd: ok"), "{}", all(&o));
+    assert!(stdout(&o).contains(&format!("uffd: register errno={} ", libc::EBUSY)), "{}", all(&o));
+    let (o, _) = run_mode(&w, "uffd", &[("MRSHIM_BOUNCE_TRACK", "off")]);
+    assert!(o.status.success() && stdout(&o).contains("uffd: ok"), "{}", all(&o));
+    assert!(stdout(&o).contains("uffd: register errno=0 (registered)"), "{}", all(&o));
 }
 
 /// N4: a buffer the kernel writes through io_uring's fixed-buffer pin (`IORING_OP_READ_FIXED`,

@@ -208,6 +208,10 @@ impl Slots for FfiSlots {
             *slot = Some(create_cq_ex);
         }
     }
+    unsafe fn wrap_cqx(&self, cq: usize) {
+        // SAFETY: the trait's contract: a live extended CQ made through the shim.
+        unsafe { wrap_cqx_polls(cq as *mut v::ibv_cq_ex) };
+    }
     unsafe fn set_qpx_ops(&self, qpx: usize, o: QpxOps) {
         // SAFETY: as in set_context_ops, for a live ibv_qp_ex: a racing ibv_wr_* call sees the
         // old or the new op.
@@ -597,10 +601,38 @@ unsafe extern "C" fn create_cq_ex(c: *mut v::ibv_context, attr: *mut v::ibv_cq_i
         );
         return cq;
     }
-    cqex::follow(cq as usize, ops);
-    q.start_poll = Some(cqx_start_poll);
-    q.next_poll = Some(cqx_next_poll);
+    if cqex::follow(cq as usize, c as usize, ops) {
+        // SAFETY: the CQ just made, followed with the provider's functions.
+        unsafe { wrap_cqx_polls(cq) };
+    }
     cq
+}
+
+/// The bounce layer's polls in a followed extended CQ.
+///
+/// # Safety
+/// `cq` is a live extended CQ whose provider functions [`cqex::follow`] saved; pointer-sized
+/// aligned stores (a racing poll calls the provider's function or ours, which calls it).
+unsafe fn wrap_cqx_polls(cq: *mut v::ibv_cq_ex) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        (*cq).start_poll = Some(cqx_start_poll);
+        (*cq).next_poll = Some(cqx_next_poll);
+    }
+}
+
+/// `ibv_open_device` returned `ctx`: where the retry policy may bounce, its extended CQs are
+/// made through the shim from now on (crates/bounce `cqex.rs`): one made before the context's
+/// first bounce region is followed too.
+pub fn opened(ctx: usize) {
+    if mrshim_core::shim().may_bounce() {
+        patch::context_opened(&FfiSlots, ctx);
+    }
+}
+
+/// Around the real ibv_destroy_cq (see [`cqex::destroying`]).
+pub fn destroying_cq(cq: usize, destroy: impl FnOnce() -> c_int) -> c_int {
+    cqex::destroying(cq, destroy)
 }
 
 unsafe extern "C" fn cqx_start_poll(cq: *mut v::ibv_cq_ex, attr: *mut v::ibv_poll_cq_attr) -> c_int {

@@ -42,13 +42,20 @@ macro_rules! for_each_entry {
             ReregMr, "ibv_rereg_mr", "IBVERBS_1.1", default,
                 unsafe extern "C" fn(*mut c_void, c_int, *mut c_void, *mut c_void, usize, c_int) -> c_int,
                 ibv_rereg_mr, Some(Call::ReregMr);
-            // Not registrations: the bounce layer follows ibv_qp_ex objects (docs/bounce.md).
+            // Not registrations: the bounce layer follows ibv_qp_ex objects, contexts and extended CQs
+            // (docs/bounce.md).
             QpToQpEx, "ibv_qp_to_qp_ex", "IBVERBS_1.6", default,
                 unsafe extern "C" fn(*mut c_void) -> *mut c_void,
                 ibv_qp_to_qp_ex, None;
             DestroyQp, "ibv_destroy_qp", "IBVERBS_1.1", default,
                 unsafe extern "C" fn(*mut c_void) -> c_int,
                 ibv_destroy_qp, None;
+            OpenDevice, "ibv_open_device", "IBVERBS_1.1", default,
+                unsafe extern "C" fn(*mut c_void) -> *mut c_void,
+                ibv_open_device, None;
+            DestroyCq, "ibv_destroy_cq", "IBVERBS_1.1", default,
+                unsafe extern "C" fn(*mut c_void) -> c_int,
+                ibv_destroy_cq, None;
         }
     };
 }

@@ -15,6 +15,9 @@
 //! | `ibv_qp_to_qp_ex`, `ibv_destroy_qp` | the real call, and the bounce layer learns / forgets the   |
 //! |                     | QP's `ibv_qp_ex` (whose `ibv_wr_*` ops it patches while its context   |
 //! |                     | has a bounce region); nothing is recorded                             |
+//! | `ibv_open_device`, `ibv_destroy_cq` | the real call; the bounce layer makes the context's      |
+//! |                     | extended CQs through the shim from its opening on (where the retry    |
+//! |                     | policy can bounce) / forgets a destroyed one; nothing is recorded     |
 //! | `close`, `dup2`, `dup3`, `close_range`, `closefrom` | libc's call, after the log retired its  |
 //! |                     | descriptor if the call closes or replaces it (fds.rs; plain exports,  |
 //! |                     | versioned by libmrshim.map: glibc's base version, `dup3` at 2.9,      |

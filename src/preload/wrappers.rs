@@ -297,3 +297,36 @@ pub unsafe extern "C" fn ibv_destroy_qp<const S: usize>(qp: *mut c_void) -> c_in
     // SAFETY: the caller's live QP (or null), destroyed by the real function, called exactly once.
     unsafe { bounce::destroying_qp(qp as usize, || f(qp)) }
 }
+
+/// # Safety
+/// Called with ibv_open_device's contract (`@@IBVERBS_1.1`).
+pub unsafe extern "C" fn ibv_open_device<const S: usize>(dev: *mut c_void) -> *mut c_void {
+    // SAFETY: ibv_open_device@IBVERBS_1.1 has this signature.
+    let Some(f) = (unsafe { real_fn::<fn_type::OpenDevice>(Guard::slot(S), Entry::OpenDevice) }) else {
+        set_errno(libc::ENOSYS);
+        return std::ptr::null_mut();
+    };
+    // SAFETY: the real function with the caller's device.
+    let c = unsafe { f(dev) };
+    if !c.is_null() {
+        let e = errno();
+        mrshim_core::internal::guarded("ibv_open_device", || bounce::opened(c as usize));
+        set_errno(e);
+    }
+    c
+}
+
+/// # Safety
+/// Called with ibv_destroy_cq's contract (`@@IBVERBS_1.1`).
+pub unsafe extern "C" fn ibv_destroy_cq<const S: usize>(cq: *mut c_void) -> c_int {
+    // SAFETY: ibv_destroy_cq@IBVERBS_1.1 has this signature.
+    let Some(f) = (unsafe { real_fn::<fn_type::DestroyCq>(Guard::slot(S), Entry::DestroyCq) }) else {
+        set_errno(libc::ENOSYS);
+        return libc::ENOSYS;
+    };
+    let destroy = || {
+        // SAFETY: the caller's CQ, destroyed by the real function, called exactly once.
+        unsafe { f(cq) }
+    };
+    bounce::destroying_cq(cq as usize, destroy)
+}

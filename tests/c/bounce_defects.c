@@ -11,6 +11,11 @@
  *   cqex   extended CQs: the receiver's CQ is made with ibv_create_cq_ex and polled with
  *          ibv_start_poll/ibv_next_poll/ibv_end_poll; a WRITE_WITH_IMM and a SEND into a bounce
  *          region, checked byte for byte after each completion.
+ *   cqex-early  the same with the extended CQ made before the context's first bounce region.
+ *   uffd   N14: a 64 KiB REMOTE_READ region SENT from (the fold before the SEND starts the
+ *          shim's write tracking of it), then the application's own userfaultfd registers the
+ *          buffer. Prints "uffd: register errno=N (name)" (0 on success) and the bytes it SENT
+ *          again after a refill ("uffd: ok" when they arrived exact).
  *   uring  N4: io_uring IORING_OP_READ_FIXED from a file into a registered (fixed) bounce
  *          buffer, then the application SENDs (announcing the read), and the peer RDMA-READs the
  *          buffer: the peer must read the file's bytes.
@@ -30,6 +35,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 #include <linux/io_uring.h>
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
 
 #include "rc_pair.h"
 
@@ -120,18 +127,20 @@ static void poll_ex(struct ibv_cq_ex *cq, enum ibv_wc_opcode *op, uint32_t *len)
     ibv_end_poll(cq);
 }
 
-static int cqex(void) {
+static int cqex(int early) {
     int n;
     struct ibv_device **l = ibv_get_device_list(&n);
     if (!l || !n) die("ibv_get_device_list");
     struct pair p = { .ctx = ibv_open_device(l[0]) };
     if (!p.ctx || !(p.pd = ibv_alloc_pd(p.ctx))) die("ibv_open_device");
-    /* the bounce regions first: the CQ is made in a context with a bounce region */
+    /* the CQ made before the context has a bounce region (`early`: UCX's and NCCL's order), or
+     * after its first ones */
+    struct ibv_cq_init_attr_ex ca = { .cqe = 16, .wc_flags = IBV_WC_EX_WITH_BYTE_LEN };
+    struct ibv_cq_ex *x = early ? ibv_create_cq_ex(p.ctx, &ca) : NULL;
     unsigned char *src = pages(4), *dst = pages(4);
     struct ibv_mr *s = ibv_reg_mr(p.pd, src, 4 * PAGE, ACCESS), *d = ibv_reg_mr(p.pd, dst, 4 * PAGE, ACCESS);
     if (!s || !d) die("ibv_reg_mr");
-    struct ibv_cq_init_attr_ex ca = { .cqe = 16, .wc_flags = IBV_WC_EX_WITH_BYTE_LEN };
-    struct ibv_cq_ex *x = ibv_create_cq_ex(p.ctx, &ca);
+    if (!early) x = ibv_create_cq_ex(p.ctx, &ca);
     if (!x) {
         if (errno == EOPNOTSUPP) { printf("cqex: extended CQs not available here\n"); return 3; }
         die("ibv_create_cq_ex");
@@ -171,8 +180,46 @@ static int cqex(void) {
             return 1;
         }
     }
-    if (ibv_destroy_qp(p.qp[0]) || ibv_destroy_qp(p.qp[1]) || ibv_dereg_mr(s) || ibv_dereg_mr(d)) die("teardown");
+    if (ibv_destroy_qp(p.qp[0]) || ibv_destroy_qp(p.qp[1]) || ibv_destroy_cq(p.cq[1]) || ibv_dereg_mr(s) ||
+        ibv_dereg_mr(d))
+        die("teardown");
     printf("cqex: ok\n");
+    return 0;
+}
+
+static int uffd(void) {
+    struct pair p;
+    if (open_pair(&p)) die("open_pair");
+    size_t len = 16 * PAGE;
+    unsigned char *src = pages(16), *dst = pages(16);
+    struct ibv_mr *s = ibv_reg_mr(p.pd, src, len, ACCESS), *d = ibv_reg_mr(p.pd, dst, len, ACCESS);
+    if (!s || !d) die("ibv_reg_mr");
+    struct ibv_wc wc;
+    for (unsigned round = 1; round <= 2; round++) {
+        fill(src, PAGE, round);
+        post_recv(p.qp[1], dst, PAGE, d->lkey, round);
+        post_send(p.qp[0], IBV_WR_SEND, src, PAGE, s->lkey, 0, 0);
+        wait_one(p.cq[0], &wc);
+        wait_one(p.cq[1], &wc);
+        long bad = differing(dst, PAGE, round);
+        if (bad) { printf("uffd: stale: round %u: %ld bytes of the SEND\n", round, bad); return 1; }
+        if (round == 2) break;
+        /* the application's own userfaultfd on the buffer it sends from */
+        int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+        if (fd < 0) { printf("uffd: userfaultfd not available here: %s\n", strerror(errno)); return 3; }
+        struct uffdio_api api = { .api = UFFD_API };
+        if (ioctl(fd, UFFDIO_API, &api)) { printf("uffd: UFFDIO_API not available here: %s\n", strerror(errno)); return 3; }
+        struct uffdio_register r = { .range = { .start = (uintptr_t)src, .len = len }, .mode = UFFDIO_REGISTER_MODE_MISSING };
+        int e = ioctl(fd, UFFDIO_REGISTER, &r) ? errno : 0;
+        printf("uffd: register errno=%d (%s)\n", e, e ? strerror(e) : "registered");
+        if (!e) {
+            struct uffdio_range u = { .start = (uintptr_t)src, .len = len };
+            if (ioctl(fd, UFFDIO_UNREGISTER, &u)) die("UFFDIO_UNREGISTER");
+        }
+        close(fd);
+    }
+    if (ibv_dereg_mr(s) || ibv_dereg_mr(d)) die("ibv_dereg_mr");
+    printf("uffd: ok\n");
     return 0;
 }
 
@@ -284,8 +331,10 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *mode = argc > 1 ? argv[1] : "";
     if (!strcmp(mode, "guard")) return guard();
-    if (!strcmp(mode, "cqex")) return cqex();
+    if (!strcmp(mode, "cqex")) return cqex(0);
+    if (!strcmp(mode, "cqex-early")) return cqex(1);
+    if (!strcmp(mode, "uffd")) return uffd();
     if (!strcmp(mode, "uring") && argc > 2) return uring(argv[2]);
-    fprintf(stderr, "usage: bounce_defects guard|cqex|uring DIR\n");
+    fprintf(stderr, "usage: bounce_defects guard|cqex|cqex-early|uffd|uring DIR\n");
     return 2;
 }

@@ -1,17 +1,16 @@
 //! The bounce checker's oracle (tests/c/bounce_check.c's traces), shared by the simulator's
 //! checker (tests/bounce_checker.rs) and the kernel tier's run of its programs on rxe0.
 
-/// The features the bounce layer passes: every one but `threads`. On main 039e958 each of
-/// `srq` (N1: SRQ receives not copied), `dupid` (N2: receives sharing a wr_id), `dereg` (N6: a
-/// completion polled after ibv_dereg_mr), `msge` (N12: a two-SGE receive with its header in a
-/// plain MR overruns the message's end), `refuse` (N13: a refused READ left pending), `immbuf`
-/// (N20: WRITE_WITH_IMM copies the receive's buffer) and `destroy` (found by this checker, seed
-/// 1001069: receives left posted at ibv_destroy_qp) had a failing seed; they are fixed (issue
-/// 28). `threads` (a post's copy racing another thread's sync, N3) still shows a rare,
-/// timing-dependent difference in the sender's own slot with `all` (issue 28, open): run it with
-/// `BOUNCE_CHECK_FEATURES=all`.
+/// Every feature of bounce_check.c. On main 039e958 each of `srq` (N1: SRQ receives not
+/// copied), `dupid` (N2: receives sharing a wr_id), `dereg` (N6: a completion polled after
+/// ibv_dereg_mr), `msge` (N12: a two-SGE receive with its header in a plain MR overruns the
+/// message's end), `refuse` (N13: a refused READ left pending), `immbuf` (N20: WRITE_WITH_IMM
+/// copies the receive's buffer) and `destroy` (found by this checker, seed 1001069: receives left
+/// posted at ibv_destroy_qp) had a failing seed; `threads` (N3: one thread refilling a buffer
+/// while another's post_recv folded the region, whose shadow and baseline got different reads of
+/// it) showed a rare difference in the sender's own slot until 5d6c721. All fixed (issue 28).
 pub const DEFAULT_FEATURES: &str =
-    "send,fill,write,imm,read,rereg,unannounced,unannounced-read,srq,dupid,dereg,msge,refuse,immbuf,destroy";
+    "send,fill,write,imm,read,rereg,unannounced,unannounced-read,srq,dupid,threads,dereg,msge,refuse,immbuf,destroy";
 
 /// At most 1500 characters of `s`.
 pub fn clip(s: &str) -> String {

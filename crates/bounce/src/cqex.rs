@@ -1,16 +1,19 @@
 //! Extended CQs (`ibv_create_cq_ex`, polled with `ibv_start_poll`/`ibv_next_poll`/
 //! `ibv_end_poll`): static-inline calls through `verbs_context.create_cq_ex` and each CQ's own
-//! function pointers, which the context's `poll_cq` wrapper never sees. From the first bounce
-//! region of a context on, the shim makes the context's extended CQs itself (the provider's
-//! `create_cq_ex`, asking also for the byte count and QP number of each completion) and wraps
-//! each one's `start_poll` and `next_poll`: a completion they return releases what
-//! `ibv_poll_cq`'s would ([`crate::live::completed`]). Both stay wrapped for the CQ's life (no
-//! destroy of a CQ reaches the shim to tell it when to restore them). The FFI layer reads and
-//! writes the pointers; this module keeps the provider's functions.
+//! function pointers, which the context's `poll_cq` wrapper never sees. The shim makes a
+//! context's extended CQs itself (the provider's `create_cq_ex`, asking also for the byte count
+//! and QP number of each completion) from the moment it sees the context: when it is opened
+//! (`ibv_open_device`, if the retry policy can bounce) or at its first bounce region. Each CQ is
+//! followed from its creation; its `start_poll` and `next_poll` are wrapped from its context's
+//! first bounce region on (at once if there is one already): a completion they return releases
+//! what `ibv_poll_cq`'s would ([`crate::live::completed`]). They stay wrapped for the CQ's life;
+//! `ibv_destroy_cq` forgets it. The FFI layer reads and writes the pointers; this module keeps
+//! the provider's functions.
 
 use crate::leaked::Leaked;
 use crate::patch::PATCHING;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_QP_NUM: what the shim needs to read of a completion
 /// (a receive's length, the QP whose pending work it releases), added to the application's
@@ -29,6 +32,9 @@ pub struct CqxOps {
 
 struct Node {
     cq: AtomicUsize,
+    ctx: AtomicUsize,
+    /// Its polls are the shim's wrappers.
+    wrapped: AtomicBool,
     start_poll: AtomicUsize,
     next_poll: AtomicUsize,
     read_opcode: AtomicUsize,
@@ -59,27 +65,65 @@ pub fn took_create(ctx: usize, f: usize) {
     }
 }
 
-/// An extended CQ made through the shim, with the provider's functions: follow it (the FFI
-/// layer installs the wrappers after this).
-pub fn follow(cq: usize, ops: CqxOps) {
+/// An extended CQ of `ctx` made through the shim, with the provider's functions: follow it.
+/// Whether the FFI layer wraps its polls now (its context has a bounce region); otherwise
+/// [`wrap_context`] does at the context's first one.
+pub fn follow(cq: usize, ctx: usize, ops: CqxOps) -> bool {
     let _g = PATCHING.lock();
     let node = match CQXS.iter().find(|n| n.cq.load(Ordering::Acquire) == cq) {
         Some(n) => n,
-        None => CQXS.push(Node {
-            cq: AtomicUsize::new(0),
-            start_poll: AtomicUsize::new(0),
-            next_poll: AtomicUsize::new(0),
-            read_opcode: AtomicUsize::new(0),
-            read_byte_len: AtomicUsize::new(0),
-            read_qp_num: AtomicUsize::new(0),
-        }),
+        None => match CQXS.iter().find(|n| n.cq.load(Ordering::Acquire) == 0) {
+            Some(n) => n,
+            None => CQXS.push(Node {
+                cq: AtomicUsize::new(0),
+                ctx: AtomicUsize::new(0),
+                wrapped: AtomicBool::new(false),
+                start_poll: AtomicUsize::new(0),
+                next_poll: AtomicUsize::new(0),
+                read_opcode: AtomicUsize::new(0),
+                read_byte_len: AtomicUsize::new(0),
+                read_qp_num: AtomicUsize::new(0),
+            }),
+        },
     };
     node.start_poll.store(ops.start_poll, Ordering::Release);
     node.next_poll.store(ops.next_poll, Ordering::Release);
     node.read_opcode.store(ops.read_opcode, Ordering::Release);
     node.read_byte_len.store(ops.read_byte_len, Ordering::Release);
     node.read_qp_num.store(ops.read_qp_num, Ordering::Release);
+    node.ctx.store(ctx, Ordering::Release);
+    // a region goes live before its context is patched (both under PATCHING)
+    let now = crate::live::in_context(ctx);
+    node.wrapped.store(now, Ordering::Release);
     node.cq.store(cq, Ordering::Release);
+    now
+}
+
+/// Under PATCHING, at the first bounce region of `ctx`: `wrap(cq)` for each followed CQ of it
+/// whose polls are not wrapped yet.
+pub(crate) fn wrap_context(ctx: usize, wrap: impl Fn(usize)) {
+    for n in CQXS.iter() {
+        let cq = n.cq.load(Ordering::Acquire);
+        if cq != 0 && n.ctx.load(Ordering::Acquire) == ctx && !n.wrapped.swap(true, Ordering::AcqRel) {
+            wrap(cq);
+        }
+    }
+}
+
+/// Around the real `ibv_destroy_cq` of `cq`: a followed CQ is forgotten once destroyed (its
+/// node is reused), so that no later patch writes into its freed memory.
+pub fn destroying(cq: usize, destroy: impl FnOnce() -> c_int) -> c_int {
+    if CQXS.iter().all(|n| n.cq.load(Ordering::Acquire) != cq) {
+        return destroy();
+    }
+    let _g = PATCHING.lock();
+    let rc = destroy();
+    if rc == 0 {
+        for n in CQXS.iter().filter(|n| n.cq.load(Ordering::Acquire) == cq) {
+            n.cq.store(0, Ordering::Release);
+        }
+    }
+    rc
 }
 
 /// The provider's functions of the followed CQ at `cq` (for its wrappers).
@@ -103,14 +147,20 @@ mod tests {
         let a = CqxOps { start_poll: 1, next_poll: 2, read_opcode: 3, read_byte_len: 4, read_qp_num: 5 };
         let b = CqxOps { start_poll: 11, ..a };
         assert_eq!(ops(0x5000), None);
-        follow(0x5000, a);
-        follow(0x6000, b);
+        follow(0x5000, 0x70, a);
+        follow(0x6000, 0x70, b);
         assert_eq!((ops(0x5000), ops(0x6000)), (Some(a), Some(b)));
-        follow(0x5000, b);
+        follow(0x5000, 0x70, b);
         assert_eq!(ops(0x5000), Some(b));
+        assert_eq!(destroying(0x6000, || 0), 0);
+        assert_eq!(ops(0x6000), None, "a destroyed CQ is forgotten");
         let _g = PATCHING.lock();
         took_create(0x77, 9);
         took_create(0x77, 10);
         assert_eq!((create_of(0x77), create_of(0x78)), (Some(9), None));
+        let seen = std::sync::Mutex::new(vec![]);
+        wrap_context(0x70, |cq| seen.lock().unwrap().push(cq));
+        wrap_context(0x70, |cq| seen.lock().unwrap().push(cq));
+        assert_eq!(*seen.lock().unwrap(), vec![0x5000], "each CQ of the context wrapped once");
     }
 }

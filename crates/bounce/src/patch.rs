@@ -32,35 +32,34 @@ pub struct QpxOps {
     pub wr_set_sge_list: usize,
 }
 
-/// Ops kept in atomics, field by field (a wrapper reads them while a patch may store them).
-trait Fields<const N: usize>: Copy {
-    fn to_array(self) -> [usize; N];
-    fn from_array(a: [usize; N]) -> Self;
-}
-
-impl Fields<4> for ContextOps {
-    fn to_array(self) -> [usize; 4] {
-        [self.post_send, self.post_recv, self.poll_cq, self.post_srq_recv]
-    }
-    fn from_array([post_send, post_recv, poll_cq, post_srq_recv]: [usize; 4]) -> Self {
-        ContextOps { post_send, post_recv, poll_cq, post_srq_recv }
-    }
-}
-
-impl Fields<4> for QpxOps {
-    fn to_array(self) -> [usize; 4] {
-        [self.wr_start, self.wr_rdma_read, self.wr_set_sge, self.wr_set_sge_list]
-    }
-    fn from_array([wr_start, wr_rdma_read, wr_set_sge, wr_set_sge_list]: [usize; 4]) -> Self {
-        QpxOps { wr_start, wr_rdma_read, wr_set_sge, wr_set_sge_list }
-    }
-}
-
 impl QpxOps {
     fn complete(&self) -> bool {
-        !self.to_array().contains(&0)
+        self.wr_start != 0 && self.wr_rdma_read != 0 && self.wr_set_sge != 0 && self.wr_set_sge_list != 0
     }
 }
+
+/// Declares `$saved`: the ops struct `$ops` kept field by field in atomics (a wrapper reads them
+/// while a patch may store them), each field by its name.
+macro_rules! saved_ops {
+    ($saved:ident, $ops:ident { $($f:ident),* }) => {
+        struct $saved {
+            $($f: AtomicUsize,)*
+        }
+        impl $saved {
+            const fn new() -> Self {
+                $saved { $($f: AtomicUsize::new(0),)* }
+            }
+            fn store(&self, o: $ops) {
+                $(self.$f.store(o.$f, Ordering::Release);)*
+            }
+            fn load(&self) -> $ops {
+                $ops { $($f: self.$f.load(Ordering::Acquire),)* }
+            }
+        }
+    };
+}
+saved_ops!(SavedContextOps, ContextOps { post_send, post_recv, poll_cq, post_srq_recv });
+saved_ops!(SavedQpxOps, QpxOps { wr_start, wr_rdma_read, wr_set_sge, wr_set_sge_list });
 
 /// The function-pointer slots of verbs objects, as the FFI layer reaches them, and its wrappers.
 pub trait Slots {
@@ -85,29 +84,27 @@ pub trait Slots {
     /// # Safety
     /// As [`Slots::context_ops`].
     unsafe fn take_create_cq_ex(&self, _ctx: usize) {}
+    /// Installs the bounce layer's `start_poll`/`next_poll` in the followed extended CQ `cq`
+    /// ([`crate::cqex::wrap_context`]). Called under PATCHING.
+    ///
+    /// # Safety
+    /// `cq` is a live extended CQ made through the shim (`ibv_destroy_cq` forgets it under
+    /// PATCHING).
+    unsafe fn wrap_cqx(&self, _cq: usize) {}
 }
 
-/// Function addresses saved by a patch, for the wrappers to call.
-struct Saved([AtomicUsize; 4]);
-
-impl Saved {
-    const fn new() -> Self {
-        Saved([const { AtomicUsize::new(0) }; 4])
-    }
-    fn store<T: Fields<4>>(&self, ops: T) {
-        for (s, v) in self.0.iter().zip(ops.to_array()) {
-            s.store(v, Ordering::Release);
-        }
-    }
-    fn load<T: Fields<4>>(&self) -> T {
-        T::from_array(std::array::from_fn(|i| self.0[i].load(Ordering::Acquire)))
-    }
+/// A context the shim sees opened: its extended CQs are made through the shim from now on
+/// ([`crate::cqex`]), so that those made before its first bounce region are followed too.
+pub fn context_opened(slots: &dyn Slots, ctx: usize) {
+    let _g = PATCHING.lock();
+    // SAFETY: the FFI layer's ctx was just returned by ibv_open_device: live.
+    unsafe { slots.take_create_cq_ex(ctx) };
 }
 
 /// The provider's own ops of one patched context.
 pub struct ContextOrig {
     ctx: usize,
-    ops: Saved,
+    ops: SavedContextOps,
 }
 
 impl ContextOrig {
@@ -135,16 +132,18 @@ pub(crate) fn patch(slots: &dyn Slots, ctx: usize) {
     if ops.post_send == 0 || ops.post_recv == 0 || ops.poll_cq == 0 || is_patched(slots, ctx) {
         return;
     }
-    let o = context_orig(ctx).unwrap_or_else(|| ORIGS.push(ContextOrig { ctx, ops: Saved::new() }));
+    let o = context_orig(ctx).unwrap_or_else(|| ORIGS.push(ContextOrig { ctx, ops: SavedContextOps::new() }));
     o.ops.store(ops);
     let mut ours = slots.wrappers().0;
     if ops.post_srq_recv == 0 {
         ours.post_srq_recv = 0;
     }
-    // SAFETY: as above; the saved ops are in place before the wrappers that call them.
+    // SAFETY: as above; the saved ops are in place before the wrappers that call them; the
+    // followed extended CQs are live (ibv_destroy_cq forgets one under PATCHING, held here).
     unsafe {
         slots.set_context_ops(ctx, ours);
         slots.take_create_cq_ex(ctx);
+        crate::cqex::wrap_context(ctx, |cq| slots.wrap_cqx(cq));
     }
     each_qpx(ctx, |n| n.patch(slots));
 }
@@ -174,7 +173,7 @@ fn is_patched(slots: &dyn Slots, ctx: usize) -> bool {
 pub struct Qpx {
     qpx: AtomicUsize,
     ctx: AtomicUsize,
-    saved: Saved,
+    saved: SavedQpxOps,
     /// The WR being built is an RDMA READ.
     reading: AtomicBool,
 }
@@ -222,7 +221,7 @@ impl Qpx {
             return;
         }
         // SAFETY: as in patch; restoring the provider's own pointers.
-        unsafe { slots.set_qpx_ops(q, self.saved.load::<QpxOps>()) };
+        unsafe { slots.set_qpx_ops(q, self.saved.load()) };
     }
     /// `wr_start`: a new WR, not (yet) a READ; the application may have written its buffers.
     pub fn start(&self) {
@@ -259,7 +258,7 @@ pub fn note_qpx(slots: &dyn Slots, qpx: usize, ctx: usize) {
             None => QPXS.push(Qpx {
                 qpx: AtomicUsize::new(qpx),
                 ctx: AtomicUsize::new(ctx),
-                saved: Saved::new(),
+                saved: SavedQpxOps::new(),
                 reading: AtomicBool::new(false),
             }),
         },

@@ -407,13 +407,8 @@ impl Region {
             }
         }
         for &(a, b) in runs.iter() {
-            // SAFETY: shadow and baseline are live, each [a, b) is within len and readable in
-            // `now` (found there), and neither aliases `now` (the application's buffer or the
-            // scratch copy).
-            unsafe {
-                std::ptr::copy_nonoverlapping(now.add(a), (v.shadow + a) as *mut u8, b - a);
-                std::ptr::copy_nonoverlapping(now.add(a), (v.baseline + a) as *mut u8, b - a);
-            }
+            // SAFETY: each [a, b) is within the extent and readable in `now` (found there).
+            unsafe { take_run(&v, now, a, b) };
         }
         if let (true, Some(id)) = (verify, e.track) {
             self.verify(&v, id, runs, pages, now, &holes);
@@ -465,10 +460,7 @@ impl Region {
         }
         for &(a, b) in &more {
             // SAFETY: as in fold.
-            unsafe {
-                std::ptr::copy_nonoverlapping(now.add(a), (v.shadow + a) as *mut u8, b - a);
-                std::ptr::copy_nonoverlapping(now.add(a), (v.baseline + a) as *mut u8, b - a);
-            }
+            unsafe { take_run(v, now, a, b) };
         }
         if unseen == 0 || self.maps.track_lost.swap(true, Ordering::AcqRel) {
             return;
@@ -662,6 +654,27 @@ unsafe fn snapshot_from_end(src: *const u8, dst: &mut [u8]) {
         i -= 1;
         // SAFETY: as in the first loop.
         dst[i] = unsafe { std::ptr::read_volatile(src.add(i)) };
+    }
+}
+
+/// A fold's copy of the changed run [a, b) of `now` (the application's bytes): into the
+/// baseline, then from the baseline into the shadow — `now` is read once. Another thread of the
+/// application may be writing there meanwhile (it refills a buffer while this thread's
+/// post_recv folds the region): read twice, the shadow could get the older bytes and the
+/// baseline the newer ones, a difference every later sync takes for a peer's write — the old
+/// bytes would be copied back over the application's and go on the wire (N3, issue 28).
+///
+/// # Safety
+/// `now + a .. now + b` is readable; b <= the extent's length; neither mapping aliases `now`.
+unsafe fn take_run(v: &View, now: *const u8, a: usize, b: usize) {
+    let (ba, sh) = ((v.baseline + a) as *mut u8, (v.shadow + a) as *mut u8);
+    // SAFETY: shadow and baseline are live mappings covering the extent; the caller's contract
+    // for `now`; the three do not overlap. The second copy's source goes through black_box: the
+    // optimiser would otherwise forward `now` to it (memcpy(b, a); memcpy(c, b) becomes
+    // memcpy(c, a)), reading the application's bytes twice again.
+    unsafe {
+        std::ptr::copy_nonoverlapping(now.add(a), ba, b - a);
+        std::ptr::copy_nonoverlapping(std::hint::black_box(ba as *const u8), sh, b - a);
     }
 }
 

@@ -406,6 +406,27 @@ fn receives_posted_back_to_back_fold_the_application_writes_once() {
     s.abandon();
 }
 
+/// A QP destroyed with receives posted gives their buffers back to the application: a receive
+/// posted after it (on a new QP) folds what the application wrote since, though nothing was
+/// posted or polled in between (checker seed 1000062).
+#[test]
+fn a_receive_after_a_qp_destroy_folds_the_applications_writes() {
+    let _one = serial();
+    let mut app = vec![0u8; 8192];
+    let p = app.as_mut_ptr() as u64;
+    let s = peer_writable(&mut app);
+    let r = &s.region;
+    bump_epoch();
+    r.fold_app_writes(true); // the receives posted before the destroy
+    live::qp_destroyed(0x7_7000, 77);
+    // SAFETY: the application's own buffer: its refill after the destroy.
+    unsafe { *(p as *mut u8) = 5 };
+    r.fold_app_writes(true); // the receive posted on the new QP
+                             // SAFETY: the region's live shadow, first byte.
+    assert_eq!(unsafe { *(r.shadow as *const u8) }, 5, "the refill reached the shadow");
+    s.abandon();
+}
+
 /// Issue 18: a peer RDMA-READs a region after a SEND of ours (UCX's rndv GET after its RTS,
 /// MPI_Get after a fence): what the application wrote before that post must be in the shadow,
 /// in this context's regions and another's, tracked by the kernel (>= 64 KiB of private
@@ -773,6 +794,61 @@ fn a_send_copy_and_another_threads_sync_never_interleave() {
     syncer.join().unwrap();
     assert_eq!(bad, None, "(iteration, byte, application, shadow, expected)");
     dereg(&slots, 0xf900, true);
+}
+
+/// N3, the other half: one thread refills its buffer while another thread's post_recv folds the
+/// region (its receive slot shares the region with the send slot being refilled). The fold must
+/// leave shadow and baseline equal — a torn fold that gave them different bytes is a "peer's
+/// write" to every later sync, which copies the older bytes back over the application's.
+#[test]
+fn a_fold_racing_the_applications_writes_never_fakes_a_peer_write() {
+    let _one = serial();
+    let n = 4096;
+    let mut app = vec![0u8; n];
+    let at = app.as_mut_ptr() as usize;
+    let s = peer_writable(&mut app);
+    let r = &s.region;
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut v = 0u8;
+            while !stop.load(Ordering::Relaxed) {
+                v = v.wrapping_add(1).max(1);
+                for i in (0..n).step_by(8) {
+                    // SAFETY: the application's buffer, alive until the writer is joined.
+                    unsafe { std::ptr::write_volatile((at + i) as *mut u64, u64::from_ne_bytes([v; 8])) };
+                }
+            }
+            v
+        })
+    };
+    let start = std::time::Instant::now();
+    let mut torn = None;
+    for i in 0..1_000_000 {
+        if start.elapsed() > std::time::Duration::from_secs(4) {
+            break;
+        }
+        r.fold_app_writes(false);
+        // SAFETY: the region's live shadow and baseline, n bytes each; only the fold writes
+        // them, on this thread.
+        let (sh, ba) = unsafe {
+            (
+                std::slice::from_raw_parts(r.shadow as *const u8, n),
+                std::slice::from_raw_parts(r.baseline as *const u8, n),
+            )
+        };
+        if let Some(j) = (0..n).find(|&j| sh[j] != ba[j]) {
+            torn = Some((i, j, sh[j], ba[j]));
+            break;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let last = writer.join().unwrap();
+    assert_eq!(torn, None, "(fold, byte, shadow, baseline) after a fold with no peer");
+    r.sync_peer_writes();
+    assert!(app.iter().all(|&b| b == last), "a sync copied older bytes over the application's");
+    s.abandon();
 }
 
 /// N16: an idle pass over a large region compares a bounded amount and goes on from there the

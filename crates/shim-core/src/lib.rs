@@ -173,6 +173,12 @@ impl Shim {
         s
     }
 
+    /// Whether the retry policy can make a bounce region (MRSHIM_RETRY names `bounce`, or
+    /// `auto`, for some failure).
+    pub fn may_bounce(&self) -> bool {
+        self.retry.policy.uses(mrshim_retry::strategy::Strategy::Bounce)
+    }
+
     pub fn config(&self) -> Option<&Config> {
         self.cfg.as_ref()
     }
