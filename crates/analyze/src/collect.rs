@@ -136,7 +136,8 @@ struct SmallKey {
     relaxed: Option<bool>,
 }
 
-type Nested = HashMap<String, HashMap<String, HashMap<SmallKey, Group>>>;
+/// Per host (by [`Collector::host_id`]): call -> small key -> group.
+type Nested = Vec<HashMap<String, HashMap<SmallKey, Group>>>;
 
 /// Bounce coherence violations of one process (docs/bounce.md, Run-time detection).
 #[derive(Debug, Default, Clone)]
@@ -163,7 +164,14 @@ pub struct Collector {
     pub groups: HashMap<GroupKey, Group>,
     raw: Nested,
     pub hosts: BTreeMap<String, HostFacts>,
-    pub ranks: HashMap<String, HashMap<u32, i64>>,
+    /// Every host name seen in a registration, numbered once: the per-event maps are keyed by the
+    /// number, so one hash of the name per event replaces a lookup per map.
+    host_ids: HashMap<String, u32>,
+    host_names: Vec<String>,
+    /// Per host number: the libraries already put in its [`HostFacts::libs`] (bit = `Lib as u32`).
+    host_libs: Vec<u64>,
+    /// (host number, pid) -> rank.
+    ranks: HashMap<(u32, u32), i64>,
     /// (file, pid) -> run; pid None holds the file-wide defaults (env dumps).
     pub runs: BTreeMap<(usize, Option<u32>), Run>,
     pub retries: BTreeMap<(String, bool), u64>,
@@ -194,7 +202,7 @@ pub struct Collector {
     /// WARN line, the MRSHIM summary, NCCL's line, UCX's line, the application's own line). One failure
     /// shows up in several of them, under different call names and errno wordings; the channel that
     /// saw the most stands for the process.
-    seen_by_source: HashMap<String, HashMap<u32, ChannelCounts>>,
+    seen_by_source: HashMap<(u32, u32), ChannelCounts>,
     /// Per file: failures seen in lines that name their process (per channel), and in lines that do
     /// not (an application's own error line): those are the same failures again as long as there
     /// are no more of them than the file's best channel of lines with a pid saw.
@@ -247,6 +255,24 @@ impl Collector {
         }
     }
 
+    /// The host's number (see `host_ids`), given on first sight.
+    fn host_id(&mut self, h: &str) -> u32 {
+        if let Some(&i) = self.host_ids.get(h) {
+            return i;
+        }
+        let i = self.host_names.len() as u32;
+        self.host_ids.insert(h.to_string(), i);
+        self.host_names.push(h.to_string());
+        self.host_libs.push(0);
+        self.raw.push(HashMap::default());
+        i
+    }
+
+    /// The rank a rank line named for process `pid` of host `h`.
+    pub fn rank_of(&self, h: &str, pid: u32) -> Option<i64> {
+        self.ranks.get(&(*self.host_ids.get(h)?, pid)).copied()
+    }
+
     fn host_mut(&mut self, h: &str) -> &mut HostFacts {
         if !self.hosts.contains_key(h) {
             self.hosts.insert(h.to_string(), HostFacts::default());
@@ -256,7 +282,8 @@ impl Collector {
 
     /// Moves the nested groups into [`Collector::groups`]; call once after the last event.
     pub fn finish(&mut self) {
-        for (host, calls) in std::mem::take(&mut self.raw) {
+        for (hid, calls) in std::mem::take(&mut self.raw).into_iter().enumerate() {
+            let host = &self.host_names[hid];
             for (call, smalls) in calls {
                 for (k, g) in smalls {
                     let key = GroupKey {
@@ -288,7 +315,7 @@ impl Collector {
 
     /// False if this failure was already counted from another kind of output of the same process
     /// (or, for a line that names no process, of the same file).
-    fn first_sighting(&mut self, r: &RegEv, host: &str, file: usize) -> bool {
+    fn first_sighting(&mut self, r: &RegEv, hid: u32, file: usize) -> bool {
         if r.ok || r.attempt > 0 {
             return true;
         }
@@ -297,10 +324,7 @@ impl Collector {
         let new = match r.pid {
             Some(pid) => {
                 bump(named, ch);
-                if !self.seen_by_source.contains_key(host) {
-                    self.seen_by_source.insert(host.to_string(), HashMap::default());
-                }
-                let c = self.seen_by_source.get_mut(host).expect("inserted").entry(pid).or_default();
+                let c = self.seen_by_source.entry((hid, pid)).or_default();
                 let mine = bump(c, ch);
                 mine > others(c, ch)
             }
@@ -337,7 +361,8 @@ impl Collector {
                     Fact::RankOf(r) => {
                         self.procs.get(file, pid, &h).rank.get_or_insert(r);
                         if let Some(p) = pid {
-                            self.ranks.entry(h).or_default().insert(p, r);
+                            let hid = self.host_id(&h);
+                            self.ranks.insert((hid, p), r);
                         }
                     }
                     Fact::Started { world_size, job_id } => self.procs.started(file, pid, &h, world_size, job_id),
@@ -448,13 +473,11 @@ impl Collector {
         if r.relaxed.is_none() {
             r.relaxed = r.access.map(|a| a & mrshim_access::RELAXED_ORDERING != 0);
         }
-        if !self.first_sighting(&r, &host, file) {
+        let hid = self.host_id(&host);
+        if !self.first_sighting(&r, hid, file) {
             return;
         }
-        let rank = r
-            .rank
-            .or_else(|| r.pid.and_then(|p| self.ranks.get(host.as_str()).and_then(|m| m.get(&p)).copied()))
-            .or(r.rank_hint);
+        let rank = r.rank.or_else(|| r.pid.and_then(|p| self.ranks.get(&(hid, p))).copied()).or(r.rank_hint);
         // A retry attempt is not an application call: a successful one rescued the failed call it
         // follows. A learned strategy applied up front is the application's call, which mrshim
         // made succeed: counted as a registration and as a rescue by that strategy.
@@ -501,7 +524,9 @@ impl Collector {
             }
         }
         let lib = r.lib.unwrap_or(Lib::Text);
-        {
+        let lib_bit = 1u64 << (lib as u32);
+        if self.host_libs[hid as usize] & lib_bit == 0 || r.memlock.is_some() {
+            self.host_libs[hid as usize] |= lib_bit;
             let hf = self.host_mut(&host);
             hf.libs.insert(lib);
             if let Some(m) = r.memlock {
@@ -512,10 +537,7 @@ impl Collector {
         }
         let small =
             SmallKey { errno: if r.ok { None } else { r.errno }, mem: r.mem, lib, ok: r.ok, relaxed: r.relaxed };
-        if !self.raw.contains_key(host.as_str()) {
-            self.raw.insert(host.clone(), HashMap::default());
-        }
-        let calls = self.raw.get_mut(host.as_str()).expect("inserted");
+        let calls = &mut self.raw[hid as usize];
         if !calls.contains_key(r.call.as_str()) {
             calls.insert(r.call.clone(), HashMap::default());
         }

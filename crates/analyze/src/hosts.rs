@@ -60,10 +60,8 @@ pub fn rows(c: &Collector, ranks: &RankReport) -> Vec<HostRow> {
             row.failed += g.count;
             *row.failures.entry(failure_key(&k.call, k.errno)).or_default() += g.count;
         }
-        if let Some(name) =
-            k.mem.and_then(|mk| serde_json::to_value(mk).ok()).and_then(|v| v.as_str().map(String::from))
-        {
-            *row.mem_kinds.entry(name).or_default() += g.count;
+        if let Some(mk) = k.mem {
+            *row.mem_kinds.entry(mk.name().to_string()).or_default() += g.count;
         }
         rank_sets.entry(k.host.as_str()).or_default().extend(g.ranks.iter().copied());
     }

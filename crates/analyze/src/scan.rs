@@ -6,8 +6,27 @@
 //! from that scan. The last line scanned is kept per thread, with its text: a part of it is
 //! recognised by address and checked byte for byte, so a reused buffer is never mistaken for it.
 use aho_corasick::{AhoCorasick, AhoCorasickKind};
+
+/// `find!(hay, "literal")`: the first position of a fixed literal in `hay` through a searcher built
+/// once per call site (`str::find`/`contains` with a `&str` build a new one on every call);
+/// `rfind!` the last one.
+macro_rules! find {
+    ($hay:expr, $lit:literal) => {{
+        static F: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+            std::sync::LazyLock::new(|| memchr::memmem::Finder::new($lit));
+        F.find(::core::primitive::str::as_bytes($hay))
+    }};
+}
+macro_rules! rfind {
+    ($hay:expr, $lit:literal) => {{
+        static F: std::sync::LazyLock<memchr::memmem::FinderRev<'static>> =
+            std::sync::LazyLock::new(|| memchr::memmem::FinderRev::new($lit));
+        F.rfind(::core::primitive::str::as_bytes($hay))
+    }};
+}
 use std::cell::RefCell;
 use std::ops::Range;
+pub(crate) use {find, rfind};
 
 /// The word lists, each with its own pattern numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -26,7 +26,7 @@ pub fn bounce_violation(c: &Collector, prefix: &str) -> Option<Finding> {
         errno: None,
         errnos: vec![],
         hosts,
-        ranks: procs.iter().filter_map(|((h, p), _)| c.ranks.get(h).and_then(|m| m.get(&(*p)?)).copied()).collect(),
+        ranks: procs.iter().filter_map(|((h, p), _)| c.rank_of(h, (*p)?)).collect(),
         count,
         evidence,
         explanation: format!(

@@ -97,35 +97,37 @@ pub fn parse_hex(s: &str) -> Option<u64> {
 
 /// A failed record as a reader wants to see it in the evidence, instead of the raw JSON.
 fn describe(r: &Reg) -> String {
-    let mut s = r.host.clone();
-    match r.rank {
-        Some(rank) => s.push_str(&format!(" rank {rank}: ")),
-        None => s.push_str(&format!(" pid {}: ", r.pid)),
-    }
+    use std::fmt::Write;
+    let mut s = String::with_capacity(r.host.len() + r.call.len() + 96);
+    s.push_str(&r.host);
+    // writing into a String cannot fail
+    let _ = match r.rank {
+        Some(rank) => write!(s, " rank {rank}: "),
+        None => write!(s, " pid {}: ", r.pid),
+    };
     s.push_str(&r.call);
     if let Some(l) = r.length {
-        s.push_str(&format!(" {}", crate::findings::human_size(l)));
+        let _ = write!(s, " {}", crate::findings::human_size(l));
     }
-    let kind = r
-        .mem_kind
-        .and_then(|m| serde_json::to_value(m).ok())
-        .and_then(|v| v.as_str().map(String::from))
-        .unwrap_or_else(|| "unknown".into());
-    s.push_str(&format!(" {kind}"));
+    let _ = write!(s, " {}", r.mem_kind.map_or("unknown", MemKind::name));
     if let Some(a) = r.access {
-        s.push_str(&format!(" access={a:#x}"));
+        let _ = write!(s, " access={a:#x}");
     }
     if let Some(e) = r.errno {
-        s.push_str(&format!(" -> {}", r.errno_name.clone().unwrap_or_else(|| crate::errno::name(e))));
+        s.push_str(" -> ");
+        match &r.errno_name {
+            Some(n) => s.push_str(n),
+            None => s.push_str(&crate::errno::name(e)),
+        }
     }
     if let Some(m) = r.memlock_soft {
-        s.push_str(&format!(", memlock {}", crate::findings::human_size(m)));
+        let _ = write!(s, ", memlock {}", crate::findings::human_size(m));
     }
     if r.injected {
         s.push_str(", injected");
     }
     if let Some(a) = &r.addr {
-        s.push_str(&format!(", addr {a}"));
+        let _ = write!(s, ", addr {a}");
     }
     s
 }

@@ -6,6 +6,7 @@ use super::FileCtx;
 use crate::errno;
 use crate::event::{Event, Fact, Lib, RegEv, Source};
 use crate::parse::shim::parse_hex;
+use crate::scan::{find, rfind};
 use mrshim_record::MemKind;
 
 /// The access mask as the shim prints it (`LOCAL_WRITE|REMOTE_READ`, or hex).
@@ -13,12 +14,23 @@ fn access_bits(s: &str) -> Option<u32> {
     parse_hex(s).map(|h| h as u32).or_else(|| mrshim_access::parse(s))
 }
 
+/// `key=value` among `, `-separated arguments.
 fn arg<'a>(args: &'a str, key: &str) -> Option<&'a str> {
-    args.split(", ").find_map(|kv| kv.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+    let mut start = 0;
+    loop {
+        let end = find!(&args[start..], ", ").map_or(args.len(), |i| start + i);
+        if let Some(v) = args[start..end].strip_prefix(key).and_then(|v| v.strip_prefix('=')) {
+            return Some(v);
+        }
+        if end == args.len() {
+            return None;
+        }
+        start = end + 2;
+    }
 }
 
 pub fn parse(body: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Event)) -> bool {
-    let Some(at) = body.find(" MRSHIM ").or_else(|| body.starts_with("MRSHIM ").then_some(0)) else {
+    let Some(at) = find!(body, " MRSHIM ").or_else(|| body.starts_with("MRSHIM ").then_some(0)) else {
         return false;
     };
     let head = &body[..at];
@@ -45,7 +57,7 @@ pub fn parse(body: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Ev
     if let Some(rest) = msg.strip_prefix("WARN ") {
         let open = rest.find('(').unwrap_or(rest.len());
         let call = rest[..open].trim().to_string();
-        let close = rest.rfind(") failed").unwrap_or(rest.len());
+        let close = rfind!(rest, ") failed").unwrap_or(rest.len());
         let args = rest.get(open + 1..close).unwrap_or("");
         let tail = rest.get(close..).unwrap_or("");
         let access = arg(args, "access").and_then(access_bits);
