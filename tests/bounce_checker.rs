@@ -384,6 +384,28 @@ fn a_program_run_twice_without_bounce_prints_the_same_trace() {
     }
 }
 
+/// Seed 1001545 (tracking off), shrunk: A refills a slot after a QP destroy, B READs it
+/// unannounced (a contract exclusion: B's slot 1.3 may differ), then one SEND transaction sends
+/// B.1.3 to A.0.3, refills B.1.3 and sends it again. The first message carries the excluded
+/// bytes, so A.0.3 is excluded after its receive; the oracle once took the taint from the source
+/// as it was after the refill and reported bounce's (allowed) difference there as a defect.
+#[test]
+fn bytes_sent_from_an_excluded_slot_stay_excluded_when_it_is_refilled_for_the_next_message() {
+    let c = Checker::new("bounce-checker-1001545");
+    let p = Program::new(1_001_545, 60, DEFAULT_FEATURES).keeping(&[17, 18, 27, 30]);
+    let plain = stdout(&c.run(&p, false));
+    assert!(plain.contains("\nX unannounced-read B.1.3\n"), "the program changed:\n{plain}");
+    let recv = plain.lines().find(|l| l.starts_with("A 30r.0 RECV ")).expect("A's first receive of T 30");
+    assert!(
+        recv.split_whitespace().any(|f| f.starts_with("0.3=") && f.ends_with('*')),
+        "A.0.3 holds B.1.3's excluded bytes and is not marked: {recv}"
+    );
+    match c.check(&p) {
+        Verdict::Same(s) => assert!(s.excluded_diffs > 0, "bounce no longer differs here: {}", s.line()),
+        Verdict::Differs(d) => panic!("{d}\n{}", c.commands(&p)),
+    }
+}
+
 /// The checker's own failure path: a byte flipped behind the program's back in the bounce run
 /// (BOUNCE_CHECK_CORRUPT) is reported with the seed, shrunk to the one transaction after which it
 /// happens, and the commands that reproduce it.

@@ -450,13 +450,15 @@ static void t_send(int i) {
             step(tr, q, ALL, "", i, j);
         }
         model_send(x);
-    }
-    for (int j = 0; j < k; j++) {
+        /* message j carries its source's bytes as they were at its SEND: a later refill of that
+         * slot (for message j+1) must not clear the taint it takes along (seed 1001545) */
         if (msge) {
             model_copy(y, 3, hs, x, sr[j], ss[j], 1);
             model_copy(y, dr[j], ds[j], x, sr[j], ss[j], len[j] > hlen);
         } else
             model_copy(y, dr[j], ds[j], x, sr[j], ss[j], len[j]);
+    }
+    for (int j = 0; j < k; j++) {
         if (me == y) {
             inflight[dr[j]][ds[j]] = 0;
             if (msge) inflight[3][hs] = 0;
