@@ -59,8 +59,11 @@ N = 1 << 20
 window_mem = MPI.Alloc_mem(N)
 win = MPI.Win.Create(window_mem, comm=comm)
 win.Fence()
-win.Put(bytearray(payload(rank, N, 7)), nxt)
+# the origin buffer must live until the fence that completes the Put (UCX may read it then)
+origin = bytearray(payload(rank, N, 7))
+win.Put(origin, nxt)
 win.Fence()
+del origin
 if bytes(window_mem) != payload(prv, N, 7):
     fail(f"MPI_Put of {N} bytes from rank {prv} wrong")
 back = bytearray(N)

@@ -31,12 +31,15 @@ pub struct GroupKey {
     pub lib: Lib,
     pub ok: bool,
     pub relaxed: Option<bool>,
+    /// A failure that asked for On-Demand Paging: a group of its own, so an ODP finding's count
+    /// and evidence are those failures only, not every failure sharing its errno.
+    pub odp: bool,
 }
 
 impl Ord for GroupKey {
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        (&self.host, &self.call, self.errno, self.mem, self.lib, self.ok, self.relaxed)
-            .cmp(&(&o.host, &o.call, o.errno, o.mem, o.lib, o.ok, o.relaxed))
+        (&self.host, &self.call, self.errno, self.mem, self.lib, self.ok, self.relaxed, self.odp)
+            .cmp(&(&o.host, &o.call, o.errno, o.mem, o.lib, o.ok, o.relaxed, o.odp))
     }
 }
 impl PartialOrd for GroupKey {
@@ -134,6 +137,7 @@ struct SmallKey {
     lib: Lib,
     ok: bool,
     relaxed: Option<bool>,
+    odp: bool,
 }
 
 /// Per host (by [`Collector::host_id`]): call -> small key -> group.
@@ -294,6 +298,7 @@ impl Collector {
                         lib: k.lib,
                         ok: k.ok,
                         relaxed: k.relaxed,
+                        odp: k.odp,
                     };
                     self.groups.insert(key, g);
                 }
@@ -535,8 +540,15 @@ impl Collector {
                 }
             }
         }
-        let small =
-            SmallKey { errno: if r.ok { None } else { r.errno }, mem: r.mem, lib, ok: r.ok, relaxed: r.relaxed };
+        let odp = r.access.is_some_and(|a| a & mrshim_access::ON_DEMAND != 0);
+        let small = SmallKey {
+            errno: if r.ok { None } else { r.errno },
+            mem: r.mem,
+            lib,
+            ok: r.ok,
+            relaxed: r.relaxed,
+            odp: odp && !r.ok,
+        };
         let calls = &mut self.raw[hid as usize];
         if !calls.contains_key(r.call.as_str()) {
             calls.insert(r.call.clone(), HashMap::default());
@@ -554,7 +566,6 @@ impl Collector {
         g.over_memlock += r.over_memlock as u64;
         g.injected += r.injected as u64;
         // a dmabuf registration has an offset, not an address; implicit ODP registers address 0 on purpose
-        let odp = r.access.is_some_and(|a| a & mrshim_access::ON_DEMAND != 0);
         g.zero_len_or_addr += ((r.length == Some(0) || r.addr == Some(0)) && !r.call.contains("dmabuf") && !odp) as u64;
         g.mapped += u64::from(!r.ok && r.mapped == Some(true));
         g.odp += u64::from(!r.ok && odp);

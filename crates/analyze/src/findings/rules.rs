@@ -602,7 +602,7 @@ pub(super) fn rescues<'a>(v: &View<'a>, cands: &mut [Cand<'a>]) {
 
 pub(super) fn odp_unsupported<'a>(v: &View<'a>) -> Cand<'a> {
     let mut c = Cand::new("odp-unsupported");
-    let gs = v.fail_where(|k, g| g.odp > 0 && matches!(k.errno, Some(EINVAL) | Some(EOPNOTSUPP) | None));
+    let gs = v.fail_where(|k, _| k.odp && matches!(k.errno, Some(EINVAL) | Some(EOPNOTSUPP) | None));
     if !gs.is_empty() {
         c.add(
             4.0,

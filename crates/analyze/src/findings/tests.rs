@@ -135,6 +135,26 @@ fn odp_and_dmabuf_answers_of_a_provider_without_them() {
     assert!(!cats(&a).contains(&"address-invalid"), "{:?}", cats(&a));
 }
 
+/// The registration table's whole log on rxe (one process, many causes): the ODP finding counts
+/// and shows the two ON_DEMAND failures only, not the other EINVALs of the same call and memory
+/// kind; the one dmabuf EOPNOTSUPP keeps its own finding.
+#[test]
+fn odp_failures_among_other_einvals_are_counted_alone() {
+    let mut lines = Vec::new();
+    for (i, access) in [65u32, 65, 0x8000, 0x8000, 0x8000, 0x8000, 0x8000, 2, 2].iter().enumerate() {
+        let extra = format!(
+            r#","access":{access},"mem_kind":"host-anon","mem_fully_mapped":true,"errno":22,"errno_name":"EINVAL""#
+        );
+        lines.push(rec(i as u64 + 1, "ibv_reg_mr", "error", &extra));
+    }
+    lines.push(r#"{"v":1,"kind":"reg","seq":20,"time_ns":20,"host":"n1","pid":77,"tid":77,"call":"ibv_reg_dmabuf_mr","result":"error","duration_ns":1,"addr":"0x0","length":4096,"access":1,"dmabuf_fd":5,"dmabuf_offset":0,"mem_kind":"device","registered_bytes":0,"errno":95,"errno_name":"EOPNOTSUPP"}"#.to_string());
+    let a = run(&[("regmr.jsonl", &(lines.join("\n") + "\n"))]);
+    let odp = a.findings.iter().find(|f| f.category == "odp-unsupported").expect("an ODP finding");
+    assert_eq!(odp.count, 2, "{odp:?}");
+    assert!(odp.evidence.iter().all(|e| e.text.contains("access=0x41")), "{:?}", odp.evidence);
+    assert!(cats(&a).contains(&"dmabuf-unsupported"), "{:?}", cats(&a));
+}
+
 /// One process's stderr: each failure as a MRSHIM WARN line, NCCL's WARN and the application's
 /// own line without a pid: 2 failures, not 6, and the memory kind of the WARN line is used.
 #[test]
