@@ -393,9 +393,19 @@ fn main() {
             f.thr.1,
             verdict(f.thr.0 >= 500_000.0 && f.thr.1 == 0)
         );
+        // a name several processes may share (no %p): one write(2) per record, judged by the
+        // same goals (issue 32 names no destination)
         println!(
-            "[{who}] (no goal) shared name, one write(2) per record: {:+.0} / {:+.0} ns per call; 8 threads {:.0} records/s, {} lost",
-            f.full_shared.0, f.full_shared.1, f.thr_shared.0, f.thr_shared.1
+            "[{who}] full logging, shared name (one write(2) per record), added ns per call: {:+.0} / {:+.0}  goal <= 1000    {}",
+            f.full_shared.0,
+            f.full_shared.1,
+            verdict(worst(f.full_shared) <= 1000.0)
+        );
+        println!(
+            "[{who}] 8 threads, fake library, shared name: {:.0} records/s, {} lost  goal >= 500000, 0 lost    {}",
+            f.thr_shared.0,
+            f.thr_shared.1,
+            verdict(f.thr_shared.0 >= 500_000.0 && f.thr_shared.1 == 0)
         );
     }
     if figs.len() > 1 {
