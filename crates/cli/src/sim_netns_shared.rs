@@ -44,9 +44,9 @@ fn net_inode(pid: &str) -> Option<u64> {
 fn lock(path: &Path) -> Result<OwnedFd, String> {
     let c = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()))
         .map_err(|_| format!("{}: NUL in path", path.display()))?;
+    let flags = libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC | libc::O_NOFOLLOW;
     // SAFETY: open with a NUL-terminated path; the descriptor is owned below.
-    let fd =
-        unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC | libc::O_NOFOLLOW, 0o600) };
+    let fd = unsafe { libc::open(c.as_ptr(), flags, 0o600) };
     if fd < 0 {
         return Err(err(&path.display().to_string()));
     }
