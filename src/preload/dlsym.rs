@@ -244,9 +244,10 @@ unsafe fn after_lookup(name: *const c_char, version: *const c_char, p: *mut c_vo
     if p.is_null() || name.is_null() || elf::is_ours(p as usize) {
         return p;
     }
-    // SAFETY: per the function contract. No allocation on this path.
-    let (n, v) =
-        unsafe { (CStr::from_ptr(name).to_bytes(), (!version.is_null()).then(|| CStr::from_ptr(version).to_bytes())) };
+    // SAFETY: per the function contract, `name` is a C string. No allocation on this path.
+    let n = unsafe { CStr::from_ptr(name).to_bytes() };
+    // SAFETY: per the function contract, a non-null `version` is a C string.
+    let v = (!version.is_null()).then(|| unsafe { CStr::from_ptr(version).to_bytes() });
     let Some(f) = real::classify(n, v) else { return p };
     wrapped(f, p)
 }

@@ -407,9 +407,10 @@ pub extern "C" fn cuPointerGetAttributes(
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let a = r.find(ptr);
-        // SAFETY: the caller passes arrays of `n` attributes and `n` data pointers.
-        let (list, outs) =
-            unsafe { (std::slice::from_raw_parts(attrs_, n as usize), std::slice::from_raw_parts(data, n as usize)) };
+        // SAFETY: the caller passes an array of `n` attributes.
+        let list = unsafe { std::slice::from_raw_parts(attrs_, n as usize) };
+        // SAFETY: the caller passes an array of `n` data pointers.
+        let outs = unsafe { std::slice::from_raw_parts(data, n as usize) };
         let vals = list.iter().map(|&at| attrs::multi(at, a.as_deref(), ptr)).collect::<Result<Vec<_>, _>>()?;
         if outs.iter().any(|p| p.is_null()) {
             return Err(CUDA_ERROR_INVALID_VALUE);

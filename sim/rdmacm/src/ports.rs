@@ -17,9 +17,12 @@ fn claim_prefix(ps: u32, port: u16) -> String {
 
 fn owner_alive(p: &Path) -> bool {
     let pid: i32 = std::fs::read_to_string(p).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+    if pid <= 0 {
+        return false;
+    }
     // SAFETY: kill with signal 0 only checks that the process exists.
-    pid > 0
-        && (unsafe { libc::kill(pid, 0) } == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 /// Claims `addr`'s port in port space `ps`: EADDRINUSE when a live claim covers it (the same
