@@ -402,6 +402,18 @@ mod tests {
         }
     }
 
+    /// The call is the first of the list that occurs, wherever it is on the line (the longer
+    /// name over its prefix, verbs over the libfabric call a wrapper names first).
+    #[test]
+    fn call_names_by_list_order() {
+        assert_eq!(call_in("Call to ibv_reg_mr_iova2 failed"), "ibv_reg_mr_iova2");
+        assert_eq!(call_in("fi_mr_reg -> IBV_REG_MR failed"), "ibv_reg_mr");
+        assert_eq!(call_in("gdr_pin_buffer: nvidia_p2p_get_pages failed"), "gdr_pin_buffer");
+        assert_eq!(call_in("ib_umem_get via nv_p2p_get_pages"), "nv_p2p_get_pages");
+        assert_eq!(call_in("register dmabuf_mr failed"), "ibv_reg_dmabuf_mr");
+        assert_eq!(call_in("register memory failed"), "register memory");
+    }
+
     #[test]
     fn memory_kind_and_library() {
         let ev = recognise("register_mr_buffers:544 NCCL WARN NET/OFI Unable to register memory (type = 2) for device 0. RC: -22, Error: Invalid argument").unwrap();
