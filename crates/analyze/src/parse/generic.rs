@@ -106,10 +106,8 @@ pub fn call_in(s: &str) -> String {
 }
 
 fn call_in_lower(lower: &str) -> String {
-    // one pass for all of them; the first of the list that occurs wins
-    static C: std::sync::LazyLock<aho_corasick::AhoCorasick> =
-        std::sync::LazyLock::new(|| aho_corasick::AhoCorasick::new(CALLS).expect("static patterns"));
-    if let Some(i) = C.find_overlapping_iter(lower).map(|m| m.pattern().as_usize()).min() {
+    static C: std::sync::LazyLock<Lits> = std::sync::LazyLock::new(|| Lits::new(CALLS));
+    if let Some(i) = C.first_in(lower) {
         return CALLS[i].to_string();
     }
     if has!(lower, "reg_dmabuf") || has!(lower, "dmabuf_mr") {
