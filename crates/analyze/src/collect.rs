@@ -176,8 +176,10 @@ pub struct Collector {
     host_libs: Vec<u64>,
     /// (host number, pid) -> rank.
     ranks: HashMap<(u32, u32), i64>,
-    /// (file, pid) -> run; pid None holds the file-wide defaults (env dumps).
+    /// (file, pid) -> run; pid None holds the file-wide defaults (env dumps). Filled by
+    /// [`Collector::finish`] from `live_runs` (a hash lookup per event instead of a tree search).
     pub runs: BTreeMap<(usize, Option<u32>), Run>,
+    live_runs: HashMap<(usize, Option<u32>), Run>,
     pub retries: BTreeMap<(String, bool), u64>,
     /// Failed application calls a retry attempt then registered (the application saw success).
     pub rescued_failures: u64,
@@ -286,6 +288,7 @@ impl Collector {
 
     /// Moves the nested groups into [`Collector::groups`]; call once after the last event.
     pub fn finish(&mut self) {
+        self.runs.extend(std::mem::take(&mut self.live_runs));
         for (hid, calls) in std::mem::take(&mut self.raw).into_iter().enumerate() {
             let host = &self.host_names[hid];
             for (call, smalls) in calls {
@@ -359,7 +362,7 @@ impl Collector {
             Event::Fact { lib, host, pid, fact } => {
                 let h = host.unwrap_or_default();
                 if !h.is_empty() && !matches!(fact, Fact::Env(..)) {
-                    self.runs.entry((file, pid)).or_default().host.get_or_insert_with(|| h.clone());
+                    self.live_runs.entry((file, pid)).or_default().host.get_or_insert_with(|| h.clone());
                 }
                 let e = Evid { file: file.to_string(), ..evid(line, text) };
                 match fact {
@@ -389,7 +392,7 @@ impl Collector {
                         self.rereg[2] += u64::from(result == CallResult::Error);
                     }
                     Fact::Done => {
-                        let run = self.runs.entry((file, pid)).or_default();
+                        let run = self.live_runs.entry((file, pid)).or_default();
                         run.done = true;
                         run.evid.get_or_insert(e);
                     }
@@ -419,9 +422,9 @@ impl Collector {
                     Fact::Flag(f) => {
                         match f {
                             Flag::GdrOn | Flag::GdrOff => {
-                                self.runs.entry((file, pid)).or_default().gdr = Some(f == Flag::GdrOn)
+                                self.live_runs.entry((file, pid)).or_default().gdr = Some(f == Flag::GdrOn)
                             }
-                            Flag::RoAdvertised => self.runs.entry((file, pid)).or_default().ro = Some(true),
+                            Flag::RoAdvertised => self.live_runs.entry((file, pid)).or_default().ro = Some(true),
                             _ => {}
                         }
                         let hf = self.host_mut(&h);
@@ -437,7 +440,7 @@ impl Collector {
     fn apply_env(&mut self, file: usize, pid: Option<u32>, k: &str, v: &str, e: &Evid) {
         let key = k.strip_prefix("NCCL_").or_else(|| k.strip_prefix("MCCL_")).or_else(|| k.strip_prefix("RCCL_"));
         let Some(key) = key else { return };
-        let run = self.runs.entry((file, pid)).or_default();
+        let run = self.live_runs.entry((file, pid)).or_default();
         match key {
             "IB_PCI_RELAXED_ORDERING" => run.ro = Some(v.trim() != "0"),
             "NET_GDR_LEVEL" => run.gdr = Some(!(v == "0" || v.eq_ignore_ascii_case("LOC"))),
@@ -515,7 +518,7 @@ impl Collector {
         self.point(&host, rank, r.time_ns, r.length, if r.ok { Mark::Ok } else { Mark::Failed });
         self.hist_move(r.length, None, if r.ok { SUCCEEDED } else { FAILED });
         {
-            let run = self.runs.entry((file, r.pid)).or_default();
+            let run = self.live_runs.entry((file, r.pid)).or_default();
             if run.host.is_none() {
                 run.host = r.host.clone();
             }

@@ -17,6 +17,12 @@ macro_rules! find {
         F.find(::core::primitive::str::as_bytes($hay))
     }};
 }
+/// `has!(hay, "literal")`: whether the literal occurs in `hay` (`find!(..).is_some()`).
+macro_rules! has {
+    ($hay:expr, $lit:literal) => {
+        $crate::scan::find!($hay, $lit).is_some()
+    };
+}
 macro_rules! rfind {
     ($hay:expr, $lit:literal) => {{
         static F: std::sync::LazyLock<memchr::memmem::FinderRev<'static>> =
@@ -24,9 +30,23 @@ macro_rules! rfind {
         F.rfind(::core::primitive::str::as_bytes($hay))
     }};
 }
+/// Prebuilt searchers for a fixed list of literals (`str::contains` with a `&str` builds one on
+/// every call).
+pub struct Lits(Vec<memchr::memmem::Finder<'static>>);
+
+impl Lits {
+    pub fn new(words: &[&'static str]) -> Lits {
+        Lits(words.iter().map(|w| memchr::memmem::Finder::new(w.as_bytes())).collect())
+    }
+    /// The number in the list of the first literal (in list order) that occurs in `hay`.
+    pub fn first_in(&self, hay: &str) -> Option<usize> {
+        self.0.iter().position(|f| f.find(hay.as_bytes()).is_some())
+    }
+}
+
 use std::cell::RefCell;
 use std::ops::Range;
-pub(crate) use {find, rfind};
+pub(crate) use {find, has, rfind};
 
 /// The word lists, each with its own pattern numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

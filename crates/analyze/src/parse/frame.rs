@@ -169,7 +169,9 @@ fn glog<'a>(s: &'a str, pid: &mut Option<u32>) -> Option<&'a str> {
 fn compose(s: &str) -> Option<&str> {
     // names are padded to the longest service name: the separator is near the start
     let head = &s.as_bytes()[..s.len().min(160)];
-    let at = memchr::memmem::find(head, b" | ")?;
+    static SEP: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(" | "));
+    let at = SEP.find(head)?;
     let (name, rest) = (&s[..at], &s[at + 3..]);
     let name = name.trim_end();
     (!name.is_empty() && !name.contains(' ') && name.len() < 64).then_some(rest)

@@ -8,6 +8,7 @@ use super::FileCtx;
 use crate::errno;
 use crate::event::{Event, Lib, RegEv};
 use crate::parse::shim::parse_hex;
+use crate::scan::{has, Lits};
 use mrshim_record::MemKind;
 
 /// Registration mentions, matched on the line lower-cased with everything but letters and digits removed,
@@ -79,9 +80,11 @@ pub fn mentions_registration(s: &str) -> bool {
 
 /// [`mentions_registration`] of a line already lower-cased.
 fn mentions_lower(l: &str) -> bool {
-    if l.match_indices("regist").any(|(i, _)| !l[..i].ends_with("de") && !l[..i].ends_with("un"))
-        && ["memory", "buffer", " mr", "region"].iter().any(|w| l.contains(w))
-        && !l.contains("registered ")
+    static REGIST: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new("regist"));
+    if REGIST.find_iter(l.as_bytes()).any(|i| !l[..i].ends_with("de") && !l[..i].ends_with("un"))
+        && (has!(l, "memory") || has!(l, "buffer") || has!(l, " mr") || has!(l, "region"))
+        && !has!(l, "registered ")
     {
         return true;
     }
@@ -93,7 +96,8 @@ fn mentions_lower(l: &str) -> bool {
 }
 
 pub fn has_failure_word(lower: &str) -> bool {
-    FAIL_WORDS.iter().any(|w| lower.contains(w))
+    static W: std::sync::LazyLock<Lits> = std::sync::LazyLock::new(|| Lits::new(FAIL_WORDS));
+    W.first_in(lower).is_some()
 }
 
 /// The call a line names, or a neutral name for "register memory" wording.
@@ -102,12 +106,11 @@ pub fn call_in(s: &str) -> String {
 }
 
 fn call_in_lower(lower: &str) -> String {
-    for c in CALLS {
-        if lower.contains(c) {
-            return (*c).to_string();
-        }
+    static C: std::sync::LazyLock<Lits> = std::sync::LazyLock::new(|| Lits::new(CALLS));
+    if let Some(i) = C.first_in(lower) {
+        return CALLS[i].to_string();
     }
-    if lower.contains("reg_dmabuf") || lower.contains("dmabuf_mr") {
+    if has!(lower, "reg_dmabuf") || has!(lower, "dmabuf_mr") {
         return "ibv_reg_dmabuf_mr".into();
     }
     "register memory".into()
@@ -258,7 +261,7 @@ pub fn recognise(body: &str) -> Option<RegEv> {
     static LEN: std::sync::LazyLock<Finders> = std::sync::LazyLock::new(|| finders(LEN_KEYS));
     static ACCESS: std::sync::LazyLock<Finders> = std::sync::LazyLock::new(|| finders(ACCESS_KEYS));
     // prose in CJK scripts is read sentence by sentence by the prose parser
-    if body.len() > 4096 || body.chars().any(|c| c >= '\u{2e80}') {
+    if body.len() > 4096 || !body.is_ascii() && body.chars().any(|c| c >= '\u{2e80}') {
         return None;
     }
     let lower = body.to_ascii_lowercase();
@@ -266,7 +269,7 @@ pub fn recognise(body: &str) -> Option<RegEv> {
         return None;
     }
     // a count of failures ("0 failures") is a summary, not a failure
-    if lower.contains(" failures") && !lower.contains("failed") {
+    if has!(&lower, " failures") && !has!(&lower, "failed") {
         return None;
     }
     let call = call_in_lower(&lower);
@@ -395,6 +398,18 @@ mod tests {
         ] {
             assert!(recognise(s).is_none(), "{s}");
         }
+    }
+
+    /// The call is the first of the list that occurs, wherever it is on the line (the longer
+    /// name over its prefix, verbs over the libfabric call a wrapper names first).
+    #[test]
+    fn call_names_by_list_order() {
+        assert_eq!(call_in("Call to ibv_reg_mr_iova2 failed"), "ibv_reg_mr_iova2");
+        assert_eq!(call_in("fi_mr_reg -> IBV_REG_MR failed"), "ibv_reg_mr");
+        assert_eq!(call_in("gdr_pin_buffer: nvidia_p2p_get_pages failed"), "gdr_pin_buffer");
+        assert_eq!(call_in("ib_umem_get via nv_p2p_get_pages"), "nv_p2p_get_pages");
+        assert_eq!(call_in("register dmabuf_mr failed"), "ibv_reg_dmabuf_mr");
+        assert_eq!(call_in("register memory failed"), "register memory");
     }
 
     #[test]

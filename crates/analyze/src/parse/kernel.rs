@@ -3,6 +3,7 @@
 use super::FileCtx;
 use crate::errno;
 use crate::event::{Event, Fact, Flag, Lib, RegEv};
+use crate::scan::has;
 use mrshim_record::MemKind;
 
 /// Host from a syslog prefix: "Dec  2 10:00:01 nodeB kernel: ...".
@@ -12,31 +13,27 @@ fn syslog_host(line: &str) -> Option<&str> {
 }
 
 pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool {
-    let flag = if line.contains("ib_umem_get") && line.contains("fail") || line.contains("umem get failed") {
+    let flag = if has!(line, "ib_umem_get") && has!(line, "fail") || has!(line, "umem get failed") {
         Flag::UmemGetFail
-    } else if line.contains("limits exceeded") && (line.contains("MKEY") || line.contains("mkey")) {
+    } else if has!(line, "limits exceeded") && (has!(line, "MKEY") || has!(line, "mkey")) {
         Flag::MkeyLimit
-    } else if (line.contains("infiniband") || line.contains("mlx5") || line.contains("efa"))
-        && (line.contains("reg mr failed") || line.contains("Failed to register mr") || line.contains("command REG_MR"))
-        || line.contains("from rxe_umem_get")
+    } else if (has!(line, "infiniband") || has!(line, "mlx5") || has!(line, "efa"))
+        && (has!(line, "reg mr failed") || has!(line, "Failed to register mr") || has!(line, "command REG_MR"))
+        || has!(line, "from rxe_umem_get")
     {
         Flag::KernelRegFail
-    } else if line.contains("p2p_get_pages")
-        && (line.contains("failed") || line.contains("Error") || line.contains("Invalid"))
-        || line.contains("gdrdrv") && (line.contains("failed") || line.contains("error"))
+    } else if has!(line, "p2p_get_pages") && (has!(line, "failed") || has!(line, "Error") || has!(line, "Invalid"))
+        || has!(line, "gdrdrv") && (has!(line, "failed") || has!(line, "error"))
     {
         Flag::P2pPinFail
-    } else if line.contains("DMAR: DRHD: handling fault")
-        || line.contains("DMAR: [DMA")
-        || line.contains("IO_PAGE_FAULT")
-    {
+    } else if has!(line, "DMAR: DRHD: handling fault") || has!(line, "DMAR: [DMA") || has!(line, "IO_PAGE_FAULT") {
         Flag::IommuFault
-    } else if line.contains("AER:") || line.contains("PCIe Bus Error") {
+    } else if has!(line, "AER:") || has!(line, "PCIe Bus Error") {
         Flag::PcieError
-    } else if (line.contains("nvidia-peermem") || line.contains("nvidia_peermem") || line.contains("nv_peer_mem"))
-        && line.contains("kernel")
+    } else if (has!(line, "nvidia-peermem") || has!(line, "nvidia_peermem") || has!(line, "nv_peer_mem"))
+        && has!(line, "kernel")
     {
-        if line.contains("Unknown symbol") || line.contains("failed") {
+        if has!(line, "Unknown symbol") || has!(line, "failed") {
             Flag::PeermemMissing
         } else {
             Flag::PeermemLoaded

@@ -2,6 +2,7 @@
 use super::FileCtx;
 use crate::errno;
 use crate::event::{Event, Fact, Flag, Lib, RegEv};
+use crate::scan::has;
 
 pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool {
     let t = line.trim();
@@ -18,7 +19,7 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
         emit(fact(Fact::Version("Open MPI".into(), v.trim().to_string())));
         return true;
     }
-    if t.contains("error registering openib memory") {
+    if has!(t, "error registering openib memory") {
         emit(Event::Reg(RegEv {
             lib: Some(Lib::Ompi),
             host: host.clone(),
@@ -28,16 +29,16 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
         }));
         return true;
     }
-    if t.contains("allocate some locked memory")
-        || t.contains("limit on locked memory")
-        || (t.contains("OpenFabrics") && t.contains("locked memory"))
+    if has!(t, "allocate some locked memory")
+        || has!(t, "limit on locked memory")
+        || (has!(t, "OpenFabrics") && has!(t, "locked memory"))
     {
         ctx.ompi_lockwarn = true;
         emit(fact(Fact::Flag(Flag::LockedMemWarn)));
         return true;
     }
-    if t.contains("only allow registering part of your physical memory")
-        || t.contains("configured to only") && t.contains("OpenFabrics")
+    if has!(t, "only allow registering part of your physical memory")
+        || has!(t, "configured to only") && has!(t, "OpenFabrics")
     {
         emit(fact(Fact::Flag(Flag::RegLimitWarn)));
         ctx.ompi_reglimit = true;

@@ -3,6 +3,7 @@
 use super::FileCtx;
 use crate::errno;
 use crate::event::{Event, Fact, Flag, Lib, RegEv};
+use crate::scan::{find, has};
 use mrshim_record::MemKind;
 
 pub fn flush(ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) {
@@ -45,7 +46,7 @@ pub fn parse(line: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Ev
         });
         return true;
     }
-    if let Some(i) = t.find("cuMemAlloc() of a ").or_else(|| t.find("hipMalloc() of a ")) {
+    if let Some(i) = find!(t, "cuMemAlloc() of a ").or_else(|| find!(t, "hipMalloc() of a ")) {
         let n: String = t[i + 18..].chars().take_while(|c| c.is_ascii_digit()).collect();
         ctx.gpu_buffer = Some(n.parse().unwrap_or(0));
         emit(Event::Fact { lib: Lib::Perftest, host, pid: None, fact: Fact::Flag(Flag::GpuContext) });
@@ -55,7 +56,7 @@ pub fn parse(line: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Ev
         ctx.gpu_buffer.get_or_insert(0);
         return true;
     }
-    if t.contains("use_cuda_dmabuf") || t.starts_with("using DMA-BUF") {
+    if has!(t, "use_cuda_dmabuf") || t.starts_with("using DMA-BUF") {
         ctx.dmabuf = true;
     }
     if let Some(v) = t.strip_prefix("PCIe relax order:") {

@@ -150,7 +150,7 @@ fn reg(r: Reg, caller_fields: bool, lineno: u64, emit: &mut dyn FnMut(Event)) {
     let addr = r.addr.as_deref().and_then(parse_hex);
     let relaxed = r.relaxed_ordering || r.access.map(|a| a & mrshim_access::RELAXED_ORDERING != 0).unwrap_or(false);
     let iova_misaligned =
-        r.call.contains("iova") && matches!((r.iova_page_offset, r.addr_page_offset), (Some(a), Some(b)) if a != b);
+        matches!((r.iova_page_offset, r.addr_page_offset), (Some(a), Some(b)) if a != b) && r.call.contains("iova");
     // a range not fully covered by mappings is an invalid address whatever the kind of its start
     let mem = if r.mem_fully_mapped == Some(false) && r.mem_kind != Some(MemKind::Device) {
         Some(MemKind::Unmapped)

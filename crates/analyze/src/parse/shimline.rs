@@ -14,19 +14,23 @@ fn access_bits(s: &str) -> Option<u32> {
     parse_hex(s).map(|h| h as u32).or_else(|| mrshim_access::parse(s))
 }
 
-/// `key=value` among `, `-separated arguments.
-fn arg<'a>(args: &'a str, key: &str) -> Option<&'a str> {
+/// The `, `-separated arguments, split once per line.
+fn split_args(args: &str) -> Vec<&str> {
+    let mut out = Vec::with_capacity(8);
     let mut start = 0;
     loop {
         let end = find!(&args[start..], ", ").map_or(args.len(), |i| start + i);
-        if let Some(v) = args[start..end].strip_prefix(key).and_then(|v| v.strip_prefix('=')) {
-            return Some(v);
-        }
+        out.push(&args[start..end]);
         if end == args.len() {
-            return None;
+            return out;
         }
         start = end + 2;
     }
+}
+
+/// `key=value` among the arguments (the first that has the key).
+fn arg<'a>(args: &[&'a str], key: &str) -> Option<&'a str> {
+    args.iter().find_map(|a| a.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
 }
 
 pub fn parse(body: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Event)) -> bool {
@@ -60,13 +64,14 @@ pub fn parse(body: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Ev
         let close = rfind!(rest, ") failed").unwrap_or(rest.len());
         let args = rest.get(open + 1..close).unwrap_or("");
         let tail = rest.get(close..).unwrap_or("");
-        let access = arg(args, "access").and_then(access_bits);
+        let args = split_args(args);
+        let access = arg(&args, "access").and_then(access_bits);
         // `mem=host-anon`, `mem=host-anon (not fully mapped)` (mrshim since the WARN line has it)
-        let mapped = arg(args, "mem").and_then(|m| {
+        let mapped = arg(&args, "mem").and_then(|m| {
             let host = m.starts_with("host") || m.starts_with("hugepage") || m.starts_with("file");
             host.then(|| !m.contains("not fully mapped"))
         });
-        let mem = arg(args, "mem").and_then(|m| {
+        let mem = arg(&args, "mem").and_then(|m| {
             let kind = MemKind::from_name(m.split_whitespace().next()?)?;
             Some(if m.contains("not fully mapped") && kind != MemKind::Device { MemKind::Unmapped } else { kind })
         });
@@ -78,8 +83,8 @@ pub fn parse(body: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Ev
             call,
             ok: false,
             errno: errno::find(tail),
-            addr: arg(args, "addr").and_then(parse_hex),
-            length: arg(args, "len").and_then(|l| l.parse().ok()),
+            addr: arg(&args, "addr").and_then(parse_hex),
+            length: arg(&args, "len").and_then(|l| l.parse().ok()),
             access,
             mem,
             mapped,

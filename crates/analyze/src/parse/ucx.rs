@@ -5,10 +5,11 @@ use super::FileCtx;
 use crate::errno;
 use crate::event::{Event, Lib, RegEv};
 use crate::parse::shim::parse_hex;
+use crate::scan::{find, has};
 use mrshim_record::MemKind;
 
 pub(super) fn header(line: &str) -> Option<(Option<f64>, &str, u32, &str)> {
-    let ucx = line.find(" UCX ")?;
+    let ucx = find!(line, " UCX ")?;
     let head = &line[..ucx];
     let rest = line[ucx + 5..].trim_start();
     let (_level, msg) = rest.split_once(' ')?;
@@ -34,8 +35,14 @@ pub(super) fn header(line: &str) -> Option<(Option<f64>, &str, u32, &str)> {
     Some((ts, h, p, msg.trim_start()))
 }
 
-fn arg<'a>(m: &'a str, key: &str) -> Option<&'a str> {
-    let i = m.find(key)? + key.len();
+/// `arg!(m, "key=")`: the value after the key (a searcher built once per key).
+macro_rules! arg {
+    ($m:expr, $key:literal) => {
+        find!($m, $key).and_then(|i| arg_at($m, i + $key.len()))
+    };
+}
+
+fn arg_at(m: &str, i: usize) -> Option<&str> {
     let end = m[i..].find([',', ')', ' ']).unwrap_or(m.len() - i);
     Some(&m[i..i + end])
 }
@@ -78,20 +85,20 @@ pub fn parse(line: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Ev
         return true;
     }
     let time_ns = ts.map(|t| (t * 1e9) as u64);
-    if let Some(open) = m.find("reg_mr(").or_else(|| m.find("reg_dmabuf_mr(")) {
+    if let Some(open) = find!(m, "reg_mr(").or_else(|| find!(m, "reg_dmabuf_mr(")) {
         let call_start = m[..open].rfind(|c: char| c.is_whitespace()).map(|i| i + 1).unwrap_or(0);
         let call = &m[call_start..m[open..].find('(').map(|i| open + i).unwrap_or(open)];
-        let failed = m.contains(") failed");
+        let failed = has!(m, ") failed");
         let ev = RegEv {
             lib: Some(Lib::Ucx),
             host: Some(host.to_string()),
             pid: Some(pid),
             call: call.to_string(),
             ok: !failed,
-            errno: if failed { errno::find(&m[m.find(") failed").unwrap_or(0)..]) } else { None },
-            addr: arg(m, "address=").and_then(num),
-            length: arg(m, "length=").and_then(num),
-            access: arg(m, "access=").and_then(num).map(|a| a as u32),
+            errno: if failed { errno::find(&m[find!(m, ") failed").unwrap_or(0)..]) } else { None },
+            addr: arg!(m, "address=").and_then(num),
+            length: arg!(m, "length=").and_then(num),
+            access: arg!(m, "access=").and_then(num).map(|a| a as u32),
             time_ns,
             evid: Some((lineno, line.to_string())),
             ..Default::default()

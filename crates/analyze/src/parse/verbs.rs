@@ -2,9 +2,10 @@
 //! and the RLIMIT_MEMLOCK warning.
 use super::FileCtx;
 use crate::event::{Event, Fact, Flag, Lib};
+use crate::scan::find;
 
 pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool {
-    let Some(i) = line.find("libibverbs: ") else {
+    let Some(i) = find!(line, "libibverbs: ") else {
         return false;
     };
     let m = &line[i + 12..];

@@ -512,11 +512,21 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
         ctx.vocab_recent = Some(lineno.saturating_sub(1));
     }
     let body = f.body;
-    let hits = table().matches(body);
+    let v = table();
+    // the entries that can match are those whose first literal occurs; when each of them belongs
+    // to an owner's parser (NCCL's `Call to`, UCX's `(address=`: the bulk of a failing job's
+    // lines), nothing below uses what they match
+    let mut owned_only = true;
+    crate::scan::each(body, crate::scan::Set::Vocab, |a, _| {
+        owned_only &= v.owners[a as usize].iter().all(|e| v.entries[*e].owner.is_some())
+    });
+    if owned_only {
+        return false;
+    }
+    let hits = v.matches(body);
     if hits.is_empty() {
         return false;
     }
-    let v = table();
     let (host, pid) = origin(f, body);
     let host = host.map(String::from).or_else(|| ctx.host.clone());
     let mut owned = false;
