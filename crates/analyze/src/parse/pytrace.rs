@@ -80,13 +80,7 @@ mod tests {
     use super::*;
 
     fn run(lines: &[&str]) -> Vec<RegEv> {
-        let mut p = super::super::Parser::default();
-        let mut ctx = FileCtx::default();
-        let mut out = Vec::new();
-        for (i, l) in lines.iter().enumerate() {
-            p.line(&mut ctx, l, i as u64 + 1, &mut |e| out.push(e));
-        }
-        p.end_file(&mut ctx, &mut |e| out.push(e));
+        let out = super::super::vocab::tests::run(lines);
         out.into_iter().filter_map(|e| if let Event::Reg(r) = e { Some(r) } else { None }).collect()
     }
 

@@ -610,7 +610,7 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -671,7 +671,8 @@ mod tests {
         assert!(bad.is_empty(), "not recognised by their own entry:\n{}", bad.join("\n"));
     }
 
-    fn run(lines: &[&str]) -> Vec<Event> {
+    /// `lines` as one file through the whole parser: every event.
+    pub(crate) fn run(lines: &[&str]) -> Vec<Event> {
         let mut p = crate::parse::Parser::default();
         let mut ctx = FileCtx::default();
         let mut out = Vec::new();
