@@ -111,6 +111,14 @@ fn run_case(c: &Case) -> (String, Value) {
     std::fs::write(&log, &text).unwrap();
     let a = run(cmd(mrshim_bin()).args(["analyze", "--json"]).arg(&log));
     let v: Value = serde_json::from_slice(&a.stdout).unwrap_or(Value::Null);
+    let mut text = text;
+    if first(&v) != c.cause {
+        // keep what analyze read: a wrong cell is diagnosed from it
+        let keep = std::env::temp_dir().join(format!("mrshim-matrix-{}-{}.out", c.stack, c.faults.replace(':', "_")));
+        if std::fs::copy(&log, &keep).is_ok() {
+            text = format!("(output kept at {})\n{text}", keep.display());
+        }
+    }
     let _ = std::fs::remove_dir_all(&w.dir);
     (text, v)
 }
