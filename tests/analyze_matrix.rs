@@ -6,11 +6,12 @@
 //! `reg:EFAULT:relaxed`, with `UCX_IB_PCI_RELAXED_ORDERING=on`: UCX's default asks for it only on
 //! some CPU models), and the memlock limit (`ulimit -l` lowered in the job, `MRSHIM_SIM_MEMLOCK=enforce`
 //! because the tests run as root, whose CAP_IPC_LOCK lifts the limit as in the kernel).
-//! Stacks: UCX (ucx_perftest), Open MPI (`mpirun --mca pml ucx`), libfabric (fi_pingpong),
-//! librdmacm (rping), perftest (ib_write_bw), pyverbs (tests/c/pyverbs_reg.py under Debian's
-//! /usr/bin/python3: its memlock cell; its relaxed-ordering cells are listed as not done). MPICH is not
-//! installed by scripts/install-deps: its cell prints one line saying so. The cells run in two lanes at once
-//! (the MPI jobs, which wait for their timeout once UCX fails, and the rest): about a minute.
+//! Stacks: UCX (ucx_perftest), Open MPI (`mpirun --mca pml ucx`), MPICH (Debian's ch4:ucx,
+//! `mpirun.mpich` with `MPIR_CVAR_NOLOCAL=1` so the two ranks on one host talk through UCX, not shared
+//! memory), libfabric (fi_pingpong), librdmacm (rping), perftest (ib_write_bw), pyverbs
+//! (tests/c/pyverbs_reg.py under Debian's /usr/bin/python3: pyverbs prints the access mask in decimal,
+//! `access flags: 1048583`). The cells run in two lanes at once (the MPI jobs, which wait for their
+//! timeout once UCX fails, and the rest): about two minutes.
 
 mod shim_util;
 use serde_json::Value;
@@ -32,12 +33,16 @@ struct Case {
 const RO_EINVAL: &str = "reg:EINVAL:relaxed";
 const RO_EFAULT: &str = "reg:EFAULT:relaxed";
 
-fn mpi_prog() -> &'static PathBuf {
-    static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| {
-        let out = std::env::temp_dir().join(format!("mrshim-it-{}-matrix-datacheck", std::process::id()));
-        let o = run(cmd("mpicc").args(["-O2", "-o"]).arg(&out).arg(src_c("mpi_datacheck.c")));
-        assert!(o.status.success(), "mpicc (libopenmpi-dev): {}", stderr(&o));
+/// tests/c/mpi_datacheck.c built with `mpicc` (Open MPI) or `mpicc.mpich` (MPICH).
+fn mpi_prog(mpich: bool) -> &'static PathBuf {
+    static OMPI: OnceLock<PathBuf> = OnceLock::new();
+    static MPICH: OnceLock<PathBuf> = OnceLock::new();
+    let (cell, cc, pkg) =
+        if mpich { (&MPICH, "mpicc.mpich", "libmpich-dev") } else { (&OMPI, "mpicc", "libopenmpi-dev") };
+    cell.get_or_init(|| {
+        let out = std::env::temp_dir().join(format!("mrshim-it-{}-matrix-datacheck-{cc}", std::process::id()));
+        let o = run(cmd(cc).args(["-O2", "-o"]).arg(&out).arg(src_c("mpi_datacheck.c")));
+        assert!(o.status.success(), "{cc} ({pkg}): {}", stderr(&o));
         out
     })
 }
@@ -59,7 +64,13 @@ fn script(stack: &str, relaxed: bool) -> String {
             "timeout 20 mpirun --allow-run-as-root --oversubscribe -np 2 --mca pml ucx --mca osc ucx \
              --mca btl ^openib,uct -x UCX_TLS -x UCX_IB_PCI_RELAXED_ORDERING -x UCX_RNDV_THRESH \
              -x MRSHIM_SIM_FAULTS -x MRSHIM_SIM_MEMLOCK {} --max-size 1048576 --iters 1",
-            mpi_prog().display()
+            mpi_prog(false).display()
+        ),
+        // Hydra passes the whole environment to the ranks; MPICH's UCX netmod registers its
+        // buffers at start-up and keeps retrying, so the job ends at its timeout
+        "mpirun.mpich" => format!(
+            "MPIR_CVAR_NOLOCAL=1 timeout 15 mpirun.mpich -np 2 {} --max-size 1048576 --iters 1",
+            mpi_prog(true).display()
         ),
         "fi_pingpong" => format!(
             "timeout 20 fi_pingpong -p verbs -e msg -B {port} -S 65536 -I 2 >srv.out 2>&1 & sleep 2; \
@@ -100,6 +111,14 @@ fn run_case(c: &Case) -> (String, Value) {
     std::fs::write(&log, &text).unwrap();
     let a = run(cmd(mrshim_bin()).args(["analyze", "--json"]).arg(&log));
     let v: Value = serde_json::from_slice(&a.stdout).unwrap_or(Value::Null);
+    let mut text = text;
+    if first(&v) != c.cause {
+        // keep what analyze read: a wrong cell is diagnosed from it
+        let keep = std::env::temp_dir().join(format!("mrshim-matrix-{}-{}.out", c.stack, c.faults.replace(':', "_")));
+        if std::fs::copy(&log, &keep).is_ok() {
+            text = format!("(output kept at {})\n{text}", keep.display());
+        }
+    }
     let _ = std::fs::remove_dir_all(&w.dir);
     (text, v)
 }
@@ -110,10 +129,10 @@ fn first(v: &Value) -> &str {
 
 /// Stacks and causes this machine cannot run, each with why: one line each in the output.
 const NOT_HERE: &[&str] = &[
-    "mpich: not installed by scripts/install-deps (Debian's `mpich` would also replace nothing: `mpirun` stays Open MPI's)",
-    "pyverbs x relaxed-ordering (NOT DONE, 2026-12-06): the client runs and fails as injected, but pyverbs prints the mask in decimal (`Failed to register a MR. length: 1048576, access flags: 1048583. Errno: 22, Invalid argument`) and analyze has no vocabulary entry for that message yet: its first finding is gpu-peer-memory (EINVAL) or address-invalid (EFAULT)",
+    "mpirun.mpich: Debian 12's MPICH is ch4:ucx only (no ofi netmod): its cells are UCX's host registrations; GPU memory, dmabuf and the other request-shape causes are not reachable through it on this machine (below)",
+    "fi_pingpong, rping x relaxed-ordering: they do not request IBV_ACCESS_RELAXED_ORDERING; with the fault injected both complete",
     "ib_write_bw x relaxed-ordering: perftest prints `Couldn't allocate MR` with no errno and no access mask, byte for byte what the memlock cell prints: no output-only diagnosis can tell them apart",
-    "GPU memory, dmabuf, read-only memory, max_mr_size, access flags, unaligned iova: none of these stacks makes such registrations on the simulator (Debian's UCX and Open MPI are built without CUDA)",
+    "GPU memory, dmabuf, read-only memory, max_mr_size, access flags, unaligned iova: none of these stacks makes such registrations on the simulator (Debian's UCX, Open MPI and MPICH are built without CUDA)",
 ];
 
 /// Every (stack, cause) pair; all failures are reported together.
@@ -125,6 +144,7 @@ fn each_injected_cause_is_the_first_finding() {
         ("fi_pingpong", "libfabric-bin"),
         ("rping", "rdmacm-utils"),
         ("ib_write_bw", "perftest"),
+        ("mpirun.mpich", "mpich"),
     ] {
         require(p, pkg);
     }
@@ -135,6 +155,9 @@ fn each_injected_cause_is_the_first_finding() {
         Case { stack: "mpirun", cause: "relaxed-ordering", faults: RO_EINVAL, memlock_kib: None },
         Case { stack: "mpirun", cause: "relaxed-ordering", faults: RO_EFAULT, memlock_kib: None },
         Case { stack: "mpirun", cause: "memlock-limit", faults: "", memlock_kib: Some(64) },
+        Case { stack: "mpirun.mpich", cause: "relaxed-ordering", faults: RO_EINVAL, memlock_kib: None },
+        Case { stack: "mpirun.mpich", cause: "relaxed-ordering", faults: RO_EFAULT, memlock_kib: None },
+        Case { stack: "mpirun.mpich", cause: "memlock-limit", faults: "", memlock_kib: Some(64) },
     ];
     #[rustfmt::skip]
     let rest = [
@@ -144,6 +167,8 @@ fn each_injected_cause_is_the_first_finding() {
         Case { stack: "fi_pingpong", cause: "memlock-limit", faults: "", memlock_kib: Some(64) },
         Case { stack: "rping", cause: "memlock-limit", faults: "", memlock_kib: Some(0) },
         Case { stack: "ib_write_bw", cause: "memlock-limit", faults: "", memlock_kib: Some(64) },
+        Case { stack: "pyverbs", cause: "relaxed-ordering", faults: RO_EINVAL, memlock_kib: None },
+        Case { stack: "pyverbs", cause: "relaxed-ordering", faults: RO_EFAULT, memlock_kib: None },
         Case { stack: "pyverbs", cause: "memlock-limit", faults: "", memlock_kib: Some(64) },
     ];
     let lane = |cases: &[Case]| -> Vec<(String, Option<String>)> {

@@ -460,6 +460,21 @@ pub(super) fn version_mismatch<'a>(v: &View<'a>) -> Cand<'a> {
     if let Some(e) = v.flag(Flag::DmabufUnsupported) {
         c.add(0.5, "ibv_reg_dmabuf_mr is not supported: the driver/rdma-core is too old for dmabuf.", Some(e));
     }
+    // The kernel refused to pin GPU pages for a peer on a GPU that supports GPUDirect (not a GeForce):
+    // gdrcopy's README ("Restrictions and known issues") names GPU driver versions and the driver's
+    // flavour against the kernel's configuration as reasons pinning fails, and aws-ofi-nccl's
+    // maintainers name the proprietary driver on a recently patched kernel for EFA's peer-to-peer
+    // registrations (aws/aws-ofi-nccl#803): the driver/kernel pairing is the second thing to check.
+    // gdr_pin_buffer's errno is gdrdrv's pin ioctl, i.e. nvidia_p2p_get_pages refusing
+    let pin_fails = v.fail_where(|k, _| matches!(k.call.as_str(), "gdr_pin_buffer" | "nvidia_p2p_get_pages"));
+    let pinned = v.flag(Flag::P2pPinFail).map(Some).or((!pin_fails.is_empty()).then_some(None));
+    if let (Some(e), None) = (pinned, v.flag(Flag::GeforceGpu)) {
+        c.add(
+            1.0,
+            "The kernel refused to pin GPU pages for the peer (nvidia_p2p_get_pages, gdrcopy's gdr_pin_buffer) and nothing shows a GeForce GPU: besides a missing peer-memory path, GPU driver versions and the driver's flavour (proprietary or open) against the kernel make pinning fail — compare the NVIDIA driver, its flavour and the kernel with a node where pinning works.",
+            e,
+        );
+    }
     // versions that differ between a failing and a working host
     let fails = v.fail_hosts();
     let good = v.good_hosts();

@@ -229,3 +229,19 @@ fn an_interleaved_line_does_not_hide_relaxed_ordering() {
     let a = run(&[("job.out", &format!("{text}{other}"))]);
     assert_ne!(cats(&a).first(), Some(&"relaxed-ordering"), "{:?}", cats(&a));
 }
+
+/// A GPU pin refused by the kernel (gdrcopy's gdr_pin_buffer, nvidia_p2p_get_pages) leaves the driver and
+/// kernel pairing as the second thing to check (gdrcopy's known issues), unless the GPU is a GeForce.
+#[test]
+fn a_refused_gpu_pin_also_points_at_the_driver_and_kernel() {
+    let pin = "libfabric:1:1::core:core:cuda_gdrcopy_dev_register():320<warn> gdr_pin_buffer failed! error: Invalid argument ptr: 0xdc12000000 len: 146800640\n";
+    let c = cats(&run(&[("job.log", pin)]));
+    assert_eq!(&c[..2], ["gpu-peer-memory", "version-mismatch"], "{c:?}");
+    let geforce = format!("GPU 0: NVIDIA GeForce RTX 3090 (UUID: GPU-1)\n{pin}");
+    let a = run(&[("job.log", &geforce)]);
+    assert!(
+        !a.findings.iter().any(|f| f.explanation.contains("driver's flavour")),
+        "{:?}",
+        a.findings.iter().map(|f| &f.explanation).collect::<Vec<_>>()
+    );
+}

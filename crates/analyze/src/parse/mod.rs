@@ -9,6 +9,7 @@ pub mod nccl;
 pub mod ompi;
 pub mod perftest;
 pub mod prose;
+pub mod pytrace;
 pub mod shim;
 pub mod shimline;
 pub mod ucx;
@@ -44,6 +45,8 @@ pub struct FileCtx {
     /// The held failure came from the vocabulary, whose fields say all its line gives: no errno is
     /// taken from the next line (UCX's `Input/output error` status there is not EIO).
     pub gen_pending_final: bool,
+    /// Inside a Python traceback (its frames so far).
+    pub pytrace: Option<pytrace::PyTrace>,
 }
 
 /// The registration entry points mrshim knows.
@@ -198,6 +201,12 @@ impl Parser {
             ucx::flush(ctx, emit);
             generic::flush(ctx, emit);
             return nccl::parse_split(body, p, ctx, emit);
+        }
+        // a Python traceback: frames, then the exception (cheap test first)
+        if (ctx.pytrace.is_some() || body.starts_with("Traceback") || body.trim_start().starts_with("File \""))
+            && pytrace::parse(&f, ctx, lineno, line, emit)
+        {
+            return true;
         }
         if ctx.expect.is_some() && facts::parse(body, ctx, emit) {
             return true;

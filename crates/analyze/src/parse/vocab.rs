@@ -83,6 +83,8 @@ enum Hole {
     Len,
     Range,
     Access,
+    /// An access mask printed in decimal (pyverbs: `access flags: 1048583`).
+    AccessDec,
     Strerror,
     Errno,
     Code,
@@ -105,6 +107,7 @@ impl Hole {
             "len" => Hole::Len,
             "range" => Hole::Range,
             "access" => Hole::Access,
+            "access10" => Hole::AccessDec,
             "strerror" => Hole::Strerror,
             "errno" => Hole::Errno,
             "code" => Hole::Code,
@@ -128,6 +131,9 @@ impl Hole {
         fn ident(b: u8) -> bool {
             b.is_ascii_alphanumeric() || b == b'_'
         }
+        fn dec(b: u8) -> bool {
+            b.is_ascii_digit()
+        }
         fn range(b: u8) -> bool {
             b.is_ascii_hexdigit() || b == b'x' || b == b'.'
         }
@@ -136,6 +142,7 @@ impl Hole {
                 Some(num)
             }
             Hole::Range => Some(range),
+            Hole::AccessDec => Some(dec),
             Hole::Call => Some(ident),
             _ => None,
         }
@@ -280,6 +287,10 @@ fn set(f: &mut Fields, h: Hole, v: &str) -> bool {
         Hole::Access => match hex(v) {
             Some(a) => f.access = Some(a as u32),
             None => return false,
+        },
+        Hole::AccessDec => match v.parse::<u32>() {
+            Ok(a) => f.access = Some(a),
+            Err(_) => return false,
         },
         Hole::Strerror => f.errno = errno::find(v),
         Hole::Errno | Hole::Code => match code(v) {
@@ -483,6 +494,7 @@ pub fn flag_named(name: &str) -> Option<Flag> {
         "mr-size-exceeded" => Flag::MrSizeExceeded,
         "dmabuf-unsupported" => Flag::DmabufUnsupported,
         "p2p-pin-fail" => Flag::P2pPinFail,
+        "peermem-missing" => Flag::PeermemMissing,
         _ => return None,
     })
 }
@@ -608,7 +620,7 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -669,7 +681,8 @@ mod tests {
         assert!(bad.is_empty(), "not recognised by their own entry:\n{}", bad.join("\n"));
     }
 
-    fn run(lines: &[&str]) -> Vec<Event> {
+    /// `lines` as one file through the whole parser: every event.
+    pub(crate) fn run(lines: &[&str]) -> Vec<Event> {
         let mut p = crate::parse::Parser::default();
         let mut ctx = FileCtx::default();
         let mut out = Vec::new();
