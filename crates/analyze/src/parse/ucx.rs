@@ -42,9 +42,12 @@ macro_rules! arg {
     };
 }
 
+/// UCX prints `call(key=value, key=value)`: a value is closed by `,` or `)`. One ended by a space
+/// or by the end of the line was cut by another process's output on the same terminal
+/// (`address=0        ib_log.c:254 ...`): it is not the value, so it is no value.
 fn arg_at(m: &str, i: usize) -> Option<&str> {
-    let end = m[i..].find([',', ')', ' ']).unwrap_or(m.len() - i);
-    Some(&m[i..i + end])
+    let end = m[i..].find([',', ')', ' '])?;
+    matches!(m.as_bytes()[i + end], b',' | b')').then(|| &m[i..i + end])
 }
 
 fn num(s: &str) -> Option<u64> {
@@ -148,5 +151,15 @@ mod tests {
         let Event::Reg(r) = &out[0] else { panic!() };
         assert_eq!((r.errno, r.length, r.access, r.mem), (Some(14), Some(4096), Some(0xf), Some(MemKind::Device)));
         assert_eq!(r.host.as_deref(), Some("node-rtx3080"));
+    }
+
+    #[test]
+    fn a_value_cut_by_another_line_is_no_value() {
+        // two ranks on one terminal: the first line stops mid-argument and the second follows it
+        let cut = "[1796576660.903854] [vm:4875 :0]          ib_log.c:254  UCX  ERROR ibv_reg_mr(address=0        ib_log.c:254  UCX  ERROR ibv_reg_mr(address=0x7fbe52a00000, length=20971520, access=0x10000f) failed: Bad address";
+        assert_eq!(arg!(cut, "address="), None, "a cut address is not address 0");
+        assert_eq!(arg_at("length=2097152", 7), None, "a value at the end of the line is cut");
+        assert_eq!(arg_at("access=0x10000f)", 7), Some("0x10000f"));
+        assert_eq!(arg_at("length=16, access", 7), Some("16"));
     }
 }
