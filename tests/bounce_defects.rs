@@ -148,3 +148,25 @@ fn kernel_writes_through_io_uring_fixed_buffers_are_found_and_reported() {
     assert_eq!(violations(&recs, "untracked_write").len(), 1, "{recs:?}\n{}", all(&o));
     assert!(stderr(&o).contains("bounce coherence violation (untracked_write)"), "{}", all(&o));
 }
+
+/// Bytes both a peer (not announced yet) and the application wrote since the last sync, found
+/// by the fold before a SEND: the application's are kept and the shim says so — a
+/// `write_conflict` violation (WARN line, record, the exit summary's count, analyze's
+/// `bounce-violation`); before, the peer's bytes were dropped in silence. Peer bytes the
+/// application left alone, in a gap of the fold's run, reach the application at the next RECV
+/// completion (before: the fold put the old bytes back over them in the shadow).
+#[test]
+fn bytes_both_a_peer_and_the_application_wrote_are_a_write_conflict() {
+    let w = world("bd-conflict");
+    let (o, recs) = run_mode(&w, "conflict", &[]);
+    assert!(o.status.success() && stdout(&o).contains("conflict: ok"), "{}", all(&o));
+    let v = violations(&recs, "write_conflict");
+    assert_eq!(v.len(), 1, "{recs:?}\n{}", all(&o));
+    assert!(v[0].error.as_deref().unwrap_or("").starts_with("10 bytes of the bounce region"), "{:?}", v[0]);
+    let err = stderr(&o);
+    assert!(err.contains("bounce coherence violation (write_conflict): 10 bytes"), "{}", all(&o));
+    assert!(err.contains("1 bounce coherence violations"), "the exit summary counts it: {}", all(&o));
+    let a = run(cmd(mrshim_bin()).arg("analyze").arg(w.dir.join("logs-conflict")));
+    let report = stdout(&a);
+    assert!(report.contains("bounce-violation") && report.contains("write_conflict"), "{report}\n{}", stderr(&a));
+}

@@ -19,8 +19,9 @@
  * line per contract exclusion exercised (and the slot it taints), and after every completion a
  * line with the completion's fields and a 64-bit digest of every application-visible slot the
  * process owns at that moment (slots a pending operation may write are left out); a trailing `*`
- * marks a slot whose bytes a contract exclusion may have made differ. The same program run with
- * and without bounce must print the same lines but for starred slots. */
+ * marks a slot whose bytes a contract exclusion may have made differ, followed by `w` and/or `r`:
+ * which kind (an unannounced write into it, an unannounced read of it) its taint came from. The same
+ * program run with and without bounce must print the same lines but for starred slots. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <infiniband/verbs.h>
@@ -80,9 +81,13 @@ static size_t slotsz[2][NREG];
 static unsigned acc[2][NREG];
 
 /* The model, the same in both processes: per slot of each side, whether its bytes may differ
- * (bit 1) and whether a shadow may still hold peer bytes the application has not seen (bit 2);
+ * (bit 1) and whether a shadow may still hold peer bytes the application has not seen (bit 2),
+ * and which exclusions it came from (TW: an unannounced write, TR: an unannounced read);
  * whether the application wrote it since its last SEND (a read of it is then unannounced). */
 static unsigned char taint[2][NREG][NSLOT], dirty_rd[2][NREG][NSLOT];
+#define TW 4
+#define TR 8
+#define TAINTS (1 | TW | TR)
 /* own slots a pending operation may write (left out of digests) */
 static unsigned char inflight[NREG][NSLOT];
 static long nops, ncompl;
@@ -179,8 +184,9 @@ static void line_to(FILE *f, unsigned mask, const char *fmt, ...) {
     for (int r = 0; r < NREG; r++)
         for (int s = 0; s < NSLOT; s++) {
             if (!(mask >> (r * NSLOT + s) & 1) || inflight[r][s]) continue;
-            fprintf(f, " %d.%d=%016llx%s", r, s, (unsigned long long)fnv(slot_ptr(r, s), slotsz[me][r]),
-                    taint[me][r][s] & 1 ? "*" : "");
+            unsigned t = taint[me][r][s];
+            fprintf(f, " %d.%d=%016llx%s%s%s", r, s, (unsigned long long)fnv(slot_ptr(r, s), slotsz[me][r]),
+                    t & 1 ? "*" : "", t & 1 && t & TW ? "w" : "", t & 1 && t & TR ? "r" : "");
         }
     fputc('\n', f);
 }
@@ -386,10 +392,10 @@ static void model_send(int side) {
         if (acc[side][r] & RR) memset(dirty_rd[side][r], 0, NSLOT);
 }
 static void model_copy(int dside, int dr, int ds, int sside, int sr, int ss, size_t len) {
-    if (len) taint[dside][dr][ds] |= taint[sside][sr][ss] & 1;
+    if (len) taint[dside][dr][ds] |= taint[sside][sr][ss] & TAINTS;
 }
 static void exclusion(const char *label, int side, int r, int s) {
-    taint[side][r][s] |= 3;
+    taint[side][r][s] |= 3 | (strstr(label, "read") ? TR : TW);
     if (me == 0) fprintf(tr, "X %s %c.%d.%d\n", label, "AB"[side], r, s);
 }
 #define T(...) do { if (me == 0) { fprintf(tr, "T " __VA_ARGS__); fputc('\n', tr); } } while (0)
@@ -582,7 +588,7 @@ static void t_dereg(int i) {
         if (ibv_dereg_mr(reg[dr].mr)) die("dereg_mr");
         reg[dr].mr = NULL;
     }
-    for (int s = 0; s < NSLOT; s++) taint[x][dr][s] &= 1;
+    for (int s = 0; s < NSLOT; s++) taint[x][dr][s] &= TAINTS;
     model_copy(x, dr, ds, y, sr, ss, len);
     fill(x, dr, ds, seed ^ mix((uint64_t)i * 64 + 7));
     if (me == x) {
@@ -607,7 +613,7 @@ static void t_rereg(int i) {
         }
     }
     for (int s = 0; s < NSLOT; s++) {
-        taint[x][r][s] &= 1;
+        taint[x][r][s] &= TAINTS;
         if (fresh) taint[x][r][s] = 0, dirty_rd[x][r][s] = 1;
         else if (refill) fill(x, r, s, seed ^ mix((uint64_t)i * 64 + s));
     }

@@ -19,6 +19,12 @@
  *   uring  N4: io_uring IORING_OP_READ_FIXED from a file into a registered (fixed) bounce
  *          buffer, then the application SENDs (announcing the read), and the peer RDMA-READs the
  *          buffer: the peer must read the file's bytes.
+ *   conflict  a peer RDMA-WRITEs [40, 50) and [60, 70) of a REMOTE_WRITE|REMOTE_READ region,
+ *          announced by nothing yet (the process sleeps: no poll, no post); the application then
+ *          writes [0, 60) and [70, 80) and SENDs (the fold before it meets both writes). The
+ *          application's [40, 50) stays (both wrote there: the shim must report it), the peer's
+ *          [60, 70), which the application left alone, reaches the application at the next
+ *          RECV completion (a SEND from the peer). Prints "conflict: ok" when both hold.
  *
  * Exit 0 and "<mode>: ok"; 1 and "<mode>: stale ..." for wrong bytes; 2 for a failed call;
  * 3 for "not available here" (printed in one line). */
@@ -327,6 +333,50 @@ static int uring(const char *dir) {
     return 0;
 }
 
+static int conflict(void) {
+    struct pair p;
+    if (open_pair(&p)) die("open_pair");
+    unsigned char *src = pages(1), *dst = pages(1), *msg = pages(1);
+    fill(dst, PAGE, 1);
+    fill(src, PAGE, 3);
+    struct ibv_mr *s = ibv_reg_mr(p.pd, src, PAGE, ACCESS), *d = ibv_reg_mr(p.pd, dst, PAGE, ACCESS),
+                  *m = ibv_reg_mr(p.pd, msg, PAGE, ACCESS);
+    if (!s || !d || !m) die("ibv_reg_mr");
+    /* the peer's writes, which nothing announces; no poll while they land (an idle pass would
+     * bring them over first) */
+    post_send(p.qp[0], IBV_WR_RDMA_WRITE, src + 40, 10, s->lkey, (uintptr_t)dst + 40, d->rkey);
+    post_send(p.qp[0], IBV_WR_RDMA_WRITE, src + 60, 10, s->lkey, (uintptr_t)dst + 60, d->rkey);
+    usleep(300 * 1000);
+    /* the application's, over the first of them and around the second */
+    unsigned char mine[PAGE];
+    fill(mine, PAGE, 2);
+    memcpy(dst, mine, 60);
+    memcpy(dst + 70, mine + 70, 10);
+    /* a SEND: the fold before it sees both */
+    post_recv(p.qp[0], msg, 64, m->lkey, 1);
+    post_send(p.qp[1], IBV_WR_SEND, msg + 64, 64, m->lkey, 0, 0);
+    struct ibv_wc wc;
+    for (int i = 0; i < 4; i++) wait_one(i < 3 ? p.cq[0] : p.cq[1], &wc); /* two WRITEs, a RECV; a SEND */
+    /* the peer's SEND: its RECV completion brings over what the peer wrote */
+    post_recv(p.qp[1], msg + 128, 64, m->lkey, 2);
+    post_send(p.qp[0], IBV_WR_SEND, msg + 192, 64, m->lkey, 0, 0);
+    wait_one(p.cq[0], &wc);
+    wait_one(p.cq[1], &wc);
+    long mine_lost = 0, theirs_lost = 0;
+    for (int i = 0; i < 80; i++) {
+        if (i >= 60 && i < 70) theirs_lost += dst[i] != src[i];
+        else mine_lost += dst[i] != mine[i];
+    }
+    if (mine_lost || theirs_lost) {
+        printf("conflict: stale: %ld of the application's 70 bytes, %ld of the peer's 10 around them\n", mine_lost,
+               theirs_lost);
+        return 1;
+    }
+    if (ibv_dereg_mr(s) || ibv_dereg_mr(d) || ibv_dereg_mr(m)) die("ibv_dereg_mr");
+    printf("conflict: ok\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *mode = argc > 1 ? argv[1] : "";
@@ -335,6 +385,7 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "cqex-early")) return cqex(1);
     if (!strcmp(mode, "uffd")) return uffd();
     if (!strcmp(mode, "uring") && argc > 2) return uring(argv[2]);
-    fprintf(stderr, "usage: bounce_defects guard|cqex|cqex-early|uffd|uring DIR\n");
+    if (!strcmp(mode, "conflict")) return conflict();
+    fprintf(stderr, "usage: bounce_defects guard|cqex|cqex-early|uffd|uring DIR|conflict\n");
     return 2;
 }

@@ -21,11 +21,41 @@ pub fn clip(s: &str) -> String {
     }
 }
 
+/// One slot digest that differed under a contract exclusion: the side whose slot it is (`A`,
+/// `B`), the exclusions its taint came from (`w`: an unannounced write, `r`: an unannounced
+/// read, `wr`: both), and whether the slot is equal again at the end of the program (`settled`:
+/// the bytes arrived late, or the application replaced them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Excluded {
+    pub side: char,
+    pub slot: String,
+    pub kind: String,
+    pub settled: bool,
+}
+
 /// Compares two traces line by line. Ok(number of slot digests that differ under an exclusion);
 /// Err(the first difference the contract does not allow).
 pub fn compare(plain: &str, bounce: &str) -> Result<u64, String> {
+    compare_detail(plain, bounce).map(|d| d.len() as u64)
+}
+
+/// [`compare`], with each excluded difference: whose slot, and which exclusion.
+pub fn compare_detail(plain: &str, bounce: &str) -> Result<Vec<Excluded>, String> {
     let (p, b): (Vec<&str>, Vec<&str>) = (plain.lines().collect(), bounce.lines().collect());
-    let mut excluded = 0;
+    let mut excluded = Vec::new();
+    // slots that differ in a side's `end` line
+    let mut at_end: Vec<(char, String)> = Vec::new();
+    for (lp, lb) in p.iter().zip(&b) {
+        if let (Some((hp, sp)), Some((_, sb))) = (lp.split_once(" |"), lb.split_once(" |")) {
+            if hp.ends_with(" end") {
+                for (a, c) in sp.split_whitespace().zip(sb.split_whitespace()) {
+                    if a != c {
+                        at_end.push((hp.chars().next().unwrap_or('?'), a.split('=').next().unwrap_or(a).to_string()));
+                    }
+                }
+            }
+        }
+    }
     for (lp, lb) in p.iter().zip(&b) {
         if lp == lb {
             continue;
@@ -43,11 +73,17 @@ pub fn compare(plain: &str, bounce: &str) -> Result<u64, String> {
             if a == c {
                 continue;
             }
-            if a.ends_with('*') {
-                excluded += 1;
-            } else {
-                let slot = a.split('=').next().unwrap_or(a);
-                return Err(format!("after `{hp}`: slot {slot} is {a} plain, {c} through bounce"));
+            match a.split_once('*') {
+                Some((_, kind)) => {
+                    let side = hp.chars().next().unwrap_or('?');
+                    let slot = a.split('=').next().unwrap_or(a).to_string();
+                    let settled = !at_end.contains(&(side, slot.clone()));
+                    excluded.push(Excluded { side, slot, kind: kind.to_string(), settled })
+                }
+                None => {
+                    let slot = a.split('=').next().unwrap_or(a);
+                    return Err(format!("after `{hp}`: slot {slot} is {a} plain, {c} through bounce"));
+                }
             }
         }
     }
@@ -55,4 +91,19 @@ pub fn compare(plain: &str, bounce: &str) -> Result<u64, String> {
         return Err(format!("the plain trace has {} lines, the bounce trace {}", p.len(), b.len()));
     }
     Ok(excluded)
+}
+
+/// What an excluded difference that no process reported is (docs/bounce.md, "What is detected
+/// and what is not"): a category no shim can detect, or one it should have.
+pub fn undetected_category(x: &Excluded) -> &'static str {
+    if !x.kind.contains('w') {
+        // a peer's READ is served by the target's NIC: no event in the target's process
+        "read-unannounced"
+    } else if x.settled {
+        // a later RECV completion or idle pass brought the write over: what an announced
+        // write looks like
+        "write-late"
+    } else {
+        "unexplained"
+    }
 }

@@ -406,14 +406,39 @@ impl Region {
                 }
             }
         }
+        let mut both = Conflict::default();
         for &(a, b) in runs.iter() {
             // SAFETY: each [a, b) is within the extent and readable in `now` (found there).
-            unsafe { take_run(&v, now, a, b) };
+            both.add(a, unsafe { take_run(&v, now, a, b) });
         }
         if let (true, Some(id)) = (verify, e.track) {
             self.verify(&v, id, runs, pages, now, &holes);
         }
         self.folded.store(epoch, Ordering::Release);
+        drop(guard);
+        self.report_conflict(&v, both);
+    }
+    /// Bytes a fold found changed both by the application and by a peer since the last sync
+    /// ([`take_run`]): the peer's bytes had reached no completion this process polled, and the
+    /// application's replaced them. Which came last no event of this process tells: a peer's
+    /// write that nothing announced before the application wrote there (outside the contract),
+    /// or one the application allowed after writing with a post that did not fold this region
+    /// (a SEND, for a region peers write but do not read) — either way the application may keep
+    /// the wrong one, so it is a violation.
+    fn report_conflict(&self, v: &View, c: Conflict) {
+        if c.bytes == 0 {
+            return;
+        }
+        mrshim_core::violation::report(
+            "write_conflict",
+            &format!(
+                "{} bytes of the bounce region at {:#x} (length {}, first at offset {}) were written both by a peer \
+                 (announced by no completion this process polled yet) and by the application since the last sync: \
+                 the application's bytes were kept and the peer's are lost; a peer's write must be announced (a \
+                 completion polled) before the application writes there, or the buffer registered directly",
+                c.bytes, v.app, v.len, c.first
+            ),
+        );
     }
     /// After a tracked fold that compared the whole span (`runs`: what changed, folded already;
     /// `pages`: what the kernel reported written): pages written while it compared are asked
@@ -458,10 +483,12 @@ impl Region {
             // SAFETY: [a, b) is outside the holes and within the extent (each_outside).
             each_outside(a, b, holes, |a, b| unsafe { changed_in(v, now, a, b, &mut more) });
         }
+        let mut both = Conflict::default();
         for &(a, b) in &more {
             // SAFETY: as in fold.
-            unsafe { take_run(v, now, a, b) };
+            both.add(a, unsafe { take_run(v, now, a, b) });
         }
+        self.report_conflict(v, both);
         if unseen == 0 || self.maps.track_lost.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -657,8 +684,31 @@ unsafe fn snapshot_from_end(src: *const u8, dst: &mut [u8]) {
     }
 }
 
+/// Bytes both the application and a peer changed, found by folds ([`take_run`]).
+#[derive(Default)]
+struct Conflict {
+    bytes: usize,
+    first: usize,
+}
+
+impl Conflict {
+    /// `k` such bytes in the run starting at `a` (its first one at `at`).
+    fn add(&mut self, a: usize, (k, at): (usize, usize)) {
+        if k > 0 {
+            self.first = if self.bytes == 0 { a + at } else { self.first.min(a + at) };
+            self.bytes += k;
+        }
+    }
+}
+
 /// A fold's copy of the changed run [a, b) of `now` (the application's bytes): into the
-/// baseline, then from the baseline into the shadow — `now` is read once. Another thread of the
+/// baseline, then from the baseline into the shadow — `now` is read once.
+///
+/// Where the shadow differs from the baseline in the run, a peer wrote there since the last
+/// sync (its write not announced yet): bytes the application left as they were keep the
+/// peer's (a run spans up to 126 unchanged bytes, diff.rs), the next sync brings them over;
+/// bytes both changed take the application's. Returns (how many bytes both changed, the offset
+/// in the run of the first). Another thread of the
 /// application may be writing there meanwhile (it refills a buffer while this thread's
 /// post_recv folds the region): read twice, the shadow could get the older bytes and the
 /// baseline the newer ones, a difference every later sync takes for a peer's write — the old
@@ -666,8 +716,31 @@ unsafe fn snapshot_from_end(src: *const u8, dst: &mut [u8]) {
 ///
 /// # Safety
 /// `now + a .. now + b` is readable; b <= the extent's length; neither mapping aliases `now`.
-unsafe fn take_run(v: &View, now: *const u8, a: usize, b: usize) {
+unsafe fn take_run(v: &View, now: *const u8, a: usize, b: usize) -> (usize, usize) {
     let (ba, sh) = ((v.baseline + a) as *mut u8, (v.shadow + a) as *mut u8);
+    // SAFETY: shadow and baseline are live mappings covering the extent, b <= len; only read.
+    let peer = unsafe { std::slice::from_raw_parts(sh, b - a) != std::slice::from_raw_parts(ba, b - a) };
+    if peer {
+        let (mut both, mut first) = (0, 0);
+        for i in 0..b - a {
+            // SAFETY: as above, and the caller's contract for `now` (read once per byte).
+            unsafe {
+                let (app, old, theirs) = (std::ptr::read_volatile(now.add(a + i)), *ba.add(i), *sh.add(i));
+                if theirs != old {
+                    if app == old {
+                        continue;
+                    }
+                    if both == 0 {
+                        first = i;
+                    }
+                    both += 1;
+                }
+                *ba.add(i) = app;
+                *sh.add(i) = app;
+            }
+        }
+        return (both, first);
+    }
     // SAFETY: shadow and baseline are live mappings covering the extent; the caller's contract
     // for `now`; the three do not overlap. The second copy's source goes through black_box: the
     // optimiser would otherwise forward `now` to it (memcpy(b, a); memcpy(c, b) becomes
@@ -676,6 +749,7 @@ unsafe fn take_run(v: &View, now: *const u8, a: usize, b: usize) {
         std::ptr::copy_nonoverlapping(now.add(a), ba, b - a);
         std::ptr::copy_nonoverlapping(std::hint::black_box(ba as *const u8), sh, b - a);
     }
+    (0, 0)
 }
 
 /// The runs in [a, b) where `now` (the extent's bytes, application or shadow) differs from its
