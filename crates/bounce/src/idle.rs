@@ -96,7 +96,8 @@ pub fn passed(found: bool, start: Instant, end: Instant) {
 /// A poll returned completions.
 #[inline]
 pub fn completion() {
-    if RUNNING.swap(false, Ordering::Relaxed) {
+    // (a load first: no locked swap on each poll that returns completions)
+    if RUNNING.load(Ordering::Relaxed) && RUNNING.swap(false, Ordering::Relaxed) {
         STATE.lock().completion();
     }
 }

@@ -34,8 +34,31 @@ pub fn any_region() -> bool {
 /// so WRs that touch none pass without a lock.
 static LKEYS: [AtomicU32; 256] = [const { AtomicU32::new(0) }; 256];
 
+#[inline]
 pub(crate) fn lkey_slot(lkey: u32) -> &'static AtomicU32 {
     &LKEYS[((lkey ^ (lkey >> 8) ^ (lkey >> 16) ^ (lkey >> 24)) & 255) as usize]
+}
+
+/// Whether none of these SGEs can be in a bounce region (their lkeys' slots are empty): the
+/// wrappers' fast path, a load per SGE.
+#[inline]
+pub fn outside_regions(sges: &[ibv_sge]) -> bool {
+    sges.iter().all(|s| lkey_slot(s.lkey).load(Ordering::Acquire) == 0)
+}
+
+/// A list of send WRs that [`outside_regions`], none of which [`announces`], posted while no
+/// READ into a bounce region is pending ([`reads_pending`]): all it needs of the bounce layer is
+/// the epoch (region.rs) — what [`send_sges`] and [`before_telling_peers`] would find is nothing.
+#[inline]
+pub fn plain_sends() {
+    bump_epoch();
+}
+
+/// Whether some QP has an RDMA READ into a bounce region pending: every send WR posted on it
+/// then takes an order number ([`send_sges`]).
+#[inline]
+pub fn reads_pending() -> bool {
+    PENDING_READ.any()
 }
 
 /// A region goes live (its MR exists) / is gone (its MR was deregistered).
@@ -131,6 +154,7 @@ pub(crate) static PENDING_READ: PendingReads = PendingReads::new();
 /// libfabric's rendezvous say "come and get it". RDMA WRITE and WRITE_WITH_IMM do not: folding
 /// every REMOTE_READ region at each of them would cost NCCL-style rings, which stream data with
 /// them and never read, a compare of every region per message (docs/bounce.md, Cost).
+#[inline]
 pub fn announces(op: mrshim_verbs::ibv_wr_opcode::Type) -> bool {
     use mrshim_verbs::ibv_wr_opcode::*;
     matches!(op, IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_SEND_WITH_INV | IBV_WR_TSO)

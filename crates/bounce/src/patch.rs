@@ -5,7 +5,7 @@
 //! provider's own functions for the wrappers to call, and follows every `ibv_qp_ex` the
 //! application obtains (ibv_qp_to_qp_ex, the only way to one) until its QP is destroyed.
 
-use crate::leaked::Leaked;
+use crate::leaked::{Hint, Leaked};
 use crate::live;
 use crate::region::bump_epoch;
 use mrshim_forklock::ForkLock;
@@ -39,13 +39,20 @@ impl QpxOps {
 }
 
 /// Declares `$saved`: the ops struct `$ops` kept field by field in atomics (a wrapper reads them
-/// while a patch may store them), each field by its name.
+/// while a patch may store them), each field by its name, and read one by one by a method of
+/// that name (a wrapper loads only the op it calls).
 macro_rules! saved_ops {
     ($saved:ident, $ops:ident { $($f:ident),* }) => {
-        struct $saved {
+        pub struct $saved {
             $($f: AtomicUsize,)*
         }
         impl $saved {
+            $(
+                #[inline]
+                pub fn $f(&self) -> usize {
+                    self.$f.load(Ordering::Acquire)
+                }
+            )*
             const fn new() -> Self {
                 $saved { $($f: AtomicUsize::new(0),)* }
             }
@@ -101,7 +108,8 @@ pub fn context_opened(slots: &dyn Slots, ctx: usize) {
     unsafe { slots.take_create_cq_ex(ctx) };
 }
 
-/// The provider's own ops of one patched context.
+/// The provider's own ops of one patched context (one cache line: what a wrapper reads of it).
+#[repr(align(64))]
 pub struct ContextOrig {
     ctx: usize,
     ops: SavedContextOps,
@@ -113,14 +121,27 @@ impl ContextOrig {
     pub fn ops(&self) -> ContextOps {
         self.ops.load()
     }
+    /// The same, one op at a time (for the wrappers).
+    #[inline]
+    pub fn provider(&self) -> &SavedContextOps {
+        &self.ops
+    }
 }
 
 static ORIGS: Leaked<ContextOrig> = Leaked::new();
+/// [`ORIGS`] by context: the wrappers' lookup on every post and poll.
+static ORIG_HINT: Hint<ContextOrig> = Hint::new();
 /// Serialises patching and restoring, and every push to the leaked lists.
 pub(crate) static PATCHING: ForkLock<()> = ForkLock::new(());
 
 /// The provider's ops of a context this crate patched (for the wrappers).
+#[inline]
 pub fn context_orig(ctx: usize) -> Option<&'static ContextOrig> {
+    ORIG_HINT.get(ctx, |o| o.ctx == ctx).or_else(|| context_orig_slow(ctx))
+}
+
+#[cold]
+fn context_orig_slow(ctx: usize) -> Option<&'static ContextOrig> {
     ORIGS.iter().find(|o| o.ctx == ctx)
 }
 
@@ -134,6 +155,7 @@ pub(crate) fn patch(slots: &dyn Slots, ctx: usize) {
     }
     let o = context_orig(ctx).unwrap_or_else(|| ORIGS.push(ContextOrig { ctx, ops: SavedContextOps::new() }));
     o.ops.store(ops);
+    ORIG_HINT.set(ctx, o);
     let mut ours = slots.wrappers().0;
     if ops.post_srq_recv == 0 {
         ours.post_srq_recv = 0;
@@ -179,10 +201,14 @@ pub struct Qpx {
 }
 
 static QPXS: Leaked<Qpx> = Leaked::new();
+/// [`QPXS`] by `ibv_qp_ex`: the builder wrappers' lookup on every call.
+static QPX_HINT: Hint<Qpx> = Hint::new();
 
 /// The followed `ibv_qp_ex` at `qpx` (for its wrappers).
+#[inline]
 pub fn qpx(qpx: usize) -> Option<&'static Qpx> {
-    QPXS.iter().find(|n| n.qpx.load(Ordering::Acquire) == qpx)
+    let is = |n: &Qpx| n.qpx.load(Ordering::Acquire) == qpx;
+    QPX_HINT.get(qpx, is).or_else(|| QPXS.iter().find(|n| is(n)))
 }
 
 /// Under PATCHING.
@@ -197,6 +223,11 @@ impl Qpx {
     /// before the wrappers that call them were installed.
     pub fn ops(&self) -> QpxOps {
         self.saved.load()
+    }
+    /// The same, one op at a time (for the wrappers).
+    #[inline]
+    pub fn provider(&self) -> &SavedQpxOps {
+        &self.saved
     }
     /// Under PATCHING.
     fn patch(&self, slots: &dyn Slots) {
@@ -263,6 +294,7 @@ pub fn note_qpx(slots: &dyn Slots, qpx: usize, ctx: usize) {
             }),
         },
     };
+    QPX_HINT.set(qpx, node);
     if is_patched(slots, ctx) {
         node.patch(slots);
     }

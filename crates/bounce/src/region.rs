@@ -141,6 +141,7 @@ static EPOCH: AtomicU64 = AtomicU64::new(0);
 
 /// A post_send, a poll with completions or a `wr_start` in a context with bounce regions: the
 /// application may have written its buffers since, so the next receive folds them again.
+#[inline]
 pub fn bump_epoch() {
     EPOCH.fetch_add(1, Ordering::AcqRel);
 }

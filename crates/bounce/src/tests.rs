@@ -900,3 +900,35 @@ fn an_undelivered_peer_write_is_a_violation_at_deregistration() {
     dereg(&slots, 0x11200, true);
     assert_eq!(mrshim_core::violation::count(), before + 1, "reported");
 }
+
+/// The wrappers find each context's and each `ibv_qp_ex`'s own provider ops in O(1) — also with
+/// more of them than the index has slots (colliding keys fall back to the list, never to
+/// another object's ops).
+#[test]
+fn every_context_and_qp_ex_finds_its_own_provider_ops() {
+    let _one = serial();
+    let slots = FakeSlots::default();
+    let n = 200;
+    let ctx = |i: usize| 0x7_0000_0000 + i * 0x1000;
+    let qpx = |i: usize| 0x8_0000_0000 + i * 0x40;
+    let mut bufs: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; 64]).collect();
+    for (i, b) in bufs.iter_mut().enumerate() {
+        // (provider ops far from OURS)
+        slots.ctx.lock().unwrap().insert(ctx(i), cops(0x1000 + i, 0x2000 + i, 0x3000 + i));
+        slots.qpx.lock().unwrap().insert(qpx(i), qops(0x4000 + i, 0x5000 + i, 0x6000 + i, 0x7000 + i));
+        patch::note_qpx(&slots, qpx(i), ctx(i));
+        live_region(&slots, b, LOCAL_WRITE, ctx(i), 0x5000 + i as u32, 0x9_0000 + i);
+    }
+    for i in 0..n {
+        let o = patch::context_orig(ctx(i)).expect("patched");
+        assert_eq!((o.provider().post_send(), o.provider().poll_cq()), (0x1000 + i, 0x3000 + i), "context {i}");
+        let q = patch::qpx(qpx(i)).expect("followed");
+        assert_eq!((q.provider().wr_start(), q.provider().wr_set_sge_list()), (0x4000 + i, 0x7000 + i), "qp_ex {i}");
+    }
+    assert!(patch::context_orig(ctx(n)).is_none() && patch::qpx(qpx(n)).is_none());
+    for i in 0..n {
+        assert_eq!(patch::destroying_qp(qpx(i), ctx(i), i as u32, || 0), 0);
+        assert!(patch::qpx(qpx(i)).is_none(), "a destroyed QP's qp_ex is not found");
+        dereg(&slots, 0x9_0000 + i, true);
+    }
+}
