@@ -278,6 +278,23 @@ unsafe fn each_wr<W: WorkRequest>(first: *mut W, mut f: impl FnMut(&W)) {
     }
 }
 
+/// Whether `f` holds for every WR of the application's list.
+///
+/// # Safety
+/// As [`each_wr`].
+unsafe fn all_wrs<W: WorkRequest>(first: *mut W, f: impl Fn(&W) -> bool) -> bool {
+    let mut w = first;
+    while !w.is_null() {
+        // SAFETY: walking the application's WR list, as the provider is about to.
+        let r = unsafe { &*w };
+        if !f(r) {
+            return false;
+        }
+        w = r.next();
+    }
+    true
+}
+
 /// The position of `bad` in the list starting at `first` (the WRs the provider posted), or the
 /// list's length when `bad` is not in it.
 ///
@@ -308,8 +325,35 @@ unsafe fn bad_wr<W>(bad: *mut *mut W) -> *mut W {
 
 unsafe extern "C" fn post_send(qp: *mut v::ibv_qp, wr: *mut v::ibv_send_wr, bad: *mut *mut v::ibv_send_wr) -> c_int {
     // SAFETY: qp is the application's live QP; its context is one we patched.
-    let (ctx, qpn) = unsafe { ((*qp).context as usize, (*qp).qp_num) };
+    let ctx = unsafe { (*qp).context } as usize;
     let Some(o) = patch::context_orig(ctx) else { return libc::EINVAL };
+    // The common case, a few loads per WR: no SGE in a bounce region, none telling a peer to
+    // read, no READ pending (live::plain_sends). The rest is out of line: this path stays a few
+    // cache lines of code.
+    // SAFETY: the application's WR list, passed on to the provider.
+    let plain = unsafe { all_wrs(wr, |r| !live::announces(r.opcode) && live::outside_regions(r.sges())) };
+    if plain && !live::reads_pending() {
+        live::plain_sends();
+        // SAFETY: the provider's own post_send (saved from this slot) with the application's arguments.
+        return unsafe { provider::<PostSend>(o.provider().post_send())(qp, wr, bad) };
+    }
+    // SAFETY: the caller's arguments, as above.
+    unsafe { post_send_copying(o, qp, wr, bad) }
+}
+
+/// [`post_send`] of a list with WRs the bounce layer acts on.
+///
+/// # Safety
+/// As for `ibv_post_send`; `o` is `qp`'s context's.
+#[inline(never)]
+unsafe fn post_send_copying(
+    o: &patch::ContextOrig,
+    qp: *mut v::ibv_qp,
+    wr: *mut v::ibv_send_wr,
+    bad: *mut *mut v::ibv_send_wr,
+) -> c_int {
+    // SAFETY: qp is the application's live QP.
+    let (ctx, qpn) = unsafe { ((*qp).context as usize, (*qp).qp_num) };
     // (position in the list, order number) of the WRs pending READs wait on: no allocation
     // unless some READ is pending on this QP.
     let mut seqs: Vec<(usize, u64)> = Vec::new();
@@ -333,7 +377,7 @@ unsafe extern "C" fn post_send(qp: *mut v::ibv_qp, wr: *mut v::ibv_send_wr, bad:
         }
     });
     // SAFETY: the provider's own post_send (saved from this slot) with the application's arguments.
-    let rc = unsafe { provider::<PostSend>(o.ops().post_send)(qp, wr, bad) };
+    let rc = unsafe { provider::<PostSend>(o.provider().post_send())(qp, wr, bad) };
     if rc != 0 && !seqs.is_empty() {
         // SAFETY: the application's WR list and out pointer, as the provider left them.
         let n = unsafe { accepted(wr, bad_wr(bad)) };
@@ -393,7 +437,7 @@ unsafe extern "C" fn post_recv(qp: *mut v::ibv_qp, wr: *mut v::ibv_recv_wr, bad:
     // SAFETY: the application's arguments; the provider's own post_recv.
     unsafe {
         posting_recvs("ibv_post_recv", live::RecvQueue::Qp { ctx, qpn }, wr, bad, || {
-            provider::<PostRecv>(o.ops().post_recv)(qp, wr, bad)
+            provider::<PostRecv>(o.provider().post_recv())(qp, wr, bad)
         })
     }
 }
@@ -405,11 +449,11 @@ unsafe extern "C" fn post_srq_recv(
 ) -> c_int {
     // SAFETY: srq is the application's live SRQ; its context is one we patched.
     let ctx = unsafe { (*srq).context } as usize;
-    let Some(o) = patch::context_orig(ctx).filter(|o| o.ops().post_srq_recv != 0) else { return libc::EINVAL };
+    let Some(o) = patch::context_orig(ctx).filter(|o| o.provider().post_srq_recv() != 0) else { return libc::EINVAL };
     // SAFETY: the application's arguments; the provider's own post_srq_recv.
     unsafe {
         posting_recvs("ibv_post_srq_recv", live::RecvQueue::Srq { ctx, srq: srq as usize }, wr, bad, || {
-            provider::<PostSrqRecv>(o.ops().post_srq_recv)(srq, wr, bad)
+            provider::<PostSrqRecv>(o.provider().post_srq_recv())(srq, wr, bad)
         })
     }
 }
@@ -419,7 +463,7 @@ unsafe extern "C" fn poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut mrshim_verbs
     let ctx = unsafe { (*cq).context } as usize;
     let Some(o) = patch::context_orig(ctx) else { return -1 };
     // SAFETY: the provider's own poll_cq.
-    let got = unsafe { provider::<PollCq>(o.ops().poll_cq)(cq, n, wc) };
+    let got = unsafe { provider::<PollCq>(o.provider().poll_cq())(cq, n, wc) };
     if got < 0 || !live::any_region() {
         return got;
     }
@@ -431,11 +475,17 @@ unsafe extern "C" fn poll_cq(cq: *mut v::ibv_cq, n: c_int, wc: *mut mrshim_verbs
     }
     // SAFETY: the provider filled `got` entries; both ibv_wc types share rdma-core's layout.
     let wcs = unsafe { std::slice::from_raw_parts(wc.cast::<v::ibv_wc>(), got as usize) };
+    polled(ctx, wcs);
+    got
+}
+
+/// [`poll_cq`] found completions (out of line: the empty poll stays a few cache lines of code).
+#[inline(never)]
+fn polled(ctx: usize, wcs: &[v::ibv_wc]) {
     guarded_copies("ibv_poll_cq", || {
         debug_panic();
         live::completed(wcs.iter().map(|w| completion(ctx, w)));
     });
-    got
 }
 
 fn completion(ctx: usize, w: &v::ibv_wc) -> Completion {
@@ -491,14 +541,14 @@ unsafe extern "C" fn qx_start(q: *mut v::ibv_qp_ex) {
     // The batch's opcodes are not known yet: fold as for a post that may tell peers to read.
     guarded_copies("ibv_wr_start", live::before_telling_peers);
     // SAFETY: the provider's wr_start with the application's QP.
-    unsafe { provider::<QxStart>(n.ops().wr_start)(q) }
+    unsafe { provider::<QxStart>(n.provider().wr_start())(q) }
 }
 
 unsafe extern "C" fn qx_rdma_read(q: *mut v::ibv_qp_ex, rkey: u32, raddr: u64) {
     let Some(n) = patch::qpx(q as usize) else { return };
     n.rdma_read();
     // SAFETY: the provider's wr_rdma_read with the application's arguments.
-    unsafe { provider::<QxRead>(n.ops().wr_rdma_read)(q, rkey, raddr) }
+    unsafe { provider::<QxRead>(n.provider().wr_rdma_read())(q, rkey, raddr) }
 }
 
 unsafe extern "C" fn qx_set_sge(q: *mut v::ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
@@ -508,7 +558,7 @@ unsafe extern "C" fn qx_set_sge(q: *mut v::ibv_qp_ex, lkey: u32, addr: u64, leng
     guarded_copies("ibv_wr_set_sge", || n.set_sges(qpn, wr_id, &[v::ibv_sge { addr, length, lkey }]));
     n.sges_set();
     // SAFETY: the provider's wr_set_sge with the application's arguments.
-    unsafe { provider::<QxSge>(n.ops().wr_set_sge)(q, lkey, addr, length) }
+    unsafe { provider::<QxSge>(n.provider().wr_set_sge())(q, lkey, addr, length) }
 }
 
 unsafe extern "C" fn qx_set_sge_list(q: *mut v::ibv_qp_ex, num: usize, list: *const v::ibv_sge) {
@@ -520,7 +570,7 @@ unsafe extern "C" fn qx_set_sge_list(q: *mut v::ibv_qp_ex, num: usize, list: *co
     guarded_copies("ibv_wr_set_sge_list", || n.set_sges(qpn, wr_id, sges));
     n.sges_set();
     // SAFETY: the provider's wr_set_sge_list with the application's arguments.
-    unsafe { provider::<QxSgeList>(n.ops().wr_set_sge_list)(q, num, list) }
+    unsafe { provider::<QxSgeList>(n.provider().wr_set_sge_list())(q, num, list) }
 }
 
 // ----------------------------------------------------------------- extended CQs

@@ -11,7 +11,8 @@
 //! process that opened it); one the application closed or replaced is noticed (the ioctl fails)
 //! and opened again.
 
-use std::sync::atomic::{AtomicI32, Ordering};
+use crate::state::STATE;
+use std::sync::atomic::Ordering;
 
 /// [start, end) of the asked range that may not be touched; `mapped`: a mapping is there, without
 /// the access (PROT_NONE, or read-only for a write), else nothing is mapped.
@@ -22,9 +23,6 @@ pub(crate) struct Hole {
     pub(crate) mapped: bool,
 }
 
-/// The descriptor of /proc/self/maps: -1 not open yet, [`NO_QUERY`] the kernel has no
-/// PROCMAP_QUERY (the text is parsed instead).
-static FD: AtomicI32 = AtomicI32::new(-1);
 const NO_QUERY: i32 = -2;
 
 /// linux/fs.h (6.11): struct procmap_query.
@@ -91,12 +89,12 @@ fn query(start: u64, end: u64, want: u64) -> Option<Vec<Hole>> {
                 // The application closed our descriptor and the number is another file now:
                 // forget it (it is not ours to close) and ask a fresh one.
                 Some(libc::ENOTTY | libc::EINVAL | libc::EBADF) if !fresh => {
-                    let _ = FD.compare_exchange(fd, -1, Ordering::AcqRel, Ordering::Acquire);
+                    let _ = STATE.maps_fd.compare_exchange(fd, -1, Ordering::AcqRel, Ordering::Acquire);
                     continue;
                 }
                 // A fresh descriptor of /proc/self/maps without the ioctl: a kernel before 6.11.
                 _ => {
-                    if FD.compare_exchange(fd, NO_QUERY, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                    if STATE.maps_fd.compare_exchange(fd, NO_QUERY, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                         // SAFETY: the descriptor this call opened, no longer published.
                         unsafe { libc::close(fd) };
                     }
@@ -120,13 +118,13 @@ fn query(start: u64, end: u64, want: u64) -> Option<Vec<Hole>> {
 
 /// Our descriptor, and whether this call opened it.
 fn fd() -> Option<(i32, bool)> {
-    match FD.load(Ordering::Acquire) {
+    match STATE.maps_fd.load(Ordering::Acquire) {
         NO_QUERY => None,
         -1 => {
             // SAFETY: a NUL-terminated path; a new descriptor of our own.
             let fd = unsafe { libc::open(c"/proc/self/maps".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
             if fd < 0 {
-                FD.store(NO_QUERY, Ordering::Release);
+                STATE.maps_fd.store(NO_QUERY, Ordering::Release);
                 return None;
             }
             // Away from the numbers `open` hands out, as the log's (the application's next
@@ -140,7 +138,7 @@ fn fd() -> Option<(i32, bool)> {
             } else {
                 fd
             };
-            match FD.compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Acquire) {
+            match STATE.maps_fd.compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => Some((fd, true)),
                 Err(other) => {
                     // SAFETY: the descriptor opened just above, not published.
@@ -188,7 +186,7 @@ fn from_text(maps: &[mrshim_core::maps::Region], start: u64, end: u64, write: bo
 /// # Safety
 /// Only from the atfork child handler (the child's one thread).
 pub(crate) unsafe fn after_fork_child() {
-    let fd = FD.swap(-1, Ordering::AcqRel);
+    let fd = STATE.maps_fd.swap(-1, Ordering::AcqRel);
     if fd >= 0 {
         // SAFETY: our own descriptor, inherited; the parent keeps its copy.
         unsafe { libc::close(fd) };

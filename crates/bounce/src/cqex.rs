@@ -10,8 +10,7 @@
 //! `ibv_destroy_cq` forgets it. The FFI layer reads and writes the pointers; this module keeps
 //! the provider's functions.
 
-use crate::leaked::Leaked;
-use crate::patch::PATCHING;
+use crate::state::STATE;
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -30,7 +29,7 @@ pub struct CqxOps {
     pub read_qp_num: usize,
 }
 
-struct Node {
+pub(crate) struct Node {
     cq: AtomicUsize,
     ctx: AtomicUsize,
     /// Its polls are the shim's wrappers.
@@ -42,26 +41,22 @@ struct Node {
     read_qp_num: AtomicUsize,
 }
 
-/// Followed CQs, by address (a CQ made at the address of a destroyed one takes its node).
-static CQXS: Leaked<Node> = Leaked::new();
-
 /// The provider's `create_cq_ex` of each context whose slot the shim took.
-struct Create {
+pub(crate) struct Create {
     ctx: usize,
     provider: usize,
 }
-static CREATES: Leaked<Create> = Leaked::new();
 
 /// The provider's `create_cq_ex` of `ctx`, if the shim took that slot.
 pub fn create_of(ctx: usize) -> Option<usize> {
-    CREATES.iter().find(|c| c.ctx == ctx).map(|c| c.provider)
+    STATE.creates.iter().find(|c| c.ctx == ctx).map(|c| c.provider)
 }
 
-/// From [`crate::patch::Slots::take_create_cq_ex`] (under PATCHING): the shim took `ctx`'s
+/// From [`crate::patch::Slots::take_create_cq_ex`] (under STATE.patching): the shim took `ctx`'s
 /// `create_cq_ex` slot, whose provider function is `f`.
 pub fn took_create(ctx: usize, f: usize) {
     if create_of(ctx).is_none() {
-        CREATES.push(Create { ctx, provider: f });
+        STATE.creates.push(Create { ctx, provider: f });
     }
 }
 
@@ -69,12 +64,12 @@ pub fn took_create(ctx: usize, f: usize) {
 /// Whether the FFI layer wraps its polls now (its context has a bounce region); otherwise
 /// [`wrap_context`] does at the context's first one.
 pub fn follow(cq: usize, ctx: usize, ops: CqxOps) -> bool {
-    let _g = PATCHING.lock();
-    let node = match CQXS.iter().find(|n| n.cq.load(Ordering::Acquire) == cq) {
+    let _g = STATE.patching.lock();
+    let node = match STATE.cqxs.iter().find(|n| n.cq.load(Ordering::Acquire) == cq) {
         Some(n) => n,
-        None => match CQXS.iter().find(|n| n.cq.load(Ordering::Acquire) == 0) {
+        None => match STATE.cqxs.iter().find(|n| n.cq.load(Ordering::Acquire) == 0) {
             Some(n) => n,
-            None => CQXS.push(Node {
+            None => STATE.cqxs.push(Node {
                 cq: AtomicUsize::new(0),
                 ctx: AtomicUsize::new(0),
                 wrapped: AtomicBool::new(false),
@@ -92,17 +87,17 @@ pub fn follow(cq: usize, ctx: usize, ops: CqxOps) -> bool {
     node.read_byte_len.store(ops.read_byte_len, Ordering::Release);
     node.read_qp_num.store(ops.read_qp_num, Ordering::Release);
     node.ctx.store(ctx, Ordering::Release);
-    // a region goes live before its context is patched (both under PATCHING)
+    // a region goes live before its context is patched (both under STATE.patching)
     let now = crate::live::in_context(ctx);
     node.wrapped.store(now, Ordering::Release);
     node.cq.store(cq, Ordering::Release);
     now
 }
 
-/// Under PATCHING, at the first bounce region of `ctx`: `wrap(cq)` for each followed CQ of it
+/// Under STATE.patching, at the first bounce region of `ctx`: `wrap(cq)` for each followed CQ of it
 /// whose polls are not wrapped yet.
 pub(crate) fn wrap_context(ctx: usize, wrap: impl Fn(usize)) {
-    for n in CQXS.iter() {
+    for n in STATE.cqxs.iter() {
         let cq = n.cq.load(Ordering::Acquire);
         if cq != 0 && n.ctx.load(Ordering::Acquire) == ctx && !n.wrapped.swap(true, Ordering::AcqRel) {
             wrap(cq);
@@ -113,13 +108,13 @@ pub(crate) fn wrap_context(ctx: usize, wrap: impl Fn(usize)) {
 /// Around the real `ibv_destroy_cq` of `cq`: a followed CQ is forgotten once destroyed (its
 /// node is reused), so that no later patch writes into its freed memory.
 pub fn destroying(cq: usize, destroy: impl FnOnce() -> c_int) -> c_int {
-    if CQXS.iter().all(|n| n.cq.load(Ordering::Acquire) != cq) {
+    if STATE.cqxs.iter().all(|n| n.cq.load(Ordering::Acquire) != cq) {
         return destroy();
     }
-    let _g = PATCHING.lock();
+    let _g = STATE.patching.lock();
     let rc = destroy();
     if rc == 0 {
-        for n in CQXS.iter().filter(|n| n.cq.load(Ordering::Acquire) == cq) {
+        for n in STATE.cqxs.iter().filter(|n| n.cq.load(Ordering::Acquire) == cq) {
             n.cq.store(0, Ordering::Release);
         }
     }
@@ -128,7 +123,7 @@ pub fn destroying(cq: usize, destroy: impl FnOnce() -> c_int) -> c_int {
 
 /// The provider's functions of the followed CQ at `cq` (for its wrappers).
 pub fn ops(cq: usize) -> Option<CqxOps> {
-    let n = CQXS.iter().find(|n| n.cq.load(Ordering::Acquire) == cq)?;
+    let n = STATE.cqxs.iter().find(|n| n.cq.load(Ordering::Acquire) == cq)?;
     Some(CqxOps {
         start_poll: n.start_poll.load(Ordering::Acquire),
         next_poll: n.next_poll.load(Ordering::Acquire),
@@ -154,7 +149,7 @@ mod tests {
         assert_eq!(ops(0x5000), Some(b));
         assert_eq!(destroying(0x6000, || 0), 0);
         assert_eq!(ops(0x6000), None, "a destroyed CQ is forgotten");
-        let _g = PATCHING.lock();
+        let _g = STATE.patching.lock();
         took_create(0x77, 9);
         took_create(0x77, 10);
         assert_eq!((create_of(0x77), create_of(0x78)), (Some(9), None));

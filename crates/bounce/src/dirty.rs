@@ -3,12 +3,9 @@
 //! (every fold compares whole regions): for buffers that a device writes by DMA behind the page
 //! tables (docs/bounce.md).
 
+use crate::state::STATE;
 use mrshim_dirty::{uffd::Kernel, Answer, Id, Tracker};
-use mrshim_forklock::ForkLock;
 use std::sync::atomic::Ordering;
-
-/// None while no region is tracked; then a tracker, disabled where the kernel cannot track.
-static TRACKER: ForkLock<Option<Tracker<Kernel>>> = ForkLock::new(None);
 
 /// MRSHIM_BOUNCE_TRACK as the shim's configuration parsed it (on without a shim: unit tests).
 /// A bad value never gets here: the shim then passes every call through, so nothing is bounced.
@@ -24,7 +21,7 @@ pub fn track(app: u64, len: u64) -> Option<Id> {
     if !mrshim_core::maps::private_anonymous(&mrshim_core::maps::read_self(), start, len.checked_add(app - start)?) {
         return None;
     }
-    let mut g = TRACKER.lock();
+    let mut g = STATE.tracker.lock();
     let t = g.get_or_insert_with(|| Tracker::new(enabled_by_setting().then(Kernel::open).and_then(said_once)));
     let id = t.track(app, len);
     if t.is_empty() {
@@ -37,9 +34,8 @@ pub fn track(app: u64, len: u64) -> Option<Id> {
 /// vm.unprivileged_userfaultfd), one line saying why, once per process: folds then compare whole
 /// regions (exact, slower).
 fn said_once<K>(k: Result<K, String>) -> Option<K> {
-    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     k.inspect_err(|e| {
-        if !SAID.swap(true, Ordering::AcqRel) {
+        if !STATE.track_said.swap(true, Ordering::AcqRel) {
             let msg = format!(
                 "bounce write tracking cannot start ({e}): folds compare whole regions (exact, slower; \
                  Linux >= 6.7 with userfaultfd allowed tracks them)"
@@ -48,17 +44,14 @@ fn said_once<K>(k: Result<K, String>) -> Option<K> {
                 Some(s) => s.say("INFO", &msg),
                 None => mrshim_core::stderr_line(&format!("mrshim INFO {msg}")),
             }
-            LINES.fetch_add(1, Ordering::AcqRel);
+            STATE.track_lines.fetch_add(1, Ordering::AcqRel);
         }
     })
     .ok()
 }
 
-/// Lines [`said_once`] printed (tests).
-static LINES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-
 pub fn untrack(id: Id) {
-    let mut g = TRACKER.lock();
+    let mut g = STATE.tracker.lock();
     if let Some(t) = g.as_mut() {
         t.untrack(id);
         if t.is_empty() {
@@ -69,18 +62,18 @@ pub fn untrack(id: Id) {
 }
 
 pub fn written(id: Id, out: &mut Vec<(u64, u64)>) -> Answer {
-    TRACKER.lock().as_mut().map_or(Answer::Everything, |t| t.written(id, out))
+    STATE.tracker.lock().as_mut().map_or(Answer::Everything, |t| t.written(id, out))
 }
 
 /// The shim is about to write [start, start+len) of the tracked range `id` (dirty crate).
 pub fn unprotect(id: Id, start: u64, len: u64) {
-    if let Some(t) = TRACKER.lock().as_mut() {
+    if let Some(t) = STATE.tracker.lock().as_mut() {
         t.unprotect(id, start, len);
     }
 }
 
 pub fn compared(id: Id, changed_pages: usize) {
-    if let Some(t) = TRACKER.lock().as_mut() {
+    if let Some(t) = STATE.tracker.lock().as_mut() {
         t.compared(id, changed_pages);
     }
 }
@@ -92,10 +85,10 @@ pub fn compared(id: Id, changed_pages: usize) {
 /// Only from the atfork child handler: the child's one thread, not inside the shim.
 pub unsafe fn after_fork_child() {
     // SAFETY: the caller's contract.
-    unsafe { TRACKER.recover_in_child(|| None) };
+    unsafe { STATE.tracker.recover_in_child(|| None) };
     // The parent's descriptors stay open in the child, untouched (a Kernel dropped in another
     // process closes nothing): the parent's regions' folds compare whole.
-    drop(TRACKER.lock().take());
+    drop(STATE.tracker.lock().take());
     // Regions tracked in the parent keep its ids, which the child's tracker does not know
     // (ids are never reused): their folds compare whole. Regions the child tracks are its own.
 }
@@ -105,9 +98,13 @@ mod tests {
     /// N19: tracking that cannot start says so once, and folds fall back to whole compares.
     #[test]
     fn tracking_that_cannot_start_says_so_once() {
-        let before = super::LINES.load(super::Ordering::Acquire);
+        let before = crate::state::STATE.track_lines.load(super::Ordering::Acquire);
         assert!(super::said_once::<()>(Err("userfaultfd: Operation not permitted".into())).is_none());
         assert!(super::said_once::<()>(Err("again".into())).is_none());
-        assert_eq!(super::LINES.load(super::Ordering::Acquire), 1.max(before), "one line per process");
+        assert_eq!(
+            crate::state::STATE.track_lines.load(super::Ordering::Acquire),
+            1.max(before),
+            "one line per process"
+        );
     }
 }

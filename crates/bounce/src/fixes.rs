@@ -7,8 +7,8 @@ use crate::live;
 use crate::patch::{self, Slots};
 use crate::region::Region;
 use crate::shadow::Shadow;
-use mrshim_forklock::ForkLock;
-use std::sync::atomic::{AtomicBool, Ordering};
+use crate::state::STATE;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// What an MR needs before and after the real ibv_dereg_mr.
@@ -21,20 +21,15 @@ pub enum Fix {
     Bounce(u64, Arc<Region>),
 }
 
-pub(crate) static FIXES: ForkLock<Vec<(usize, Fix)>> = ForkLock::new(Vec::new());
-/// Set with the first fix-up: until then no dereg needs one (or the table's lock). The MR
-/// reaches the application after this store, so its dereg sees it.
-static ANY: AtomicBool = AtomicBool::new(false);
-
 /// Whether any MR may need a fix-up at its deregistration.
 #[inline]
 pub fn any() -> bool {
-    ANY.load(Ordering::Acquire)
+    STATE.any_fix.load(Ordering::Acquire)
 }
 
 fn push(mr: usize, fix: Fix) {
-    ANY.store(true, Ordering::Release);
-    FIXES.lock().push((mr, fix));
+    STATE.any_fix.store(true, Ordering::Release);
+    STATE.fixes.lock().push((mr, fix));
 }
 
 /// The MR `mr`, registered by a strategy, now shows the caller's address; `real` is what
@@ -69,7 +64,7 @@ pub fn adopt(s: Shadow, m: ShadowMr, slots: &dyn Slots) -> u64 {
     r.lkey = m.lkey;
     let shown = r.app;
     let r = Arc::new(r);
-    ANY.store(true, Ordering::Release);
+    STATE.any_fix.store(true, Ordering::Release);
     live::insert(r.clone());
     patch::patch(slots, r.ctx);
     push(m.mr, Fix::Bounce(m.addr, r));
@@ -92,7 +87,7 @@ pub fn fixed_by(mr: usize) -> Option<FixKind> {
     if !any() {
         return None;
     }
-    FIXES.lock().iter().find(|(m, _)| *m == mr).map(|(_, fix)| match fix {
+    STATE.fixes.lock().iter().find(|(m, _)| *m == mr).map(|(_, fix)| match fix {
         Fix::Addr(_) => FixKind::ByAddress,
         Fix::AddrFd(..) => FixKind::ByDmabuf,
         Fix::Bounce(..) => FixKind::Bounce,
@@ -102,7 +97,7 @@ pub fn fixed_by(mr: usize) -> Option<FixKind> {
 /// Before the real ibv_dereg_mr of `mr`: its fix-up, if it has one (then `mr->addr` must be
 /// set back to [`Fix::real_addr`], and [`Fix::after`] called with the real call's result).
 pub fn before_dereg(mr: usize) -> Option<Fix> {
-    let mut f = FIXES.lock();
+    let mut f = STATE.fixes.lock();
     let i = f.iter().position(|(m, _)| *m == mr)?;
     Some(f.swap_remove(i).1)
 }

@@ -14,8 +14,8 @@
 //! next write is likely to follow soon (a bandwidth test's next message). The clock is read once
 //! every [`CHECK_EVERY`] empty polls.
 
-use mrshim_forklock::ForkLock;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use crate::state::STATE;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 pub const CHECK_EVERY: u32 = 64;
@@ -68,36 +68,29 @@ impl Default for Backoff {
     }
 }
 
-/// Empty polls counted with a plain load and store, no atomic read-modify-write and no
-/// thread-local (a call through `__tls_get_addr` in a preloaded library: 7 % of a 4 KiB stream's
-/// cycles, measured): threads racing on it lose counts, which only moves the next check.
-static POLLS: AtomicU32 = AtomicU32::new(0);
-pub(crate) static STATE: ForkLock<Backoff> = ForkLock::new(Backoff::new());
-/// A run of empty polls is under way: completions must end it (else they need no lock).
-static RUNNING: AtomicBool = AtomicBool::new(false);
-
 /// An empty poll: whether a pass is due.
 #[inline]
 pub fn empty_poll() -> bool {
-    let n = POLLS.load(Ordering::Relaxed).wrapping_add(1);
-    POLLS.store(n, Ordering::Relaxed);
+    let n = STATE.polls.load(Ordering::Relaxed).wrapping_add(1);
+    STATE.polls.store(n, Ordering::Relaxed);
     if !n.is_multiple_of(CHECK_EVERY) {
         return false;
     }
-    RUNNING.store(true, Ordering::Relaxed);
-    STATE.lock().due(Instant::now())
+    STATE.idle_running.store(true, Ordering::Relaxed);
+    STATE.idle.lock().due(Instant::now())
 }
 
 /// A pass ran (see [`Backoff::passed`]).
 pub fn passed(found: bool, start: Instant, end: Instant) {
-    STATE.lock().passed(found, start, end);
+    STATE.idle.lock().passed(found, start, end);
 }
 
 /// A poll returned completions.
 #[inline]
 pub fn completion() {
-    if RUNNING.swap(false, Ordering::Relaxed) {
-        STATE.lock().completion();
+    // (a load first: no locked swap on each poll that returns completions)
+    if STATE.idle_running.load(Ordering::Relaxed) && STATE.idle_running.swap(false, Ordering::Relaxed) {
+        STATE.idle.lock().completion();
     }
 }
 

@@ -21,6 +21,7 @@
 //! | `pool` | mmap pool for shadows and baselines |
 //! | `dirty` | the one tracker of the application's writes (crates/dirty) |
 //! | `access` | which pages of the application's buffer the shim may touch now |
+//! | `state` | every process-wide value of the above, and the one reset of a forked child |
 //!
 //! The verbs objects themselves (context ops, `ibv_qp_ex` pointers, `ibv_mr` fields, WR lists,
 //! work completions) are read and written by libmrshim.so's FFI layer (src/preload/bounce.rs):
@@ -41,34 +42,19 @@ mod reads;
 mod recvs;
 pub mod region;
 pub mod shadow;
+mod state;
 
 pub use copy::{CopyEngine, HostCopy};
 pub use shadow::{host_readable, Memory, Shadow};
 
-/// In a forked child (one thread): every bounce lock a parent thread held at the fork is free
-/// again, its possibly half-updated value replaced by an empty one (a child forked mid-update loses
-/// that table, never hangs on it); locks nobody held keep their values.
+/// In a forked child (one thread): the bounce layer's one state made safe to use again
+/// (`state::State::after_fork_child`).
 ///
 /// # Safety
 /// Only from the atfork child handler: the child's one thread, not inside the shim.
 pub unsafe fn after_fork_child() {
-    // SAFETY: the caller's contract; no guard of these locks is alive in this thread (the
-    // REGIONS guard below is taken after REGIONS itself was recovered, and each region's mappings'
-    // sync lock is recovered while only REGIONS is held).
-    unsafe {
-        live::REGIONS.recover_in_child(Vec::new);
-        for r in live::REGIONS.lock().iter() {
-            r.maps.sync.recover_in_child(Default::default);
-        }
-        fixes::FIXES.recover_in_child(Vec::new);
-        pool::POOL.recover_in_child(Vec::new);
-        patch::PATCHING.recover_in_child(|| ());
-        live::PENDING_RECV.map.recover_in_child(|| None);
-        live::PENDING_READ.map.recover_in_child(|| None);
-        idle::STATE.recover_in_child(idle::Backoff::new);
-        dirty::after_fork_child();
-        access::after_fork_child();
-    }
+    // SAFETY: the caller's contract.
+    unsafe { state::STATE.after_fork_child() }
 }
 
 #[cfg(test)]

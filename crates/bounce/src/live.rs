@@ -10,54 +10,70 @@
 //!   REMOTE_WRITE (the bytes that differ from the baseline) shadow → application.
 
 use crate::idle;
-use crate::reads::PendingReads;
 pub use crate::recvs::{Posted, RecvQueue};
-use crate::recvs::{Recv, RecvQueues, Sge};
+use crate::recvs::{Recv, Sge};
 use crate::region::{bump_epoch, Extent, Region};
-use mrshim_forklock::ForkLock;
+use crate::state::STATE;
 use mrshim_verbs::ibv_sge;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
-
-pub(crate) static REGIONS: ForkLock<Vec<Arc<Region>>> = ForkLock::new(Vec::new());
-/// Number of live bounce regions: the post/poll wrappers' fast path checks it.
-pub(crate) static LIVE: AtomicUsize = AtomicUsize::new(0);
 
 /// True while any bounce region exists: until then completions need no look at all.
 #[inline]
 pub fn any_region() -> bool {
-    LIVE.load(Ordering::Acquire) != 0
+    STATE.live.load(Ordering::Acquire) != 0
 }
 
-/// Live bounce lkeys, counted per hash slot: an SGE whose slot is empty is in no bounce region,
-/// so WRs that touch none pass without a lock.
-static LKEYS: [AtomicU32; 256] = [const { AtomicU32::new(0) }; 256];
-
+/// The slot of `lkey` among the live bounce lkeys, counted per hash slot: an SGE whose slot is
+/// empty is in no bounce region, so WRs that touch none pass without a lock.
+#[inline]
 pub(crate) fn lkey_slot(lkey: u32) -> &'static AtomicU32 {
-    &LKEYS[((lkey ^ (lkey >> 8) ^ (lkey >> 16) ^ (lkey >> 24)) & 255) as usize]
+    &STATE.lkeys[((lkey ^ (lkey >> 8) ^ (lkey >> 16) ^ (lkey >> 24)) & 255) as usize]
+}
+
+/// Whether none of these SGEs can be in a bounce region (their lkeys' slots are empty): the
+/// wrappers' fast path, a load per SGE.
+#[inline]
+pub fn outside_regions(sges: &[ibv_sge]) -> bool {
+    sges.iter().all(|s| lkey_slot(s.lkey).load(Ordering::Acquire) == 0)
+}
+
+/// A list of send WRs that [`outside_regions`], none of which [`announces`], posted while no
+/// READ into a bounce region is pending ([`reads_pending`]): all it needs of the bounce layer is
+/// the epoch (region.rs) — what [`send_sges`] and [`before_telling_peers`] would find is nothing.
+#[inline]
+pub fn plain_sends() {
+    bump_epoch();
+}
+
+/// Whether some QP has an RDMA READ into a bounce region pending: every send WR posted on it
+/// then takes an order number ([`send_sges`]).
+#[inline]
+pub fn reads_pending() -> bool {
+    STATE.pending_read.any()
 }
 
 /// A region goes live (its MR exists) / is gone (its MR was deregistered).
 pub(crate) fn insert(r: Arc<Region>) {
-    REGIONS.lock().push(r.clone());
+    STATE.regions.lock().push(r.clone());
     lkey_slot(r.lkey).fetch_add(1, Ordering::AcqRel);
-    LIVE.fetch_add(1, Ordering::AcqRel);
+    STATE.live.fetch_add(1, Ordering::AcqRel);
 }
 /// Its pending receive SGEs and READs go too: a completion polled after the deregistration
 /// must not copy into the old buffer (freed or reused by then).
 pub(crate) fn remove(r: &Arc<Region>) {
     r.gone.store(true, Ordering::Release);
-    REGIONS.lock().retain(|x| !Arc::ptr_eq(x, r));
+    STATE.regions.lock().retain(|x| !Arc::ptr_eq(x, r));
     lkey_slot(r.lkey).fetch_sub(1, Ordering::AcqRel);
-    LIVE.fetch_sub(1, Ordering::AcqRel);
-    PENDING_RECV.forget_region(r);
-    PENDING_READ.forget_region(r);
+    STATE.live.fetch_sub(1, Ordering::AcqRel);
+    STATE.pending_recv.forget_region(r);
+    STATE.pending_read.forget_region(r);
 }
 /// A live region with a baseline whose buffer contains [app, app+len): a new region there shares
 /// its shadow.
 pub(crate) fn containing(app: u64, len: u64) -> Option<Arc<Region>> {
-    let regions = REGIONS.lock();
+    let regions = STATE.regions.lock();
     regions.iter().find(|r| r.has_baseline() && r.app <= app && app + len <= r.app + r.len).cloned()
 }
 
@@ -68,15 +84,15 @@ pub(crate) fn containing(app: u64, len: u64) -> Option<Arc<Region>> {
 /// stale bytes (seen: Open MPI's one-sided window, registered by UCX with and without relaxed
 /// ordering).
 pub fn covers(app: u64, len: u64) -> bool {
-    if LIVE.load(Ordering::Acquire) == 0 {
+    if STATE.live.load(Ordering::Acquire) == 0 {
         return false;
     }
-    REGIONS.lock().iter().any(|r| r.app <= app && app.saturating_add(len) <= r.app + r.len)
+    STATE.regions.lock().iter().any(|r| r.app <= app && app.saturating_add(len) <= r.app + r.len)
 }
 
 /// Whether `ctx` still has a bounce region.
 pub(crate) fn in_context(ctx: usize) -> bool {
-    REGIONS.lock().iter().any(|r| r.ctx == ctx)
+    STATE.regions.lock().iter().any(|r| r.ctx == ctx)
 }
 
 /// SGE ranges of one WR that lie in bounce regions: (region, offset, length).
@@ -88,7 +104,7 @@ fn wr_sges(ctx: usize, sges: &[ibv_sge]) -> Vec<Sge> {
     if sges.iter().all(|s| lkey_slot(s.lkey).load(Ordering::Acquire) == 0) {
         return Vec::new();
     }
-    let regions = REGIONS.lock();
+    let regions = STATE.regions.lock();
     let all: Vec<Sge> = sges
         .iter()
         .map(|s| {
@@ -112,7 +128,7 @@ pub(crate) fn ranges(ctx: usize, sges: &[ibv_sge]) -> Ranges {
     if sges.iter().all(|s| lkey_slot(s.lkey).load(Ordering::Acquire) == 0) {
         return Vec::new();
     }
-    let regions = REGIONS.lock();
+    let regions = STATE.regions.lock();
     sges.iter()
         .filter_map(|s| {
             let r = regions.iter().find(|r| r.ctx == ctx && r.lkey == s.lkey)?;
@@ -122,15 +138,12 @@ pub(crate) fn ranges(ctx: usize, sges: &[ibv_sge]) -> Ranges {
         .collect()
 }
 
-/// Posted receives' SGEs, per receive queue, in posting order; RDMA READs' by qp_num (reads.rs).
-pub(crate) static PENDING_RECV: RecvQueues = RecvQueues::new();
-pub(crate) static PENDING_READ: PendingReads = PendingReads::new();
-
 /// Whether a post of this opcode tells a peer it may now read: a message its CPU receives (SEND
 /// and its variants) — how UCX's rendezvous (the RTS), Open MPI's fences, locks and barriers and
 /// libfabric's rendezvous say "come and get it". RDMA WRITE and WRITE_WITH_IMM do not: folding
 /// every REMOTE_READ region at each of them would cost NCCL-style rings, which stream data with
 /// them and never read, a compare of every region per message (docs/bounce.md, Cost).
+#[inline]
 pub fn announces(op: mrshim_verbs::ibv_wr_opcode::Type) -> bool {
     use mrshim_verbs::ibv_wr_opcode::*;
     matches!(op, IBV_WR_SEND | IBV_WR_SEND_WITH_IMM | IBV_WR_SEND_WITH_INV | IBV_WR_TSO)
@@ -162,12 +175,12 @@ pub fn send_sges(ctx: usize, qpn: u32, wr_id: u64, read: bool, built: bool, sges
         for (reg, off, n) in &rs {
             reg.being_read_into(*off, *n);
         }
-        return Some(PENDING_READ.read(qpn, wr_id, rs, built));
+        return Some(STATE.pending_read.read(qpn, wr_id, rs, built));
     }
     for (reg, off, n) in &rs {
         reg.to_shadow(*off, *n);
     }
-    PENDING_READ.posted(qpn, wr_id, built)
+    STATE.pending_read.posted(qpn, wr_id, built)
 }
 
 /// Before a list of receive WRs is posted: what peers write after it must be told apart from
@@ -181,13 +194,13 @@ pub fn before_recv() {
 pub fn recv_wrs<'a>(q: RecvQueue, wrs: impl Iterator<Item = (u64, &'a [ibv_sge])>) -> Posted {
     let ctx = q.ctx();
     let wrs: Vec<Recv> = wrs.map(|(wr_id, sges)| Recv { wr_id, token: 0, sges: wr_sges(ctx, sges) }).collect();
-    PENDING_RECV.add(q, wrs)
+    STATE.pending_recv.add(q, wrs)
 }
 
 /// The provider posted only the first `accepted` WRs of `p` (`*bad_wr`): the others wait for
 /// nothing.
 pub fn recv_refused(p: Posted, accepted: usize) {
-    PENDING_RECV.drop_tokens(p.q, p.first + accepted as u64..p.first + p.n as u64);
+    STATE.pending_recv.drop_tokens(p.q, p.first + accepted as u64..p.first + p.n as u64);
 }
 
 /// The provider posted only the first `accepted` WRs of a send list on `qpn`; `seqs` are the
@@ -201,7 +214,7 @@ pub fn send_refused(qpn: u32, seqs: &[(usize, u64)], accepted: usize) {
     // Their ranges' baselines took the application's bytes (Region::being_read_into) for a
     // READ that never comes: the shadow gets them too, or a sync would take the difference for
     // a peer's write.
-    for (r, off, n) in PENDING_READ.unpost(qpn, &gone) {
+    for (r, off, n) in STATE.pending_read.unpost(qpn, &gone) {
         r.to_shadow(off, n);
     }
 }
@@ -213,8 +226,8 @@ pub fn send_refused(qpn: u32, seqs: &[(usize, u64)], accepted: usize) {
 /// peer's write of the bytes the shadow held before the refill was lost).
 pub fn qp_destroyed(ctx: usize, qpn: u32) {
     bump_epoch();
-    PENDING_RECV.drop_queue(RecvQueue::Qp { ctx, qpn });
-    PENDING_READ.drop_qp(qpn);
+    STATE.pending_recv.drop_queue(RecvQueue::Qp { ctx, qpn });
+    STATE.pending_read.drop_qp(qpn);
 }
 
 /// The fields of a polled work completion the bounce layer reads.
@@ -253,7 +266,7 @@ pub fn completed(wcs: impl IntoIterator<Item = Completion>) {
     let mut peer_wrote = false;
     for w in wcs {
         if w.recv {
-            let mine = PENDING_RECV.take(w.ctx, w.qp_num, w.wr_id);
+            let mine = STATE.pending_recv.take(w.ctx, w.qp_num, w.wr_id);
             if w.ok {
                 if let (Some(r), false) = (mine, w.with_imm) {
                     // The message fills the WR's SGEs in order, `byte_len` bytes in all.
@@ -269,7 +282,7 @@ pub fn completed(wcs: impl IntoIterator<Item = Completion>) {
                 peer_wrote = true;
             }
         } else {
-            for (r, off, len) in PENDING_READ.completed(w.qp_num, w.wr_id, w.ok) {
+            for (r, off, len) in STATE.pending_read.completed(w.qp_num, w.wr_id, w.ok) {
                 r.to_app(off, len);
             }
         }
@@ -282,7 +295,7 @@ pub fn completed(wcs: impl IntoIterator<Item = Completion>) {
 /// At process exit: peers' writes to live regions that never reached the application are
 /// violations (the passive one-sided pattern: a target that neither polls nor posts).
 pub fn at_exit() {
-    let all: Vec<Arc<Region>> = REGIONS.lock().iter().filter(|r| r.remote_write).cloned().collect();
+    let all: Vec<Arc<Region>> = STATE.regions.lock().iter().filter(|r| r.remote_write).cloned().collect();
     for r in all {
         r.check_delivered("at exit");
     }
@@ -311,7 +324,7 @@ pub fn idle_pass() {
 fn each_remote(read: bool, mut f: impl FnMut(&Region, &Extent)) {
     // a snapshot: `f` copies region bytes, other threads' posts need not wait for that
     let all: Vec<Arc<Region>> =
-        REGIONS.lock().iter().filter(|r| if read { r.remote_read } else { r.remote_write }).cloned().collect();
+        STATE.regions.lock().iter().filter(|r| if read { r.remote_read } else { r.remote_write }).cloned().collect();
     // Regions that share a span (region.rs, Maps) fold and sync it once.
     let mut done: Vec<(usize, usize)> = Vec::new();
     for r in &all {

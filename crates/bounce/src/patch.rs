@@ -5,10 +5,9 @@
 //! provider's own functions for the wrappers to call, and follows every `ibv_qp_ex` the
 //! application obtains (ibv_qp_to_qp_ex, the only way to one) until its QP is destroyed.
 
-use crate::leaked::Leaked;
 use crate::live;
 use crate::region::bump_epoch;
-use mrshim_forklock::ForkLock;
+use crate::state::STATE;
 use mrshim_verbs::ibv_sge;
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -39,13 +38,20 @@ impl QpxOps {
 }
 
 /// Declares `$saved`: the ops struct `$ops` kept field by field in atomics (a wrapper reads them
-/// while a patch may store them), each field by its name.
+/// while a patch may store them), each field by its name, and read one by one by a method of
+/// that name (a wrapper loads only the op it calls).
 macro_rules! saved_ops {
     ($saved:ident, $ops:ident { $($f:ident),* }) => {
-        struct $saved {
+        pub struct $saved {
             $($f: AtomicUsize,)*
         }
         impl $saved {
+            $(
+                #[inline]
+                pub fn $f(&self) -> usize {
+                    self.$f.load(Ordering::Acquire)
+                }
+            )*
             const fn new() -> Self {
                 $saved { $($f: AtomicUsize::new(0),)* }
             }
@@ -79,29 +85,30 @@ pub trait Slots {
     /// As [`Slots::qpx_ops`]; pointer-sized aligned stores, as in [`Slots::set_context_ops`].
     unsafe fn set_qpx_ops(&self, qpx: usize, ops: QpxOps);
     /// Takes `ctx`'s `create_cq_ex` slot for good, if it has one ([`crate::cqex`]): extended CQs
-    /// made from now on are followed. Called under PATCHING when the context is patched.
+    /// made from now on are followed. Called under STATE.patching when the context is patched.
     ///
     /// # Safety
     /// As [`Slots::context_ops`].
     unsafe fn take_create_cq_ex(&self, _ctx: usize) {}
     /// Installs the bounce layer's `start_poll`/`next_poll` in the followed extended CQ `cq`
-    /// ([`crate::cqex::wrap_context`]). Called under PATCHING.
+    /// ([`crate::cqex::wrap_context`]). Called under STATE.patching.
     ///
     /// # Safety
     /// `cq` is a live extended CQ made through the shim (`ibv_destroy_cq` forgets it under
-    /// PATCHING).
+    /// STATE.patching).
     unsafe fn wrap_cqx(&self, _cq: usize) {}
 }
 
 /// A context the shim sees opened: its extended CQs are made through the shim from now on
 /// ([`crate::cqex`]), so that those made before its first bounce region are followed too.
 pub fn context_opened(slots: &dyn Slots, ctx: usize) {
-    let _g = PATCHING.lock();
+    let _g = STATE.patching.lock();
     // SAFETY: the FFI layer's ctx was just returned by ibv_open_device: live.
     unsafe { slots.take_create_cq_ex(ctx) };
 }
 
-/// The provider's own ops of one patched context.
+/// The provider's own ops of one patched context (one cache line: what a wrapper reads of it).
+#[repr(align(64))]
 pub struct ContextOrig {
     ctx: usize,
     ops: SavedContextOps,
@@ -113,33 +120,41 @@ impl ContextOrig {
     pub fn ops(&self) -> ContextOps {
         self.ops.load()
     }
+    /// The same, one op at a time (for the wrappers).
+    #[inline]
+    pub fn provider(&self) -> &SavedContextOps {
+        &self.ops
+    }
 }
 
-static ORIGS: Leaked<ContextOrig> = Leaked::new();
-/// Serialises patching and restoring, and every push to the leaked lists.
-pub(crate) static PATCHING: ForkLock<()> = ForkLock::new(());
-
 /// The provider's ops of a context this crate patched (for the wrappers).
+#[inline]
 pub fn context_orig(ctx: usize) -> Option<&'static ContextOrig> {
-    ORIGS.iter().find(|o| o.ctx == ctx)
+    STATE.orig_hint.get(ctx, |o| o.ctx == ctx).or_else(|| context_orig_slow(ctx))
+}
+
+#[cold]
+fn context_orig_slow(ctx: usize) -> Option<&'static ContextOrig> {
+    STATE.origs.iter().find(|o| o.ctx == ctx)
 }
 
 /// A region went live in `ctx`: wrap its ops and its `ibv_qp_ex`s (once).
 pub(crate) fn patch(slots: &dyn Slots, ctx: usize) {
-    let _g = PATCHING.lock();
+    let _g = STATE.patching.lock();
     // SAFETY: ctx came from the MR the FFI layer adopted: a live context.
     let ops = unsafe { slots.context_ops(ctx) };
     if ops.post_send == 0 || ops.post_recv == 0 || ops.poll_cq == 0 || is_patched(slots, ctx) {
         return;
     }
-    let o = context_orig(ctx).unwrap_or_else(|| ORIGS.push(ContextOrig { ctx, ops: SavedContextOps::new() }));
+    let o = context_orig(ctx).unwrap_or_else(|| STATE.origs.push(ContextOrig { ctx, ops: SavedContextOps::new() }));
     o.ops.store(ops);
+    STATE.orig_hint.set(ctx, o);
     let mut ours = slots.wrappers().0;
     if ops.post_srq_recv == 0 {
         ours.post_srq_recv = 0;
     }
     // SAFETY: as above; the saved ops are in place before the wrappers that call them; the
-    // followed extended CQs are live (ibv_destroy_cq forgets one under PATCHING, held here).
+    // followed extended CQs are live (ibv_destroy_cq forgets one under STATE.patching, held here).
     unsafe {
         slots.set_context_ops(ctx, ours);
         slots.take_create_cq_ex(ctx);
@@ -150,7 +165,7 @@ pub(crate) fn patch(slots: &dyn Slots, ctx: usize) {
 
 /// The last region of `ctx` may be gone: if so, give the provider its ops back.
 pub(crate) fn unpatch_if_unused(slots: &dyn Slots, ctx: usize) {
-    let _g = PATCHING.lock();
+    let _g = STATE.patching.lock();
     if live::in_context(ctx) {
         return;
     }
@@ -178,16 +193,16 @@ pub struct Qpx {
     reading: AtomicBool,
 }
 
-static QPXS: Leaked<Qpx> = Leaked::new();
-
 /// The followed `ibv_qp_ex` at `qpx` (for its wrappers).
+#[inline]
 pub fn qpx(qpx: usize) -> Option<&'static Qpx> {
-    QPXS.iter().find(|n| n.qpx.load(Ordering::Acquire) == qpx)
+    let is = |n: &Qpx| n.qpx.load(Ordering::Acquire) == qpx;
+    STATE.qpx_hint.get(qpx, is).or_else(|| STATE.qpxs.iter().find(|n| is(n)))
 }
 
-/// Under PATCHING.
+/// Under STATE.patching.
 fn each_qpx(ctx: usize, f: impl Fn(&Qpx)) {
-    for n in QPXS.iter().filter(|n| n.qpx.load(Ordering::Acquire) != 0 && n.ctx.load(Ordering::Acquire) == ctx) {
+    for n in STATE.qpxs.iter().filter(|n| n.qpx.load(Ordering::Acquire) != 0 && n.ctx.load(Ordering::Acquire) == ctx) {
         f(n);
     }
 }
@@ -198,12 +213,17 @@ impl Qpx {
     pub fn ops(&self) -> QpxOps {
         self.saved.load()
     }
-    /// Under PATCHING.
+    /// The same, one op at a time (for the wrappers).
+    #[inline]
+    pub fn provider(&self) -> &SavedQpxOps {
+        &self.saved
+    }
+    /// Under STATE.patching.
     fn patch(&self, slots: &dyn Slots) {
         let q = self.qpx.load(Ordering::Acquire);
         let ours = slots.wrappers().1;
         // SAFETY: a followed QP's ibv_qp_ex (nodes of destroyed QPs have qpx 0 and are not
-        // visited); destroying_qp holds PATCHING while the QP is freed.
+        // visited); destroying_qp holds STATE.patching while the QP is freed.
         let ops = unsafe { slots.qpx_ops(q) };
         if !ops.complete() || ops.wr_set_sge == ours.wr_set_sge {
             return;
@@ -213,7 +233,7 @@ impl Qpx {
         // SAFETY: as above; the saved ops are in place before the wrappers that call them.
         unsafe { slots.set_qpx_ops(q, ours) };
     }
-    /// Under PATCHING.
+    /// Under STATE.patching.
     fn unpatch(&self, slots: &dyn Slots) {
         let q = self.qpx.load(Ordering::Acquire);
         // SAFETY: as in patch.
@@ -246,16 +266,16 @@ impl Qpx {
 /// ibv_qp_to_qp_ex returned `qpx`, of context `ctx`: follow it (and wrap it now if its context
 /// has a bounce region).
 pub fn note_qpx(slots: &dyn Slots, qpx: usize, ctx: usize) {
-    let _g = PATCHING.lock();
-    let node = match QPXS.iter().find(|n| n.qpx.load(Ordering::Acquire) == qpx) {
+    let _g = STATE.patching.lock();
+    let node = match STATE.qpxs.iter().find(|n| n.qpx.load(Ordering::Acquire) == qpx) {
         Some(n) => n,
-        None => match QPXS.iter().find(|n| n.qpx.load(Ordering::Acquire) == 0) {
+        None => match STATE.qpxs.iter().find(|n| n.qpx.load(Ordering::Acquire) == 0) {
             Some(n) => {
                 n.ctx.store(ctx, Ordering::Release);
                 n.qpx.store(qpx, Ordering::Release);
                 n
             }
-            None => QPXS.push(Qpx {
+            None => STATE.qpxs.push(Qpx {
                 qpx: AtomicUsize::new(qpx),
                 ctx: AtomicUsize::new(ctx),
                 saved: SavedQpxOps::new(),
@@ -263,6 +283,7 @@ pub fn note_qpx(slots: &dyn Slots, qpx: usize, ctx: usize) {
             }),
         },
     };
+    STATE.qpx_hint.set(qpx, node);
     if is_patched(slots, ctx) {
         node.patch(slots);
     }
@@ -272,18 +293,18 @@ pub fn note_qpx(slots: &dyn Slots, qpx: usize, ctx: usize) {
 /// `ibv_qp_ex` is forgotten (its node freed for reuse) and the receives and READs still pending
 /// on it are dropped (their completions never come); one that survives (EBUSY) stays followed.
 pub fn destroying_qp(qp: usize, ctx: usize, qpn: u32, destroy: impl FnOnce() -> c_int) -> c_int {
-    if QPXS.iter().all(|n| n.qpx.load(Ordering::Acquire) != qp) {
+    if STATE.qpxs.iter().all(|n| n.qpx.load(Ordering::Acquire) != qp) {
         let rc = destroy();
         if rc == 0 {
             live::qp_destroyed(ctx, qpn);
         }
         return rc;
     }
-    // Holding PATCHING: no patch of this object can start while it is being freed.
-    let _g = PATCHING.lock();
+    // Holding STATE.patching: no patch of this object can start while it is being freed.
+    let _g = STATE.patching.lock();
     let rc = destroy();
     if rc == 0 {
-        for n in QPXS.iter().filter(|n| n.qpx.load(Ordering::Acquire) == qp) {
+        for n in STATE.qpxs.iter().filter(|n| n.qpx.load(Ordering::Acquire) == qp) {
             n.qpx.store(0, Ordering::Release);
         }
         live::qp_destroyed(ctx, qpn);

@@ -4,18 +4,17 @@
 //! fault in and zero every page each time. Only `try_lock`ed: a child forked while a parent
 //! thread held it maps afresh.
 
-use mrshim_forklock::ForkLock;
+use crate::state::STATE;
 
 /// A mapping: (address, length); length 0 is no mapping.
 pub(crate) type Mapping = (usize, usize);
 
-pub(crate) static POOL: ForkLock<Vec<Mapping>> = ForkLock::new(Vec::new());
 const POOL_MAX: usize = 256 << 20;
 
 /// A private anonymous mapping of `n` bytes (from the pool, or fresh), owned by a region until
 /// deregistration.
 pub(crate) fn map_anon(n: usize, what: &str) -> Result<usize, String> {
-    if let Some(mut pool) = POOL.try_lock() {
+    if let Some(mut pool) = STATE.pool.try_lock() {
         if let Some(i) = pool.iter().position(|&(_, len)| len == n) {
             return Ok(pool.swap_remove(i).0);
         }
@@ -29,7 +28,7 @@ pub(crate) fn unmap((p, n): Mapping) {
     if n == 0 {
         return;
     }
-    if let Some(mut pool) = POOL.try_lock() {
+    if let Some(mut pool) = STATE.pool.try_lock() {
         if pool.iter().map(|e| e.1).sum::<usize>() + n <= POOL_MAX {
             pool.push((p, n));
             return;

@@ -37,6 +37,12 @@ impl PendingReads {
         PendingReads { map: ForkLock::new(None), qps: AtomicUsize::new(0) }
     }
 
+    /// Whether any QP has a READ pending.
+    #[inline]
+    pub(crate) fn any(&self) -> bool {
+        self.qps.load(Ordering::Acquire) != 0
+    }
+
     /// A READ `wr_id` posted on `qpn` into the bounce ranges `rs` (`blind`: built with
     /// `ibv_wr_*`).
     pub(crate) fn read(&self, qpn: u32, wr_id: u64, rs: Ranges, blind: bool) -> u64 {

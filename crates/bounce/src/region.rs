@@ -13,6 +13,7 @@ use crate::access::{self, each_outside};
 use crate::copy::CopyEngine;
 use crate::dirty;
 use crate::pool::{unmap, Mapping};
+use crate::state::STATE;
 use mrshim_forklock::ForkLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -123,7 +124,7 @@ pub struct Region {
     pub(crate) remote_write: bool,
     pub(crate) remote_read: bool,
     pub(crate) engine: Box<dyn CopyEngine>,
-    /// The [`EPOCH`] of the last fold: receives posted back to back fold once.
+    /// The `STATE.epoch` of the last fold: receives posted back to back fold once.
     pub(crate) folded: AtomicU64,
     /// Deregistered: its buffer may be freed or reused, nothing is copied into it any more.
     pub(crate) gone: AtomicBool,
@@ -136,13 +137,11 @@ fn changed_pages(runs: &[(usize, usize)]) -> usize {
     runs.iter().map(|&(a, b)| (b - 1) / PAGE - a / PAGE + 1).sum()
 }
 
-/// See the module doc.
-static EPOCH: AtomicU64 = AtomicU64::new(0);
-
 /// A post_send, a poll with completions or a `wr_start` in a context with bounce regions: the
 /// application may have written its buffers since, so the next receive folds them again.
+#[inline]
 pub fn bump_epoch() {
-    EPOCH.fetch_add(1, Ordering::AcqRel);
+    STATE.epoch.fetch_add(1, Ordering::AcqRel);
 }
 
 /// What a fold or sync of a region covers: see [`Region::extent`].
@@ -360,7 +359,7 @@ impl Region {
     /// written since the last fold where the kernel tracks them; device memory through one copy
     /// into a scratch buffer kept for the next time.
     pub(crate) fn fold(&self, e: &Extent, once_per_epoch: bool) {
-        let epoch = EPOCH.load(Ordering::Acquire);
+        let epoch = STATE.epoch.load(Ordering::Acquire);
         if once_per_epoch && self.folded.load(Ordering::Acquire) == epoch {
             return;
         }
@@ -772,8 +771,7 @@ unsafe fn changed_in(v: &View, now: *const u8, a: usize, b: usize, runs: &mut Ve
 /// The one loud line for copies that did not happen (later ones are not repeated): the
 /// application may now see stale bytes in a bounce region, and must be told so.
 pub fn warn_once(e: &str) {
-    static WARNED: AtomicBool = AtomicBool::new(false);
-    if !WARNED.swap(true, Ordering::AcqRel) {
+    if !STATE.warned.swap(true, Ordering::AcqRel) {
         mrshim_core::stderr_line(&format!(
             "mrshim WARN bounce buffer copy failed: {e}; data in bounce regions may be stale"
         ));

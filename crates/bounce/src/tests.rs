@@ -529,7 +529,7 @@ fn an_inner_region_folds_and_syncs_through_the_tracked_span_it_shares() {
         peer(65536 + 100, round);
         live::completed([recv]);
         assert_eq!(app[65536 + 100], round, "round {round}: the peer's write");
-        let r = live::REGIONS.lock().iter().find(|r| r.lkey == 0x902).cloned().unwrap();
+        let r = crate::state::STATE.regions.lock().iter().find(|r| r.lkey == 0x902).cloned().unwrap();
         let e = r.extent();
         assert!(
             e.track.is_some() && e.view.len == 1 << 20,
@@ -614,7 +614,7 @@ fn receives_sharing_a_wr_id_complete_one_by_one_in_posting_order() {
     unsafe { std::ptr::write_bytes((sh + 1024) as *mut u8, 2, 1024) };
     live::completed([Completion::recv(ctx, 5, 7, true, false, 1024)]);
     assert!(app[1024..2048].iter().all(|&b| b == 2), "the second completion copies the second receive");
-    assert_eq!(crate::live::PENDING_RECV.pending(), 2);
+    assert_eq!(crate::state::STATE.pending_recv.pending(), 2);
     live::qp_destroyed(ctx, 5);
     dereg(&slots, 0xc100, true);
 }
@@ -653,7 +653,7 @@ fn a_write_with_imm_completion_leaves_the_consumed_receives_buffer_alone() {
     app[..256].fill(0x11);
     live::completed([Completion::recv(ctx, 8, 1, true, true, 256)]);
     assert!(app[..256].iter().all(|&b| b == 0x11), "the application's newer bytes stay");
-    assert_eq!(crate::live::PENDING_RECV.pending(), 0, "the receive was consumed");
+    assert_eq!(crate::state::STATE.pending_recv.pending(), 0, "the receive was consumed");
     dereg(&slots, 0xd100, true);
 }
 
@@ -669,7 +669,7 @@ fn posts_the_provider_refused_drop_their_pending_work() {
     let sges = [sge(app.as_ptr(), 64, 0xd81)];
     let p = live::recv_wrs(live::RecvQueue::Qp { ctx, qpn: 9 }, [(1, &sges[..]), (2, &sges[..])].into_iter());
     live::recv_refused(p, 0);
-    assert_eq!(crate::live::PENDING_RECV.pending(), 0);
+    assert_eq!(crate::state::STATE.pending_recv.pending(), 0);
     // A READ refused (send queue full): its completion never comes; a later WR's must not
     // release it.
     let seq = live::send_sges(ctx, 9, 5, true, false, &[sge(app[1024..].as_ptr(), 64, 0xd81)]).unwrap();
@@ -679,7 +679,7 @@ fn posts_the_provider_refused_drop_their_pending_work() {
     live::send_sges(ctx, 9, 5, false, false, &[]);
     live::completed([Completion::send(ctx, 9, 5, true), Completion::recv(ctx, 9, 1, true, false, 64)]);
     assert!(app.iter().all(|&b| b == 0), "nothing refused was copied");
-    assert_eq!(crate::live::PENDING_READ.qps(), 0);
+    assert_eq!(crate::state::STATE.pending_read.qps(), 0);
     dereg(&slots, 0xd900, true);
 }
 
@@ -697,9 +697,9 @@ fn a_destroyed_qps_pending_work_is_freed() {
     }
     live::send_sges(ctx, 10, 2, true, false, &[sge(app.as_ptr(), 64, 0xe01)]);
     assert_eq!(patch::destroying_qp(0xe0e0, ctx, 10, || 0), 0);
-    assert_eq!(crate::live::PENDING_RECV.pending(), 0);
-    assert_eq!(crate::live::PENDING_READ.qps(), 0);
-    let r = crate::live::REGIONS.lock().iter().find(|r| r.lkey == 0xe01).cloned().unwrap();
+    assert_eq!(crate::state::STATE.pending_recv.pending(), 0);
+    assert_eq!(crate::state::STATE.pending_read.qps(), 0);
+    let r = crate::state::STATE.regions.lock().iter().find(|r| r.lkey == 0xe01).cloned().unwrap();
     assert_eq!(Arc::strong_count(&r), 3, "the region list, its fix-up and this test: no pending copy");
     drop(r);
     dereg(&slots, 0xe100, true);
@@ -864,7 +864,7 @@ fn idle_passes_over_a_large_region_are_bounded() {
     let sh = live_region(&slots, &mut app, LOCAL_WRITE | REMOTE_WRITE, ctx, 0x1001, 0x10100);
     // SAFETY: the live shadow: a peer's write at the bottom, announced by nothing.
     unsafe { std::ptr::write_bytes(sh as *mut u8, 0x5a, 16) };
-    let r = crate::live::REGIONS.lock().iter().find(|r| r.lkey == 0x1001).cloned().unwrap();
+    let r = crate::state::STATE.regions.lock().iter().find(|r| r.lkey == 0x1001).cloned().unwrap();
     let (found, bottom) = r.sync_unannounced(&r.extent());
     assert!(!found && !bottom && app[0] == 0, "the first pass stops after about IDLE_BYTES");
     let mut passes = 1;
@@ -899,4 +899,89 @@ fn an_undelivered_peer_write_is_a_violation_at_deregistration() {
     unsafe { std::ptr::write_bytes((sh2 + 100) as *mut u8, 0x3c, 10) };
     dereg(&slots, 0x11200, true);
     assert_eq!(mrshim_core::violation::count(), before + 1, "reported");
+}
+
+/// The wrappers find each context's and each `ibv_qp_ex`'s own provider ops in O(1) — also with
+/// more of them than the index has slots (colliding keys fall back to the list, never to
+/// another object's ops).
+#[test]
+fn every_context_and_qp_ex_finds_its_own_provider_ops() {
+    let _one = serial();
+    let slots = FakeSlots::default();
+    let n = 200;
+    let ctx = |i: usize| 0x7_0000_0000 + i * 0x1000;
+    let qpx = |i: usize| 0x8_0000_0000 + i * 0x40;
+    let mut bufs: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; 64]).collect();
+    for (i, b) in bufs.iter_mut().enumerate() {
+        // (provider ops far from OURS)
+        slots.ctx.lock().unwrap().insert(ctx(i), cops(0x1000 + i, 0x2000 + i, 0x3000 + i));
+        slots.qpx.lock().unwrap().insert(qpx(i), qops(0x4000 + i, 0x5000 + i, 0x6000 + i, 0x7000 + i));
+        patch::note_qpx(&slots, qpx(i), ctx(i));
+        live_region(&slots, b, LOCAL_WRITE, ctx(i), 0x5000 + i as u32, 0x9_0000 + i);
+    }
+    for i in 0..n {
+        let o = patch::context_orig(ctx(i)).expect("patched");
+        assert_eq!((o.provider().post_send(), o.provider().poll_cq()), (0x1000 + i, 0x3000 + i), "context {i}");
+        let q = patch::qpx(qpx(i)).expect("followed");
+        assert_eq!((q.provider().wr_start(), q.provider().wr_set_sge_list()), (0x4000 + i, 0x7000 + i), "qp_ex {i}");
+    }
+    assert!(patch::context_orig(ctx(n)).is_none() && patch::qpx(qpx(n)).is_none());
+    for i in 0..n {
+        assert_eq!(patch::destroying_qp(qpx(i), ctx(i), i as u32, || 0), 0);
+        assert!(patch::qpx(qpx(i)).is_none(), "a destroyed QP's qp_ex is not found");
+        dereg(&slots, 0x9_0000 + i, true);
+    }
+}
+
+/// fork(2) copies only the forking thread: a child forked while other threads of the parent
+/// hold the bounce layer's locks must not hang on them. After the one reset the atfork child
+/// handler runs, the child takes every lock of the state again and uses the layer (a region's
+/// lookup, a receive posted and completed). Fails — the child hangs until its alarm kills it —
+/// when any lock is left out of the reset.
+#[test]
+fn a_child_forked_while_every_bounce_lock_is_held_starts_usable() {
+    let _one = serial();
+    let ctx = 0x3_0000;
+    let slots = with_context(ctx);
+    let mut a = vec![0u8; 4096];
+    live_region(&slots, &mut a, LOCAL_WRITE | REMOTE_WRITE, ctx, 0x301, 0x3_a000);
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let guards = crate::state::STATE.lock_all();
+        held_tx.send(()).unwrap();
+        let _ = done_rx.recv();
+        drop(guards);
+    });
+    held_rx.recv().unwrap();
+    let app = a.as_ptr();
+    // SAFETY: fork in a test; the child only takes the shim's own locks and _exits.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: the child's one thread; alarm kills a child that hangs.
+        unsafe {
+            libc::alarm(10);
+            crate::after_fork_child();
+        }
+        let s = &crate::state::STATE;
+        // (a table held at the fork may be half-updated: the child starts without it)
+        let ok = !live::covers(app as u64, 64)
+            && s.fixes.lock().len() < usize::MAX
+            && s.pool.lock().len() < usize::MAX
+            && s.tracker.lock().is_none()
+            && s.regions.lock().iter().all(|r| r.maps.sync.try_lock().is_some());
+        drop(s.patching.lock());
+        drop(s.idle.lock());
+        recv(ctx, 7, 1, &[sge(app, 64, 0x301)]);
+        live::completed([Completion::recv(ctx, 7, 1, true, false, 64)]);
+        // SAFETY: ends the child without the test harness's exit handlers.
+        unsafe { libc::_exit(if ok { 0 } else { 3 }) };
+    }
+    let mut status = 0;
+    // SAFETY: our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    done_tx.send(()).unwrap();
+    holder.join().unwrap();
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child status {status:#x}");
+    dereg(&slots, 0x3_a000, true);
 }
