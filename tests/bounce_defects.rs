@@ -170,3 +170,13 @@ fn bytes_both_a_peer_and_the_application_wrote_are_a_write_conflict() {
     let report = stdout(&a);
     assert!(report.contains("bounce-violation") && report.contains("write_conflict"), "{report}\n{}", stderr(&a));
 }
+
+/// An unsignalled READ into a bounce region followed by a signalled WRITE from plain memory on
+/// the same QP: the WRITE takes the wrappers' slow path while a READ is pending, so its completion,
+/// the only one polled, releases the READ's bytes to the application (before: stale bytes).
+#[test]
+fn a_write_outside_bounce_regions_completes_a_pending_read() {
+    let w = world("bd-readwrite");
+    let (o, _) = run_mode(&w, "readwrite", &[]);
+    assert!(o.status.success() && stdout(&o).contains("readwrite: ok"), "{}", all(&o));
+}

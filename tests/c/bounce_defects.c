@@ -26,6 +26,11 @@
  *          [60, 70), which the application left alone, reaches the application at the next
  *          RECV completion (a SEND from the peer). Prints "conflict: ok" when both hold.
  *
+ *   readwrite  an unsignalled RDMA READ into a bounce region, then a signalled WRITE from memory
+ *          outside every bounce region on the same QP; only the WRITE's completion is polled
+ *          (an RC send queue completes in order, so it also completes the READ). The READ's
+ *          bytes must be in the application's buffer when the WRITE's completion returns.
+ *
  * Exit 0 and "<mode>: ok"; 1 and "<mode>: stale ..." for wrong bytes; 2 for a failed call;
  * 3 for "not available here" (printed in one line). */
 #define _GNU_SOURCE
@@ -377,6 +382,37 @@ static int conflict(void) {
     return 0;
 }
 
+static int readwrite(void) {
+    struct pair p;
+    if (open_pair(&p)) die("open_pair");
+    unsigned char *src = pages(1), *dst = pages(1), *out = pages(1), *in = pages(1);
+    fill(src, PAGE, 4);
+    /* src and dst ask for relaxed ordering: bounce regions; out and in do not: plain MRs */
+    int plain = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    struct ibv_mr *s = ibv_reg_mr(p.pd, src, PAGE, ACCESS), *d = ibv_reg_mr(p.pd, dst, PAGE, ACCESS),
+                  *o = ibv_reg_mr(p.pd, out, PAGE, plain), *i = ibv_reg_mr(p.pd, in, PAGE, plain);
+    if (!s || !d || !o || !i) die("ibv_reg_mr");
+    struct ibv_qp_attr ra = { .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ };
+    if (ibv_modify_qp(p.qp[1], &ra, IBV_QP_ACCESS_FLAGS)) die("ibv_modify_qp");
+    struct ibv_sge rs = { .addr = (uintptr_t)dst, .length = PAGE, .lkey = d->lkey };
+    struct ibv_send_wr r = { .wr_id = 1, .sg_list = &rs, .num_sge = 1, .opcode = IBV_WR_RDMA_READ }, *bad;
+    r.wr.rdma.remote_addr = (uintptr_t)src;
+    r.wr.rdma.rkey = s->rkey;
+    if ((errno = ibv_post_send(p.qp[0], &r, &bad))) die("ibv_post_send READ");
+    fill(out, 64, 5);
+    post_send(p.qp[0], IBV_WR_RDMA_WRITE, out, 64, o->lkey, (uintptr_t)in, i->rkey);
+    struct ibv_wc wc;
+    wait_one(p.cq[0], &wc);
+    long stale = differing(dst, PAGE, 4);
+    if (stale) {
+        printf("readwrite: stale: %ld of the READ's %d bytes after the WRITE's completion\n", stale, PAGE);
+        return 1;
+    }
+    if (ibv_dereg_mr(s) || ibv_dereg_mr(d) || ibv_dereg_mr(o) || ibv_dereg_mr(i)) die("ibv_dereg_mr");
+    printf("readwrite: ok\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *mode = argc > 1 ? argv[1] : "";
@@ -386,6 +422,7 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "uffd")) return uffd();
     if (!strcmp(mode, "uring") && argc > 2) return uring(argv[2]);
     if (!strcmp(mode, "conflict")) return conflict();
-    fprintf(stderr, "usage: bounce_defects guard|cqex|cqex-early|uffd|uring DIR|conflict\n");
+    if (!strcmp(mode, "readwrite")) return readwrite();
+    fprintf(stderr, "usage: bounce_defects guard|cqex|cqex-early|uffd|uring DIR|conflict|readwrite\n");
     return 2;
 }
