@@ -603,9 +603,33 @@ impl Progress {
                 }
             }
         }
+        self.drain_out(Duration::from_secs(1));
         for c in &self.conns {
             // SAFETY: closing descriptors owned by this thread on exit.
             unsafe { libc::close(c.fd) };
+        }
+    }
+
+    /// At device close: what is queued (ACKs of messages the application already received) goes
+    /// out before the connections close, as a NIC's would, for at most `limit`. A peer that never
+    /// got the ACK would resend to a QP that is gone and fail its send with a retry error.
+    fn drain_out(&mut self, limit: Duration) {
+        let until = Instant::now() + limit;
+        loop {
+            self.flush_out();
+            let waiting: Vec<libc::pollfd> = self
+                .conns
+                .iter()
+                .filter(|c| !c.dead && c.pending_out() > 0)
+                .map(|c| libc::pollfd { fd: c.fd, events: libc::POLLOUT, revents: 0 })
+                .collect();
+            let left = until.saturating_duration_since(Instant::now());
+            if waiting.is_empty() || left.is_zero() {
+                return;
+            }
+            let mut pfds = waiting;
+            // SAFETY: pfds is a live Vec of pollfd for the duration of the call.
+            unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, left.as_millis().max(1) as i32) };
         }
     }
 
