@@ -739,6 +739,11 @@ static void t_threads(int i) {
             len[q][j] = rand_len(slotsz[q][r[q]] < slotsz[!q][d[q]] ? slotsz[q][r[q]] : slotsz[!q][d[q]]);
     T("%d threads: A.%d.%d -> B.%d.%d on qp 0 and B.%d.%d -> A.%d.%d on qp 1, %d messages each", i, r[0], s[0], d[0], ds[0],
       r[1], s[1], d[1], ds[1], n);
+    /* A sending slot whose shadow may hold peer bytes the application has not seen keeps its
+     * taint through the lane's refills (model_fill), and each message carries it: the receiving
+     * slot's digests during the lanes are excluded as its end digest is (model_copy below). */
+    for (int q = 0; q < 2; q++)
+        if (taint[q][r[q]][s[q]] & 2) taint[!q][d[q]][ds[q]] |= taint[q][r[q]][s[q]] & TAINTS;
     struct lane l[2];
     for (int q = 0; q < 2; q++) {
         int send = q == me;
