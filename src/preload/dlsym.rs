@@ -246,8 +246,12 @@ unsafe fn after_lookup(name: *const c_char, version: *const c_char, p: *mut c_vo
     }
     // SAFETY: per the function contract, `name` is a C string. No allocation on this path.
     let n = unsafe { CStr::from_ptr(name).to_bytes() };
-    // SAFETY: per the function contract, a non-null `version` is a C string.
-    let v = (!version.is_null()).then(|| unsafe { CStr::from_ptr(version).to_bytes() });
+    let v = if version.is_null() {
+        None
+    } else {
+        // SAFETY: per the function contract, a non-null `version` is a C string.
+        Some(unsafe { CStr::from_ptr(version).to_bytes() })
+    };
     let Some(f) = real::classify(n, v) else { return p };
     wrapped(f, p)
 }

@@ -119,9 +119,9 @@ impl State {
     /// # Safety
     /// Only from the atfork child handler: the child's one thread, not inside the shim.
     pub(crate) unsafe fn after_fork_child(&self) {
-        // SAFETY: the caller's contract; no guard of these locks is alive in this thread (the
-        // regions guard below is taken after the lock itself was recovered, and each region's
-        // mappings' sync lock is recovered while only that guard is held).
+        // No guard of these locks is alive in this thread: the regions guard below is taken after
+        // the lock itself was recovered, and each region's sync lock is recovered under it alone.
+        // SAFETY: the caller's contract (the child's one thread) and the order above.
         unsafe {
             self.regions.recover_in_child(Vec::new);
             for r in self.regions.lock().iter() {

@@ -152,8 +152,8 @@ fn spawn_holder(devs: &[&Netdev], lock_path: &Path, pid_path: &Path) -> Result<S
     }
     // SAFETY: fresh descriptors nothing else owns.
     let (r, w) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
-    // SAFETY: fork in a single-threaded process; the child only calls what is listed below and
-    // ends in _exit.
+    // The child only calls what is listed below and ends in _exit.
+    // SAFETY: fork in a single-threaded process; the child keeps to the line above.
     match unsafe { libc::fork() } {
         -1 => return Err(err("fork")),
         0 => {
@@ -276,8 +276,8 @@ fn make(devs: &[&Netdev]) -> Result<(), String> {
 /// so that both agree.
 pub fn rundir(lib_dir: &Path) -> Result<PathBuf, String> {
     let f = crate::sim_view::sim_symbol(lib_dir, c"mrshim_sim_rundir")?;
-    // SAFETY: the symbol has the documented signature and returns NULL or a NUL-terminated
-    // string that lives as long as the library (never unloaded).
+    // The symbol returns NULL or a NUL-terminated string as long-lived as the library (never unloaded).
+    // SAFETY: the symbol has the documented signature and the lifetime above.
     unsafe {
         let f: unsafe extern "C" fn() -> *const libc::c_char = std::mem::transmute(f);
         let p = f();

@@ -111,8 +111,7 @@ impl LogMap {
         }
         let same = crate::logfile::fstat(rw).is_ok_and(|st| st.st_dev == dev && st.st_ino == ino);
         let base = if same {
-            // SAFETY: a new shared mapping of rw at an address the kernel chooses; nothing else
-            // is affected.
+            // SAFETY: a new shared mapping of rw at an address the kernel chooses; nothing else is affected.
             unsafe {
                 libc::mmap(
                     std::ptr::null_mut(),
@@ -172,8 +171,8 @@ impl LogMap {
             self.cut.fetch_min(off, Relaxed);
             return Stored::Full;
         }
-        // SAFETY: [off, end) is inside the mapping and the file (grow_to), reserved by this
-        // thread alone; the mapping lives until every writer counted under way has finished.
+        // [off, end) is inside the mapping and the file (grow_to), reserved by this thread alone.
+        // SAFETY: as above; the mapping lives until every writer counted under way has finished.
         unsafe { std::ptr::copy_nonoverlapping(line.as_ptr(), base.add(off as usize), line.len()) };
         Stored::Yes
     }
@@ -216,8 +215,8 @@ impl LogMap {
         let from = self.released.load(Relaxed);
         if upto > from {
             let base = self.base.load(SeqCst);
-            // SAFETY: [from, upto) is inside the mapping; MADV_DONTNEED on a shared file mapping
-            // keeps the file's contents (the next access reads them from the page cache).
+            // MADV_DONTNEED on a shared file mapping keeps the file's contents (read back from the page cache).
+            // SAFETY: [from, upto) is inside the mapping; the advice above loses nothing.
             unsafe { libc::madvise(base.add(from as usize).cast(), (upto - from) as usize, libc::MADV_DONTNEED) };
             self.released.store(upto, Relaxed);
         }
