@@ -34,9 +34,7 @@ impl Fake {
 pub fn fake() -> &'static Fake {
     static F: OnceLock<Fake> = OnceLock::new();
     F.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("mrshim-it-{}-fake", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = mrshim_test_support::own_dir("fake");
         let d = dir.to_str().unwrap();
         let lib = format!("{d}/libibverbs.so.1");
         let map = format!("-Wl,--version-script={}", src_c("fakeverbs.map").display());

@@ -50,12 +50,47 @@ pub fn shim_lib() -> PathBuf {
     p
 }
 
-/// A directory of this process's own (tests of one binary run in parallel threads and share
-/// it; binaries run one after another) holding `links` → built files.
-fn link_dir(name: &str, links: &[(&str, &Path)]) -> PathBuf {
+/// `$TMPDIR/mrshim-it-<pid>-<name>`, emptied and created. Everything named so by this process
+/// is removed when it exits (a whole suite leaves about 1 GB otherwise), unless
+/// `MRSHIM_TEST_KEEP_TMP=1` keeps them to look at after a failure.
+pub fn own_dir(name: &str) -> PathBuf {
+    static CLEANUP: OnceLock<()> = OnceLock::new();
+    CLEANUP.get_or_init(|| {
+        if std::env::var_os("MRSHIM_TEST_KEEP_TMP").is_none_or(|v| v.is_empty() || v == "0") {
+            OWNER.store(std::process::id(), std::sync::atomic::Ordering::Relaxed);
+            // SAFETY: `remove_own_dirs` is an `extern "C" fn()` that never unwinds.
+            unsafe { libc::atexit(remove_own_dirs) };
+        }
+    });
     let d = std::env::temp_dir().join(format!("mrshim-it-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The process whose directories `remove_own_dirs` removes: a child forked without exec runs
+/// the parent's exit handlers too, and must leave the parent's directories alone.
+static OWNER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+extern "C" fn remove_own_dirs() {
+    let pid = std::process::id();
+    if OWNER.load(std::sync::atomic::Ordering::Relaxed) != pid {
+        return;
+    }
+    let prefix = format!("mrshim-it-{pid}-");
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    for e in entries.flatten() {
+        if e.file_name().to_str().is_some_and(|n| n.starts_with(&prefix)) {
+            // Directories, and the few programs tests build straight into $TMPDIR.
+            let _ = std::fs::remove_dir_all(e.path()).or_else(|_| std::fs::remove_file(e.path()));
+        }
+    }
+}
+
+/// A directory of this process's own (tests of one binary run in parallel threads and share
+/// it; binaries run one after another) holding `links` → built files.
+fn link_dir(name: &str, links: &[(&str, &Path)]) -> PathBuf {
+    let d = own_dir(name);
     for (link, target) in links {
         std::os::unix::fs::symlink(target, d.join(link)).unwrap();
     }
@@ -105,12 +140,9 @@ pub fn sim_runtime_lib_dir(libs: &[(&str, &str, &str)]) -> &'static Path {
     d
 }
 
-/// A fresh directory for one test.
+/// A fresh directory for one test (`own_dir`: removed when the process exits).
 pub fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("mrshim-it-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    own_dir(name)
 }
 
 /// Runs `cc args`, panicking with its stderr when it fails.
