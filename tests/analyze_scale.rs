@@ -6,8 +6,9 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// A path for a generated job (`job` creates it), removed when the test process exits.
 fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("mrshim-scale-{}-{name}", std::process::id()));
+    let d = mrshim_test_support::own_dir(&format!("scale-{name}"));
     let _ = std::fs::remove_dir_all(&d);
     d
 }
@@ -115,7 +116,7 @@ fn prometheus_textfile_export() {
     let logs = dir("prom");
     let spec = JobSpec { hosts: 4, ranks_per_host: 2, failing_hosts: vec![2], killed: vec![7], ..JobSpec::cluster(8) };
     job(&logs, &spec).unwrap();
-    let prom = std::env::temp_dir().join(format!("mrshim-scale-{}.prom", std::process::id()));
+    let prom = mrshim_test_support::own_dir("scale-prom-out").join("node.prom");
     let (code, _) = analyze(&["--prometheus", prom.to_str().unwrap()], &logs);
     assert_eq!(code, 1);
     let text = std::fs::read_to_string(&prom).unwrap();
