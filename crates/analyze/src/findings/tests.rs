@@ -259,6 +259,11 @@ E1201 10:00:01.000002 4242 nixl_agent.cpp:470] registerMem: registration failed 
     assert_eq!(f.basis, "evidence");
     assert!(f.fixes[0].contains("UCX_TLS") && f.fixes[0].contains("ucx_info"), "{:?}", f.fixes);
     assert!(f.explanation.contains("no GPU memory support"), "{}", f.explanation);
+    // the agent's summary line is a layer of the same failure, also when the VRAM message was wrapped
+    assert_eq!(f.count, 1, "{:?}", f);
+    let wrapped = "E ucx_utils.cpp:592  VRAM memory is detected as host by UCX.\n                     UCX is likely not configured with CUDA support.\n                     VRAM registration cannot proceed.\nE nixl_agent.cpp:470 registerMem: registration failed for the specified or all potential backends\n";
+    let w = run(&[("wrapped.log", wrapped)]);
+    assert_eq!(w.findings[0].count, 1, "{:?}", w.findings[0]);
     // without the NIXL lines the first fix is the peer-memory module
     let b = run(&[(
         "plain.log",
