@@ -121,7 +121,9 @@ pub fn words() -> Vec<String> {
     names().words.iter().map(|w| w.to_string()).collect()
 }
 
-fn named(s: &str) -> Option<i32> {
+/// The errno a line names by its symbolic name (`EFAULT`, a word of its own) or its strerror text
+/// (`Bad address`), without the numeric forms [`find`] also reads.
+pub fn named(s: &str) -> Option<i32> {
     let n = names();
     let b = s.as_bytes();
     let mut best: Option<(usize, i32)> = None;

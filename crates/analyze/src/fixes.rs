@@ -80,6 +80,11 @@ pub fn access() -> Vec<String> {
     ])
 }
 
+/// The transfer library itself has no GPU memory support (NIXL over UCX without CUDA/ROCm).
+pub fn gpu_stack() -> String {
+    "give UCX its GPU support first: `ucx_info -d | grep -i -e cuda -e rocm` must list the cuda/rocm memory domains; UCX_TLS must include cuda_copy (and cuda_ipc) or be unset; a wheel that bundles UCX modules needs UCX_MODULE_DIR pointed at them; a UCX built without CUDA/ROCm must be replaced".into()
+}
+
 pub fn version() -> Vec<String> {
     v(&[
         "use one RDMA stack per node: either the distribution's inbox driver with its rdma-core, or MLNX_OFED's kernel modules with MLNX_OFED's user space (`ibv_devinfo -v`, `modinfo mlx5_core | head`, `dpkg -l | grep -e rdma-core -e ibverbs`)",

@@ -61,6 +61,14 @@ pub(super) fn gpu_peer_memory<'a>(v: &View<'a>) -> Cand<'a> {
             Some(e),
         );
     }
+    let no_gpu_stack = v.flag(Flag::GpuSupportMissing);
+    if let Some(e) = no_gpu_stack {
+        c.add(
+            2.0,
+            "The transfer library has no GPU memory support here (UCX without CUDA/ROCm memory types): it takes GPU buffers for host memory and their registration is refused before the NIC sees them.",
+            Some(e),
+        );
+    }
     if let Some(e) = v.flag(Flag::GpuDmabufUnavailable) {
         c.add(
             0.5,
@@ -151,6 +159,9 @@ pub(super) fn gpu_peer_memory<'a>(v: &View<'a>) -> Cand<'a> {
         fixes::GpuVendor::Nvidia
     };
     c.fixes = fixes::gpu_peer_memory(p, vendor, efault);
+    if no_gpu_stack.is_some() {
+        c.fixes.insert(0, fixes::gpu_stack());
+    }
     c.retry = Some("va-to-dmabuf,bounce");
     c
 }

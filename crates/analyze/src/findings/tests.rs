@@ -245,3 +245,29 @@ fn a_refused_gpu_pin_also_points_at_the_driver_and_kernel() {
         a.findings.iter().map(|f| &f.explanation).collect::<Vec<_>>()
     );
 }
+
+/// A transfer library without GPU memory support (NIXL over a UCX without CUDA) is named as such:
+/// GPU memory first, and the first fix is the library's GPU support, not a peer-memory module.
+#[test]
+fn a_stack_without_gpu_support_is_named_with_its_fix() {
+    let log = "W1201 10:00:00.000001 4242 ucx_utils.cpp:713] ucx context 0x5555: 8 NVIDIA GPU(s) were detected, but UCX CUDA support was not found! GPU memory is not supported.\n\
+E1201 10:00:01.000001 4242 ucx_utils.cpp:661] ucx context 0x5555: VRAM memory is detected as host by UCX. UCX is likely not configured with CUDA/ROCm support. VRAM registration cannot proceed.\n\
+E1201 10:00:01.000002 4242 nixl_agent.cpp:470] registerMem: registration failed for the specified or all potential backends\n";
+    let a = run(&[("nixl.log", log)]);
+    assert_eq!(cats(&a).first(), Some(&"gpu-peer-memory"), "{:?}", cats(&a));
+    let f = &a.findings[0];
+    assert_eq!(f.basis, "evidence");
+    assert!(f.fixes[0].contains("UCX_TLS") && f.fixes[0].contains("ucx_info"), "{:?}", f.fixes);
+    assert!(f.explanation.contains("no GPU memory support"), "{}", f.explanation);
+    // the agent's summary line is a layer of the same failure, also when the VRAM message was wrapped
+    assert_eq!(f.count, 1, "{:?}", f);
+    let wrapped = "E ucx_utils.cpp:592  VRAM memory is detected as host by UCX.\n                     UCX is likely not configured with CUDA support.\n                     VRAM registration cannot proceed.\nE nixl_agent.cpp:470 registerMem: registration failed for the specified or all potential backends\n";
+    let w = run(&[("wrapped.log", wrapped)]);
+    assert_eq!(w.findings[0].count, 1, "{:?}", w.findings[0]);
+    // without the NIXL lines the first fix is the peer-memory module
+    let b = run(&[(
+        "plain.log",
+        "E1201 10:00:00 1 rdma_context.cpp:198] Failed to register memory 0x7f0000000000: Bad address [14] (VRAM)\n",
+    )]);
+    assert!(!b.findings[0].fixes[0].contains("UCX_TLS"), "{:?}", b.findings[0].fixes);
+}

@@ -265,7 +265,9 @@ pub fn recognise(body: &str) -> Option<RegEv> {
         return None;
     }
     let lower = body.to_ascii_lowercase();
-    if !mentions_lower(&lower) || !has_failure_word(&lower) {
+    // a failure word, or an errno named in words ("got an errno `EFAULT`", "returns Bad address"):
+    // reports quote the errno of a failed call without saying "failed"
+    if !mentions_lower(&lower) || !(has_failure_word(&lower) || errno::named(body).is_some()) {
         return None;
     }
     // a count of failures ("0 failures") is a summary, not a failure
@@ -396,6 +398,23 @@ mod tests {
             "MRSHIM INFO summary: 3 calls (ibv_reg_mr 3), 0 failures, 0 probes",
             "ibv_reg_mr returned an MR",
         ] {
+            assert!(recognise(s).is_none(), "{s}");
+        }
+    }
+
+    /// Reports quote a failed call's errno without a failure word: the errno named in words (its
+    /// symbolic name or strerror text) makes the line a failure; a number alone does not.
+    #[test]
+    fn an_errno_named_in_words_is_a_failure() {
+        for (s, e) in [
+            ("I try to register `buf` using `ibv_reg_mr`, but got an errno `EFAULT`.", 14),
+            ("ibv_reg_mr returns EINVAL for this buffer", 22),
+            ("registering the memory region gives Cannot allocate memory", 12),
+        ] {
+            let ev = recognise(s).unwrap_or_else(|| panic!("not recognised: {s}"));
+            assert_eq!(ev.errno, Some(e), "{s}");
+        }
+        for s in ["ibv_reg_mr(pd, buf, 4096, 0xf) returned 0x55d0c0de10", "ibv_reg_mr with errno checking enabled"] {
             assert!(recognise(s).is_none(), "{s}");
         }
     }

@@ -495,6 +495,8 @@ pub fn flag_named(name: &str) -> Option<Flag> {
         "dmabuf-unsupported" => Flag::DmabufUnsupported,
         "p2p-pin-fail" => Flag::P2pPinFail,
         "peermem-missing" => Flag::PeermemMissing,
+        "gpu-dmabuf-unavailable" => Flag::GpuDmabufUnavailable,
+        "gpu-support-missing" => Flag::GpuSupportMissing,
         _ => return None,
     })
 }
