@@ -9,10 +9,11 @@ use std::process::Command;
 /// found after the rules were written (`new`, held out too). Rules come from the stacks' sources and the
 /// training half; the test fails below the levels measured on the held-out reports (docs/analyze.md):
 /// top-1 where the log holds the cause, and top-3 over all.
-/// Measured 2026-12-06 16:29 UTC (branch a5): 18/18 and 32/34 (94.1 %), after rules prompted by four
-/// held-out misses (see docs/analyze.md) and two reports found after those rules (1 of 2 in the top 3).
-const MIN_HELD_TOP1_IN_LOG: f64 = 1.0; // 18/18
-const MIN_HELD_TOP3: f64 = 32.0 / 34.0;
+/// Measured 2026-12-06 16:29 UTC (branch a5): 18/18 and 32/34 (94.1 %). Lowered in session 5 (branch e6b)
+/// because the held-out set grew by blind reports whose cause is not in their output (cirrus-kv-87,
+/// sos-524 miss the top 3): 19/19 and 36/40 (90.0 %) after rules from the stacks' sources (docs/analyze.md).
+const MIN_HELD_TOP1_IN_LOG: f64 = 1.0; // 19/19
+const MIN_HELD_TOP3: f64 = 36.0 / 40.0;
 /// Held-out reports analyze does not recognise at all (exit 0/2, "nothing recognised"): counted as
 /// misses in the scores above, exempt only from the exit-code check. Empty since session 4 (NVSHMEM's
 /// transport-skip line and NIXL's Python exception are read now).

@@ -163,6 +163,9 @@ pub enum Flag {
     /// The program says it will ask for IBV_ACCESS_RELAXED_ORDERING (Mooncake's "[RDMA TENT] ...
     /// IBV_ACCESS_RELAXED_ORDERING will be enabled", and the like).
     RoRequested,
+    /// The memory to be registered could not be allocated at all (perftest's hugepage / SysV shm /
+    /// work-buffer allocation): the MR failed before any registration call.
+    BufferAllocFail,
 }
 
 #[derive(Debug, Clone)]
