@@ -402,6 +402,15 @@ fn fabric_families_from_the_sources() {
     );
     // "failed to create mr" without the allocation message is a failure of unknown cause, not resources
     assert_ne!(first("failed to create mr\nFailed to create MR\n").0, "resource-exhaustion");
+    // EFA's RxR layer repeats the core registration with the length it asked for: once, and 0 is empty
+    let rxr = "libfabric:5464:efa:mr:efa_mr_reg():267<warn> Unable to register MR: Invalid argument\nlibfabric:5464:efa:mr:rxr_mr_regattr():169<warn> Unable to register MR buf (Invalid argument): 0x7ffc94c94c40 len: 0\n";
+    assert_eq!(first(rxr), ("address-invalid".into(), serde_json::json!("EINVAL"), 1));
+    // PSM3's UD buffer pool (host memory) registration
+    let (c, v) = one("n7:rank3.a.out: Unable to alloc send buffer MR on mlx5_0: Cannot allocate memory\n");
+    assert_eq!(
+        (c, v["findings"][0]["calls"][0].as_str(), v["findings"][0]["errno"].as_str()),
+        (1, Some("ibv_reg_mr"), Some("ENOMEM"))
+    );
     // words: a librdmacm helper failing on a PROT_READ mapping
     let prose = "The buffer comes from mmap with PROT_READ and rdma_reg_msgs returns an error every time.\n";
     assert_eq!(first(prose).0, "access-flags");
