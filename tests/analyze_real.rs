@@ -10,14 +10,18 @@ use std::process::Command;
 /// training half; the test fails below the levels measured on the held-out reports (docs/analyze.md):
 /// top-1 where the log holds the cause, and top-3 over all.
 /// Measured 2026-12-06 16:29 UTC (branch a5): 18/18 and 32/34 (94.1 %). Lowered in session 5 (branch e6b)
-/// because the held-out set grew by blind reports whose cause is not in their output (cirrus-kv-87,
-/// sos-524 miss the top 3): 19/19 and 36/40 (90.0 %) after rules from the stacks' sources (docs/analyze.md).
-const MIN_HELD_TOP1_IN_LOG: f64 = 1.0; // 19/19
-const MIN_HELD_TOP3: f64 = 36.0 / 40.0;
+/// because the held-out set grew by blind reports scored once and left as they scored (docs/analyze.md):
+/// 19/20 and 37/44 (84.1 %) at 19:10 UTC — cirrus-kv-87, sos-524 (causes not in their output) and three
+/// round-3 reports analyze does not recognise miss the top 3; charm-1523 (a 0-byte registration told in
+/// words) is the one where the log holds the cause.
+const MIN_HELD_TOP1_IN_LOG: f64 = 19.0 / 20.0;
+const MIN_HELD_TOP3: f64 = 37.0 / 44.0;
 /// Held-out reports analyze does not recognise at all (exit 0/2, "nothing recognised"): counted as
-/// misses in the scores above, exempt only from the exit-code check. Empty since session 4 (NVSHMEM's
-/// transport-skip line and NIXL's Python exception are read now).
-const UNRECOGNISED: &[&str] = &[];
+/// misses in the scores above, exempt only from the exit-code check. Empty after session 4; session 5's
+/// blind round 3 left three: a segfault trace with no registration line (charm-1042), a 0-byte
+/// registration told in words around quoted code (charm-1523), GNI's fi_enable -28 (mercury-241).
+const UNRECOGNISED: &[&str] =
+    &["charm-1042-verbs-out-of-mrs.log", "charm-1523-zero-byte-rdma-mr.log", "mercury-241-gni-ndreg-entries.log"];
 /// The training half is not allowed to fall below its own level either.
 const MIN_TRAIN_TOP1_IN_LOG: f64 = 1.0;
 const MIN_TRAIN_TOP3: f64 = 0.94;
