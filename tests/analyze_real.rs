@@ -13,15 +13,23 @@ use std::process::Command;
 /// because the held-out set grew by blind reports scored once and left as they scored (docs/analyze.md):
 /// 19/20 and 37/44 (84.1 %) at 19:10 UTC — cirrus-kv-87, sos-524 (causes not in their output) and three
 /// round-3 reports analyze does not recognise miss the top 3; charm-1523 (a 0-byte registration told in
-/// words) is the one where the log holds the cause.
-const MIN_HELD_TOP1_IN_LOG: f64 = 19.0 / 20.0;
-const MIN_HELD_TOP3: f64 = 37.0 / 44.0;
+/// words) is the one where the log holds the cause. Round 4 (two more blind reports, 19:14 UTC, no rule
+/// changed) lowered them again to 19/21 and 37/46 (80.4 %): arkouda-271 (Chapel's ugni region-table
+/// warning, cause in the log) is not recognised, ucx-10371 (a UCX fragment-type bug) ranks only
+/// gpu-peer-memory.
+const MIN_HELD_TOP1_IN_LOG: f64 = 19.0 / 21.0;
+const MIN_HELD_TOP3: f64 = 37.0 / 46.0;
 /// Held-out reports analyze does not recognise at all (exit 0/2, "nothing recognised"): counted as
 /// misses in the scores above, exempt only from the exit-code check. Empty after session 4; session 5's
 /// blind round 3 left three: a segfault trace with no registration line (charm-1042), a 0-byte
-/// registration told in words around quoted code (charm-1523), GNI's fi_enable -28 (mercury-241).
-const UNRECOGNISED: &[&str] =
-    &["charm-1042-verbs-out-of-mrs.log", "charm-1523-zero-byte-rdma-mr.log", "mercury-241-gni-ndreg-entries.log"];
+/// registration told in words around quoted code (charm-1523), GNI's fi_enable -28 (mercury-241); round 4
+/// one more: a runtime's own "no more registered memory region table entries" warning (arkouda-271).
+const UNRECOGNISED: &[&str] = &[
+    "charm-1042-verbs-out-of-mrs.log",
+    "charm-1523-zero-byte-rdma-mr.log",
+    "mercury-241-gni-ndreg-entries.log",
+    "arkouda-271-ugni-mem-region-table.log",
+];
 /// The training half is not allowed to fall below its own level either.
 const MIN_TRAIN_TOP1_IN_LOG: f64 = 1.0;
 const MIN_TRAIN_TOP3: f64 = 0.94;
