@@ -368,3 +368,52 @@ fn known_issues_table_and_user_extension() {
     assert_eq!(v["findings"][0]["category"], "version-mismatch", "{v}");
     assert_eq!(v["findings"][0]["known_issue"]["id"], "site-42");
 }
+
+/// Message families read from the stacks' sources (issue 29, session 5): libfabric EFA prints the
+/// errno of an internal error on the line before `EFA internal error: (4112) ...` (efa_base_ep.c),
+/// perftest's buffer allocation fails before any registration (host_memory.c, then create_mr's
+/// "failed to create mr"), librdmacm's helpers register with LOCAL_WRITE (rdma_verbs.h) so a
+/// read-only mapping named next to them is the memory they failed on.
+#[test]
+fn fabric_families_from_the_sources() {
+    let first = |text: &str| {
+        let (c, v) = one(text);
+        assert_eq!(c, 1, "{text}");
+        let f = &v["findings"][0];
+        (f["category"].as_str().unwrap().to_string(), f["errno"].clone(), f["count"].as_u64().unwrap())
+    };
+    // the errno comes from the line before; one failure; locked memory first for ENOMEM on host memory
+    let efa = "Libfabric EFA provider has encountered an internal error:\n\nLibfabric error: (-12) Cannot allocate memory\nEFA internal error: (4112) Failure to post internal receive buffers\n\nYour application will now abort().\n";
+    assert_eq!(first(efa), ("memlock-limit".into(), serde_json::json!("ENOMEM"), 1));
+    // the pool's own warning and the internal error are one failure
+    let efa_log = "libfabric:77:1745000000::efa:cq:efa_rdm_ep_grow_rx_pools():921<warn> cannot allocate memory for EFA's RX packet pool. error: Cannot allocate memory\nLibfabric error: (-12) Cannot allocate memory\nEFA internal error: (4112) Failure to post internal receive buffers\n";
+    assert_eq!(first(efa_log).2, 1);
+    // an errno printed far before is not this failure's
+    let far = format!("Libfabric error: (-12) Cannot allocate memory\n{}EFA internal error: (4112) Failure to post internal receive buffers\n", "x\n".repeat(5));
+    assert_eq!(first(&far).1, serde_json::Value::Null);
+    // perftest: the hugepage buffer was never allocated; no registration, one failure, resources first
+    let perf = "Failed to allocate hugepages. Please configure hugepages\nFailed to allocate hugepage region.\nfailed to create mr\nFailed to create MR\nCouldn't create IB resources\n";
+    assert_eq!(first(perf), ("resource-exhaustion".into(), serde_json::Value::Null, 1));
+    // the registration itself failing stays a registration failure, counted once
+    let (c, v) = one("Couldn't allocate MR\nfailed to create mr\nFailed to create MR\n");
+    assert_eq!(
+        (c, v["findings"][0]["count"].as_u64(), v["findings"][0]["calls"][0].as_str()),
+        (1, Some(1), Some("ibv_reg_mr"))
+    );
+    // "failed to create mr" without the allocation message is a failure of unknown cause, not resources
+    assert_ne!(first("failed to create mr\nFailed to create MR\n").0, "resource-exhaustion");
+    // EFA's RxR layer repeats the core registration with the length it asked for: once, and 0 is empty
+    let rxr = "libfabric:5464:efa:mr:efa_mr_reg():267<warn> Unable to register MR: Invalid argument\nlibfabric:5464:efa:mr:rxr_mr_regattr():169<warn> Unable to register MR buf (Invalid argument): 0x7ffc94c94c40 len: 0\n";
+    assert_eq!(first(rxr), ("address-invalid".into(), serde_json::json!("EINVAL"), 1));
+    // PSM3's UD buffer pool (host memory) registration
+    let (c, v) = one("n7:rank3.a.out: Unable to alloc send buffer MR on mlx5_0: Cannot allocate memory\n");
+    assert_eq!(
+        (c, v["findings"][0]["calls"][0].as_str(), v["findings"][0]["errno"].as_str()),
+        (1, Some("ibv_reg_mr"), Some("ENOMEM"))
+    );
+    // words: a librdmacm helper failing on a PROT_READ mapping
+    let prose = "The buffer comes from mmap with PROT_READ and rdma_reg_msgs returns an error every time.\n";
+    assert_eq!(first(prose).0, "access-flags");
+    // the same helper on writable memory is not called an access problem first
+    assert_ne!(first("rdma_reg_msgs returns an error every time.\n").0, "access-flags");
+}

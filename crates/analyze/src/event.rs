@@ -167,6 +167,9 @@ pub enum Flag {
     /// types — built without them, its cuda modules not found, or UCX_TLS without cuda_copy), so GPU
     /// buffers are taken for host memory and their registration is refused.
     GpuSupportMissing,
+    /// The memory to be registered could not be allocated at all (perftest's hugepage / SysV shm /
+    /// work-buffer allocation): the MR failed before any registration call.
+    BufferAllocFail,
 }
 
 #[derive(Debug, Clone)]

@@ -263,6 +263,9 @@ pub(super) fn resource_exhaustion<'a>(v: &View<'a>) -> Cand<'a> {
     if let Some(e) = mr_size {
         c.add(3.0, "A buffer was larger than the device's max_mr_size: one memory region cannot cover it; register it in several MRs.", Some(e));
     }
+    if let Some(e) = v.flag(Flag::BufferAllocFail) {
+        c.add(3.0, "The memory to register could not be allocated at all (hugepages, SysV shared memory or the work buffer): the MR failed before any registration — check HugePages_Free, kernel.shmmni / shmmax and free memory, or run without hugepages.", Some(e));
+    }
     if let Some(e) = v.flag(Flag::MkeyLimit) {
         c.add(3.0, "The mlx5 firmware refused to create more memory keys (CREATE_MKEY: limits exceeded): the NIC's MR/mkey resources are exhausted.", Some(e));
     }

@@ -47,6 +47,9 @@ pub struct FileCtx {
     pub gen_pending_final: bool,
     /// Inside a Python traceback (its frames so far).
     pub pytrace: Option<pytrace::PyTrace>,
+    /// An errno a vocabulary line printed for the failure line that follows it (libfabric EFA's
+    /// `Libfabric error: (-12) ...` before its `EFA internal error: ...`), with its line number.
+    pub vocab_errno: Option<(u64, i32)>,
 }
 
 /// The registration entry points mrshim knows.
@@ -55,6 +58,19 @@ pub fn is_reg_call(name: &str) -> bool {
         name,
         "ibv_reg_mr" | "ibv_reg_mr_iova" | "ibv_reg_mr_iova2" | "ibv_reg_dmabuf_mr" | "ibv_exp_reg_mr" | "ibv_rereg_mr"
     )
+}
+
+/// librdmacm's registration helpers and the access each asks ibv_reg_mr for (include/rdma/rdma_verbs.h:
+/// rdma_reg_msgs = LOCAL_WRITE, rdma_reg_read = LOCAL_WRITE|REMOTE_READ, rdma_reg_write =
+/// LOCAL_WRITE|REMOTE_WRITE).
+pub fn rdmacm_reg_access(name: &str) -> Option<u32> {
+    use mrshim_access::{LOCAL_WRITE, REMOTE_READ, REMOTE_WRITE};
+    match name {
+        "rdma_reg_msgs" => Some(LOCAL_WRITE),
+        "rdma_reg_read" => Some(LOCAL_WRITE | REMOTE_READ),
+        "rdma_reg_write" => Some(LOCAL_WRITE | REMOTE_WRITE),
+        _ => None,
+    }
 }
 
 /// The first registration entry point named in `s`.
@@ -158,6 +174,10 @@ const NEEDLES: &[&str] = &[
     "mkey",
     "mem_map",
     "RELAXED_ORDERING",
+    "EFA internal error",
+    "hugepage",
+    "HOST_MEMORY",
+    "work buf",
 ];
 
 impl Default for Parser {

@@ -1,4 +1,5 @@
 //! perftest (ib_write_bw & co.): "Couldn't allocate MR" (with "error=N" or a following "ERRNO:" line),
+//! "failed to create mr" alone (the buffer could not be allocated, no registration was made),
 //! GPU buffers (--use_cuda / --use_rocm), "PCIe relax order", and the result table as success.
 use super::FileCtx;
 use crate::errno;
@@ -20,11 +21,31 @@ pub fn parse(line: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Ev
         }
         return true;
     }
-    if t == "failed to create mr" || t == "Failed to create MR" {
+    if t == "Failed to create MR" {
+        return true;
+    }
+    let host = ctx.host.clone();
+    let mem =
+        ctx.gpu_buffer.map(|_| MemKind::Device).or_else(|| ctx.device_hint.and_then(|d| d.then_some(MemKind::Device)));
+    if t == "failed to create mr" {
+        // create_mr (src/perftest_resources.c) prints this whenever create_single_mr fails: after its
+        // own "Couldn't allocate MR" line (the registration, held above), or alone when the buffer
+        // could not even be allocated (host_memory.c / cuda_memory.c print why): the MR failed
+        // before any registration call, with no errno
+        if ctx.perf_pending.is_none() {
+            ctx.perf_pending = Some(RegEv {
+                lib: Some(Lib::Perftest),
+                host,
+                call: "create mr".into(),
+                mem,
+                length: ctx.gpu_buffer,
+                evid: Some((lineno, line.to_string())),
+                ..Default::default()
+            });
+        }
         return true;
     }
     flush(ctx, emit);
-    let host = ctx.host.clone();
     if t.starts_with("Couldn't allocate MR")
         || t.starts_with("Couldn't create MR")
         || t.starts_with("Couldn't register MR")
@@ -35,10 +56,7 @@ pub fn parse(line: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Ev
             host,
             call: if ctx.dmabuf { "ibv_reg_dmabuf_mr".into() } else { "ibv_reg_mr".into() },
             errno: errno::find(t),
-            mem: ctx
-                .gpu_buffer
-                .map(|_| MemKind::Device)
-                .or_else(|| ctx.device_hint.and_then(|d| d.then_some(MemKind::Device))),
+            mem,
             length: ctx.gpu_buffer,
             relaxed: ctx.perf_ro,
             evid: Some((lineno, line.to_string())),

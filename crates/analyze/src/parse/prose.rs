@@ -4,6 +4,7 @@
 use super::FileCtx;
 use crate::errno;
 use crate::event::{Event, Fact, Flag, Lib, RegEv};
+use mrshim_record::MemKind;
 
 const OK_WORDS: [&str; 10] =
     ["works", "passed", "passes", "succeeded", "#wrong 0", "跑通", "通过", "正常", "成功", "fine"];
@@ -17,22 +18,41 @@ pub fn sentences(line: &str) -> impl Iterator<Item = &str> {
     line.split(['。', '；', '！', '？', '!', '?']).flat_map(|s| s.split(". ")).filter(|s| !s.trim().is_empty())
 }
 
+/// Words saying the memory is a read-only mapping (`PROT_READ` without `PROT_WRITE`, "read-only").
+fn says_readonly(line: &str) -> bool {
+    let l = line.to_ascii_lowercase();
+    (line.contains("PROT_READ") && !line.contains("PROT_WRITE"))
+        || ["read-only", "read only", "readonly"].iter().any(|w| l.contains(w))
+}
+
+/// The registration entry points a sentence can name: verbs' ibv_reg_*, librdmacm's rdma_reg_*.
+fn reg_calls(s: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    for stem in ["ibv_reg_", "rdma_reg_"] {
+        let mut from = 0;
+        while let Some(i) = s[from..].find(stem) {
+            let at = from + i;
+            let name: String = s[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            from = at + name.len();
+            if super::is_reg_call(&name) || super::rdmacm_reg_access(&name).is_some() {
+                out.push((at, name));
+            }
+        }
+    }
+    out
+}
+
 pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool {
     let mut hit = false;
     let host = ctx.host.clone();
     let mut seen: Vec<(String, Option<i32>)> = Vec::new();
+    // a read-only mapping named anywhere on the line is the memory its failures registered
+    let readonly = says_readonly(line).then_some(MemKind::FileReadonly);
     for s in sentences(line) {
         let fact = |f: Flag| Event::Fact { lib: Lib::Text, host: host.clone(), pid: None, fact: Fact::Flag(f) };
         let lower = s.to_ascii_lowercase();
         // quoted failures: every call named next to a failure word
-        let mut from = 0;
-        while let Some(i) = s[from..].find("ibv_reg_") {
-            let at = from + i;
-            let name: String = s[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
-            from = at + name.len();
-            if !super::is_reg_call(&name) {
-                continue;
-            }
+        for (at, name) in reg_calls(s) {
             let window: String = s[at..].chars().take(90).collect();
             if any(&window, &["fail", "失败", "return -", "returned -", "error"]) {
                 let e = errno::find(&window);
@@ -41,8 +61,10 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
                     emit(Event::Reg(RegEv {
                         lib: Some(Lib::Text),
                         host: host.clone(),
+                        access: super::rdmacm_reg_access(&name),
                         call: name,
                         errno: e,
+                        mem: readonly,
                         ..Default::default()
                     }));
                 }

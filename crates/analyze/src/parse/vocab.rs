@@ -60,6 +60,14 @@ pub struct Entry {
     /// A layer that is also a failure when nothing failed just before it.
     #[serde(default = "yes")]
     pub alone: bool,
+    /// A fact whose errno belongs to the failure line printed just after it (libfabric EFA prints
+    /// `Libfabric error: (%zd) %s` on the line before its `EFA internal error: ...`).
+    #[serde(default)]
+    pub errno_next: bool,
+    /// A fact that is the whole line: no other parser reads it (perftest's "Failed to attach shared
+    /// memory region" is an allocation, not a failed registration).
+    #[serde(default)]
+    pub whole: bool,
     pub category: String,
     pub means: String,
     /// A line written from the format string (tests).
@@ -497,6 +505,7 @@ pub fn flag_named(name: &str) -> Option<Flag> {
         "peermem-missing" => Flag::PeermemMissing,
         "gpu-dmabuf-unavailable" => Flag::GpuDmabufUnavailable,
         "gpu-support-missing" => Flag::GpuSupportMissing,
+        "buffer-alloc-fail" => Flag::BufferAllocFail,
         _ => return None,
     })
 }
@@ -544,6 +553,7 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
     let (host, pid) = origin(f, body);
     let host = host.map(String::from).or_else(|| ctx.host.clone());
     let mut owned = false;
+    let mut whole = false;
     let mut chosen = None;
     for (i, fields) in hits {
         let e = &v.entries[i];
@@ -559,12 +569,16 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
             for fl in e.flags.iter().filter_map(|n| flag_named(n)) {
                 emit(Event::fact(lib, host.as_deref(), pid, Fact::Flag(fl)));
             }
+            if e.errno_next {
+                ctx.vocab_errno = fields.errno.map(|n| (lineno, n));
+            }
+            whole |= e.whole;
         } else if chosen.is_none() {
             chosen = Some((i, fields));
         }
     }
     // the owner parses this line (facts on it were emitted above)
-    let Some((i, fields)) = chosen.filter(|_| !owned) else { return false };
+    let Some((i, fields)) = chosen.filter(|_| !owned) else { return whole && !owned };
     let e = &v.entries[i];
     let lib = e.lib.as_deref().and_then(lib_named).or_else(|| generic::lib_hint(body)).or(ctx.lib_hint);
     let zero = fields.length == Some(0);
@@ -600,6 +614,8 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
     for fl in &flags {
         emit(Event::fact(lib.unwrap_or(Lib::Text), host.as_deref(), pid, Fact::Flag(*fl)));
     }
+    // an errno the line before printed for this failure
+    let carried = ctx.vocab_errno.take().filter(|(at, _)| lineno <= at + LAYER_REACH).map(|(_, n)| n);
     let ev = RegEv {
         lib,
         host,
@@ -607,7 +623,7 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
         rank: f.rank,
         call: fields.call.clone().or_else(|| e.call.clone()).unwrap_or_else(|| "register memory".into()),
         ok: false,
-        errno: fields.errno.or(e.errno).or(if zero { Some(errno::EINVAL) } else { None }),
+        errno: fields.errno.or(e.errno).or(carried).or(if zero { Some(errno::EINVAL) } else { None }),
         mem,
         access: fields.access,
         length: fields.length,
