@@ -178,7 +178,7 @@ pub fn send_sges(ctx: usize, qpn: u32, wr_id: u64, read: bool, built: bool, sges
         return Some(STATE.pending_read.read(qpn, wr_id, rs, built));
     }
     for (reg, off, n) in &rs {
-        reg.to_shadow(*off, *n);
+        reg.sending(*off, *n);
     }
     STATE.pending_read.posted(qpn, wr_id, built)
 }

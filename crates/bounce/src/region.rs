@@ -245,10 +245,31 @@ impl Region {
     /// application's new bytes and the shadow the old ones, which another thread's sync would
     /// take for a peer's write and copy back over the application's buffer.
     pub(crate) fn to_shadow(&self, off: u64, n: usize) {
-        let _one_at_a_time = self.maps.sync.lock();
+        self.copy_to_shadow(off, n, false);
+    }
+    /// [`Self::to_shadow`] for a post that sends [off, off+n) (a local SGE of a SEND, WRITE or
+    /// atomic).
+    ///
+    /// Where the shadow differs from the baseline there, a peer wrote bytes no sync has brought
+    /// to the application yet (no completion this process polled announced them): the
+    /// application's bytes, which the post sends, replace them, so the peer's write is lost — a
+    /// violation, reported ([`Self::report_overwritten`]) instead of silent.
+    pub(crate) fn sending(&self, off: u64, n: usize) {
+        self.copy_to_shadow(off, n, true);
+    }
+    /// `check`: count the bytes where the shadow differs from the baseline before they are
+    /// replaced (not at the first copy, and not where a READ that never comes had made them
+    /// differ).
+    fn copy_to_shadow(&self, off: u64, n: usize, check: bool) {
+        let guard = self.maps.sync.lock();
         let own = self.own();
         let holes = self.holes(&own, off as usize, n, false, true);
+        let mut lost = Conflict::default();
         self.through_baseline(&own, off, n, &holes, |ba, sh, app, k| {
+            if let (Some(ba), true) = (ba, check) {
+                // SAFETY: both mappings cover the region; [ba, ba+k) and [sh, sh+k) are within it.
+                lost.add(ba - own.baseline, unsafe { differing(sh as *const u8, ba as *const u8, k) });
+            }
             let dst = ba.unwrap_or(sh);
             // SAFETY: [app, app+k) is within the region: the shadow (or baseline) mapping and the
             // application's buffer it was prepared for both cover it.
@@ -260,6 +281,24 @@ impl Region {
                 unsafe { std::ptr::copy_nonoverlapping(ba as *const u8, sh as *mut u8, k) };
             }
         });
+        drop(guard);
+        self.report_overwritten(lost);
+    }
+    /// Peer bytes [`Self::to_shadow`] replaced before any sync delivered them.
+    fn report_overwritten(&self, c: Conflict) {
+        if c.bytes == 0 {
+            return;
+        }
+        mrshim_core::violation::report(
+            "unannounced_write",
+            &format!(
+                "{} bytes a peer wrote to the bounce region at {:#x} (length {}, first at offset {}) had reached \
+                 the application through no completion it polled when it posted a send from them: the application's \
+                 bytes were sent and the peer's are lost; a peer's write must be announced (a completion polled) \
+                 before the application sends from the same bytes, or the buffer registered directly",
+                c.bytes, self.app, self.len, c.first
+            ),
+        );
     }
     /// An RDMA READ (or a fetching atomic) into [off, off+n) was posted: the NIC writes the
     /// shadow there and its completion brings the bytes over. What the application holds there
@@ -749,6 +788,21 @@ unsafe fn take_run(v: &View, now: *const u8, a: usize, b: usize) -> (usize, usiz
         std::ptr::copy_nonoverlapping(std::hint::black_box(ba as *const u8), sh, b - a);
     }
     (0, 0)
+}
+
+/// How many of the `k` bytes at `x` and `y` differ, and the offset of the first (0 when none):
+/// the equal case, the common one, is one `memcmp`.
+///
+/// # Safety
+/// `x` and `y` are readable for `k` bytes.
+unsafe fn differing(x: *const u8, y: *const u8, k: usize) -> (usize, usize) {
+    // SAFETY: the caller's contract; only read.
+    let (x, y) = unsafe { (std::slice::from_raw_parts(x, k), std::slice::from_raw_parts(y, k)) };
+    if x == y {
+        return (0, 0);
+    }
+    let first = x.iter().zip(y).position(|(a, b)| a != b).unwrap_or(0);
+    (x[first..].iter().zip(&y[first..]).filter(|(a, b)| a != b).count(), first)
 }
 
 /// The runs in [a, b) where `now` (the extent's bytes, application or shadow) differs from its

@@ -901,6 +901,30 @@ fn an_undelivered_peer_write_is_a_violation_at_deregistration() {
     assert_eq!(mrshim_core::violation::count(), before + 1, "reported");
 }
 
+/// Issue 28, item 3: a peer's write that nothing announced yet, to bytes the application then
+/// sends from: the SEND carries the application's bytes and the peer's are lost — reported as a
+/// violation when the send copies over them, not silent (checker soak seed 5000246).
+#[test]
+fn a_send_over_an_undelivered_peer_write_is_a_violation() {
+    let _one = serial();
+    let ctx = 0x12_0000;
+    let slots = with_context(ctx);
+    let mut app = vec![0x11u8; 8192];
+    let sh = live_region(&slots, &mut app, LOCAL_WRITE | REMOTE_WRITE, ctx, 0x1201, 0x12100);
+    let before = mrshim_core::violation::count();
+    live::send_sges(ctx, 7, 1, false, false, &[sge(app[100..].as_ptr(), 100, 0x1201)]);
+    assert_eq!(mrshim_core::violation::count(), before, "no peer write: no violation");
+    // SAFETY: the live shadow: a peer's RDMA WRITE that no completion announced.
+    unsafe { std::ptr::write_bytes((sh + 5000) as *mut u8, 0x3c, 10) };
+    live::send_sges(ctx, 7, 2, false, false, &[sge(app[100..].as_ptr(), 100, 0x1201)]);
+    assert_eq!(mrshim_core::violation::count(), before, "a send elsewhere leaves the peer's bytes alone");
+    live::send_sges(ctx, 7, 3, false, false, &[sge(app[4990..].as_ptr(), 100, 0x1201)]);
+    assert_eq!(mrshim_core::violation::count(), before + 1, "the send replaced them: reported");
+    // SAFETY: the shadow holds what the SEND carries: the application's bytes.
+    assert_eq!(unsafe { *((sh + 5004) as *const u8) }, 0x11);
+    dereg(&slots, 0x12100, true);
+}
+
 /// The wrappers find each context's and each `ibv_qp_ex`'s own provider ops in O(1) — also with
 /// more of them than the index has slots (colliding keys fall back to the list, never to
 /// another object's ops).
