@@ -454,4 +454,11 @@ fn hpc_runtime_families_from_the_sources() {
     let mercury = "# NA -- Error -- /src/mercury/src/na/na_ofi.c:9521\n # na_ofi_mem_register(): fi_mr_regattr(mr_iov[0].iov_base=0x7f2a1c000000, mr_iov[0].iov_len=1048576, iov_count=1, access=0x300, iface=0, requested_key=0) failed, rc: -28 (No space left on device), mr_reg_count=16384\n# HG -- Error -- /src/mercury/src/mercury_bulk.c:435\n # hg_bulk_create(): NA_Mem_register() failed (NA_NOMEM)\n";
     let (cat, n, call) = first(mercury);
     assert_eq!((n, call.as_str()), (1, "fi_mr_regattr"), "{cat}");
+    // UCC's ucp_mem_map line after UCX's own driver line is the same failure, with UCX's errno
+    let ucx = "[1700000000.000001] [cn07:4321:0]          ib_md.c:309  UCX  ERROR ibv_reg_mr(address=0x7f00a0000000, length=1073741824, access=0xf) failed: Cannot allocate memory\n[1700000000.000002] [cn07:4321:0] tl_ucp_context.c:480  TL_UCP ERROR ucp_mem_map failed with error code: -4\n";
+    let (c, v) = one(ucx);
+    assert_eq!(
+        (c, v["findings"][0]["count"].as_u64(), v["findings"][0]["errno"].as_str()),
+        (1, Some(1), Some("ENOMEM"))
+    );
 }
