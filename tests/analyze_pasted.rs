@@ -35,6 +35,13 @@ fn one(text: &str) -> (i32, serde_json::Value) {
     (c, v)
 }
 
+/// The first finding of `text`, which must be a failure (exit 1).
+fn first_finding(text: &str) -> serde_json::Value {
+    let (c, v) = one(text);
+    assert_eq!(c, 1, "{text}\n{v}");
+    v["findings"][0].clone()
+}
+
 fn cats(v: &serde_json::Value) -> Vec<String> {
     v["findings"].as_array().map(|a| a.iter().map(|f| f["category"].as_str().unwrap().to_string()).collect()).unwrap()
 }
@@ -377,9 +384,7 @@ fn known_issues_table_and_user_extension() {
 #[test]
 fn fabric_families_from_the_sources() {
     let first = |text: &str| {
-        let (c, v) = one(text);
-        assert_eq!(c, 1, "{text}");
-        let f = &v["findings"][0];
+        let f = first_finding(text);
         (f["category"].as_str().unwrap().to_string(), f["errno"].clone(), f["count"].as_u64().unwrap())
     };
     // the errno comes from the line before; one failure; locked memory first for ENOMEM on host memory
@@ -426,9 +431,7 @@ fn fabric_families_from_the_sources() {
 #[test]
 fn hpc_runtime_families_from_the_sources() {
     let first = |text: &str| {
-        let (c, v) = one(text);
-        assert_eq!(c, 1, "{text}\n{v}");
-        let f = &v["findings"][0];
+        let f = first_finding(text);
         (
             f["category"].as_str().unwrap().to_string(),
             f["count"].as_u64().unwrap(),
