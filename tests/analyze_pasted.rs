@@ -35,6 +35,13 @@ fn one(text: &str) -> (i32, serde_json::Value) {
     (c, v)
 }
 
+/// The first finding of `text`, which must be a failure (exit 1).
+fn first_finding(text: &str) -> serde_json::Value {
+    let (c, v) = one(text);
+    assert_eq!(c, 1, "{text}\n{v}");
+    v["findings"][0].clone()
+}
+
 fn cats(v: &serde_json::Value) -> Vec<String> {
     v["findings"].as_array().map(|a| a.iter().map(|f| f["category"].as_str().unwrap().to_string()).collect()).unwrap()
 }
@@ -377,9 +384,7 @@ fn known_issues_table_and_user_extension() {
 #[test]
 fn fabric_families_from_the_sources() {
     let first = |text: &str| {
-        let (c, v) = one(text);
-        assert_eq!(c, 1, "{text}");
-        let f = &v["findings"][0];
+        let f = first_finding(text);
         (f["category"].as_str().unwrap().to_string(), f["errno"].clone(), f["count"].as_u64().unwrap())
     };
     // the errno comes from the line before; one failure; locked memory first for ENOMEM on host memory
@@ -416,4 +421,47 @@ fn fabric_families_from_the_sources() {
     assert_eq!(first(prose).0, "access-flags");
     // the same helper on writable memory is not called an access problem first
     assert_ne!(first("rdma_reg_msgs returns an error every time.\n").0, "access-flags");
+}
+
+/// HPC runtimes' own registration messages (issue 29, session 5, branch v6), composed from their
+/// sources' format strings: Chapel's ugni layer when its region table is full (comm-ugni.c), Charm++'s
+/// gni layer refused for resources (machine-onesided.C, GNI_RC_CHECK), MVAPICH2's vbuf pool
+/// (gen2/vbuf.c), GASNet's AM receive buffers (ibv-conduit/gasnet_core_sndrcv.c), Mercury's NA OFI
+/// registration with the count it had (na_ofi.c). Each is a registration failure with its cause first.
+#[test]
+fn hpc_runtime_families_from_the_sources() {
+    let first = |text: &str| {
+        let f = first_finding(text);
+        (
+            f["category"].as_str().unwrap().to_string(),
+            f["count"].as_u64().unwrap(),
+            f["calls"][0].as_str().unwrap_or("").to_string(),
+        )
+    };
+    // Chapel: the region table is full, then the allocation that needed a region fails
+    let chapel = "executing on node 0 of 8 node(s): nid00012\nwarning: no more registered memory region table entries (max is 2048).\n         Change using CHPL_RT_COMM_UGNI_MAX_MEM_REGIONS.\n<internal>: error: Out of memory allocating \"array elements\"\n";
+    assert_eq!(first(chapel), ("resource-exhaustion".into(), 1, "GNI_MemRegister".into()));
+    // Charm++ over GNI: registration refused with GNI_RC_ERROR_RESOURCE, then the abort banner
+    let charm = "Charm++> Running in non-SMP mode: 64 processes\nCharm++> memory pool registered memory limit: 200000MB, send limit: 100000MB\n[7] Error! Memory registration failed inside LrtsRegisterMemory!; err=GNI_RC_ERROR_RESOURCE\n------------- Processor 7 Exiting: Called CmiAbort ------------\nReason: GNI_RC_CHECK\n";
+    assert_eq!(first(charm), ("resource-exhaustion".into(), 1, "GNI_MemRegister".into()));
+    // MVAPICH2: a vbuf region could not be registered (no errno printed), once per rank that says so
+    let (c, v) = one("[cn01:mpi_rank_3][error_sighandler] Caught error\n[src/mpid/ch3/channels/mrail/src/gen2/vbuf.c 510] Cannot register vbuf region\n");
+    assert_eq!(
+        (c, v["findings"][0]["count"].as_u64(), v["findings"][0]["calls"][0].as_str()),
+        (1, Some(1), Some("ibv_reg_mr"))
+    );
+    // GASNet ibv: the AM receive buffers could not be pinned at start-up
+    let gasnet = "GASNet gasnetc_sndrcv_init returning an error code: GASNET_ERR_RESOURCE (Problem with requested resource)\n  at /opt/GASNet-2023.9.0/ibv-conduit/gasnet_core_sndrcv.c:3311\n  reason: Unable to allocate pinned memory for AM recv buffers\n";
+    assert_eq!(first(gasnet).2, "ibv_reg_mr");
+    // Mercury NA OFI: a provider's registration limit reached after thousands of regions (ENOSPC is a size, not a bad buffer)
+    let mercury = "# NA -- Error -- /src/mercury/src/na/na_ofi.c:9521\n # na_ofi_mem_register(): fi_mr_regattr(mr_iov[0].iov_base=0x7f2a1c000000, mr_iov[0].iov_len=1048576, iov_count=1, access=0x300, iface=0, requested_key=0) failed, rc: -28 (No space left on device), mr_reg_count=16384\n# HG -- Error -- /src/mercury/src/mercury_bulk.c:435\n # hg_bulk_create(): NA_Mem_register() failed (NA_NOMEM)\n";
+    let (cat, n, call) = first(mercury);
+    assert_eq!((n, call.as_str()), (1, "fi_mr_regattr"), "{cat}");
+    // UCC's ucp_mem_map line after UCX's own driver line is the same failure, with UCX's errno
+    let ucx = "[1700000000.000001] [cn07:4321:0]          ib_md.c:309  UCX  ERROR ibv_reg_mr(address=0x7f00a0000000, length=1073741824, access=0xf) failed: Cannot allocate memory\n[1700000000.000002] [cn07:4321:0] tl_ucp_context.c:480  TL_UCP ERROR ucp_mem_map failed with error code: -4\n";
+    let (c, v) = one(ucx);
+    assert_eq!(
+        (c, v["findings"][0]["count"].as_u64(), v["findings"][0]["errno"].as_str()),
+        (1, Some(1), Some("ENOMEM"))
+    );
 }

@@ -15,20 +15,22 @@ use std::process::Command;
 /// 22/25 and 44/54 (81.5 %). Misses where the log holds the cause: gdrcopy-266 (a gdr_map'ed BAR mapping
 /// registered by address, ranked GPU peer memory), charm-1523 (a 0-byte registration told in words),
 /// arkouda-271 (Chapel's ugni region-table warning). The new reports are evidence that the old floors
-/// were optimistic, not a regression: no earlier report lost its rank.
-const MIN_HELD_TOP1_IN_LOG: f64 = 22.0 / 25.0;
-const MIN_HELD_TOP3: f64 = 44.0 / 54.0;
+/// were optimistic, not a regression: no earlier report lost its rank. Raised on branch v6 (2026-12-06
+/// 19:45 UTC) to 23/25 and 45/54: the vocabulary's Chapel ugni entry (read from comm-ugni.c) now ranks
+/// arkouda-271 first, which is therefore no longer blind evidence (docs/analyze.md, "branch v6"). Then two
+/// blind GASNet-EX/Realm reports were added and scored once (20:08 UTC): realm-339 (ENOMEM binding a
+/// 37.7 GB GPU segment, cause in the log) ranked second after memlock, so the floor is what that measures,
+/// 23/26, not a rule tuned to it.
+const MIN_HELD_TOP1_IN_LOG: f64 = 23.0 / 26.0;
+const MIN_HELD_TOP3: f64 = 45.0 / 54.0;
 /// Held-out reports analyze does not recognise at all (exit 0/2, "nothing recognised"): counted as
 /// misses in the scores above, exempt only from the exit-code check. Empty after session 4; session 5's
 /// blind round 3 left three: a segfault trace with no registration line (charm-1042), a 0-byte
 /// registration told in words around quoted code (charm-1523), GNI's fi_enable -28 (mercury-241); round 4
-/// one more: a runtime's own "no more registered memory region table entries" warning (arkouda-271).
-const UNRECOGNISED: &[&str] = &[
-    "charm-1042-verbs-out-of-mrs.log",
-    "charm-1523-zero-byte-rdma-mr.log",
-    "mercury-241-gni-ndreg-entries.log",
-    "arkouda-271-ugni-mem-region-table.log",
-];
+/// one more, a runtime's own "no more registered memory region table entries" warning (arkouda-271),
+/// recognised since branch v6 and so no longer exempt.
+const UNRECOGNISED: &[&str] =
+    &["charm-1042-verbs-out-of-mrs.log", "charm-1523-zero-byte-rdma-mr.log", "mercury-241-gni-ndreg-entries.log"];
 /// The training half is not allowed to fall below its own level either.
 const MIN_TRAIN_TOP1_IN_LOG: f64 = 1.0;
 const MIN_TRAIN_TOP3: f64 = 0.94;

@@ -52,6 +52,7 @@ pub const EAGAIN: i32 = 11;
 pub const ENOMEM: i32 = 12;
 pub const EACCES: i32 = 13;
 pub const EFAULT: i32 = 14;
+pub const EBUSY: i32 = 16;
 pub const ENOSPC: i32 = 28;
 pub const EINVAL: i32 = 22;
 pub const EPROTONOSUPPORT: i32 = 93;

@@ -170,6 +170,10 @@ pub enum Flag {
     /// The memory to be registered could not be allocated at all (perftest's hugepage / SysV shm /
     /// work-buffer allocation): the MR failed before any registration call.
     BufferAllocFail,
+    /// A layer's table of registered regions, or the NIC's registration resources, is full (Chapel
+    /// ugni's `no more registered memory region table entries`, GNI_RC_ERROR_RESOURCE): no more
+    /// memory can be registered, whatever errno the layer above reports.
+    RegTableFull,
 }
 
 #[derive(Debug, Clone)]

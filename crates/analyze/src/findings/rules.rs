@@ -253,8 +253,12 @@ pub(super) fn memlock_limit<'a>(v: &View<'a>) -> Cand<'a> {
 pub(super) fn resource_exhaustion<'a>(v: &View<'a>) -> Cand<'a> {
     let mut c = Cand::new("resource-exhaustion");
     let mr_size = v.flag(Flag::MrSizeExceeded);
+    let table_full = v.flag(Flag::RegTableFull);
+    // a full registration table is reported as whatever the layer maps it to (ENOSPC, EBUSY)
+    let size_errno = |e: Option<i32>| e == Some(errno::ENOSPC) || (table_full.is_some() && e == Some(errno::EBUSY));
     let gs = v.fail_where(|k, _| {
-        matches!(k.errno, Some(ENOMEM) | Some(EAGAIN) | None) || (mr_size.is_some() && k.errno == Some(errno::ENOSPC))
+        matches!(k.errno, Some(ENOMEM) | Some(EAGAIN) | None)
+            || ((mr_size.is_some() || table_full.is_some()) && size_errno(k.errno))
     });
     if gs.is_empty() {
         return c;
@@ -265,6 +269,9 @@ pub(super) fn resource_exhaustion<'a>(v: &View<'a>) -> Cand<'a> {
     }
     if let Some(e) = v.flag(Flag::BufferAllocFail) {
         c.add(3.0, "The memory to register could not be allocated at all (hugepages, SysV shared memory or the work buffer): the MR failed before any registration — check HugePages_Free, kernel.shmmni / shmmax and free memory, or run without hugepages.", Some(e));
+    }
+    if let Some(e) = table_full {
+        c.add(3.0, "The stack reported its table of registered memory regions (or the NIC's registration resources) full: nothing more could be registered — raise the limit the line names (e.g. CHPL_RT_COMM_UGNI_MAX_MEM_REGIONS) or register fewer, larger regions.", Some(e));
     }
     if let Some(e) = v.flag(Flag::MkeyLimit) {
         c.add(3.0, "The mlx5 firmware refused to create more memory keys (CREATE_MKEY: limits exceeded): the NIC's MR/mkey resources are exhausted.", Some(e));

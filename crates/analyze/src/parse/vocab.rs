@@ -506,6 +506,8 @@ pub fn flag_named(name: &str) -> Option<Flag> {
         "gpu-dmabuf-unavailable" => Flag::GpuDmabufUnavailable,
         "gpu-support-missing" => Flag::GpuSupportMissing,
         "buffer-alloc-fail" => Flag::BufferAllocFail,
+        "reg-table-full" => Flag::RegTableFull,
+        "ro-requested" => Flag::RoRequested,
         _ => return None,
     })
 }
