@@ -16,8 +16,10 @@ use std::process::Command;
 /// registered by address, ranked GPU peer memory), charm-1523 (a 0-byte registration told in words),
 /// arkouda-271 (Chapel's ugni region-table warning). The new reports are evidence that the old floors
 /// were optimistic, not a regression: no earlier report lost its rank.
+/// Top-3 raised to 46/54 by branch r6 (the likelihood table, findings/likelihood.rs; after the fact for
+/// the two `new` reports it moved into the first three, cirrus-kv-87 and perftest-26).
 const MIN_HELD_TOP1_IN_LOG: f64 = 22.0 / 25.0;
-const MIN_HELD_TOP3: f64 = 44.0 / 54.0;
+const MIN_HELD_TOP3: f64 = 46.0 / 54.0;
 /// Held-out reports analyze does not recognise at all (exit 0/2, "nothing recognised"): counted as
 /// misses in the scores above, exempt only from the exit-code check. Empty after session 4; session 5's
 /// blind round 3 left three: a segfault trace with no registration line (charm-1042), a 0-byte
@@ -29,9 +31,9 @@ const UNRECOGNISED: &[&str] = &[
     "mercury-241-gni-ndreg-entries.log",
     "arkouda-271-ugni-mem-region-table.log",
 ];
-/// The training half is not allowed to fall below its own level either.
+/// The training half is not allowed to fall below its own level either (top-3 17/17 since branch r6).
 const MIN_TRAIN_TOP1_IN_LOG: f64 = 1.0;
-const MIN_TRAIN_TOP3: f64 = 0.94;
+const MIN_TRAIN_TOP3: f64 = 1.0;
 
 struct Case {
     file: PathBuf,
