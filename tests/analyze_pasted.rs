@@ -465,3 +465,50 @@ fn hpc_runtime_families_from_the_sources() {
         (1, Some(1), Some("ENOMEM"))
     );
 }
+
+/// `mrshim analyze` as a user runs it (text output) on composed logs whose output decides nothing:
+/// the causes are ranked by the likelihood table (read-only memory registered for writing among the
+/// first three), the first finding says that nothing in the output decides it and lists the checks
+/// that would; decisive evidence in the same kind of log has no such statement.
+#[test]
+fn undecided_failures_are_ranked_said_so_with_the_checks() {
+    let text = |log: &str| {
+        let dir = std::env::temp_dir().join(format!("mrshim-undecided-{}-{}", std::process::id(), log.len()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("job.log");
+        std::fs::write(&p, log).unwrap();
+        let out = Command::new(mrshim_test_support::mrshim_bin()).arg("analyze").arg(&p).output().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        // the text is wrapped to the terminal's width: compare words
+        let words = String::from_utf8_lossy(&out.stdout).split_whitespace().collect::<Vec<_>>().join(" ");
+        (out.status.code(), words)
+    };
+    // a NULL MR without errno (perftest's own lines)
+    let null_mr = "Couldn't allocate MR\nfailed to create mr\nFailed to create MR\n";
+    let (_, v) = one(null_mr);
+    assert_eq!(cats(&v)[..3], ["memlock-limit", "resource-exhaustion", "access-flags"], "{v}");
+    let d = v["findings"][0]["decide"].as_array().expect("checks that would decide");
+    assert_eq!(d.len(), 3, "{v}");
+    let (code, out) = text(null_mr);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("Nothing in this output decides it"), "{out}");
+    assert!(out.contains("checks that would decide:"), "{out}");
+    for check in ["ulimit -l", "max_mr", "/proc/<pid>/maps"] {
+        assert!(out.contains(check), "{check}: {out}");
+    }
+    // EFAULT on host memory (UCX names the memory type): an unmapped range or a read-only mapping
+    let efault = "[1764700000.100000] [n1:4242:0]           ib_md.c:293  UCX  ERROR ibv_reg_mr(address=0x7f00a0000000, length=1048576, access=0xf) failed: Bad address\n\
+                  [1764700000.100001] [n1:4242:0]          ucp_mm.c:70   UCX  ERROR failed to register address 0x7f00a0000000 mem_type bit 0x1 length 1048576 on md[4]=mlx5_0: Input/output error (md reg_mem_types 0x1)\n";
+    let (_, v) = one(efault);
+    let c = cats(&v);
+    assert_eq!(c[0], "address-invalid", "{c:?}");
+    assert!(c.iter().take(3).any(|x| x == "access-flags"), "{c:?}");
+    let (_, out) = text(efault);
+    assert!(out.contains("Nothing in this output decides it"), "{out}");
+    // a memlock value decides: no such statement
+    let (_, v) = one(&format!("$ ulimit -l\n64\n{null_mr}"));
+    assert_eq!(cats(&v)[0], "memlock-limit", "{v}");
+    assert!(v["findings"][0].get("decide").is_none(), "{v}");
+    let (_, out) = text(&format!("$ ulimit -l\n64\n{null_mr}"));
+    assert!(!out.contains("Nothing in this output decides it"), "{out}");
+}

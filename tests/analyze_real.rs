@@ -21,8 +21,11 @@ use std::process::Command;
 /// blind GASNet-EX/Realm reports were added and scored once (20:08 UTC): realm-339 (ENOMEM binding a
 /// 37.7 GB GPU segment, cause in the log) ranked second after memlock, so the floor is what that measures,
 /// 23/26, not a rule tuned to it.
+/// Top-3 raised by branch r6 (the likelihood table, findings/likelihood.rs; after the fact for the `new`
+/// reports it moved into the first three, cirrus-kv-87 and perftest-26). Merged (v6 + r6, 20:30 UTC): 23/26
+/// and 49/56.
 const MIN_HELD_TOP1_IN_LOG: f64 = 23.0 / 26.0;
-const MIN_HELD_TOP3: f64 = 45.0 / 54.0;
+const MIN_HELD_TOP3: f64 = 49.0 / 56.0;
 /// Held-out reports analyze does not recognise at all (exit 0/2, "nothing recognised"): counted as
 /// misses in the scores above, exempt only from the exit-code check. Empty after session 4; session 5's
 /// blind round 3 left three: a segfault trace with no registration line (charm-1042), a 0-byte
@@ -33,7 +36,7 @@ const UNRECOGNISED: &[&str] =
     &["charm-1042-verbs-out-of-mrs.log", "charm-1523-zero-byte-rdma-mr.log", "mercury-241-gni-ndreg-entries.log"];
 /// The training half is not allowed to fall below its own level either.
 const MIN_TRAIN_TOP1_IN_LOG: f64 = 1.0;
-const MIN_TRAIN_TOP3: f64 = 0.94;
+const MIN_TRAIN_TOP3: f64 = 1.0;
 
 struct Case {
     file: PathBuf,

@@ -135,14 +135,14 @@ pub fn dmabuf(p: &str) -> Vec<String> {
 pub fn check(cat: &str) -> &'static str {
     match cat {
         "memlock-limit" => "inside a rank (not your login shell): `cat /proc/$$/limits | grep 'Max locked memory'` or `mpirun ... bash -c 'ulimit -l'`; unlimited (or CAP_IPC_LOCK) rules it out",
-        "gpu-peer-memory" => "`lsmod | grep -E 'nvidia_peermem|nv_peer_mem|amdgpu'` and `mrshim doctor` on the failing node; host memory registering while GPU memory fails confirms it",
+        "gpu-peer-memory" => "`lsmod | grep -E 'nvidia_peermem|nv_peer_mem|amdgpu'`, the peer-memory module's and GPU driver's versions (`modinfo nvidia_peermem | grep ^version`, `nvidia-smi`) and `mrshim doctor` on the failing node; host memory registering while GPU memory fails confirms it",
         "relaxed-ordering" => "rerun with relaxed ordering off — NCCL_IB_PCI_RELAXED_ORDERING=0, UCX_IB_PCI_RELAXED_ORDERING=off, the engine's own switch (Mooncake: MC_IB_PCI_RELAXED_ORDERING=0) — or under `mrshim exec` with MRSHIM_RETRY=drop-relaxed-ordering: working confirms it, still failing rules it out",
         "odp-unsupported" => "`ibv_devinfo -v | grep -iA6 odp` on the failing node: no ODP capabilities confirms it; the failing records' access has ON_DEMAND",
         "iova-alignment" => "rerun under `mrshim exec`: the records show iova_page_offset != addr_page_offset",
-        "access-flags" => "rerun under `mrshim exec`: the records show the mapping (mem_kind file-readonly) and the access bits asked for",
+        "access-flags" => "the failing address's line in `cat /proc/<pid>/maps`: a mapping without `w` (read-only data such as a string literal, a PROT_READ mmap, a file opened read-only) registered with LOCAL_WRITE/REMOTE_WRITE confirms it; or rerun under `mrshim exec`: the records show the mapping (mem_kind file-readonly) and the access bits asked for",
         "version-mismatch" => "`ibv_devinfo -v`, `ofed_info -s`, `modinfo mlx5_core | grep version` and the library versions on every node; `mrshim doctor --compare`",
         "address-invalid" => "rerun under `mrshim exec`: mem_fully_mapped=false or mem_kind unmapped in the failing record; `cat /proc/<pid>/maps` around the address",
-        "resource-exhaustion" => "`dmesg | grep -iE 'mkey|reg mr|limits exceeded'`, `sysctl vm.max_map_count`, `rdma resource show mr | wc -l` on the failing node",
+        "resource-exhaustion" => "`ibv_devinfo -v | grep -E 'max_mr|max_mr_size'` against the number and size of the job's registrations (`rdma resource show mr | wc -l`), `dmesg | grep -iE 'mkey|reg mr|limits exceeded'`, `sysctl vm.max_map_count` on the failing node",
         "permissions" => "`ls -l /dev/infiniband/` inside the container and `capsh --print | grep ipc_lock`",
         "dmabuf-unsupported" => "`grep ibv_reg_dmabuf_mr $(ldconfig -p | awk '/libibverbs.so.1 /{print $NF}')` and `uname -r` (>= 5.12); NCCL_DMABUF_ENABLE=0 working confirms it",
         _ => "rerun the failing rank under `mrshim exec` (records with the memory kind, access and limits of every call) and `mrshim doctor` on its node",

@@ -9,6 +9,7 @@ use mrshim_record::MemKind;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
+mod likelihood;
 mod rules;
 mod violation;
 use rules::*;
@@ -52,6 +53,10 @@ pub struct Finding {
     pub check: &'static str,
     /// A known issue (data/known-issues.json) the input matches.
     pub known_issue: Option<KnownRef>,
+    /// On the first finding when nothing in the input decides it: `category: check` for each
+    /// cause listed, most likely first — what the user runs to decide between them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub decide: Vec<String>,
     #[serde(skip)]
     pub score: f64,
 }
@@ -273,45 +278,6 @@ pub fn human_size(n: u64) -> String {
     }
 }
 
-/// The categories an errno, call, memory kind and library make likely, in the order a maintainer would
-/// try them, with weights (added per failed registration, scaled by its share of the failures).
-fn prior_of(k: &GroupKey, gpuish: bool) -> &'static [(&'static str, f64)] {
-    let device = k.mem == Some(MemKind::Device) || (unknown_mem(k.mem) && (gpuish || k.lib.registers_gpu()));
-    let host = is_host_mem(k.mem) || k.mem == Some(MemKind::FileReadonly);
-    let iova = k.call.contains("iova");
-    let dmabuf = k.call.contains("dmabuf");
-    match k.errno {
-        Some(ENOMEM) => &[("memlock-limit", 1.2), ("resource-exhaustion", 1.0), ("access-flags", 0.4)],
-        Some(EAGAIN) => &[("resource-exhaustion", 1.4), ("memlock-limit", 0.6)],
-        Some(EPERM) | Some(EACCES) => &[("permissions", 1.4), ("memlock-limit", 0.8)],
-        Some(EOPNOTSUPP) | Some(errno::EPROTONOSUPPORT) if dmabuf => {
-            &[("dmabuf-unsupported", 1.5), ("version-mismatch", 0.8), ("gpu-peer-memory", 0.5)]
-        }
-        Some(EOPNOTSUPP) | Some(errno::EPROTONOSUPPORT) if device => {
-            &[("gpu-peer-memory", 1.3), ("dmabuf-unsupported", 0.7), ("version-mismatch", 0.5)]
-        }
-        // host memory the kernel will not pin for DMA (fs-dax files, device/IO mappings) is refused as
-        // not supported too
-        Some(EOPNOTSUPP) | Some(errno::EPROTONOSUPPORT) => {
-            &[("version-mismatch", 1.0), ("address-invalid", 0.7), ("access-flags", 0.5)]
-        }
-        Some(EFAULT) if device => &[("gpu-peer-memory", 1.4), ("address-invalid", 0.6), ("access-flags", 0.3)],
-        Some(EFAULT) if host => &[("address-invalid", 1.4), ("access-flags", 0.8)],
-        Some(EFAULT) => &[("address-invalid", 1.2), ("gpu-peer-memory", 1.0), ("access-flags", 0.6)],
-        Some(EINVAL) if device && iova => {
-            &[("gpu-peer-memory", 1.4), ("relaxed-ordering", 0.6), ("version-mismatch", 0.5)]
-        }
-        Some(EINVAL) if device => &[("gpu-peer-memory", 1.4), ("version-mismatch", 0.6), ("access-flags", 0.3)],
-        Some(EINVAL) if host && iova => &[("iova-alignment", 1.0), ("access-flags", 0.9), ("address-invalid", 0.6)],
-        Some(EINVAL) if host => &[("access-flags", 1.0), ("address-invalid", 0.7), ("version-mismatch", 0.4)],
-        Some(EINVAL) => &[("gpu-peer-memory", 1.0), ("access-flags", 0.9), ("address-invalid", 0.7)],
-        Some(_) if device => &[("gpu-peer-memory", 1.0), ("resource-exhaustion", 0.6), ("version-mismatch", 0.5)],
-        Some(_) => &[("resource-exhaustion", 0.8), ("version-mismatch", 0.6), ("memlock-limit", 0.4)],
-        None if device => &[("gpu-peer-memory", 1.2), ("memlock-limit", 0.7), ("resource-exhaustion", 0.5)],
-        None => &[("memlock-limit", 1.0), ("resource-exhaustion", 0.7), ("address-invalid", 0.5)],
-    }
-}
-
 /// Categories the input rules out, with the reason; they are not reported.
 fn ruled_out(v: &View) -> Vec<RuledOut> {
     let mut out = Vec::new();
@@ -416,9 +382,9 @@ fn diagnose_failures(v: &View, col: &Collector) -> (Vec<Finding>, Vec<RuledOut>)
     let total = sum(&v.fails).max(1) as f64;
     let gpuish = v.gdr_context();
     for g in &v.fails {
-        for (cat, w) in prior_of(g.0, gpuish) {
+        for (cat, p) in likelihood::row(g.0, gpuish) {
             if let Some(c) = cands.iter_mut().find(|c| c.cat == *cat) {
-                c.score += w * g.1.count as f64 / total;
+                c.score += likelihood::PRIOR_SCALE * p * g.1.count as f64 / total;
                 if !c.groups.iter().any(|x| x.0 == g.0) {
                     c.prior_groups.push(*g);
                 }
@@ -490,12 +456,40 @@ fn diagnose_failures(v: &View, col: &Collector) -> (Vec<Finding>, Vec<RuledOut>)
         cands.push(u);
     }
     let mut found: Vec<Finding> = cands.into_iter().map(|c| finish(v, c)).collect();
+    undecided(v, &mut found, gpuish);
     if let Some(first) = found.first_mut() {
         for o in &out {
             first.explanation.push_str(&format!(" Ruled out: {} ({}).", o.category, o.reason));
         }
     }
     (found, out)
+}
+
+/// The statement on the first finding when nothing in the input confirms it.
+pub const NOTHING_DECIDES: &str = "Nothing in this output decides it";
+
+/// When the first finding rests on the likelihood table alone, say so, and give the checks that
+/// would decide between the causes listed (one per finding, most likely first).
+fn undecided(v: &View, found: &mut [Finding], gpuish: bool) {
+    let Some(first) = found.first() else { return };
+    if first.basis != "prior" || first.category == "unknown" {
+        return;
+    }
+    let what = v.fails.first().map_or("the failure".to_string(), |g| likelihood::observed(g.0, gpuish));
+    let cats: Vec<&str> = found.iter().take(3).map(|f| f.category).collect();
+    let decide: Vec<String> = found.iter().take(3).map(|f| format!("{}: {}", f.category, f.check)).collect();
+    let text = format!(
+        "{NOTHING_DECIDES}: no line confirms or rules out {} for what was observed ({what}), so they are ranked by how likely each cause is to give that failure (the kernel's and the stacks' documented failure modes). The checks below decide.",
+        cats.join(", ")
+    );
+    // after the "Best guess" sentence every finding that rests on priors opens with
+    let f = &mut found[0];
+    const GUESS_END: &str = "nothing in the input confirms it.";
+    match f.explanation.find(GUESS_END).map(|i| i + GUESS_END.len()) {
+        Some(i) => f.explanation.insert_str(i, &format!(" {text}")),
+        None => f.explanation = format!("{text} {}", f.explanation),
+    }
+    f.decide = decide;
 }
 
 fn finish(v: &View, c: Cand) -> Finding {
@@ -590,6 +584,7 @@ fn finish(v: &View, c: Cand) -> Finding {
         basis,
         check: fixes::check(c.cat),
         known_issue: c.known,
+        decide: vec![],
         score: c.score,
     }
 }

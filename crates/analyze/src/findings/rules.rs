@@ -213,7 +213,8 @@ pub(super) fn memlock_limit<'a>(v: &View<'a>) -> Cand<'a> {
     let enomem = v.errno_count(ENOMEM);
     let total = sum(&v.fails);
     if enomem * 2 >= total {
-        c.add(1.0, "ENOMEM is what the kernel returns at that limit.", None);
+        // the errno is one reading of the failure (the likelihood table's), not an observation of the limit
+        c.guess(1.0, "ENOMEM is what the kernel returns at that limit.");
     }
     if v.errno_count(EPERM) > 0 && small.iter().any(|s| s.1 == 0) {
         c.add(1.0, "EPERM with a memlock limit of 0: the process may not pin memory at all.", None);
@@ -297,7 +298,7 @@ pub(super) fn resource_exhaustion<'a>(v: &View<'a>) -> Cand<'a> {
         }
     }
     if v.errno_count(EAGAIN) > 0 {
-        c.add(1.0, "EAGAIN: the device is temporarily out of resources.", None);
+        c.guess(1.0, "EAGAIN: the device is temporarily out of resources.");
     }
     let ok_on_fail_hosts = v.ok_where(|k| hosts.contains(k.host.as_str()));
     if ok_on_fail_hosts > 10_000 {

@@ -1,4 +1,5 @@
 //! Evidence over priors: what decides a cause, and what only ranks one.
+use crate::errno::{EFAULT, EINVAL, ENOMEM, EOPNOTSUPP};
 use crate::Analysis;
 
 fn run(files: &[(&str, &str)]) -> Analysis {
@@ -270,4 +271,95 @@ E1201 10:00:01.000002 4242 nixl_agent.cpp:470] registerMem: registration failed 
         "E1201 10:00:00 1 rdma_context.cpp:198] Failed to register memory 0x7f0000000000: Bad address [14] (VRAM)\n",
     )]);
     assert!(!b.findings[0].fixes[0].contains("UCX_TLS"), "{:?}", b.findings[0].fixes);
+}
+
+/// The likelihood table: every row is a distribution over known categories, each cause once.
+#[test]
+fn likelihood_rows_are_distributions() {
+    use super::likelihood::ROWS;
+    for row in ROWS {
+        let total: f64 = row.iter().map(|x| x.1).sum();
+        assert!((total - 1.0).abs() < 1e-9, "{row:?} sums to {total}");
+        for (i, (cat, p)) in row.iter().enumerate() {
+            assert!(super::CATEGORIES.contains(cat), "{cat}");
+            assert!(*p > 0.0);
+            assert!(!row[..i].iter().any(|x| x.0 == *cat), "{cat} twice in {row:?}");
+        }
+        assert!(row.windows(2).all(|w| w[0].1 >= w[1].1), "most likely first: {row:?}");
+    }
+}
+
+/// What the kernel's pinning gives decides the rows: EFAULT on host memory is an unmapped range or a
+/// read-only mapping registered for writing; no errno keeps read-only memory among the first three;
+/// ENOMEM is the memlock check's errno; fs-dax's EOPNOTSUPP is memory the kernel will not pin.
+#[test]
+fn likelihood_rows_follow_the_kernels_failure_modes() {
+    use super::likelihood::{lookup, Mem};
+    let top = |e, m, d, i| lookup(e, m, d, i).iter().take(3).map(|x| x.0).collect::<Vec<_>>();
+    for m in [Mem::Host, Mem::Unknown] {
+        assert!(top(Some(EFAULT), m, false, false).contains(&"access-flags"), "{m:?}");
+        assert!(top(None, m, false, false).contains(&"access-flags"), "{m:?}");
+    }
+    assert_eq!(top(Some(EFAULT), Mem::Host, false, false), ["address-invalid", "access-flags"]);
+    assert_eq!(top(Some(ENOMEM), Mem::Host, false, false)[0], "memlock-limit");
+    assert_eq!(top(Some(EOPNOTSUPP), Mem::Host, false, false)[0], "address-invalid");
+    assert_eq!(top(Some(EOPNOTSUPP), Mem::Host, true, false)[0], "dmabuf-unsupported");
+    assert_eq!(top(Some(EINVAL), Mem::Host, false, true)[0], "iova-alignment");
+    assert_eq!(top(Some(EFAULT), Mem::Device, false, false)[0], "gpu-peer-memory");
+}
+
+/// A NULL MR without errno (perftest's own line): nothing decides it, so the ranking is the table's
+/// (memlock, resources, read-only memory with write access), said so, with the checks that decide.
+#[test]
+fn no_errno_says_nothing_decides_and_gives_the_checks() {
+    let a = run(&[("perftest.log", "Couldn't allocate MR\n")]);
+    assert_eq!(cats(&a)[..3], ["memlock-limit", "resource-exhaustion", "access-flags"], "{:?}", cats(&a));
+    let f = &a.findings[0];
+    assert_eq!(f.basis, "prior");
+    assert!(
+        f.explanation.starts_with("Best guess") && f.explanation.contains(super::NOTHING_DECIDES),
+        "{}",
+        f.explanation
+    );
+    assert!(f.explanation.contains("no errno"), "{}", f.explanation);
+    assert_eq!(f.decide.len(), 3, "{:?}", f.decide);
+    assert!(f.decide[0].starts_with("memlock-limit: ") && f.decide[0].contains("ulimit -l"), "{:?}", f.decide);
+    assert!(f.decide[1].contains("max_mr"), "{:?}", f.decide);
+    assert!(f.decide[2].contains("/proc/<pid>/maps"), "{:?}", f.decide);
+    assert!(a.findings[1..].iter().all(|f| f.decide.is_empty()));
+}
+
+/// EFAULT on host memory nobody saw mapped: an unmapped range or a read-only one, both listed, neither
+/// asserted; the statement names what was observed.
+#[test]
+fn host_efault_lists_read_only_memory_and_says_nothing_decides() {
+    let fail = r#","access":15,"mem_kind":"host-anon","errno":14,"errno_name":"EFAULT""#;
+    let a = run(&[("n1.jsonl", &(rec(1, "ibv_reg_mr", "error", fail) + "\n"))]);
+    assert_eq!(cats(&a)[..2], ["address-invalid", "access-flags"], "{:?}", cats(&a));
+    let e = &a.findings[0].explanation;
+    assert!(
+        e.contains(super::NOTHING_DECIDES) && e.contains("ibv_reg_mr, EFAULT (Bad address), host-anon memory"),
+        "{e}"
+    );
+}
+
+/// Decisive evidence keeps its cause first and no "nothing decides" statement: a memlock value, a rescue.
+#[test]
+fn decisive_evidence_has_no_undecided_statement() {
+    let a = run(&[("job.log", "$ ulimit -l\n65536\nibv_reg_mr failed: Cannot allocate memory\n")]);
+    assert_eq!(cats(&a)[0], "memlock-limit");
+    assert_eq!(a.findings[0].basis, "evidence");
+    assert!(a.findings.iter().all(|f| f.decide.is_empty() && !f.explanation.contains(super::NOTHING_DECIDES)));
+    let lines = [
+        rec(1, "ibv_reg_mr", "error", HOST_RO_EFAULT),
+        rec(
+            2,
+            "ibv_reg_mr",
+            "ok",
+            r#","access":1048591,"mem_kind":"host-anon","attempt":1,"parent_seq":1,"strategy":"drop-relaxed-ordering","used_access":15"#,
+        ),
+    ];
+    let a = run(&[("n1.jsonl", &(lines.join("\n") + "\n"))]);
+    assert_eq!(cats(&a)[0], "relaxed-ordering");
+    assert!(a.findings[0].decide.is_empty());
 }

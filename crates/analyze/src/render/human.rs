@@ -134,6 +134,12 @@ pub fn render(a: &Analysis, color: bool) -> String {
         }
         wrap(&mut o, what.trim(), 3, "   ");
         wrap(&mut o, &f.explanation, 3, "   ");
+        if !f.decide.is_empty() {
+            let _ = writeln!(o, "   checks that would decide:");
+            for d in &f.decide {
+                wrap(&mut o, d, 7, "     - ");
+            }
+        }
         evidence(&mut o, &f.evidence);
         fixes(&mut o, &f.fixes, f.retry.is_some());
     }

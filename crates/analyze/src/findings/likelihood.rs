@@ -1,0 +1,170 @@
+//! The likelihood table: how likely each cause is for what a failure shows when nothing in the input
+//! decides it — the call (dmabuf, iova), the errno (or none printed) and the memory kind (GPU, host, or
+//! unknown). Each row is P(cause | call, errno, memory) and sums to 1; the engine adds
+//! [`PRIOR_SCALE`] × P per failed registration (by its share of the failures), so evidence (2–6 per
+//! observation) always outweighs it and it only orders what the evidence leaves open.
+//!
+//! Where the numbers come from (the only place they are set):
+//! - Which causes can produce an errno at all: the kernel's registration path and the providers'
+//!   own checks. `ib_uverbs_reg_mr` (drivers/infiniband/core/uverbs_cmd.c): iova and address with
+//!   different page offsets → EINVAL; `ib_check_mr_access` (include/rdma/ib_verbs.h): REMOTE_WRITE or
+//!   REMOTE_ATOMIC without LOCAL_WRITE, or an undefined bit → EINVAL. `ib_umem_get`
+//!   (drivers/infiniband/core/umem.c): memlock 0 without CAP_IPC_LOCK → EPERM (`can_do_mlock`), pinned
+//!   pages over RLIMIT_MEMLOCK → ENOMEM, allocations → ENOMEM, then `pin_user_pages_fast` with
+//!   FOLL_LONGTERM (and FOLL_WRITE when the access is writable): no VMA / a partly mapped range → EFAULT,
+//!   a VMA without the permission asked (read-only or PROT_NONE with write access) → EFAULT, VM_IO /
+//!   VM_PFNMAP (device BARs, GPU memory without a peer-memory client) → EFAULT, fs-dax with
+//!   FOLL_LONGTERM → EOPNOTSUPP (mm/gup.c `check_vma_flags`). Providers: mlx5 firmware status LIM_ERR
+//!   → ENOMEM, NO_RES → EAGAIN, BAD_PARAM → EINVAL (mlx5 `cmd_status_to_err`); EFA unsupported access
+//!   bits → EOPNOTSUPP, admin RESOURCE_ALLOCATION_FAILURE → ENOMEM (drivers/infiniband/hw/efa);
+//!   rxe/siw ODP → EINVAL/EOPNOTSUPP; dmabuf without the provider's support → EOPNOTSUPP. The same
+//!   errnos are what this project measured on the kernel's rxe and siw (tests/regmr_table.rs): ro_map_local_write / prot_none_local_write EFAULT, unmapped EFAULT,
+//!   memlock ENOMEM, remote_write_no_local EINVAL, iova_unaligned EINVAL, dmabuf EOPNOTSUPP.
+//! - How often each producer is the cause: the training half of tests/fixtures/real (never the
+//!   held-out or `new` reports), named per row below. Four reports in a row are too few to set
+//!   numbers alone, so a row's order follows the sources where they give a direct path (ENOMEM is the
+//!   memlock check's errno) and the training counts move the rest.
+//! - No errno printed (a NULL MR, "failed" without strerror) is no evidence for any cause: that row
+//!   is the base rate of causes of host-memory registration failures in the training half.
+use super::{is_host_mem, unknown_mem, GroupKey};
+use crate::errno::{self, EACCES, EAGAIN, EFAULT, EINVAL, ENOMEM, EOPNOTSUPP, EPERM};
+use mrshim_record::MemKind;
+
+/// Score per unit of likelihood: a row's most likely cause gets ~1–1.5, below any one observation.
+pub(super) const PRIOR_SCALE: f64 = 2.5;
+
+/// What a failure shows when nothing decides it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mem {
+    /// GPU memory, or memory of unknown kind where GPU memory is registered / the library registers it.
+    Device,
+    Host,
+    Unknown,
+}
+
+/// One row: P(cause | errno class, memory class, call), summing to 1.
+pub(super) type Row = &'static [(&'static str, f64)];
+
+// ENOMEM: the memlock accounting of ib_umem_get is the errno's direct path and the configuration
+// default that fails first (64 KiB / 8 MiB soft limits); kernel and provider allocations (mlx5
+// LIM_ERR on CREATE_MKEY, EFA resource allocation, mlx4 MTT) come next; an old MLNX_OFED path gave
+// ENOMEM for a read-only mapping registered with write access. Training: nccl-tests-206 memlock,
+// libfabric-9739 and ucx-6264 resources, ucx-4924 read-only mapping. Resources move ahead only on
+// evidence of many registrations or a device limit (rules.rs, resource_exhaustion).
+const ENOMEM_ANY: Row = &[("memlock-limit", 0.46), ("resource-exhaustion", 0.38), ("access-flags", 0.16)];
+// EAGAIN: mlx5 NO_RES and transient provider allocation failures; memlock on stacks that map it.
+const EAGAIN_ANY: Row = &[("resource-exhaustion", 0.7), ("memlock-limit", 0.3)];
+// EPERM: can_do_mlock with RLIMIT_MEMLOCK 0 and no CAP_IPC_LOCK; EACCES/EPERM opening /dev/infiniband.
+const EPERM_ANY: Row = &[("permissions", 0.64), ("memlock-limit", 0.36)];
+// EOPNOTSUPP from ibv_reg_dmabuf_mr: the provider's or kernel's missing dmabuf support. Training:
+// nccl-778.
+const EOPNOTSUPP_DMABUF: Row = &[("dmabuf-unsupported", 0.55), ("version-mismatch", 0.3), ("gpu-peer-memory", 0.15)];
+// EOPNOTSUPP on GPU memory: no peer-memory path, or a dmabuf one the stack lacks.
+const EOPNOTSUPP_DEVICE: Row = &[("gpu-peer-memory", 0.52), ("dmabuf-unsupported", 0.28), ("version-mismatch", 0.2)];
+// EOPNOTSUPP on host memory: gup's FOLL_LONGTERM refusal of fs-dax mappings (memory the kernel will
+// not pin for DMA); EFA's unsupported access bits; a provider/kernel that lacks the verb. Training:
+// pmem-868 (fs-dax).
+const EOPNOTSUPP_HOST: Row = &[("address-invalid", 0.4), ("version-mismatch", 0.35), ("access-flags", 0.25)];
+// EFAULT on GPU memory: pin_user_pages on a GPU address no peer-memory client claims. Training:
+// mscclpp-657, perftest-346 (decided by evidence there).
+const EFAULT_DEVICE: Row = &[("gpu-peer-memory", 0.6), ("address-invalid", 0.26), ("access-flags", 0.14)];
+// EFAULT on host memory: a range not (fully) mapped, or a VM_IO/VM_PFNMAP mapping (address-invalid);
+// a read-only or PROT_NONE mapping registered with write access (access-flags) — rxe and siw give
+// EFAULT for both (regmr.expected: unmapped, ro_map_local_write, prot_none_local_write).
+const EFAULT_HOST: Row = &[("address-invalid", 0.58), ("access-flags", 0.42)];
+// EFAULT on memory of unknown kind: the host producers above plus GPU memory without peer memory.
+// Training: libfabric-12019, nv-peer-mem-121 (GPU, ranked second here).
+const EFAULT_UNKNOWN: Row = &[("address-invalid", 0.42), ("gpu-peer-memory", 0.34), ("access-flags", 0.24)];
+const EINVAL_DEVICE_IOVA: Row = &[("gpu-peer-memory", 0.56), ("relaxed-ordering", 0.24), ("version-mismatch", 0.2)];
+// EINVAL on GPU memory: peer-memory/dmabuf paths refusing the range, driver pairings. Training:
+// cxi-mpich-6433, gds-nvidia-fs-14, aws-efa-203 (version).
+const EINVAL_DEVICE: Row = &[("gpu-peer-memory", 0.6), ("version-mismatch", 0.26), ("access-flags", 0.14)];
+// EINVAL from ibv_reg_mr_iova2 on host memory: the page-offset check of ib_uverbs_reg_mr first.
+const EINVAL_HOST_IOVA: Row = &[("iova-alignment", 0.4), ("access-flags", 0.36), ("address-invalid", 0.24)];
+// EINVAL on host memory: ib_check_mr_access (access bits), a wrapping range, provider checks.
+const EINVAL_HOST: Row = &[("access-flags", 0.48), ("address-invalid", 0.33), ("version-mismatch", 0.19)];
+const EINVAL_UNKNOWN: Row = &[("gpu-peer-memory", 0.38), ("access-flags", 0.35), ("address-invalid", 0.27)];
+const OTHER_DEVICE: Row = &[("gpu-peer-memory", 0.48), ("resource-exhaustion", 0.28), ("version-mismatch", 0.24)];
+// Other errnos (EIO from a library's own wrapper, ENOSPC, EBUSY): resources first (mlx5 status codes).
+const OTHER_ANY: Row = &[("resource-exhaustion", 0.44), ("version-mismatch", 0.33), ("memlock-limit", 0.23)];
+const NONE_DEVICE: Row = &[("gpu-peer-memory", 0.5), ("memlock-limit", 0.29), ("resource-exhaustion", 0.21)];
+// No errno printed, host or unknown memory: the base rate. Memlock first (ENOMEM's direct path, the
+// first item of every stack's troubleshooting guide), then resources (training: libvma-27), then a
+// read-only mapping registered with write access (training: cxi-libfabric-10960 — a string literal
+// in read-only data), then an invalid range.
+const NONE_HOST: Row =
+    &[("memlock-limit", 0.36), ("resource-exhaustion", 0.26), ("access-flags", 0.22), ("address-invalid", 0.16)];
+
+/// Every row, for the tests (each sums to 1).
+#[cfg(test)]
+pub(super) const ROWS: [Row; 18] = [
+    ENOMEM_ANY,
+    EAGAIN_ANY,
+    EPERM_ANY,
+    EOPNOTSUPP_DMABUF,
+    EOPNOTSUPP_DEVICE,
+    EOPNOTSUPP_HOST,
+    EFAULT_DEVICE,
+    EFAULT_HOST,
+    EFAULT_UNKNOWN,
+    EINVAL_DEVICE_IOVA,
+    EINVAL_DEVICE,
+    EINVAL_HOST_IOVA,
+    EINVAL_HOST,
+    EINVAL_UNKNOWN,
+    OTHER_DEVICE,
+    OTHER_ANY,
+    NONE_DEVICE,
+    NONE_HOST,
+];
+
+/// The memory class of a failed group: GPU memory, or unknown memory where GPU memory is in play.
+pub(super) fn mem_class(k: &GroupKey, gpuish: bool) -> Mem {
+    if k.mem == Some(MemKind::Device) || (unknown_mem(k.mem) && (gpuish || k.lib.registers_gpu())) {
+        Mem::Device
+    } else if is_host_mem(k.mem) || k.mem == Some(MemKind::FileReadonly) {
+        Mem::Host
+    } else {
+        Mem::Unknown
+    }
+}
+
+/// The row for a failed group: P(cause | call, errno, memory class).
+pub(super) fn row(k: &GroupKey, gpuish: bool) -> Row {
+    lookup(k.errno, mem_class(k, gpuish), k.call.contains("dmabuf"), k.call.contains("iova"))
+}
+
+pub(super) fn lookup(e: Option<i32>, mem: Mem, dmabuf: bool, iova: bool) -> Row {
+    let notsup = |e| e == EOPNOTSUPP || e == errno::EPROTONOSUPPORT;
+    match (e, mem) {
+        (Some(ENOMEM), _) => ENOMEM_ANY,
+        (Some(EAGAIN), _) => EAGAIN_ANY,
+        (Some(EPERM) | Some(EACCES), _) => EPERM_ANY,
+        (Some(e), _) if notsup(e) && dmabuf => EOPNOTSUPP_DMABUF,
+        (Some(e), Mem::Device) if notsup(e) => EOPNOTSUPP_DEVICE,
+        (Some(e), _) if notsup(e) => EOPNOTSUPP_HOST,
+        (Some(EFAULT), Mem::Device) => EFAULT_DEVICE,
+        (Some(EFAULT), Mem::Host) => EFAULT_HOST,
+        (Some(EFAULT), Mem::Unknown) => EFAULT_UNKNOWN,
+        (Some(EINVAL), Mem::Device) if iova => EINVAL_DEVICE_IOVA,
+        (Some(EINVAL), Mem::Device) => EINVAL_DEVICE,
+        (Some(EINVAL), Mem::Host) if iova => EINVAL_HOST_IOVA,
+        (Some(EINVAL), Mem::Host) => EINVAL_HOST,
+        (Some(EINVAL), Mem::Unknown) => EINVAL_UNKNOWN,
+        (Some(_), Mem::Device) => OTHER_DEVICE,
+        (Some(_), _) => OTHER_ANY,
+        (None, Mem::Device) => NONE_DEVICE,
+        (None, _) => NONE_HOST,
+    }
+}
+
+/// What a failure showed, in words, for the "nothing decides it" statement.
+pub(super) fn observed(k: &GroupKey, gpuish: bool) -> String {
+    let e = k.errno.map_or("no errno".to_string(), |e| format!("{} ({})", errno::name(e), errno::text(e)));
+    let m = match (mem_class(k, gpuish), k.mem) {
+        (_, Some(m)) if m != MemKind::Unknown => format!("{} memory", m.name()),
+        (Mem::Device, _) => "memory of unknown kind, GPU memory likely (a GPU context or library)".into(),
+        _ => "memory of unknown kind".into(),
+    };
+    format!("{}, {e}, {m}", k.call)
+}
