@@ -817,11 +817,10 @@ unsafe fn send_copy(app: *const u8, ba: *mut u8, sh: *mut u8, k: usize) -> (usiz
     let mut o = 0;
     while o < k {
         let b = BLOCK.min(k - o);
-        // SAFETY: [o, o+b) is within the k bytes the caller guarantees; the baseline is the
-        // shim's own mapping, aliased neither by `app` nor by the shadow.
-        let bb = unsafe { std::slice::from_raw_parts_mut(ba.add(o), b) };
-        // SAFETY: likewise for the shadow.
-        let sb = unsafe { std::slice::from_raw_parts_mut(sh.add(o), b) };
+        // SAFETY: [o, o+b) is within the k bytes the caller guarantees; the baseline and the
+        // shadow are the shim's own mappings, not aliased by `app` or by each other.
+        let (bb, sb) =
+            unsafe { (std::slice::from_raw_parts_mut(ba.add(o), b), std::slice::from_raw_parts_mut(sh.add(o), b)) };
         let differ = bb.iter().zip(sb.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) != 0;
         if differ {
             let (n, at) = (
