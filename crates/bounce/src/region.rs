@@ -265,18 +265,8 @@ impl Region {
         let own = self.own();
         let holes = self.holes(&own, off as usize, n, false, true);
         let mut lost = Conflict::default();
-        let host = self.engine.app_is_host();
         self.through_baseline(&own, off, n, &holes, |ba, sh, app, k| {
             if let (Some(ba), true) = (ba, check) {
-                if host {
-                    // SAFETY: both mappings cover the region, [ba, ba+k) and [sh, sh+k) are within
-                    // it and neither overlaps the application's buffer, [app, app+k) readable host
-                    // memory (the engine says so).
-                    lost.add(ba - own.baseline, unsafe {
-                        send_copy(app as *const u8, ba as *mut u8, sh as *mut u8, k)
-                    });
-                    return;
-                }
                 // SAFETY: both mappings cover the region; [ba, ba+k) and [sh, sh+k) are within it.
                 lost.add(ba - own.baseline, unsafe { differing(sh as *const u8, ba as *const u8, k) });
             }
@@ -798,46 +788,6 @@ unsafe fn take_run(v: &View, now: *const u8, a: usize, b: usize) -> (usize, usiz
         std::ptr::copy_nonoverlapping(std::hint::black_box(ba as *const u8), sh, b - a);
     }
     (0, 0)
-}
-
-/// A send's copy of `k` bytes of host memory at `app` into the baseline and the shadow, counting
-/// the bytes where the shadow differed from the baseline before (a peer's write no sync brought
-/// over): (how many, offset of the first). One pass over blocks small enough to stay in the L1
-/// cache — compare, then copy — instead of a compare and two copies of the whole chunk, which
-/// cost the 64 KiB stream 12 % (docs/perf.md, 2026-12-06 20:20). The application's bytes are
-/// read once, into the baseline, and the shadow gets the baseline's (N3: another thread may be
-/// writing them meanwhile).
-///
-/// # Safety
-/// `app` is readable and `ba`, `sh` writable for `k` bytes; `ba` and `sh` overlap neither each
-/// other nor `app`.
-unsafe fn send_copy(app: *const u8, ba: *mut u8, sh: *mut u8, k: usize) -> (usize, usize) {
-    const BLOCK: usize = 1024;
-    let (mut lost, mut first) = (0, 0);
-    let mut o = 0;
-    while o < k {
-        let b = BLOCK.min(k - o);
-        // SAFETY: [o, o+b) is within the k bytes the caller guarantees; the baseline and the
-        // shadow are the shim's own mappings, not aliased by `app` or by each other.
-        let (bb, sb) =
-            unsafe { (std::slice::from_raw_parts_mut(ba.add(o), b), std::slice::from_raw_parts_mut(sh.add(o), b)) };
-        let differ = bb.iter().zip(sb.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) != 0;
-        if differ {
-            let (n, at) = (
-                bb.iter().zip(sb.iter()).filter(|(x, y)| x != y).count(),
-                bb.iter().zip(sb.iter()).position(|(x, y)| x != y),
-            );
-            if lost == 0 {
-                first = o + at.unwrap_or(0);
-            }
-            lost += n;
-        }
-        // SAFETY: as above; the application's bytes are read once, into the baseline.
-        unsafe { std::ptr::copy_nonoverlapping(app.add(o), bb.as_mut_ptr(), b) };
-        sb.copy_from_slice(bb);
-        o += b;
-    }
-    (lost, first)
 }
 
 /// How many of the `k` bytes at `x` and `y` differ, and the offset of the first (0 when none):
