@@ -268,7 +268,8 @@ impl Region {
         self.through_baseline(&own, off, n, &holes, |ba, sh, app, k| {
             if let (Some(ba), true) = (ba, check) {
                 // SAFETY: both mappings cover the region; [ba, ba+k) and [sh, sh+k) are within it.
-                lost.add(ba - own.baseline, unsafe { differing(sh as *const u8, ba as *const u8, k) });
+                let d = unsafe { differing(sh as *const u8, ba as *const u8, k) };
+                lost.add(ba - own.baseline, d);
             }
             let dst = ba.unwrap_or(sh);
             // SAFETY: [app, app+k) is within the region: the shadow (or baseline) mapping and the

@@ -920,8 +920,9 @@ fn a_send_over_an_undelivered_peer_write_is_a_violation() {
     assert_eq!(mrshim_core::violation::count(), before, "a send elsewhere leaves the peer's bytes alone");
     live::send_sges(ctx, 7, 3, false, false, &[sge(app[4990..].as_ptr(), 100, 0x1201)]);
     assert_eq!(mrshim_core::violation::count(), before + 1, "the send replaced them: reported");
-    // SAFETY: the shadow holds what the SEND carries: the application's bytes.
-    assert_eq!(unsafe { *((sh + 5004) as *const u8) }, 0x11);
+    // SAFETY: the live shadow, 8192 bytes from `sh`: it holds what the SEND carries.
+    let sent = unsafe { *((sh + 5004) as *const u8) };
+    assert_eq!(sent, 0x11, "the application's bytes");
     dereg(&slots, 0x12100, true);
 }
 
