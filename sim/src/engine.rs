@@ -157,6 +157,9 @@ pub struct QpState {
     /// After a NOT_READY NAK: accept nothing but this PSN's first packet.
     resync: Option<u32>,
     retry_at: Option<Instant>,
+    /// When the peer became unreachable: its transport retries run out only after the retry
+    /// timer has expired retry_cnt + 1 times, as on a NIC, not at once.
+    lost_since: Option<Instant>,
     peer: Option<String>,
     next_psn: u32,
 }
@@ -258,6 +261,7 @@ impl QpInner {
                 unmatched: VecDeque::new(),
                 resync: None,
                 retry_at: None,
+                lost_since: None,
                 peer: None,
                 next_psn: 0,
             }),
@@ -317,6 +321,7 @@ impl QpInner {
         st.tx_off = 0;
         st.resync = None;
         st.retry_at = None;
+        st.lost_since = None;
         st.peer = None;
         st.attrs = QpAttrs::default();
     }
@@ -1033,9 +1038,7 @@ impl Progress {
         for w in back.into_iter().rev() {
             st.sq.push_front(w);
         }
-        let t = st.attrs.timeout.min(20);
-        let wait = Duration::from_nanos(4096u64 << t).max(Duration::from_millis(1)).min(Duration::from_millis(100));
-        st.retry_at = Some(Instant::now() + wait);
+        st.retry_at = Some(Instant::now() + retry_timer(&st.attrs));
     }
 
     fn fail_wr(&self, qp: &QpInner, st: &mut QpState, psn: u32, status: u32) {
@@ -1171,6 +1174,7 @@ impl Progress {
             },
         };
         let Some(c) = self.connect(&peer) else { return self.unreachable(qp, &mut st) };
+        st.lost_since = None;
         while self.conns[c].pending_out() < OUT_HIGH_WATER {
             let off = st.tx_off;
             let Some(w) = st.sq.front() else { return false };
@@ -1331,8 +1335,18 @@ impl Progress {
         qp.recv_cq.push(wc);
     }
 
-    /// Nobody owns the destination QP number: the transport retries run out.
+    /// Nobody owns the destination QP number: the transport retries run out once the retry
+    /// timer has expired retry_cnt + 1 times. Until then the QP waits, as a NIC resending into
+    /// silence does, so the error never overtakes the ACKs the peer sent before it went.
     fn unreachable(&self, qp: &QpInner, st: &mut QpState) -> bool {
+        let now = Instant::now();
+        let since = *st.lost_since.get_or_insert(now);
+        let give_up = since + retry_timer(&st.attrs) * (st.attrs.retry_cnt as u32 + 1);
+        if now < give_up {
+            st.retry_at = Some(give_up);
+            return false;
+        }
+        st.lost_since = None;
         if let Some(w) = st.sq.pop_front() {
             qp.send_cq.push(qp.wc(w.wr_id, wcs::IBV_WC_RETRY_EXC_ERR, send_opcode(w.op), 0));
         }
@@ -1556,4 +1570,10 @@ impl SrqInner {
     pub fn query(&self) -> v::ibv_srq_attr {
         v::ibv_srq_attr { max_wr: self.max_wr, max_sge: self.max_sge, srq_limit: self.q.lock().unwrap().limit }
     }
+}
+
+/// The local ACK timeout: 4.096 us * 2^timeout, here between 1 ms and 100 ms.
+fn retry_timer(a: &QpAttrs) -> Duration {
+    let t = a.timeout.min(20);
+    Duration::from_nanos(4096u64 << t).max(Duration::from_millis(1)).min(Duration::from_millis(100))
 }

@@ -75,6 +75,20 @@ fn read_completes_after_its_data_even_when_a_later_ack_arrives_first() {
     assert_eq!(out, "first opcode=2 status=success data equal\nsecond opcode=1 status=success\n");
 }
 
+/// A send to a QP that is gone fails with a retry error only once the retry timer has expired
+/// retry_cnt + 1 times, as on a NIC: an error at once would overtake the ACKs of what the peer
+/// received before it went (ibv_srq_pingpong's last sends of a run failed so).
+#[test]
+fn a_send_to_a_gone_qp_fails_only_when_its_retries_run_out() {
+    let out = simcheck(&Sim::new(), "lost-peer");
+    assert_eq!(
+        out,
+        "completions_within_250ms=0\n\
+         send_to_gone_qp status=transport retry counter exceeded opcode=0 byte_len=0 wr_id=42\n\
+         waited_for_8_timers=1\n"
+    );
+}
+
 fn nccl_style(sim: &Sim, args: &[&str]) -> std::process::Output {
     let prog = c_program("nccl_style", &["-ldl"]);
     sim.run(&prog, args)

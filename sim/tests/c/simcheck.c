@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 #include <fcntl.h>
 #include <time.h>
@@ -827,6 +828,35 @@ static int cmdfd_checks(void) {
     return 0;
 }
 
+/* A send to a QP that is gone: nothing completes until the retry timer (timeout 14: 67 ms) has
+ * expired retry_cnt + 1 (8) times, then the send fails with a retry error, as on a NIC. */
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+static int lost_peer_checks(void) {
+    ibv_query_port(ctx, 1, &port);
+    struct end a, b;
+    mkend(&a, FULL);
+    mkend(&b, FULL);
+    connect_pair(&a, &b, FULL);
+    if (ibv_destroy_qp(b.qp)) { fprintf(stderr, "destroy failed %d\n", errno); return 4; }
+    double t0 = now_s();
+    if (post(&a, IBV_WR_SEND, a.buf, 64, a.mr->lkey, 0, 0, 0)) { fprintf(stderr, "post failed\n"); return 4; }
+    struct ibv_wc wc;
+    int early = 0;
+    while (!early && now_s() - t0 < 0.25)
+        early = ibv_poll_cq(a.cq, 1, &wc) > 0;
+    printf("completions_within_250ms=%d\n", early);
+    if (!early) wc = wait1(a.cq);
+    double waited = now_s() - t0;
+    show("send_to_gone_qp", wc);
+    printf("waited_for_8_timers=%d\n", waited >= 8 * 0.067);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: simcheck reg SCENARIO|all | transport | qpstate | multi | read-order | qpex | resize | cmdfd | bench-bw SIZE ITERS | bench-post BATCHES | fuzz SEED ROUNDS | dmabuf-data\n"); return 2; }
     open_dev();
@@ -838,6 +868,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "qpex")) return qpex_checks();
     if (!strcmp(argv[1], "resize")) return resize_checks();
     if (!strcmp(argv[1], "cmdfd")) return cmdfd_checks();
+    if (!strcmp(argv[1], "lost-peer")) return lost_peer_checks();
     if (!strcmp(argv[1], "bench-bw") && argc > 3) return bench_bw((size_t)atol(argv[2]), atol(argv[3]));
     if (!strcmp(argv[1], "bench-post") && argc > 2) return bench_post(atoi(argv[2]));
     if (!strcmp(argv[1], "dmabuf-data")) return dmabuf_data();
