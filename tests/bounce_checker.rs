@@ -63,8 +63,8 @@ struct Program {
     features: String,
     /// transactions left out (shrinking)
     skip: Vec<usize>,
-    /// BOUNCE_CHECK_CORRUPT for the bounce run (the checker's own test)
-    corrupt: Option<usize>,
+    /// BOUNCE_CHECK_CORRUPT for the bounce run (the checker's own test): `I` or `I:R.S`
+    corrupt: Option<String>,
 }
 
 impl Program {
@@ -219,8 +219,8 @@ impl Checker {
             if p.seed % 2 == 1 {
                 c.env("MRSHIM_BOUNCE_TRACK", "off");
             }
-            if let Some(k) = p.corrupt {
-                c.env("BOUNCE_CHECK_CORRUPT", k.to_string());
+            if let Some(k) = &p.corrupt {
+                c.env("BOUNCE_CHECK_CORRUPT", k);
             }
         } else {
             c.env_remove("LD_PRELOAD");
@@ -246,7 +246,7 @@ impl Checker {
                 .filter(|v| !v.is_empty())
                 .unwrap_or_else(|| shim_lib().display().to_string()),
             track = if p.seed % 2 == 1 { "MRSHIM_BOUNCE_TRACK=off " } else { "" },
-            corrupt = p.corrupt.map(|k| format!("BOUNCE_CHECK_CORRUPT={k} ")).unwrap_or_default(),
+            corrupt = p.corrupt.as_ref().map(|k| format!("BOUNCE_CHECK_CORRUPT={k} ")).unwrap_or_default(),
         )
     }
 
@@ -526,7 +526,7 @@ fn bytes_sent_from_an_excluded_slot_stay_excluded_when_it_is_refilled_for_the_ne
 #[test]
 fn a_difference_is_reported_with_its_seed_and_a_minimal_program() {
     let c = Checker::new("bounce-checker-self");
-    let p = Program { corrupt: Some(11), ..Program::new(5, 24, DEFAULT_FEATURES) };
+    let p = Program { corrupt: Some("11".into()), ..Program::new(5, 24, DEFAULT_FEATURES) };
     let Verdict::Differs(d) = c.check(&p) else { panic!("a flipped byte went unnoticed") };
     assert!(d.contains("slot 0.0 is"), "{d}");
     let r = c.report(&p, d);
@@ -553,4 +553,68 @@ fn soak() {
         stats.line()
     );
     assert!(failed.is_empty(), "{}", failed.join("\n\n"));
+}
+
+/// Seeds 9002013, 9003006, 9005890 and 9009608 of the 10,000-program soak, shrunk: bytes an
+/// unannounced write tainted (into the plain MR, or into a bounce region whose shadow a RECV
+/// completion then synced) reach a slot — sent on, read, or written in place — and an unannounced
+/// READ then replaces every one of them with what the owner's shadow holds: its bytes from before
+/// the refill it made after its last SEND (in all four, byte for byte). The READ decides those
+/// bytes: the difference is `read-unannounced`, which no shim can detect. The model once kept
+/// the write's taint too, and the checker counted the difference as `unexplained`.
+#[test]
+fn bytes_an_unannounced_read_replaced_are_the_reads_whatever_wrote_them_before() {
+    let c = Checker::new("bounce-checker-read-replaces");
+    for (seed, keep, read_line, slot) in [
+        (9_002_013, &[25, 34, 56, 59][..], "A 59.1 READ ", "3.0="),
+        (9_003_006, &[0, 40, 50, 52][..], "B 52.1 READ ", "3.3="),
+        (9_005_890, &[21, 52, 53, 54][..], "B 54.1 READ ", "1.1="),
+        (9_009_608, &[25, 30, 31][..], "A 31.1 READ ", "3.3="),
+    ] {
+        let p = Program::new(seed, 60, DEFAULT_FEATURES).keeping(keep);
+        let plain = stdout(&c.run(&p, false));
+        let line = plain.lines().find(|l| l.starts_with(read_line)).unwrap_or_else(|| panic!("seed {seed}:\n{plain}"));
+        let digest = line.split_whitespace().find(|f| f.starts_with(slot)).unwrap_or_else(|| panic!("{line}"));
+        assert!(digest.ends_with("*r"), "seed {seed}: the READ's slot is not the READ's alone: {digest}\n{plain}");
+        match c.check(&p) {
+            Verdict::Same(s) => assert!(
+                s.silent_by_kind.get("read-unannounced").is_some_and(|&n| n > 0)
+                    && !s.silent_by_kind.contains_key("unexplained"),
+                "seed {seed}: {}\n{}",
+                s.line(),
+                c.commands(&p)
+            ),
+            Verdict::Differs(d) => panic!("seed {seed}: {d}\n{}", c.commands(&p)),
+        }
+    }
+}
+
+/// The other side of the test above: bytes an unannounced READ did not replace keep the
+/// write's taint. Seed 32, shrunk: B writes A.1.0 unannounced (its shadow may keep the peer's
+/// bytes), A READs into it unannounced; a byte that then changes without a word from the shim
+/// (BOUNCE_CHECK_CORRUPT flips it in the bounce run) is an `unexplained` difference — a
+/// detection missing — not one of the kinds no shim can detect.
+#[test]
+fn a_silent_change_in_bytes_an_unannounced_write_tainted_stays_unexplained() {
+    let c = Checker::new("bounce-checker-strict");
+    let p = Program::new(32, 40, DEFAULT_FEATURES).keeping(&[3, 15]);
+    let plain = stdout(&c.run(&p, false));
+    assert!(
+        plain.contains("\nX unannounced-write A.1.0\n") && plain.contains("\nX unannounced-read A.1.0\n"),
+        "the program changed:\n{plain}"
+    );
+    match c.check(&p) {
+        Verdict::Same(s) => assert!(!s.silent_by_kind.contains_key("unexplained"), "{}\n{}", s.line(), c.commands(&p)),
+        Verdict::Differs(d) => panic!("{d}\n{}", c.commands(&p)),
+    }
+    let bad = Program { corrupt: Some("15:1.0".into()), ..p };
+    match c.check(&bad) {
+        Verdict::Same(s) => assert!(
+            s.silent_by_kind.get("unexplained").is_some_and(|&n| n > 0),
+            "a silent change in A.1.0 was not unexplained: {}\n{}",
+            s.line(),
+            c.commands(&bad)
+        ),
+        Verdict::Differs(d) => panic!("{d}\n{}", c.commands(&bad)),
+    }
 }

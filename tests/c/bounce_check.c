@@ -898,15 +898,18 @@ int main(int argc, char **argv) {
     }
     tr = open_memstream(&trbuf, &trlen);
     setup();
-    /* BOUNCE_CHECK_CORRUPT=I (the checker's own test): after transaction I, A flips a byte of its
-     * slot 0.0 behind the model's back — a difference the comparison must report and the
-     * shrinking must bring down to that transaction. */
+    /* BOUNCE_CHECK_CORRUPT=I[:R.S] (the checker's own test): after transaction I, A flips the
+     * first byte of its slot R.S (0.0) behind the model's back — a difference the comparison
+     * must report and the shrinking must bring down to that transaction; in a slot the model
+     * marks, what a shim changing bytes without a word looks like. */
     const char *corrupt = getenv("BOUNCE_CHECK_CORRUPT");
-    int corrupt_at = corrupt && *corrupt ? atoi(corrupt) : -1;
+    int corrupt_at = corrupt && *corrupt ? atoi(corrupt) : -1, corrupt_r = 0, corrupt_s = 0;
+    if (corrupt_at >= 0 && strchr(corrupt, ':')) sscanf(strchr(corrupt, ':') + 1, "%d.%d", &corrupt_r, &corrupt_s);
+    if (corrupt_r < 0 || corrupt_r >= NREG || corrupt_s < 0 || corrupt_s >= NSLOT) corrupt_r = corrupt_s = 0;
     for (int i = 0; i < ntxn; i++)
         if (!skip[i]) {
             txn(i);
-            if (i == corrupt_at && me == 0) reg[0].buf[0] ^= 0x5a;
+            if (i == corrupt_at && me == 0) slot_ptr(corrupt_r, corrupt_s)[0] ^= 0x5a;
         }
     barrier();
     line_to(tr, ALL, "end");
