@@ -23,7 +23,7 @@ pub fn clip(s: &str) -> String {
 
 /// One slot digest that differed under a contract exclusion: the side whose slot it is (`A`,
 /// `B`), the exclusions its taint came from (`w`: an unannounced write, `r`: an unannounced
-/// read, `wr`: both), and whether the slot is equal again at the end of the program (`settled`:
+/// read, `wr`: both; of the operations that last determined its bytes), and whether the slot is equal again at the end of the program (`settled`:
 /// the bytes arrived late, or the application replaced them).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Excluded {
