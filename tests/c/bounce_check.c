@@ -83,10 +83,11 @@ static unsigned acc[2][NREG];
 /* The model, the same in both processes: per slot of each side, whether its bytes may differ
  * (bit 1) and whether a shadow may still hold peer bytes the application has not seen (bit 2),
  * and which exclusions it came from (TW: an unannounced write, TR: an unannounced read);
- * the bytes [lo, hi) of the slot that may differ (meaningful while bit 1 is set); whether the
- * application wrote it since its last SEND (a read of it is then unannounced). */
+ * for each kind, the bytes [lo, hi) of the slot it may have made differ (meaningful while its bit
+ * is set); whether the application wrote it since its last SEND (a read of it is then
+ * unannounced). */
 static unsigned char taint[2][NREG][NSLOT], dirty_rd[2][NREG][NSLOT];
-static size_t span[2][NREG][NSLOT][2];
+static size_t span_w[2][NREG][NSLOT][2], span_r[2][NREG][NSLOT][2];
 #define TW 4
 #define TR 8
 #define TAINTS (1 | TW | TR)
@@ -189,6 +190,20 @@ static void line_to(FILE *f, unsigned mask, const char *fmt, ...) {
             unsigned t = taint[me][r][s];
             fprintf(f, " %d.%d=%016llx%s%s%s", r, s, (unsigned long long)fnv(slot_ptr(r, s), slotsz[me][r]),
                     t & 1 ? "*" : "", t & 1 && t & TW ? "w" : "", t & 1 && t & TR ? "r" : "");
+            /* which bytes differ tells which exclusion is the reason (the oracle's compare_detail):
+             * `:W:O`, the digests of the bytes an unannounced write may have made differ and of
+             * those no exclusion may have */
+            if (t & 1) {
+                const size_t *w = span_w[me][r][s], *rd = span_r[me][r][s];
+                const char *p = slot_ptr(r, s);
+                uint64_t hw = 0xcbf29ce484222325ull, ho = hw;
+                for (size_t b = 0; b < slotsz[me][r]; b++) {
+                    int in_w = (t & TW) && b >= w[0] && b < w[1], in_r = (t & TR) && b >= rd[0] && b < rd[1];
+                    if (in_w) hw = (hw ^ (unsigned char)p[b]) * 0x100000001b3ull;
+                    else if (!in_r) ho = (ho ^ (unsigned char)p[b]) * 0x100000001b3ull;
+                }
+                fprintf(f, ":%016llx:%016llx", (unsigned long long)hw, (unsigned long long)ho);
+            }
         }
     fputc('\n', f);
 }
@@ -393,25 +408,38 @@ static void model_send(int side) {
     for (int r = 0; r < NREG; r++)
         if (acc[side][r] & RR) memset(dirty_rd[side][r], 0, NSLOT);
 }
+/* Adds [lo, hi) to a kind's span (a fresh one if the kind was not there). */
+static void span_add(size_t *sp, int had, size_t lo, size_t hi) {
+    if (!had) sp[0] = lo, sp[1] = hi;
+    if (lo < sp[0]) sp[0] = lo;
+    if (hi > sp[1]) sp[1] = hi;
+}
+/* Takes [lo, hi) out of a span where it covers one end or all of it; whether any of it is left. */
+static int span_cut(size_t *sp, size_t lo, size_t hi) {
+    if (lo <= sp[0] && hi >= sp[1]) return 0;
+    if (lo <= sp[0] && hi > sp[0]) sp[0] = hi;
+    else if (hi >= sp[1] && lo < sp[1]) sp[1] = lo;
+    return 1;
+}
 /* Bytes [lo, hi) of a slot may differ, for the reasons in `t` (bit 2 too: a shadow may hold them). */
 static void taint_add(int side, int r, int s, unsigned t, size_t lo, size_t hi) {
     if (!(t & 1) || lo >= hi) return;
-    size_t *sp = span[side][r][s];
-    if (!(taint[side][r][s] & 1)) sp[0] = lo, sp[1] = hi;
-    if (lo < sp[0]) sp[0] = lo;
-    if (hi > sp[1]) sp[1] = hi;
-    taint[side][r][s] |= (unsigned char)t;
+    unsigned char *d = &taint[side][r][s];
+    if (t & TW) span_add(span_w[side][r][s], (*d & 1) && (*d & TW), lo, hi);
+    if (t & TR) span_add(span_r[side][r][s], (*d & 1) && (*d & TR), lo, hi);
+    *d |= (unsigned char)t;
 }
-/* Bytes [off, off + len) of a slot replaced with bytes whose taint is `t`. The last operation
- * that determined the bytes decides why they may differ: when the new bytes cover every byte
- * that may differ and no shadow may still hold peer bytes for the slot (bit 2), the earlier
- * taint goes (seeds 9002013, 9003006, 9005890, 9009608: bytes an unannounced write had tainted,
- * all replaced by an unannounced READ, were counted as the write's). */
+/* Bytes [off, off + len) of a slot replaced (by the NIC: in the shadow too) with bytes whose
+ * taint is `t`. The last operation that determined the bytes decides why they may differ: an
+ * earlier kind keeps only the bytes the new ones did not replace (seeds 9002013, 9003006,
+ * 9005890, 9009608, 12001170, 12002472: bytes an unannounced write had tainted, replaced by an
+ * unannounced READ, were counted as the write's). */
 static void model_put(int side, int r, int s, size_t off, size_t len, unsigned t) {
     if (!len) return;
     unsigned char *d = &taint[side][r][s];
-    size_t *sp = span[side][r][s];
-    if (!(*d & 2) && (!(*d & 1) || (off <= sp[0] && sp[1] <= off + len))) *d = 0;
+    if ((*d & 1) && (*d & TW) && !span_cut(span_w[side][r][s], off, off + len)) *d &= (unsigned char)~TW;
+    if ((*d & 1) && (*d & TR) && !span_cut(span_r[side][r][s], off, off + len)) *d &= (unsigned char)~TR;
+    if (!(*d & (TW | TR))) *d &= 2;
     taint_add(side, r, s, t & TAINTS, off, off + len);
 }
 /* Bytes [off, off + len) of a slot of dside from a slot of sside: they may differ if the source may. */
@@ -898,18 +926,21 @@ int main(int argc, char **argv) {
     }
     tr = open_memstream(&trbuf, &trlen);
     setup();
-    /* BOUNCE_CHECK_CORRUPT=I[:R.S] (the checker's own test): after transaction I, A flips the
-     * first byte of its slot R.S (0.0) behind the model's back — a difference the comparison
+    /* BOUNCE_CHECK_CORRUPT=I[:R.S[+OFF]] (the checker's own test): after transaction I, A flips
+     * byte OFF (0) of its slot R.S (0.0) behind the model's back — a difference the comparison
      * must report and the shrinking must bring down to that transaction; in a slot the model
      * marks, what a shim changing bytes without a word looks like. */
     const char *corrupt = getenv("BOUNCE_CHECK_CORRUPT");
     int corrupt_at = corrupt && *corrupt ? atoi(corrupt) : -1, corrupt_r = 0, corrupt_s = 0;
-    if (corrupt_at >= 0 && strchr(corrupt, ':')) sscanf(strchr(corrupt, ':') + 1, "%d.%d", &corrupt_r, &corrupt_s);
+    size_t corrupt_off = 0;
+    if (corrupt_at >= 0 && strchr(corrupt, ':'))
+        sscanf(strchr(corrupt, ':') + 1, "%d.%d+%zu", &corrupt_r, &corrupt_s, &corrupt_off);
     if (corrupt_r < 0 || corrupt_r >= NREG || corrupt_s < 0 || corrupt_s >= NSLOT) corrupt_r = corrupt_s = 0;
+    if (corrupt_off >= slotsz[me][corrupt_r]) corrupt_off = 0;
     for (int i = 0; i < ntxn; i++)
         if (!skip[i]) {
             txn(i);
-            if (i == corrupt_at && me == 0) slot_ptr(corrupt_r, corrupt_s)[0] ^= 0x5a;
+            if (i == corrupt_at && me == 0) slot_ptr(corrupt_r, corrupt_s)[corrupt_off] ^= 0x5a;
         }
     barrier();
     line_to(tr, ALL, "end");

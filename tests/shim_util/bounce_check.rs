@@ -43,19 +43,25 @@ pub fn compare(plain: &str, bounce: &str) -> Result<u64, String> {
 pub fn compare_detail(plain: &str, bounce: &str) -> Result<Vec<Excluded>, String> {
     let (p, b): (Vec<&str>, Vec<&str>) = (plain.lines().collect(), bounce.lines().collect());
     let mut excluded = Vec::new();
-    // slots that differ in a side's `end` line
-    let mut at_end: Vec<(char, String)> = Vec::new();
+    // slots that differ in a side's `end` line, with both digests
+    let mut at_end: Vec<(char, String, &str, &str)> = Vec::new();
     for (lp, lb) in p.iter().zip(&b) {
         if let (Some((hp, sp)), Some((_, sb))) = (lp.split_once(" |"), lb.split_once(" |")) {
             if hp.ends_with(" end") {
                 for (a, c) in sp.split_whitespace().zip(sb.split_whitespace()) {
                     if a != c {
-                        at_end.push((hp.chars().next().unwrap_or('?'), a.split('=').next().unwrap_or(a).to_string()));
+                        let slot = a.split('=').next().unwrap_or(a).to_string();
+                        at_end.push((hp.chars().next().unwrap_or('?'), slot, a, c));
                     }
                 }
             }
         }
     }
+    // whether what an unannounced write may have changed in a slot is equal at the end
+    let write_settled = |side: char, slot: &str| match at_end.iter().find(|e| e.0 == side && e.1 == slot) {
+        None => true,
+        Some((_, _, a, c)) => !mark(a).0.contains('w') || attribute(a, c) == Attribution::Read,
+    };
     for (lp, lb) in p.iter().zip(&b) {
         if lp == lb {
             continue;
@@ -74,11 +80,23 @@ pub fn compare_detail(plain: &str, bounce: &str) -> Result<Vec<Excluded>, String
                 continue;
             }
             match a.split_once('*') {
-                Some((_, kind)) => {
+                Some(_) => {
                     let side = hp.chars().next().unwrap_or('?');
                     let slot = a.split('=').next().unwrap_or(a).to_string();
-                    let settled = !at_end.contains(&(side, slot.clone()));
-                    excluded.push(Excluded { side, slot, kind: kind.to_string(), settled })
+                    let (kind, settled) = match attribute(a, c) {
+                        Attribution::Read => ("r".to_string(), true),
+                        // bytes no exclusion may have changed differ: nothing explains it
+                        Attribution::Outside => ("wr".to_string(), false),
+                        Attribution::Kind(k) => {
+                            let settled = if k.contains('w') {
+                                write_settled(side, &slot)
+                            } else {
+                                !at_end.iter().any(|e| e.0 == side && e.1 == slot)
+                            };
+                            (k.to_string(), settled)
+                        }
+                    };
+                    excluded.push(Excluded { side, slot, kind, settled })
                 }
                 None => {
                     let slot = a.split('=').next().unwrap_or(a);
@@ -91,6 +109,35 @@ pub fn compare_detail(plain: &str, bounce: &str) -> Result<Vec<Excluded>, String
         return Err(format!("the plain trace has {} lines, the bounce trace {}", p.len(), b.len()));
     }
     Ok(excluded)
+}
+
+/// A starred digest's mark (`*K:W:O`): the kinds (`w`, `r`, `wr`), the digests of the bytes an
+/// unannounced write may have changed and of the bytes no exclusion may have.
+fn mark(tok: &str) -> (&str, Option<(&str, &str)>) {
+    let m = tok.split_once('*').map_or("", |(_, m)| m);
+    match m.split_once(':') {
+        Some((k, parts)) => (k, parts.split_once(':')),
+        None => (m, None),
+    }
+}
+
+/// Which exclusion explains a starred slot digest that differs (plain `a`, bounce `c`).
+#[derive(Debug, PartialEq, Eq)]
+enum Attribution<'a> {
+    /// its kinds, as marked
+    Kind(&'a str),
+    /// `wr`, but the bytes the write may have changed are equal: the READ's bytes differ
+    Read,
+    /// bytes no exclusion may have changed differ
+    Outside,
+}
+
+fn attribute<'a>(a: &'a str, c: &str) -> Attribution<'a> {
+    match (mark(a), mark(c).1) {
+        ((_, Some((_, oa))), Some((_, oc))) if oa != oc => Attribution::Outside,
+        (("wr", Some((wa, _))), Some((wc, _))) if wa == wc => Attribution::Read,
+        ((k, _), _) => Attribution::Kind(k),
+    }
 }
 
 /// What an excluded difference that no process reported is (docs/bounce.md, "What is detected
