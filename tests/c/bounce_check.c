@@ -20,8 +20,9 @@
  * line with the completion's fields and a 64-bit digest of every application-visible slot the
  * process owns at that moment (slots a pending operation may write are left out); a trailing `*`
  * marks a slot whose bytes a contract exclusion may have made differ, followed by `w` and/or `r`:
- * which kind (an unannounced write into it, an unannounced read of it) its taint came from. The same
- * program run with and without bounce must print the same lines but for starred slots. */
+ * which kind (an unannounced write into it, an unannounced read of it) its taint came from, and
+ * `:W:O`, the digests of the bytes the write may have changed and of those no exclusion may have.
+ * The same program run with and without bounce must print the same lines but for starred slots. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <infiniband/verbs.h>
