@@ -564,7 +564,9 @@ fn soak() {
 /// the write's taint too, and the checker counted the difference as `unexplained`. Seed 12001170
 /// likewise, but the READ (A.0.2+0, 4090 bytes) replaces all but 4 of the write's bytes
 /// (A.0.2+3, 4091 bytes), which a sync brought over: the slot is marked with both kinds, and the
-/// bytes that differ are the READ's.
+/// bytes that differ are the READ's. Seed 12005389: B READs A.0.0 unannounced into B.3.0, then
+/// WRITEs B.3.0 into A.1.2 unannounced; a RECV completion brings the write over: A.1.2 holds what
+/// B wrote in both runs (the write arrived), and that differs by what B's READ got.
 #[test]
 fn bytes_an_unannounced_read_replaced_are_the_reads_whatever_wrote_them_before() {
     let c = Checker::new("bounce-checker-read-replaces");
@@ -574,12 +576,17 @@ fn bytes_an_unannounced_read_replaced_are_the_reads_whatever_wrote_them_before()
         (9_005_890, &[21, 52, 53, 54][..], "B 54.1 READ ", "1.1="),
         (9_009_608, &[25, 30, 31][..], "A 31.1 READ ", "3.3="),
         (12_001_170, &[21, 52, 53, 54][..], "A 54.1 READ ", "0.2="),
+        (12_005_389, &[27, 29, 36, 40][..], "A 40r.0 RECV_IMM ", "1.2="),
     ] {
         let p = Program::new(seed, 60, DEFAULT_FEATURES).keeping(keep);
         let plain = stdout(&c.run(&p, false));
         let line = plain.lines().find(|l| l.starts_with(read_line)).unwrap_or_else(|| panic!("seed {seed}:\n{plain}"));
         let digest = line.split_whitespace().find(|f| f.starts_with(slot)).unwrap_or_else(|| panic!("{line}"));
-        let mark = if seed == 12_001_170 { "*wr:" } else { "*r" };
+        let mark = match seed {
+            12_001_170 => "*wr:",
+            12_005_389 => ":1r",
+            _ => "*r:",
+        };
         assert!(digest.contains(mark), "seed {seed}: the READ's slot is not marked {mark}: {digest}\n{plain}");
         match c.check(&p) {
             Verdict::Same(s) => assert!(

@@ -89,6 +89,12 @@ static unsigned acc[2][NREG];
  * unannounced). */
 static unsigned char taint[2][NREG][NSLOT], dirty_rd[2][NREG][NSLOT];
 static size_t span_w[2][NREG][NSLOT][2], span_r[2][NREG][NSLOT][2];
+/* The unannounced write that made a slot's write span (none once anything else changed it): its
+ * window, the digest of the bytes it carried (the writer's, passed over the socket for the trace
+ * only) and the kinds those bytes carried. */
+static size_t wlast[2][NREG][NSLOT][2];
+static uint64_t wlast_digest[2][NREG][NSLOT];
+static unsigned char wlast_kinds[2][NREG][NSLOT];
 #define TW 4
 #define TR 8
 #define TAINTS (1 | TW | TR)
@@ -204,6 +210,14 @@ static void line_to(FILE *f, unsigned mask, const char *fmt, ...) {
                     else if (!in_r) ho = (ho ^ (unsigned char)p[b]) * 0x100000001b3ull;
                 }
                 fprintf(f, ":%016llx:%016llx", (unsigned long long)hw, (unsigned long long)ho);
+                /* `:1K`/`:0K`: whether the write's window holds what the write carried (it
+                 * arrived) and the kinds its bytes carried (`-`: none) */
+                const size_t *wl = wlast[me][r][s];
+                if ((t & TW) && wl[1] > wl[0] && wl[0] == w[0] && wl[1] == w[1]) {
+                    unsigned k = wlast_kinds[me][r][s];
+                    fprintf(f, ":%d%s%s%s", fnv(p + wl[0], wl[1] - wl[0]) == wlast_digest[me][r][s],
+                            k & TW ? "w" : "", k & TR ? "r" : "", k ? "" : "-");
+                }
             }
         }
     fputc('\n', f);
@@ -426,6 +440,7 @@ static int span_cut(size_t *sp, size_t lo, size_t hi) {
 static void taint_add(int side, int r, int s, unsigned t, size_t lo, size_t hi) {
     if (!(t & 1) || lo >= hi) return;
     unsigned char *d = &taint[side][r][s];
+    wlast[side][r][s][1] = 0;
     if (t & TW) span_add(span_w[side][r][s], (*d & 1) && (*d & TW), lo, hi);
     if (t & TR) span_add(span_r[side][r][s], (*d & 1) && (*d & TR), lo, hi);
     *d |= (unsigned char)t;
@@ -438,6 +453,7 @@ static void taint_add(int side, int r, int s, unsigned t, size_t lo, size_t hi) 
 static void model_put(int side, int r, int s, size_t off, size_t len, unsigned t) {
     if (!len) return;
     unsigned char *d = &taint[side][r][s];
+    wlast[side][r][s][1] = 0;
     if ((*d & 1) && (*d & TW) && !span_cut(span_w[side][r][s], off, off + len)) *d &= (unsigned char)~TW;
     if ((*d & 1) && (*d & TR) && !span_cut(span_r[side][r][s], off, off + len)) *d &= (unsigned char)~TR;
     if (!(*d & (TW | TR))) *d &= 2;
@@ -572,7 +588,14 @@ static void t_write(int i) {
     if (ann == 1) model_send(x);
     model_copy(y, dr, ds, off, x, sr, ss, len);
     /* region 3 is a plain MR: the peer's write lands in the application's memory in both runs */
-    if (ann == 0 && dr != 3) exclusion("unannounced-write", y, dr, ds, off, len);
+    if (ann == 0 && dr != 3) {
+        uint64_t mine = me == x ? fnv(slot_ptr(sr, ss), len) : 0, theirs = 0;
+        xchg(&mine, &theirs, sizeof mine);
+        exclusion("unannounced-write", y, dr, ds, off, len);
+        wlast[y][dr][ds][0] = off, wlast[y][dr][ds][1] = off + len;
+        wlast_digest[y][dr][ds] = me == x ? mine : theirs;
+        wlast_kinds[y][dr][ds] = taint[x][sr][ss] & 1 ? taint[x][sr][ss] & (TW | TR) : 0;
+    }
     if (me == y && ann) {
         inflight[dr][ds] = 0;
         if (br >= 0) inflight[br][bs] = 0;

@@ -93,7 +93,7 @@ pub fn compare_detail(plain: &str, bounce: &str) -> Result<Vec<Excluded>, String
                             } else {
                                 !at_end.iter().any(|e| e.0 == side && e.1 == slot)
                             };
-                            (k.to_string(), settled)
+                            (k, settled)
                         }
                     };
                     excluded.push(Excluded { side, slot, kind, settled })
@@ -111,32 +111,49 @@ pub fn compare_detail(plain: &str, bounce: &str) -> Result<Vec<Excluded>, String
     Ok(excluded)
 }
 
-/// A starred digest's mark (`*K:W:O`): the kinds (`w`, `r`, `wr`), the digests of the bytes an
-/// unannounced write may have changed and of the bytes no exclusion may have.
-fn mark(tok: &str) -> (&str, Option<(&str, &str)>) {
+/// A starred digest's mark (`*K:W:O[:DC]`): the kinds (`w`, `r`, `wr`), the digests of the bytes
+/// an unannounced write may have changed and of the bytes no exclusion may have, and for a slot
+/// whose write span is one unannounced write's window, whether the window holds what that write
+/// carried (`D`: 1, it arrived) and the kinds those bytes carried (`C`: `w`, `r`, `wr` or `-`).
+fn mark(tok: &str) -> (&str, Vec<&str>) {
     let m = tok.split_once('*').map_or("", |(_, m)| m);
-    match m.split_once(':') {
-        Some((k, parts)) => (k, parts.split_once(':')),
-        None => (m, None),
-    }
+    let mut parts = m.split(':');
+    (parts.next().unwrap_or(""), parts.collect())
 }
 
 /// Which exclusion explains a starred slot digest that differs (plain `a`, bounce `c`).
 #[derive(Debug, PartialEq, Eq)]
-enum Attribution<'a> {
-    /// its kinds, as marked
-    Kind(&'a str),
-    /// `wr`, but the bytes the write may have changed are equal: the READ's bytes differ
+enum Attribution {
+    /// these kinds
+    Kind(String),
+    /// the READ's bytes differ: the slot's are `wr` but the bytes the write may have changed are
+    /// equal, or the write arrived in both runs and its bytes carried only a READ's difference
     Read,
     /// bytes no exclusion may have changed differ
     Outside,
 }
 
-fn attribute<'a>(a: &'a str, c: &str) -> Attribution<'a> {
-    match (mark(a), mark(c).1) {
-        ((_, Some((_, oa))), Some((_, oc))) if oa != oc => Attribution::Outside,
-        (("wr", Some((wa, _))), Some((wc, _))) if wa == wc => Attribution::Read,
-        ((k, _), _) => Attribution::Kind(k),
+fn attribute(a: &str, c: &str) -> Attribution {
+    let ((k, pa), (_, pc)) = (mark(a), mark(c));
+    if pa.len() < 2 || pc.len() < 2 {
+        return Attribution::Kind(k.to_string());
+    }
+    if pa[1] != pc[1] {
+        return Attribution::Outside;
+    }
+    let kind = match (pa.get(2), pc.get(2)) {
+        // the write's bytes differ, but it arrived in both runs: what it carried differs
+        (Some(da), Some(dc)) if pa[0] != pc[0] && da.starts_with('1') && dc.starts_with('1') => match &da[1..] {
+            "-" => return Attribution::Outside,
+            carried => carried,
+        },
+        _ if k == "wr" && pa[0] == pc[0] => "r",
+        _ => k,
+    };
+    if kind == "r" && k.contains('w') {
+        Attribution::Read
+    } else {
+        Attribution::Kind(kind.to_string())
     }
 }
 
