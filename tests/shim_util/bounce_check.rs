@@ -22,9 +22,10 @@ pub fn clip(s: &str) -> String {
 }
 
 /// One slot digest that differed under a contract exclusion: the side whose slot it is (`A`,
-/// `B`), the exclusions its taint came from (`w`: an unannounced write, `r`: an unannounced
-/// read, `wr`: both; of the operations that last determined its bytes), and whether the slot is equal again at the end of the program (`settled`:
-/// the bytes arrived late, or the application replaced them).
+/// `B`), the exclusion that explains the bytes that differ (`w`: an unannounced write, `r`: an
+/// unannounced read, `wr`: both; `attribute`), and whether what the write changed is equal again
+/// at the end of the program (`settled`: the bytes arrived late, or the application replaced
+/// them).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Excluded {
     pub side: char,
