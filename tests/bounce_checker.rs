@@ -63,8 +63,8 @@ struct Program {
     features: String,
     /// transactions left out (shrinking)
     skip: Vec<usize>,
-    /// BOUNCE_CHECK_CORRUPT for the bounce run (the checker's own test)
-    corrupt: Option<usize>,
+    /// BOUNCE_CHECK_CORRUPT for the bounce run (the checker's own test): `I` or `I:R.S`
+    corrupt: Option<String>,
 }
 
 impl Program {
@@ -219,8 +219,8 @@ impl Checker {
             if p.seed % 2 == 1 {
                 c.env("MRSHIM_BOUNCE_TRACK", "off");
             }
-            if let Some(k) = p.corrupt {
-                c.env("BOUNCE_CHECK_CORRUPT", k.to_string());
+            if let Some(k) = &p.corrupt {
+                c.env("BOUNCE_CHECK_CORRUPT", k);
             }
         } else {
             c.env_remove("LD_PRELOAD");
@@ -246,7 +246,7 @@ impl Checker {
                 .filter(|v| !v.is_empty())
                 .unwrap_or_else(|| shim_lib().display().to_string()),
             track = if p.seed % 2 == 1 { "MRSHIM_BOUNCE_TRACK=off " } else { "" },
-            corrupt = p.corrupt.map(|k| format!("BOUNCE_CHECK_CORRUPT={k} ")).unwrap_or_default(),
+            corrupt = p.corrupt.as_ref().map(|k| format!("BOUNCE_CHECK_CORRUPT={k} ")).unwrap_or_default(),
         )
     }
 
@@ -526,7 +526,7 @@ fn bytes_sent_from_an_excluded_slot_stay_excluded_when_it_is_refilled_for_the_ne
 #[test]
 fn a_difference_is_reported_with_its_seed_and_a_minimal_program() {
     let c = Checker::new("bounce-checker-self");
-    let p = Program { corrupt: Some(11), ..Program::new(5, 24, DEFAULT_FEATURES) };
+    let p = Program { corrupt: Some("11".into()), ..Program::new(5, 24, DEFAULT_FEATURES) };
     let Verdict::Differs(d) = c.check(&p) else { panic!("a flipped byte went unnoticed") };
     assert!(d.contains("slot 0.0 is"), "{d}");
     let r = c.report(&p, d);
@@ -553,4 +553,86 @@ fn soak() {
         stats.line()
     );
     assert!(failed.is_empty(), "{}", failed.join("\n\n"));
+}
+
+/// Seeds 9002013, 9003006, 9005890 and 9009608 of a 10,000-program soak, shrunk: bytes an
+/// unannounced write tainted (into the plain MR, or into a bounce region whose shadow a RECV
+/// completion then synced) reach a slot — sent on, read, or written in place — and an unannounced
+/// READ then replaces every one of them with what the owner's shadow holds: its bytes from before
+/// the refill it made after its last SEND (in all four, byte for byte). The READ decides those
+/// bytes: the difference is `read-unannounced`, which no shim can detect. The model once kept
+/// the write's taint too, and the checker counted the difference as `unexplained`. Seed 12001170
+/// likewise, but the READ (A.0.2+0, 4090 bytes) replaces all but 4 of the write's bytes
+/// (A.0.2+3, 4091 bytes), which a sync brought over: the slot is marked with both kinds, and the
+/// bytes that differ are the READ's. Seed 12005389: B READs A.0.0 unannounced into B.3.0, then
+/// WRITEs B.3.0 into A.1.2 unannounced; a RECV completion brings the write over: A.1.2 holds what
+/// B wrote in both runs (the write arrived), and that differs by what B's READ got.
+#[test]
+fn bytes_an_unannounced_read_replaced_are_the_reads_whatever_wrote_them_before() {
+    let c = Checker::new("bounce-checker-read-replaces");
+    for (seed, keep, read_line, slot) in [
+        (9_002_013, &[25, 34, 56, 59][..], "A 59.1 READ ", "3.0="),
+        (9_003_006, &[0, 40, 50, 52][..], "B 52.1 READ ", "3.3="),
+        (9_005_890, &[21, 52, 53, 54][..], "B 54.1 READ ", "1.1="),
+        (9_009_608, &[25, 30, 31][..], "A 31.1 READ ", "3.3="),
+        (12_001_170, &[21, 52, 53, 54][..], "A 54.1 READ ", "0.2="),
+        (12_005_389, &[27, 29, 36, 40][..], "A 40r.0 RECV_IMM ", "1.2="),
+    ] {
+        let p = Program::new(seed, 60, DEFAULT_FEATURES).keeping(keep);
+        let plain = stdout(&c.run(&p, false));
+        let line = plain.lines().find(|l| l.starts_with(read_line)).unwrap_or_else(|| panic!("seed {seed}:\n{plain}"));
+        let digest = line.split_whitespace().find(|f| f.starts_with(slot)).unwrap_or_else(|| panic!("{line}"));
+        let mark = match seed {
+            12_001_170 => "*wr:",
+            12_005_389 => ":1r",
+            _ => "*r:",
+        };
+        assert!(digest.contains(mark), "seed {seed}: the READ's slot is not marked {mark}: {digest}\n{plain}");
+        match c.check(&p) {
+            Verdict::Same(s) => assert!(
+                s.silent_by_kind.get("read-unannounced").is_some_and(|&n| n > 0)
+                    && !s.silent_by_kind.contains_key("unexplained"),
+                "seed {seed}: {}\n{}",
+                s.line(),
+                c.commands(&p)
+            ),
+            Verdict::Differs(d) => panic!("seed {seed}: {d}\n{}", c.commands(&p)),
+        }
+    }
+}
+
+/// The other side of the test above: bytes an unannounced READ did not replace keep the
+/// write's taint, and bytes neither exclusion touched none. Seed 12002472, shrunk: B writes
+/// A.1.3+2115 (64 bytes) unannounced, refills its B.1.3, A READs B.1.3 into A.1.3+0 (64 bytes)
+/// unannounced, then RECV completions bring B's write over (late). The difference left at the
+/// end is the READ's. A byte that then changes without a word from the shim (BOUNCE_CHECK_CORRUPT
+/// flips it in the bounce run) is an `unexplained` difference — a detection missing — in the
+/// bytes the write tainted and in bytes nothing did; in the READ's bytes no shim could tell.
+#[test]
+fn a_silent_change_outside_an_unannounced_reads_bytes_stays_unexplained() {
+    let c = Checker::new("bounce-checker-strict");
+    let p = Program::new(12_002_472, 60, DEFAULT_FEATURES).keeping(&[46, 47, 50, 59]);
+    let plain = stdout(&c.run(&p, false));
+    assert!(
+        plain.contains("\nX unannounced-write A.1.3\n") && plain.contains("\nX unannounced-read A.1.3\n"),
+        "the program changed:\n{plain}"
+    );
+    let kinds = |p: &Program| match c.check(p) {
+        Verdict::Same(s) => s.silent_by_kind,
+        Verdict::Differs(d) => panic!("{d}\n{}", c.commands(p)),
+    };
+    let k = kinds(&p);
+    assert!(k.contains_key("read-unannounced") && !k.contains_key("unexplained"), "{k:?}\n{}", c.commands(&p));
+    for (at, what) in [("2130", "the bytes the write tainted"), ("3000", "bytes no exclusion touched")] {
+        let bad = Program { corrupt: Some(format!("59:1.3+{at}")), ..p.clone() };
+        let k = kinds(&bad);
+        assert!(
+            k.contains_key("unexplained"),
+            "a silent change in {what} was not unexplained: {k:?}\n{}",
+            c.commands(&bad)
+        );
+    }
+    let bad = Program { corrupt: Some("59:1.3+10".into()), ..p.clone() };
+    let k = kinds(&bad);
+    assert!(!k.contains_key("unexplained"), "a change in the READ's bytes: {k:?}\n{}", c.commands(&bad));
 }

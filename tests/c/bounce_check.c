@@ -20,8 +20,9 @@
  * line with the completion's fields and a 64-bit digest of every application-visible slot the
  * process owns at that moment (slots a pending operation may write are left out); a trailing `*`
  * marks a slot whose bytes a contract exclusion may have made differ, followed by `w` and/or `r`:
- * which kind (an unannounced write into it, an unannounced read of it) its taint came from. The same
- * program run with and without bounce must print the same lines but for starred slots. */
+ * which kind (an unannounced write into it, an unannounced read of it) its taint came from, and
+ * `:W:O`, the digests of the bytes the write may have changed and of those no exclusion may have.
+ * The same program run with and without bounce must print the same lines but for starred slots. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <infiniband/verbs.h>
@@ -83,8 +84,17 @@ static unsigned acc[2][NREG];
 /* The model, the same in both processes: per slot of each side, whether its bytes may differ
  * (bit 1) and whether a shadow may still hold peer bytes the application has not seen (bit 2),
  * and which exclusions it came from (TW: an unannounced write, TR: an unannounced read);
- * whether the application wrote it since its last SEND (a read of it is then unannounced). */
+ * for each kind, the bytes [lo, hi) of the slot it may have made differ (meaningful while its bit
+ * is set); whether the application wrote it since its last SEND (a read of it is then
+ * unannounced). */
 static unsigned char taint[2][NREG][NSLOT], dirty_rd[2][NREG][NSLOT];
+static size_t span_w[2][NREG][NSLOT][2], span_r[2][NREG][NSLOT][2];
+/* The unannounced write that made a slot's write span (none once anything else changed it): its
+ * window, the digest of the bytes it carried (the writer's, passed over the socket for the trace
+ * only) and the kinds those bytes carried. */
+static size_t wlast[2][NREG][NSLOT][2];
+static uint64_t wlast_digest[2][NREG][NSLOT];
+static unsigned char wlast_kinds[2][NREG][NSLOT];
 #define TW 4
 #define TR 8
 #define TAINTS (1 | TW | TR)
@@ -187,6 +197,28 @@ static void line_to(FILE *f, unsigned mask, const char *fmt, ...) {
             unsigned t = taint[me][r][s];
             fprintf(f, " %d.%d=%016llx%s%s%s", r, s, (unsigned long long)fnv(slot_ptr(r, s), slotsz[me][r]),
                     t & 1 ? "*" : "", t & 1 && t & TW ? "w" : "", t & 1 && t & TR ? "r" : "");
+            /* which bytes differ tells which exclusion is the reason (the oracle's compare_detail):
+             * `:W:O`, the digests of the bytes an unannounced write may have made differ and of
+             * those no exclusion may have */
+            if (t & 1) {
+                const size_t *w = span_w[me][r][s], *rd = span_r[me][r][s];
+                const char *p = slot_ptr(r, s);
+                uint64_t hw = 0xcbf29ce484222325ull, ho = hw;
+                for (size_t b = 0; b < slotsz[me][r]; b++) {
+                    int in_w = (t & TW) && b >= w[0] && b < w[1], in_r = (t & TR) && b >= rd[0] && b < rd[1];
+                    if (in_w) hw = (hw ^ (unsigned char)p[b]) * 0x100000001b3ull;
+                    else if (!in_r) ho = (ho ^ (unsigned char)p[b]) * 0x100000001b3ull;
+                }
+                fprintf(f, ":%016llx:%016llx", (unsigned long long)hw, (unsigned long long)ho);
+                /* `:1K`/`:0K`: whether the write's window holds what the write carried (it
+                 * arrived) and the kinds its bytes carried (`-`: none) */
+                const size_t *wl = wlast[me][r][s];
+                if ((t & TW) && wl[1] > wl[0] && wl[0] == w[0] && wl[1] == w[1]) {
+                    unsigned k = wlast_kinds[me][r][s];
+                    fprintf(f, ":%d%s%s%s", fnv(p + wl[0], wl[1] - wl[0]) == wlast_digest[me][r][s],
+                            k & TW ? "w" : "", k & TR ? "r" : "", k ? "" : "-");
+                }
+            }
         }
     fputc('\n', f);
 }
@@ -391,11 +423,49 @@ static void model_send(int side) {
     for (int r = 0; r < NREG; r++)
         if (acc[side][r] & RR) memset(dirty_rd[side][r], 0, NSLOT);
 }
-static void model_copy(int dside, int dr, int ds, int sside, int sr, int ss, size_t len) {
-    if (len) taint[dside][dr][ds] |= taint[sside][sr][ss] & TAINTS;
+/* Adds [lo, hi) to a kind's span (a fresh one if the kind was not there). */
+static void span_add(size_t *sp, int had, size_t lo, size_t hi) {
+    if (!had) sp[0] = lo, sp[1] = hi;
+    if (lo < sp[0]) sp[0] = lo;
+    if (hi > sp[1]) sp[1] = hi;
 }
-static void exclusion(const char *label, int side, int r, int s) {
-    taint[side][r][s] |= 3 | (strstr(label, "read") ? TR : TW);
+/* Takes [lo, hi) out of a span where it covers one end or all of it; whether any of it is left. */
+static int span_cut(size_t *sp, size_t lo, size_t hi) {
+    if (lo <= sp[0] && hi >= sp[1]) return 0;
+    if (lo <= sp[0] && hi > sp[0]) sp[0] = hi;
+    else if (hi >= sp[1] && lo < sp[1]) sp[1] = lo;
+    return 1;
+}
+/* Bytes [lo, hi) of a slot may differ, for the reasons in `t` (bit 2 too: a shadow may hold them). */
+static void taint_add(int side, int r, int s, unsigned t, size_t lo, size_t hi) {
+    if (!(t & 1) || lo >= hi) return;
+    unsigned char *d = &taint[side][r][s];
+    wlast[side][r][s][1] = 0;
+    if (t & TW) span_add(span_w[side][r][s], (*d & 1) && (*d & TW), lo, hi);
+    if (t & TR) span_add(span_r[side][r][s], (*d & 1) && (*d & TR), lo, hi);
+    *d |= (unsigned char)t;
+}
+/* Bytes [off, off + len) of a slot replaced (by the NIC: in the shadow too) with bytes whose
+ * taint is `t`. The last operation that determined the bytes decides why they may differ: an
+ * earlier kind keeps only the bytes the new ones did not replace (seeds 9002013, 9003006,
+ * 9005890, 9009608, 12001170, 12002472: bytes an unannounced write had tainted, replaced by an
+ * unannounced READ, were counted as the write's). */
+static void model_put(int side, int r, int s, size_t off, size_t len, unsigned t) {
+    if (!len) return;
+    unsigned char *d = &taint[side][r][s];
+    wlast[side][r][s][1] = 0;
+    if ((*d & 1) && (*d & TW) && !span_cut(span_w[side][r][s], off, off + len)) *d &= (unsigned char)~TW;
+    if ((*d & 1) && (*d & TR) && !span_cut(span_r[side][r][s], off, off + len)) *d &= (unsigned char)~TR;
+    if (!(*d & (TW | TR))) *d &= 2;
+    taint_add(side, r, s, t & TAINTS, off, off + len);
+}
+/* Bytes [off, off + len) of a slot of dside from a slot of sside: they may differ if the source may. */
+static void model_copy(int dside, int dr, int ds, size_t off, int sside, int sr, int ss, size_t len) {
+    model_put(dside, dr, ds, off, len, taint[sside][sr][ss]);
+}
+/* A contract exclusion that may make bytes [off, off + len) of a slot differ. */
+static void exclusion(const char *label, int side, int r, int s, size_t off, size_t len) {
+    taint_add(side, r, s, 3 | (strstr(label, "read") ? TR : TW), off, off + len);
     if (me == 0) fprintf(tr, "X %s %c.%d.%d\n", label, "AB"[side], r, s);
 }
 #define T(...) do { if (me == 0) { fprintf(tr, "T " __VA_ARGS__); fputc('\n', tr); } } while (0)
@@ -459,10 +529,10 @@ static void t_send(int i) {
         /* message j carries its source's bytes as they were at its SEND: a later refill of that
          * slot (for message j+1) must not clear the taint it takes along (seed 1001545) */
         if (msge) {
-            model_copy(y, 3, hs, x, sr[j], ss[j], 1);
-            model_copy(y, dr[j], ds[j], x, sr[j], ss[j], len[j] > hlen);
+            model_copy(y, 3, hs, 0, x, sr[j], ss[j], len[j] < hlen ? len[j] : hlen);
+            model_copy(y, dr[j], ds[j], 0, x, sr[j], ss[j], len[j] > hlen ? len[j] - hlen : 0);
         } else
-            model_copy(y, dr[j], ds[j], x, sr[j], ss[j], len[j]);
+            model_copy(y, dr[j], ds[j], 0, x, sr[j], ss[j], len[j]);
     }
     for (int j = 0; j < k; j++) {
         if (me == y) {
@@ -516,8 +586,16 @@ static void t_write(int i) {
         if (ann == 1) step(tr, q, ALL, "", i, 1);
     }
     if (ann == 1) model_send(x);
-    model_copy(y, dr, ds, x, sr, ss, len);
-    if (ann == 0) exclusion("unannounced-write", y, dr, ds);
+    model_copy(y, dr, ds, off, x, sr, ss, len);
+    /* region 3 is a plain MR: the peer's write lands in the application's memory in both runs */
+    if (ann == 0 && dr != 3) {
+        uint64_t mine = me == x ? fnv(slot_ptr(sr, ss), len) : 0, theirs = 0;
+        xchg(&mine, &theirs, sizeof mine);
+        exclusion("unannounced-write", y, dr, ds, off, len);
+        wlast[y][dr][ds][0] = off, wlast[y][dr][ds][1] = off + len;
+        wlast_digest[y][dr][ds] = me == x ? mine : theirs;
+        wlast_kinds[y][dr][ds] = taint[x][sr][ss] & 1 ? taint[x][sr][ss] & (TW | TR) : 0;
+    }
     if (me == y && ann) {
         inflight[dr][ds] = 0;
         if (br >= 0) inflight[br][bs] = 0;
@@ -556,8 +634,14 @@ static void t_read(int i) {
         struct ibv_sge g = sge(dr, ds, 0, len);
         must_send(q, IBV_WR_RDMA_READ, &g, 1, raddr(sr, ss) + off, peer[sr].rkey, (uint64_t)i * 16 + 1, 0);
     }
-    model_copy(x, dr, ds, y, sr, ss, len);
-    if (excluded) exclusion("unannounced-read", x, dr, ds);
+    /* An unannounced READ gets what y's shadow holds: y's bytes as of its last SEND (and peer
+     * bytes written there since, which y's application may have had or overwritten). Where those
+     * differ from y's bytes now, the unannounced read is the reason, whatever wrote them. */
+    if (excluded) {
+        model_put(x, dr, ds, 0, len, 0);
+        exclusion("unannounced-read", x, dr, ds, 0, len);
+    } else
+        model_copy(x, dr, ds, 0, y, sr, ss, len);
     if (me == x) step(tr, q, ALL, "", i, 1);
     barrier();
 }
@@ -589,7 +673,7 @@ static void t_dereg(int i) {
         reg[dr].mr = NULL;
     }
     for (int s = 0; s < NSLOT; s++) taint[x][dr][s] &= TAINTS;
-    model_copy(x, dr, ds, y, sr, ss, len);
+    model_copy(x, dr, ds, 0, y, sr, ss, len);
     fill(x, dr, ds, seed ^ mix((uint64_t)i * 64 + 7));
     if (me == x) {
         inflight[dr][ds] = 0;
@@ -734,16 +818,19 @@ static void t_threads(int i) {
         d[q] = r[!q];
         ds[q] = (s[!q] + 1 + (int)below(NSLOT - 1)) % NSLOT;
     }
+    size_t maxlen[2] = { 0, 0 };
     for (int q = 0; q < 2; q++)
-        for (int j = 0; j < n; j++)
+        for (int j = 0; j < n; j++) {
             len[q][j] = rand_len(slotsz[q][r[q]] < slotsz[!q][d[q]] ? slotsz[q][r[q]] : slotsz[!q][d[q]]);
+            if (len[q][j] > maxlen[q]) maxlen[q] = len[q][j];
+        }
     T("%d threads: A.%d.%d -> B.%d.%d on qp 0 and B.%d.%d -> A.%d.%d on qp 1, %d messages each", i, r[0], s[0], d[0], ds[0],
       r[1], s[1], d[1], ds[1], n);
     /* A sending slot whose shadow may hold peer bytes the application has not seen keeps its
      * taint through the lane's refills (model_fill), and each message carries it: the receiving
      * slot's digests during the lanes are excluded as its end digest is (model_copy below). */
     for (int q = 0; q < 2; q++)
-        if (taint[q][r[q]][s[q]] & 2) taint[!q][d[q]][ds[q]] |= taint[q][r[q]][s[q]] & TAINTS;
+        if (taint[q][r[q]][s[q]] & 2) taint_add(!q, d[q], ds[q], taint[q][r[q]][s[q]] & TAINTS, 0, maxlen[q]);
     struct lane l[2];
     for (int q = 0; q < 2; q++) {
         int send = q == me;
@@ -764,7 +851,7 @@ static void t_threads(int i) {
     for (int q = 0; q < 2; q++) {
         model_fill(q, r[q], s[q]);
         model_send(q);
-        model_copy(!q, d[q], ds[q], q, r[q], s[q], 1);
+        model_copy(!q, d[q], ds[q], 0, q, r[q], s[q], maxlen[q]);
     }
     barrier();
 }
@@ -863,15 +950,21 @@ int main(int argc, char **argv) {
     }
     tr = open_memstream(&trbuf, &trlen);
     setup();
-    /* BOUNCE_CHECK_CORRUPT=I (the checker's own test): after transaction I, A flips a byte of its
-     * slot 0.0 behind the model's back — a difference the comparison must report and the
-     * shrinking must bring down to that transaction. */
+    /* BOUNCE_CHECK_CORRUPT=I[:R.S[+OFF]] (the checker's own test): after transaction I, A flips
+     * byte OFF (0) of its slot R.S (0.0) behind the model's back — a difference the comparison
+     * must report and the shrinking must bring down to that transaction; in a slot the model
+     * marks, what a shim changing bytes without a word looks like. */
     const char *corrupt = getenv("BOUNCE_CHECK_CORRUPT");
-    int corrupt_at = corrupt && *corrupt ? atoi(corrupt) : -1;
+    int corrupt_at = corrupt && *corrupt ? atoi(corrupt) : -1, corrupt_r = 0, corrupt_s = 0;
+    size_t corrupt_off = 0;
+    if (corrupt_at >= 0 && strchr(corrupt, ':'))
+        sscanf(strchr(corrupt, ':') + 1, "%d.%d+%zu", &corrupt_r, &corrupt_s, &corrupt_off);
+    if (corrupt_r < 0 || corrupt_r >= NREG || corrupt_s < 0 || corrupt_s >= NSLOT) corrupt_r = corrupt_s = 0;
+    if (corrupt_off >= slotsz[me][corrupt_r]) corrupt_off = 0;
     for (int i = 0; i < ntxn; i++)
         if (!skip[i]) {
             txn(i);
-            if (i == corrupt_at && me == 0) reg[0].buf[0] ^= 0x5a;
+            if (i == corrupt_at && me == 0) slot_ptr(corrupt_r, corrupt_s)[corrupt_off] ^= 0x5a;
         }
     barrier();
     line_to(tr, ALL, "end");

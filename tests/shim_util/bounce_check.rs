@@ -22,9 +22,10 @@ pub fn clip(s: &str) -> String {
 }
 
 /// One slot digest that differed under a contract exclusion: the side whose slot it is (`A`,
-/// `B`), the exclusions its taint came from (`w`: an unannounced write, `r`: an unannounced
-/// read, `wr`: both), and whether the slot is equal again at the end of the program (`settled`:
-/// the bytes arrived late, or the application replaced them).
+/// `B`), the exclusion that explains the bytes that differ (`w`: an unannounced write, `r`: an
+/// unannounced read, `wr`: both; `attribute`), and whether what the write changed is equal again
+/// at the end of the program (`settled`: the bytes arrived late, or the application replaced
+/// them).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Excluded {
     pub side: char,
@@ -43,19 +44,25 @@ pub fn compare(plain: &str, bounce: &str) -> Result<u64, String> {
 pub fn compare_detail(plain: &str, bounce: &str) -> Result<Vec<Excluded>, String> {
     let (p, b): (Vec<&str>, Vec<&str>) = (plain.lines().collect(), bounce.lines().collect());
     let mut excluded = Vec::new();
-    // slots that differ in a side's `end` line
-    let mut at_end: Vec<(char, String)> = Vec::new();
+    // slots that differ in a side's `end` line, with both digests
+    let mut at_end: Vec<(char, String, &str, &str)> = Vec::new();
     for (lp, lb) in p.iter().zip(&b) {
         if let (Some((hp, sp)), Some((_, sb))) = (lp.split_once(" |"), lb.split_once(" |")) {
             if hp.ends_with(" end") {
                 for (a, c) in sp.split_whitespace().zip(sb.split_whitespace()) {
                     if a != c {
-                        at_end.push((hp.chars().next().unwrap_or('?'), a.split('=').next().unwrap_or(a).to_string()));
+                        let slot = a.split('=').next().unwrap_or(a).to_string();
+                        at_end.push((hp.chars().next().unwrap_or('?'), slot, a, c));
                     }
                 }
             }
         }
     }
+    // whether what an unannounced write may have changed in a slot is equal at the end
+    let write_settled = |side: char, slot: &str| match at_end.iter().find(|e| e.0 == side && e.1 == slot) {
+        None => true,
+        Some((_, _, a, c)) => !mark(a).0.contains('w') || attribute(a, c) == Attribution::Read,
+    };
     for (lp, lb) in p.iter().zip(&b) {
         if lp == lb {
             continue;
@@ -74,11 +81,23 @@ pub fn compare_detail(plain: &str, bounce: &str) -> Result<Vec<Excluded>, String
                 continue;
             }
             match a.split_once('*') {
-                Some((_, kind)) => {
+                Some(_) => {
                     let side = hp.chars().next().unwrap_or('?');
                     let slot = a.split('=').next().unwrap_or(a).to_string();
-                    let settled = !at_end.contains(&(side, slot.clone()));
-                    excluded.push(Excluded { side, slot, kind: kind.to_string(), settled })
+                    let (kind, settled) = match attribute(a, c) {
+                        Attribution::Read => ("r".to_string(), true),
+                        // bytes no exclusion may have changed differ: nothing explains it
+                        Attribution::Outside => ("wr".to_string(), false),
+                        Attribution::Kind(k) => {
+                            let settled = if k.contains('w') {
+                                write_settled(side, &slot)
+                            } else {
+                                !at_end.iter().any(|e| e.0 == side && e.1 == slot)
+                            };
+                            (k, settled)
+                        }
+                    };
+                    excluded.push(Excluded { side, slot, kind, settled })
                 }
                 None => {
                     let slot = a.split('=').next().unwrap_or(a);
@@ -91,6 +110,52 @@ pub fn compare_detail(plain: &str, bounce: &str) -> Result<Vec<Excluded>, String
         return Err(format!("the plain trace has {} lines, the bounce trace {}", p.len(), b.len()));
     }
     Ok(excluded)
+}
+
+/// A starred digest's mark (`*K:W:O[:DC]`): the kinds (`w`, `r`, `wr`), the digests of the bytes
+/// an unannounced write may have changed and of the bytes no exclusion may have, and for a slot
+/// whose write span is one unannounced write's window, whether the window holds what that write
+/// carried (`D`: 1, it arrived) and the kinds those bytes carried (`C`: `w`, `r`, `wr` or `-`).
+fn mark(tok: &str) -> (&str, Vec<&str>) {
+    let m = tok.split_once('*').map_or("", |(_, m)| m);
+    let mut parts = m.split(':');
+    (parts.next().unwrap_or(""), parts.collect())
+}
+
+/// Which exclusion explains a starred slot digest that differs (plain `a`, bounce `c`).
+#[derive(Debug, PartialEq, Eq)]
+enum Attribution {
+    /// these kinds
+    Kind(String),
+    /// the READ's bytes differ: the slot's are `wr` but the bytes the write may have changed are
+    /// equal, or the write arrived in both runs and its bytes carried only a READ's difference
+    Read,
+    /// bytes no exclusion may have changed differ
+    Outside,
+}
+
+fn attribute(a: &str, c: &str) -> Attribution {
+    let ((k, pa), (_, pc)) = (mark(a), mark(c));
+    if pa.len() < 2 || pc.len() < 2 {
+        return Attribution::Kind(k.to_string());
+    }
+    if pa[1] != pc[1] {
+        return Attribution::Outside;
+    }
+    let kind = match (pa.get(2), pc.get(2)) {
+        // the write's bytes differ, but it arrived in both runs: what it carried differs
+        (Some(da), Some(dc)) if pa[0] != pc[0] && da.starts_with('1') && dc.starts_with('1') => match &da[1..] {
+            "-" => return Attribution::Outside,
+            carried => carried,
+        },
+        _ if k == "wr" && pa[0] == pc[0] => "r",
+        _ => k,
+    };
+    if kind == "r" && k.contains('w') {
+        Attribution::Read
+    } else {
+        Attribution::Kind(kind.to_string())
+    }
 }
 
 /// What an excluded difference that no process reported is (docs/bounce.md, "What is detected
