@@ -821,6 +821,11 @@ pub(crate) mod tests {
             ]),
             1
         );
+        // NVSHMEM's heap over its IB transport
+        assert_eq!(count(&[
+            "/src/modules/transport/common/transport_ib_common.cpp:98: non-zero status: 7 mem registration failed. Reason: Bad address",
+            "/src/host/mem/mem_heap.cpp:972: non-zero status: 7 register_heap_memory_handle failed for remote ",
+        ]), 1);
         // Realm and Mercury over UCX's own driver line
         for upper in [
             "[0 - 7f3c2a5fe740]    1.204518 {5}{ucp}: ucp_mem_map failed",
