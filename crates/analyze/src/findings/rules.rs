@@ -220,7 +220,7 @@ pub(super) fn memlock_limit<'a>(v: &View<'a>) -> Cand<'a> {
         c.add(1.0, "EPERM with a memlock limit of 0: the process may not pin memory at all.", None);
     }
     if let Some(e) = v.flag(Flag::LockedMemWarn) {
-        c.add(1.5, "Open MPI reported it could not allocate locked memory.", Some(e));
+        c.add(1.5, "The stack warned at start-up that the locked-memory limit is too small for RDMA (Open MPI, Intel MPI, GASNet-EX, Ceph).", Some(e));
     }
     if small.is_empty() && unlimited_hosts > 0 && over.is_empty() {
         c.score -= 3.0;

@@ -363,3 +363,22 @@ fn decisive_evidence_has_no_undecided_statement() {
     assert_eq!(cats(&a)[0], "relaxed-ordering");
     assert!(a.findings[0].decide.is_empty());
 }
+
+/// A message that names its own remedy (LNet's map_on_demand / use_fastreg_gaps, Ceph's send pool
+/// over max_mr_size) leads with its cause and that remedy, by the vocabulary's sample line alone.
+#[test]
+fn a_message_that_names_its_fix_leads_with_it() {
+    let v = crate::parse::vocab::table();
+    for (id, cat, issue, knob) in [
+        ("lustre.o2iblnd.map_on_demand", "version-mismatch", "lustre-o2iblnd-map-on-demand", "map_on_demand=256"),
+        ("lustre.o2iblnd.fastreg_gaps", "version-mismatch", "lustre-o2iblnd-fastreg-gaps", "use_fastreg_gaps=1"),
+        ("ceph.rdma.out_of_max_mr_size", "resource-exhaustion", "ceph-rdma-max-mr-size", "ms_async_rdma_send_buffers"),
+    ] {
+        let e = v.entries.iter().find(|e| e.id == id).expect(id);
+        let a = run(&[("log", &format!("{}\n", e.sample))]);
+        let f = a.findings.first().unwrap_or_else(|| panic!("{id}: no finding"));
+        assert_eq!(f.category, cat, "{id}: {:?}", cats(&a));
+        assert_eq!(f.known_issue.as_ref().map(|k| k.id.as_str()), Some(issue), "{id}");
+        assert!(f.fixes.first().is_some_and(|x| x.contains(knob)), "{id}: {:?}", f.fixes);
+    }
+}

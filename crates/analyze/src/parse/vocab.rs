@@ -468,6 +468,13 @@ impl Vocab {
     }
 }
 
+/// Whether a first literal of the built-in table occurs in `body` (from the line scanner's pass).
+pub fn anchored(body: &str) -> bool {
+    let mut any = false;
+    crate::scan::each(body, crate::scan::Set::Vocab, |_, _| any = true);
+    any
+}
+
 pub fn table() -> &'static Vocab {
     static T: std::sync::LazyLock<Vocab> =
         std::sync::LazyLock::new(|| Vocab::new(BUILTIN).expect("data/messages.json is valid (tested)"));
@@ -593,7 +600,9 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
     // UCX's own parser holds the driver's line back for the memory kind: its upper layers are its
     if lib == Some(Lib::Ucx) && ctx.ucx_pending.is_some() {
         ctx.vocab_recent = Some(lineno);
-        return false;
+        // a layer in another program's words (Realm's, Mercury's `ucp_mem_map ... failed`) is the
+        // failure UCX's parser holds: consumed here, or a later parser would count it again
+        return is_layer && !body.contains(" UCX ");
     }
     let recent = ctx.vocab_recent.is_some_and(|r| lineno <= r + LAYER_REACH);
     if is_layer && ctx.gen_pending.is_none() && recent {
@@ -804,6 +813,29 @@ pub(crate) mod tests {
             "",
             "node02:10366:10377 [0] ucx_plugin.c:498 NCCL WARN Failed: UCX error ucx_plugin.c:498 '-5' Invalid parameter",
         ]), 1);
+        // LNet: the short map, then the transfer that needed it
+        assert_eq!(
+            count(&[
+                "LNetError: 3120:0:(o2iblnd.c:2027:kiblnd_fmr_pool_map()) Failed to map mr 255/256 elements: rc = -22",
+                "LNetError: 3120:0:(o2iblnd_cb.c:610:kiblnd_fmr_map_tx()) Can't map 1048576 bytes (256/256)s: rc = -22",
+            ]),
+            1
+        );
+        // NVSHMEM's heap over its IB transport
+        assert_eq!(count(&[
+            "/src/modules/transport/common/transport_ib_common.cpp:98: non-zero status: 7 mem registration failed. Reason: Bad address",
+            "/src/host/mem/mem_heap.cpp:972: non-zero status: 7 register_heap_memory_handle failed for remote ",
+        ]), 1);
+        // Realm and Mercury over UCX's own driver line
+        for upper in [
+            "[0 - 7f3c2a5fe740]    1.204518 {5}{ucp}: ucp_mem_map failed",
+            "[1714000000.2] [h:1:0]  # na_ucx_mem_register(): ucp_mem_map() failed (Input/output error)",
+        ] {
+            assert_eq!(count(&[
+                "[1714000000.1] [h:1:0] ib_md.c:309  UCX  ERROR ibv_reg_mr(address=0x7f0000000000, length=4096, access=0xf) failed: Bad address",
+                upper,
+            ]), 1, "{upper}");
+        }
         // the transfer engine's own line after its verbs line gives the length
         let out = run(&[
             "E0326 14:23:05.675921 18944 rdma_context.cpp:265] Failed to register memory 0x7f105035d000: Input/output error [5]",
