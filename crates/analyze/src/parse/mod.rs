@@ -1,5 +1,6 @@
 //! Line dispatch: a cheap multi-pattern prefilter, then the format parsers in order. Per-file state
 //! carries what a format spreads over several lines (current host, perftest GPU buffer, UCX follow-ups).
+pub mod clean;
 pub mod env;
 pub mod facts;
 pub mod frame;
@@ -50,6 +51,15 @@ pub struct FileCtx {
     /// An errno a vocabulary line printed for the failure line that follows it (libfabric EFA's
     /// `Libfabric error: (-12) ...` before its `EFA internal error: ...`), with its line number.
     pub vocab_errno: Option<(u64, i32)>,
+}
+
+/// A failure the line's own text does not place is where the line's frame says it came from.
+fn place(r: &mut RegEv, f: &frame::Frame) {
+    if r.host.is_none() {
+        r.host = f.host.map(String::from);
+    }
+    r.rank = r.rank.or(f.rank);
+    r.pid = r.pid.or(f.pid);
 }
 
 /// The registration entry points mrshim knows.
@@ -191,6 +201,11 @@ impl Default for Parser {
 }
 
 impl Parser {
+    /// Whether `s` holds any word evidence starts from (the prefilter's).
+    pub fn may_be_evidence(&self, s: &str) -> bool {
+        self.pre.is_match(s) || s.trim_start().starts_with('{')
+    }
+
     pub fn line(&mut self, ctx: &mut FileCtx, line: &str, lineno: u64, emit: &mut dyn FnMut(Event)) -> bool {
         let t = line.trim_start();
         // "##" lines are comments (fixture headers, annotations) and never evidence
@@ -205,38 +220,75 @@ impl Parser {
         for k in self.known.scan(line) {
             emit(Event::Known(k));
         }
-        let f = frame::split(line);
+        let mut f = frame::split(line);
         if let Some(h) = f.host {
             if ctx.host.as_deref() != Some(h) {
                 ctx.host = Some(h.to_string());
             }
         }
+        // a Python traceback: frames, then the exception (cheap test first)
+        if (ctx.pytrace.is_some() || f.body.starts_with("Traceback") || f.body.trim_start().starts_with("File \""))
+            && pytrace::parse(&f, ctx, lineno, line, emit)
+        {
+            return true;
+        }
+        // an exception that carries a library's own line (`RuntimeError: <the line>`): the line,
+        // with whatever frame it has of its own
+        if let Some(msg) = pytrace::message(f.body) {
+            let g = frame::split(msg);
+            f = frame::Frame { host: f.host.or(g.host), rank: f.rank.or(g.rank), pid: f.pid.or(g.pid), body: g.body };
+        }
+        // what the launcher's or logger's frame says about the line's origin goes to every event of it
+        // the line's own text does not place, and to the failure it holds back for the next line
+        let mut emit = |mut e: Event| {
+            match &mut e {
+                Event::Reg(r) => place(r, &f),
+                Event::Fact { host, pid, .. } => {
+                    *host = host.take().or_else(|| f.host.map(String::from));
+                    *pid = pid.or(f.pid);
+                }
+                _ => {}
+            }
+            emit(e)
+        };
+        let done = self.dispatch(ctx, &f, line, lineno, &mut emit);
+        for r in [&mut ctx.ucx_pending, &mut ctx.perf_pending, &mut ctx.gen_pending].into_iter().flatten() {
+            if r.evid.as_ref().is_some_and(|(n, _)| *n == lineno) {
+                place(r, &f);
+            }
+        }
+        done
+    }
+
+    /// The format parsers, in order, on a line whose frame is known.
+    fn dispatch(
+        &mut self,
+        ctx: &mut FileCtx,
+        f: &frame::Frame,
+        line: &str,
+        lineno: u64,
+        emit: &mut dyn FnMut(Event),
+    ) -> bool {
         let body = f.body;
         // NCCL-family lines are the bulk of most job logs: recognised by their tag, no prefilter needed
         if let Some(p) = nccl::split(body) {
             // the vocabulary's NCCL-family messages (net plugins, gdrwrap) are all failures
-            if p.msg.contains("ailed") && vocab::parse(&f, ctx, lineno, line, emit) {
+            if p.msg.contains("ailed") && vocab::parse(f, ctx, lineno, line, emit) {
                 return true;
             }
             ucx::flush(ctx, emit);
             generic::flush(ctx, emit);
             return nccl::parse_split(body, p, ctx, emit);
         }
-        // a Python traceback: frames, then the exception (cheap test first)
-        if (ctx.pytrace.is_some() || body.starts_with("Traceback") || body.trim_start().starts_with("File \""))
-            && pytrace::parse(&f, ctx, lineno, line, emit)
-        {
-            return true;
-        }
         if ctx.expect.is_some() && facts::parse(body, ctx, emit) {
             return true;
         }
         if !self.pre.is_match(body) {
-            generic::parse(&f, ctx, lineno, line, emit);
+            generic::parse(f, ctx, lineno, line, emit);
             return false;
         }
         generic::note_context(body, ctx);
-        if vocab::parse(&f, ctx, lineno, line, emit) {
+        if vocab::parse(f, ctx, lineno, line, emit) {
             return true;
         }
         if shimline::parse(body, ctx, lineno, emit) {
@@ -256,7 +308,7 @@ impl Parser {
             || ompi::parse(body, ctx, emit)
             || perftest::parse(body, ctx, lineno, emit)
             || env::parse(body, ctx, emit)
-            || generic::parse(&f, ctx, lineno, line, emit)
+            || generic::parse(f, ctx, lineno, line, emit)
             || facts::parse(body, ctx, emit)
             || prose::parse(body, ctx, emit)
     }
