@@ -154,6 +154,7 @@ fn read_stream(name: &str, mut r: Box<dyn std::io::BufRead>, parser: &mut parse:
                 // a progress bar's earlier states, redrawn over on the same line, are not evidence
                 // (and do not part the lines around them) unless they look like it
                 if overwritten && !parser.may_be_evidence(&s) {
+                    parser.skip_piece(&s, n);
                     continue;
                 }
                 if parser.line(&mut ctx, &s, n, &mut |e| evs.push(e)) {

@@ -51,6 +51,33 @@ pub struct FileCtx {
     /// An errno a vocabulary line printed for the failure line that follows it (libfabric EFA's
     /// `Libfabric error: (-12) ...` before its `EFA internal error: ...`), with its line number.
     pub vocab_errno: Option<(u64, i32)>,
+    /// The failure a traceback's exception stands for, when the exception carries a line of its
+    /// own (`RuntimeError: <the library's line>`): emitted only if that line is not recognised.
+    pub py_failure: Option<RegEv>,
+    /// The rank whose lines the fields above are reading (from the launcher's label), and the
+    /// state of the other ranks of the file: interleaved ranks are read as separate streams, so
+    /// the lines of one process stay consecutive for the parsers.
+    pub stream: Option<i64>,
+    pub streams: std::collections::HashMap<i64, FileCtx>,
+}
+
+impl FileCtx {
+    /// Makes `rank`'s stream the one the fields read.
+    fn switch(&mut self, rank: i64) {
+        let mut streams = std::mem::take(&mut self.streams);
+        let cur = std::mem::take(self);
+        if let Some(r) = cur.stream {
+            streams.insert(r, cur);
+        } else {
+            // the lines before any rank label: the first labelled rank carries on from them
+            *self = cur;
+        }
+        if let Some(next) = streams.remove(&rank) {
+            *self = next;
+        }
+        self.stream = Some(rank);
+        self.streams = streams;
+    }
 }
 
 /// A failure the line's own text does not place is where the line's frame says it came from.
@@ -93,6 +120,9 @@ pub fn reg_call_in(s: &str) -> Option<&str> {
 
 pub struct Parser {
     pre: AhoCorasick,
+    /// The launcher's origin (host, rank, pid) of the physical line being read: the pieces of a
+    /// line split at `\r` carry it only on the first (`3: 45%|###   |\r<the failure>`).
+    piece: (u64, Option<String>, Option<i64>, Option<u32>),
     pub shim: shim::ShimState,
     pub known: crate::known::Matcher,
 }
@@ -196,7 +226,12 @@ impl Default for Parser {
             .kind(Some(aho_corasick::AhoCorasickKind::DFA))
             .build(NEEDLES)
             .expect("static patterns");
-        Parser { pre, shim: Default::default(), known: crate::known::Matcher::new(crate::known::table()) }
+        Parser {
+            pre,
+            piece: (0, None, None, None),
+            shim: Default::default(),
+            known: crate::known::Matcher::new(crate::known::table()),
+        }
     }
 }
 
@@ -204,6 +239,15 @@ impl Parser {
     /// Whether `s` holds any word evidence starts from (the prefilter's).
     pub fn may_be_evidence(&self, s: &str) -> bool {
         self.pre.is_match(s) || s.trim_start().starts_with('{')
+    }
+
+    /// A piece of a physical line that is not read (a progress bar's state): what its frame says
+    /// about the line's origin is kept for the pieces after it.
+    pub fn skip_piece(&mut self, line: &str, lineno: u64) {
+        let f = frame::split(line);
+        if self.piece.0 != lineno {
+            self.piece = (lineno, f.host.map(String::from), f.rank, f.pid);
+        }
     }
 
     pub fn line(&mut self, ctx: &mut FileCtx, line: &str, lineno: u64, emit: &mut dyn FnMut(Event)) -> bool {
@@ -220,7 +264,22 @@ impl Parser {
         for k in self.known.scan(line) {
             emit(Event::Known(k));
         }
+        let inherited: Option<String>;
         let mut f = frame::split(line);
+        if self.piece.0 != lineno {
+            self.piece = (lineno, f.host.map(String::from), f.rank, f.pid);
+        } else if f.host.is_none() && f.rank.is_none() && f.pid.is_none() {
+            // a later piece of the line: the first one's frame is its origin
+            inherited = self.piece.1.clone();
+            f.host = inherited.as_deref();
+            f.rank = self.piece.2;
+            f.pid = self.piece.3;
+        }
+        if let Some(r) = f.rank {
+            if ctx.stream != Some(r) {
+                ctx.switch(r);
+            }
+        }
         if let Some(h) = f.host {
             if ctx.host.as_deref() != Some(h) {
                 ctx.host = Some(h.to_string());
@@ -251,7 +310,13 @@ impl Parser {
             }
             emit(e)
         };
-        let done = self.dispatch(ctx, &f, line, lineno, &mut emit);
+        let mut done = self.dispatch(ctx, &f, line, lineno, &mut emit);
+        if let Some(ev) = ctx.py_failure.take() {
+            if !done {
+                emit(Event::Reg(ev));
+                done = true;
+            }
+        }
         for r in [&mut ctx.ucx_pending, &mut ctx.perf_pending, &mut ctx.gen_pending].into_iter().flatten() {
             if r.evid.as_ref().is_some_and(|(n, _)| *n == lineno) {
                 place(r, &f);
@@ -314,8 +379,13 @@ impl Parser {
     }
 
     pub fn end_file(&mut self, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) {
-        ucx::flush(ctx, emit);
-        generic::flush(ctx, emit);
-        perftest::flush(ctx, emit);
+        self.piece = (0, None, None, None);
+        let mut streams: Vec<_> = std::mem::take(&mut ctx.streams).into_iter().collect();
+        streams.sort_by_key(|s| s.0);
+        for c in std::iter::once(ctx).chain(streams.iter_mut().map(|s| &mut s.1)) {
+            ucx::flush(c, emit);
+            generic::flush(c, emit);
+            perftest::flush(c, emit);
+        }
     }
 }

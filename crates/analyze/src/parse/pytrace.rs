@@ -68,8 +68,7 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
     if !st.reg || !is_exception(t) || generic::recognise(body).is_some() || !vocab::table().matches(body).is_empty() {
         return false;
     }
-    generic::flush(ctx, emit);
-    emit(Event::Reg(RegEv {
+    let ev = RegEv {
         lib: st.lib.or_else(|| generic::lib_hint(body)).or(ctx.lib_hint),
         host: f.host.map(String::from).or_else(|| ctx.host.clone()),
         pid: f.pid,
@@ -80,7 +79,14 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
         mem: generic::mem_hint(body),
         evid: Some((lineno, line.to_string())),
         ..Default::default()
-    }));
+    };
+    if message(body).is_some() {
+        // the line the exception carries may be a failure of its own: one failure counts once
+        ctx.py_failure = Some(ev);
+        return false;
+    }
+    generic::flush(ctx, emit);
+    emit(Event::Reg(ev));
     true
 }
 
