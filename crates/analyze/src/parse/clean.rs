@@ -7,8 +7,17 @@ use std::borrow::Cow;
 
 /// The line a program printed, from the line as it was stored or pasted.
 pub fn line(s: &str) -> Cow<'_, str> {
-    let mut s = Cow::Borrowed(s.strip_prefix('\u{feff}').unwrap_or(s));
-    if memchr::memchr(b'&', s.as_bytes()).is_some() {
+    let s = s.strip_prefix('\u{feff}').unwrap_or(s);
+    // one pass tells whether the two wrappers found anywhere in a line can be there at all
+    let (amp, esc) = match memchr::memchr2(b'&', 0x1b, s.as_bytes()) {
+        None => (false, false),
+        Some(i) => {
+            let rest = &s.as_bytes()[i..];
+            (memchr::memchr(b'&', rest).is_some(), memchr::memchr(0x1b, rest).is_some())
+        }
+    };
+    let mut s = Cow::Borrowed(s);
+    if amp {
         if let Some(u) = unescape_html(&s) {
             s = Cow::Owned(u);
         }
@@ -20,10 +29,13 @@ pub fn line(s: &str) -> Cow<'_, str> {
             Cow::Owned(o) => Cow::Owned(o[cut..].to_string()),
         };
     }
+    let mut log_decoded = false;
     if let Some(log) = docker_log(&s) {
         s = Cow::Owned(log);
+        log_decoded = true;
     }
-    if memchr::memchr(0x1b, s.as_bytes()).is_some() {
+    // (docker's json-file escapes ESC as \u001b: decoded, it is there now)
+    if esc || log_decoded && memchr::memchr(0x1b, s.as_bytes()).is_some() {
         s = Cow::Owned(strip_ansi(&s));
     }
     s

@@ -144,7 +144,9 @@ const LEVELS: [&str; 7] = ["DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICA
 fn pylog(s: &str) -> Option<&str> {
     let t = s.strip_prefix("- ").unwrap_or(s);
     // `name - LEVEL - `
-    if let Some(i) = t.as_bytes()[..t.len().min(100)].windows(3).position(|w| w == b" - ") {
+    static SEP: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(" - "));
+    if let Some(i) = SEP.find(&t.as_bytes()[..t.len().min(100)]) {
         let name = &t[..i];
         let rest = &t[i + 3..];
         if !name.is_empty() && !name.contains(' ') {
