@@ -111,9 +111,14 @@ pub struct Lines<R> {
     /// The last piece ended with a `\r` at the end of the reader's buffer: a `\n` right after it
     /// belongs to the same terminator.
     after_cr: bool,
+    /// [`Lines::after_cr_end`] found the line ended there (a `\n` or the end of the input).
+    after_cr_eof: bool,
     /// Physical line of the piece last returned (1-based), and of the next one.
     pub line_no: u64,
     next_no: u64,
+    /// The piece last returned ended with a lone `\r` and more of its physical line follows: a
+    /// terminal redrew over it (a progress bar's earlier state).
+    pub overwritten: bool,
     /// Lines that were longer than the cap.
     pub truncated: u64,
     pub bytes: u64,
@@ -126,8 +131,10 @@ impl<R: BufRead> Lines<R> {
             buf: Vec::with_capacity(4096),
             pending: 0,
             after_cr: false,
+            after_cr_eof: false,
             line_no: 0,
             next_no: 1,
+            overwritten: false,
             truncated: 0,
             bytes: 0,
         }
@@ -136,17 +143,15 @@ impl<R: BufRead> Lines<R> {
     /// The next line with its physical line number, or `None` at the end. An I/O error mid-stream
     /// (e.g. truncated gzip) is returned.
     pub fn next_line(&mut self) -> io::Result<Option<(u64, &[u8])>> {
+        Ok(self.next_piece()?.map(|(n, _, b)| (n, b)))
+    }
+
+    /// [`Lines::next_line`] with [`Lines::overwritten`] of the piece.
+    pub fn next_piece(&mut self) -> io::Result<Option<(u64, bool, &[u8])>> {
         self.inner.consume(std::mem::take(&mut self.pending));
-        if std::mem::take(&mut self.after_cr) {
-            if let Ok(avail) = self.inner.fill_buf() {
-                if avail.first() == Some(&b'\n') {
-                    self.inner.consume(1);
-                    self.bytes += 1;
-                    self.next_no += 1;
-                }
-            }
-        }
+        self.after_cr_end();
         self.line_no = self.next_no;
+        self.overwritten = false;
         // fast path: the whole line and its terminator are in the reader's buffer, hand it out
         // without copying
         let found = match self.inner.fill_buf() {
@@ -155,6 +160,7 @@ impl<R: BufRead> Lines<R> {
                     b'\n' => Some((i, i + 1, true)),
                     _ if i + 1 < avail.len() => {
                         let lf = avail[i + 1] == b'\n';
+                        self.overwritten = !lf;
                         Some((i, i + 1 + usize::from(lf), lf))
                     }
                     // a \r at the end of the buffer: whether a \n follows is not known yet
@@ -169,7 +175,7 @@ impl<R: BufRead> Lines<R> {
             self.next_no += u64::from(newline);
             // a second fill_buf returns the same buffered bytes without reading
             let avail = self.inner.fill_buf()?;
-            return Ok(Some((self.line_no, &avail[..i])));
+            return Ok(Some((self.line_no, self.overwritten, &avail[..i])));
         }
         self.buf.clear();
         let mut any = false;
@@ -211,7 +217,7 @@ impl<R: BufRead> Lines<R> {
                     self.next_no += 1;
                 }
                 // a lone CR followed by more: the next line starts right after it
-                Some(_) if used < avail.len() => {}
+                Some(_) if used < avail.len() => self.overwritten = true,
                 Some(_) => self.after_cr = true,
                 None => {}
             }
@@ -224,7 +230,30 @@ impl<R: BufRead> Lines<R> {
         if cut {
             self.truncated += 1;
         }
-        Ok(Some((self.line_no, &self.buf)))
+        // a CR at the end of the reader's buffer: whether it was a CR LF, or more of the line
+        // follows, is known only after the next read
+        if self.after_cr {
+            self.after_cr_end();
+            self.overwritten = !self.after_cr_eof;
+        }
+        Ok(Some((self.line_no, self.overwritten, &self.buf)))
+    }
+
+    /// After a piece that ended with a CR at the end of the reader's buffer: a `\n` right after it
+    /// belongs to the same terminator.
+    fn after_cr_end(&mut self) {
+        if std::mem::take(&mut self.after_cr) {
+            self.after_cr_eof = true;
+            if let Ok(avail) = self.inner.fill_buf() {
+                self.after_cr_eof = avail.is_empty();
+                if avail.first() == Some(&b'\n') {
+                    self.inner.consume(1);
+                    self.bytes += 1;
+                    self.next_no += 1;
+                    self.after_cr_eof = true;
+                }
+            }
+        }
     }
 }
 

@@ -136,8 +136,8 @@ fn read_stream(name: &str, mut r: Box<dyn std::io::BufRead>, parser: &mut parse:
     let mut n = 0u64;
     let (mut binary, mut lossy, mut recognised) = (0u64, 0u64, 0u64);
     loop {
-        match lines.next_line() {
-            Ok(Some((no, b))) => {
+        match lines.next_piece() {
+            Ok(Some((no, overwritten, b))) => {
                 // pieces of one physical line (split at `\r`) share its number
                 n = no;
                 if memchr::memchr(0, b).is_some() {
@@ -145,12 +145,18 @@ fn read_stream(name: &str, mut r: Box<dyn std::io::BufRead>, parser: &mut parse:
                     continue;
                 }
                 let s: Cow<str> = match std::str::from_utf8(b) {
-                    Ok(s) => Cow::Borrowed(s),
+                    Ok(s) => parse::clean::line(s),
                     Err(_) => {
                         lossy += 1;
-                        String::from_utf8_lossy(b)
+                        Cow::Owned(parse::clean::line(&String::from_utf8_lossy(b)).into_owned())
                     }
                 };
+                // a progress bar's earlier states, redrawn over on the same line, are not evidence
+                // (and do not part the lines around them) unless they look like it
+                if overwritten && !parser.may_be_evidence(&s) {
+                    parser.skip_piece(&s, n);
+                    continue;
+                }
                 if parser.line(&mut ctx, &s, n, &mut |e| evs.push(e)) {
                     recognised += 1;
                 }

@@ -1,8 +1,11 @@
 //! The prefixes launchers, loggers and collectors put in front of a program's own line: ISO and syslog
 //! timestamps, journald, container runtimes (CRI `stdout F`, docker compose `svc  | `), `srun --label`
 //! (`0: `), `mpirun --tag-output` (`[1,0]<stderr>:`), pdsh/clush (`host: `), dmesg (`[  12.345678] `) and
-//! glog (`E0511 07:42:36.355509 10240 file.cc:198] `). Peeled off one after another; the host comes only
-//! from where a host really is (syslog's host column, pdsh's label), never from a timestamp.
+//! glog (`E0511 07:42:36.355509 10240 file.cc:198] `), ctime stamps (Open MPI's `--timestamp-output`,
+//! `dmesg -T`: `[Sun Dec  6 21:40:01 2026] `), torchrun (`[rank3]:`), Ray (`(RayWorker pid=123,
+//! ip=10.0.0.1) `) and Python logging (`- nixl - ERROR - `, `ERROR:nixl:`, vLLM's `ERROR 12-06
+//! 21:40:01 [core.py:88] `). Peeled off one after another; the host comes only from where a host
+//! really is (syslog's host column, pdsh's label, Ray's ip), never from a timestamp.
 
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Frame<'a> {
@@ -17,15 +20,19 @@ const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Au
 
 pub fn split(line: &str) -> Frame<'_> {
     let mut f = Frame { body: line, ..Default::default() };
-    for _ in 0..6 {
+    for _ in 0..8 {
         let b = f.body;
         let next = iso_timestamp(b)
+            .or_else(|| ctime(b))
             .or_else(|| bracketed_timestamp(b))
             .or_else(|| syslog(b, &mut f.host, &mut f.pid))
             .or_else(|| cri_stream(b))
             .or_else(|| dmesg_time(b))
             .or_else(|| tag_output(b, &mut f.rank))
             .or_else(|| srun_label(b, &mut f.rank))
+            .or_else(|| torchrun(b, &mut f.rank))
+            .or_else(|| ray(b, &mut f.host, &mut f.pid))
+            .or_else(|| pylog(b))
             .or_else(|| glog(b, &mut f.pid))
             .or_else(|| compose(b))
             .or_else(|| pdsh(b, &mut f.host));
@@ -67,6 +74,111 @@ fn iso_timestamp(s: &str) -> Option<&str> {
         _ => rest,
     };
     Some(rest)
+}
+
+/// `Sun Dec  6 21:40:01 2026` (C's ctime: Open MPI's `--timestamp-output`, glued to its
+/// `[1,0]<stderr>:` tag) and `[Sun Dec  6 21:40:01 2026] ` (`dmesg -T`).
+fn ctime(s: &str) -> Option<&str> {
+    const DAYS: [&str; 7] = ["Mon ", "Tue ", "Wed ", "Thu ", "Fri ", "Sat ", "Sun "];
+    let (t, bracket) = match s.strip_prefix('[') {
+        Some(t) => (t, true),
+        None => (s, false),
+    };
+    if !DAYS.iter().any(|d| t.starts_with(d)) || !MONTHS.iter().any(|m| t[4..].starts_with(m)) {
+        return None;
+    }
+    // `Dec  6 21:40:01 2026`: day, time, year
+    let mut rest = t[7..].trim_start();
+    let day = rest.find(' ')?;
+    if !digits(rest, day) {
+        return None;
+    }
+    rest = &rest[day + 1..];
+    if !(digits(rest, 2) && rest.as_bytes().get(2) == Some(&b':') && rest.as_bytes().get(8) == Some(&b' ')) {
+        return None;
+    }
+    rest = &rest[9..];
+    if !digits(rest, 4) {
+        return None;
+    }
+    rest = &rest[4..];
+    if bracket {
+        rest = rest.strip_prefix(']')?;
+    }
+    Some(rest.trim_start())
+}
+
+/// torchrun's `--tee`/`--log-line-prefix` label: `[rank3]:` (also `[rank3]: `).
+fn torchrun<'a>(s: &'a str, rank: &mut Option<i64>) -> Option<&'a str> {
+    let t = s.strip_prefix("[rank")?;
+    let end = t.find("]:")?;
+    *rank = Some(t[..end].parse().ok()?);
+    Some(t[end + 2..].trim_start())
+}
+
+/// Ray's prefix on a worker's or actor's output: `(RayWorker pid=123, ip=10.0.0.1) `, `(pid=123) `,
+/// `(raylet, ip=10.0.0.1) `.
+fn ray<'a>(s: &'a str, host: &mut Option<&'a str>, pid: &mut Option<u32>) -> Option<&'a str> {
+    let inner = s.strip_prefix('(')?;
+    let head = &inner.as_bytes()[..inner.len().min(200)];
+    let end = memchr::memmem::find(head, b") ")?;
+    let inner = &inner[..end];
+    let mut found = false;
+    for part in inner.split([',', ' ']) {
+        if let Some(p) = part.strip_prefix("pid=") {
+            *pid = p.parse().ok();
+            found = true;
+        } else if let Some(ip) = part.strip_prefix("ip=") {
+            *host = Some(ip);
+            found = true;
+        }
+    }
+    found.then(|| &s[end + 3..])
+}
+
+const LEVELS: [&str; 7] = ["DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL", "FATAL"];
+
+/// Python logging's usual formats, after the timestamp is gone: `- name - LEVEL - ` and `name -
+/// LEVEL - ` (the logging cookbook's), `LEVEL:name:` (`basicConfig`'s default) and vLLM's `LEVEL
+/// 12-06 21:40:01 [file.py:88] `.
+fn pylog(s: &str) -> Option<&str> {
+    let t = s.strip_prefix("- ").unwrap_or(s);
+    // `name - LEVEL - `
+    static SEP: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(" - "));
+    if let Some(i) = SEP.find(&t.as_bytes()[..t.len().min(100)]) {
+        let name = &t[..i];
+        let rest = &t[i + 3..];
+        if !name.is_empty() && !name.contains(' ') {
+            for l in LEVELS {
+                if let Some(r) = rest.strip_prefix(l).and_then(|r| r.strip_prefix(" - ")) {
+                    return Some(r);
+                }
+            }
+        }
+    }
+    for l in LEVELS {
+        let Some(r) = s.strip_prefix(l) else { continue };
+        // `LEVEL:name:text`
+        if let Some(r) = r.strip_prefix(':') {
+            let end = r.find(':')?;
+            return (end > 0 && !r[..end].contains(' ')).then(|| &r[end + 1..]);
+        }
+        // `LEVEL MM-DD hh:mm:ss [file.py:88] ` or `... file.py:88] `
+        let r = r.strip_prefix(' ')?;
+        let b = r.as_bytes();
+        if digits(r, 2)
+            && b.get(2) == Some(&b'-')
+            && digits(&r[3..], 2)
+            && b.get(5) == Some(&b' ')
+            && digits(&r[6..], 2)
+        {
+            let close = r.find("] ")?;
+            return Some(&r[close + 2..]);
+        }
+        return None;
+    }
+    None
 }
 
 /// `[2024-05-01 10:00:00] ` (Python logging, many launchers).
@@ -154,6 +266,8 @@ fn srun_label<'a>(s: &'a str, rank: &mut Option<i64>) -> Option<&'a str> {
 
 /// glog: `E0511 07:42:36.355509 10240 rdma_context.cpp:198] ` (severity, date, time, thread id, file).
 fn glog<'a>(s: &'a str, pid: &mut Option<u32>) -> Option<&'a str> {
+    // indented in a pasted code block or after a label
+    let s = s.trim_start();
     let b = s.as_bytes();
     if s.len() < 30 || !matches!(b[0], b'I' | b'W' | b'E' | b'F') || !digits(&s[1..], 4) || b[5] != b' ' {
         return None;

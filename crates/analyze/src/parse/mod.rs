@@ -1,5 +1,6 @@
 //! Line dispatch: a cheap multi-pattern prefilter, then the format parsers in order. Per-file state
 //! carries what a format spreads over several lines (current host, perftest GPU buffer, UCX follow-ups).
+pub mod clean;
 pub mod env;
 pub mod facts;
 pub mod frame;
@@ -50,6 +51,42 @@ pub struct FileCtx {
     /// An errno a vocabulary line printed for the failure line that follows it (libfabric EFA's
     /// `Libfabric error: (-12) ...` before its `EFA internal error: ...`), with its line number.
     pub vocab_errno: Option<(u64, i32)>,
+    /// The failure a traceback's exception stands for, when the exception carries a line of its
+    /// own (`RuntimeError: <the library's line>`): emitted only if that line is not recognised.
+    pub py_failure: Option<RegEv>,
+    /// The rank whose lines the fields above are reading (from the launcher's label), and the
+    /// state of the other ranks of the file: interleaved ranks are read as separate streams, so
+    /// the lines of one process stay consecutive for the parsers.
+    pub stream: Option<i64>,
+    pub streams: std::collections::HashMap<i64, FileCtx>,
+}
+
+impl FileCtx {
+    /// Makes `rank`'s stream the one the fields read.
+    fn switch(&mut self, rank: i64) {
+        let mut streams = std::mem::take(&mut self.streams);
+        let cur = std::mem::take(self);
+        if let Some(r) = cur.stream {
+            streams.insert(r, cur);
+        } else {
+            // the lines before any rank label: the first labelled rank carries on from them
+            *self = cur;
+        }
+        if let Some(next) = streams.remove(&rank) {
+            *self = next;
+        }
+        self.stream = Some(rank);
+        self.streams = streams;
+    }
+}
+
+/// A failure the line's own text does not place is where the line's frame says it came from.
+fn place(r: &mut RegEv, f: &frame::Frame) {
+    if r.host.is_none() {
+        r.host = f.host.map(String::from);
+    }
+    r.rank = r.rank.or(f.rank);
+    r.pid = r.pid.or(f.pid);
 }
 
 /// The registration entry points mrshim knows.
@@ -83,6 +120,9 @@ pub fn reg_call_in(s: &str) -> Option<&str> {
 
 pub struct Parser {
     pre: AhoCorasick,
+    /// The launcher's origin (host, rank, pid) of the physical line being read: the pieces of a
+    /// line split at `\r` carry it only on the first (`3: 45%|###   |\r<the failure>`).
+    piece: (u64, Option<String>, Option<i64>, Option<u32>),
     pub shim: shim::ShimState,
     pub known: crate::known::Matcher,
 }
@@ -186,11 +226,30 @@ impl Default for Parser {
             .kind(Some(aho_corasick::AhoCorasickKind::DFA))
             .build(NEEDLES)
             .expect("static patterns");
-        Parser { pre, shim: Default::default(), known: crate::known::Matcher::new(crate::known::table()) }
+        Parser {
+            pre,
+            piece: (0, None, None, None),
+            shim: Default::default(),
+            known: crate::known::Matcher::new(crate::known::table()),
+        }
     }
 }
 
 impl Parser {
+    /// Whether `s` holds any word evidence starts from (the prefilter's).
+    pub fn may_be_evidence(&self, s: &str) -> bool {
+        self.pre.is_match(s) || s.trim_start().starts_with('{')
+    }
+
+    /// A piece of a physical line that is not read (a progress bar's state): what its frame says
+    /// about the line's origin is kept for the pieces after it.
+    pub fn skip_piece(&mut self, line: &str, lineno: u64) {
+        let f = frame::split(line);
+        if self.piece.0 != lineno {
+            self.piece = (lineno, f.host.map(String::from), f.rank, f.pid);
+        }
+    }
+
     pub fn line(&mut self, ctx: &mut FileCtx, line: &str, lineno: u64, emit: &mut dyn FnMut(Event)) -> bool {
         let t = line.trim_start();
         // "##" lines are comments (fixture headers, annotations) and never evidence
@@ -205,28 +264,86 @@ impl Parser {
         for k in self.known.scan(line) {
             emit(Event::Known(k));
         }
-        let f = frame::split(line);
+        let inherited: Option<String>;
+        let mut f = frame::split(line);
+        if self.piece.0 != lineno {
+            self.piece = (lineno, f.host.map(String::from), f.rank, f.pid);
+        } else if f.host.is_none() && f.rank.is_none() && f.pid.is_none() {
+            // a later piece of the line: the first one's frame is its origin
+            inherited = self.piece.1.clone();
+            f.host = inherited.as_deref();
+            f.rank = self.piece.2;
+            f.pid = self.piece.3;
+        }
+        if let Some(r) = f.rank {
+            if ctx.stream != Some(r) {
+                ctx.switch(r);
+            }
+        }
         if let Some(h) = f.host {
             if ctx.host.as_deref() != Some(h) {
                 ctx.host = Some(h.to_string());
             }
         }
+        // a Python traceback: frames, then the exception (cheap test first)
+        if (ctx.pytrace.is_some() || f.body.starts_with("Traceback") || f.body.trim_start().starts_with("File \""))
+            && pytrace::parse(&f, ctx, lineno, line, emit)
+        {
+            return true;
+        }
+        // an exception that carries a library's own line (`RuntimeError: <the line>`): the line,
+        // with whatever frame it has of its own
+        if let Some(msg) = pytrace::message(f.body) {
+            let g = frame::split(msg);
+            f = frame::Frame { host: f.host.or(g.host), rank: f.rank.or(g.rank), pid: f.pid.or(g.pid), body: g.body };
+        }
+        // what the launcher's or logger's frame says about the line's origin goes to every event of it
+        // the line's own text does not place, and to the failure it holds back for the next line
+        let mut emit = |mut e: Event| {
+            match &mut e {
+                Event::Reg(r) => place(r, &f),
+                Event::Fact { host, pid, .. } => {
+                    *host = host.take().or_else(|| f.host.map(String::from));
+                    *pid = pid.or(f.pid);
+                }
+                _ => {}
+            }
+            emit(e)
+        };
+        let mut done = self.dispatch(ctx, &f, line, lineno, &mut emit);
+        if let Some(ev) = ctx.py_failure.take() {
+            if !done {
+                emit(Event::Reg(ev));
+                done = true;
+            }
+        }
+        for r in [&mut ctx.ucx_pending, &mut ctx.perf_pending, &mut ctx.gen_pending].into_iter().flatten() {
+            if r.evid.as_ref().is_some_and(|(n, _)| *n == lineno) {
+                place(r, &f);
+            }
+        }
+        done
+    }
+
+    /// The format parsers, in order, on a line whose frame is known.
+    fn dispatch(
+        &mut self,
+        ctx: &mut FileCtx,
+        f: &frame::Frame,
+        line: &str,
+        lineno: u64,
+        emit: &mut dyn FnMut(Event),
+    ) -> bool {
         let body = f.body;
         // NCCL-family lines are the bulk of most job logs: recognised by their tag, no prefilter needed
         if let Some(p) = nccl::split(body) {
             // the vocabulary's NCCL-family messages (net plugins, gdrwrap) are all failures
-            if p.msg.contains("ailed") && vocab::parse(&f, ctx, lineno, line, emit) {
+            if p.msg.contains("ailed") && vocab::parse(f, ctx, lineno, line, emit) {
                 return true;
             }
             ucx::flush(ctx, emit);
             generic::flush(ctx, emit);
             return nccl::parse_split(body, p, ctx, emit);
-        }
-        // a Python traceback: frames, then the exception (cheap test first)
-        if (ctx.pytrace.is_some() || body.starts_with("Traceback") || body.trim_start().starts_with("File \""))
-            && pytrace::parse(&f, ctx, lineno, line, emit)
-        {
-            return true;
         }
         if ctx.expect.is_some() && facts::parse(body, ctx, emit) {
             return true;
@@ -234,11 +351,11 @@ impl Parser {
         // a line the word list misses still reaches the vocabulary when one of its messages may be
         // in it (LNet's `Failed to map mr`, Realm's `mk_create failed?`)
         if !self.pre.is_match(body) && !vocab::anchored(body) {
-            generic::parse(&f, ctx, lineno, line, emit);
+            generic::parse(f, ctx, lineno, line, emit);
             return false;
         }
         generic::note_context(body, ctx);
-        if vocab::parse(&f, ctx, lineno, line, emit) {
+        if vocab::parse(f, ctx, lineno, line, emit) {
             return true;
         }
         if shimline::parse(body, ctx, lineno, emit) {
@@ -258,14 +375,19 @@ impl Parser {
             || ompi::parse(body, ctx, emit)
             || perftest::parse(body, ctx, lineno, emit)
             || env::parse(body, ctx, emit)
-            || generic::parse(&f, ctx, lineno, line, emit)
+            || generic::parse(f, ctx, lineno, line, emit)
             || facts::parse(body, ctx, emit)
             || prose::parse(body, ctx, emit)
     }
 
     pub fn end_file(&mut self, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) {
-        ucx::flush(ctx, emit);
-        generic::flush(ctx, emit);
-        perftest::flush(ctx, emit);
+        self.piece = (0, None, None, None);
+        let mut streams: Vec<_> = std::mem::take(&mut ctx.streams).into_iter().collect();
+        streams.sort_by_key(|s| s.0);
+        for c in std::iter::once(ctx).chain(streams.iter_mut().map(|s| &mut s.1)) {
+            ucx::flush(c, emit);
+            generic::flush(c, emit);
+            perftest::flush(c, emit);
+        }
     }
 }

@@ -34,6 +34,15 @@ fn is_exception(t: &str) -> bool {
         && ["Error", "Exception", "Fault", "Failure"].iter().any(|w| name.ends_with(w))
 }
 
+/// The message of an exception line whose message is a line of its own (`RuntimeError: [1733...]
+/// [gpu-a:2412:0] ib_md.c:309 UCX ERROR ...`): `None` for other lines.
+pub fn message(body: &str) -> Option<&str> {
+    let (name, msg) = body.split_once(": ")?;
+    let msg = msg.trim_start();
+    // `IbError: (14, 'ibv_reg_mr failed')` is the exception's own arguments, not a line it carries
+    (name.len() < 100 && is_exception(name) && !msg.is_empty() && !msg.starts_with(['(', '\'', '"'])).then_some(msg)
+}
+
 /// Reads traceback lines; true when the line was consumed as a failure.
 pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut dyn FnMut(Event)) -> bool {
     let body = f.body;
@@ -59,8 +68,7 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
     if !st.reg || !is_exception(t) || generic::recognise(body).is_some() || !vocab::table().matches(body).is_empty() {
         return false;
     }
-    generic::flush(ctx, emit);
-    emit(Event::Reg(RegEv {
+    let ev = RegEv {
         lib: st.lib.or_else(|| generic::lib_hint(body)).or(ctx.lib_hint),
         host: f.host.map(String::from).or_else(|| ctx.host.clone()),
         pid: f.pid,
@@ -71,7 +79,14 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
         mem: generic::mem_hint(body),
         evid: Some((lineno, line.to_string())),
         ..Default::default()
-    }));
+    };
+    if message(body).is_some() {
+        // the line the exception carries may be a failure of its own: one failure counts once
+        ctx.py_failure = Some(ev);
+        return false;
+    }
+    generic::flush(ctx, emit);
+    emit(Event::Reg(ev));
     true
 }
 
