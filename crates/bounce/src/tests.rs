@@ -923,6 +923,10 @@ fn a_send_over_an_undelivered_peer_write_is_a_violation() {
     // SAFETY: the live shadow, 8192 bytes from `sh`: it holds what the SEND carries.
     let sent = unsafe { *((sh + 5004) as *const u8) };
     assert_eq!(sent, 0x11, "the application's bytes");
+    // SAFETY: as above, 2000 bytes before the shadow's end.
+    unsafe { std::ptr::write_bytes((sh + 6192) as *mut u8, 0x5a, 3) };
+    live::send_sges(ctx, 7, 4, false, false, &[sge(app[1000..].as_ptr(), 7000, 0x1201)]);
+    assert_eq!(mrshim_core::violation::count(), before + 2, "found 5 KiB into a longer send: reported");
     dereg(&slots, 0x12100, true);
 }
 
