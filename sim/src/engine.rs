@@ -1316,7 +1316,7 @@ impl Progress {
         }
         // Without a GRH the first 40 bytes of the buffer are left as they were.
         let skip = if h.flags & GRH != 0 { 0 } else { crate::grh::GRH_LEN };
-        let placed = scatter(&self.e.mrs.read().unwrap(), qp.pd, &w.sges, skip as u64, &payload[skip..], true);
+        let placed = scatter_pinned(&self.e.mrs.read().unwrap(), qp.pd, &w.sges, skip as u64, &payload[skip..]);
         if placed.is_err() {
             qp.recv_cq.push(qp.wc(w.wr_id, wcs::IBV_WC_LOC_PROT_ERR, wco::IBV_WC_RECV, 0));
             return qp.flush(&mut st);
@@ -1434,6 +1434,31 @@ fn scatter(
     need_write: bool,
 ) -> Result<(), ()> {
     walk_sges(mrs, pd, sges, off, data.len(), need_write, |p, at, n| {
+        // SAFETY: walk_sges bounds-checked p..p+n against a live writable registration.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr().add(at), p, n) }
+    })
+}
+
+/// [`scatter`] for datagrams, which keep arriving while a process tears down: a registration
+/// pins its pages, so a NIC writes into them even after the application unmapped the range (the
+/// process just no longer sees them). Here the copy goes through `process_vm_writev` to this
+/// process, which returns EFAULT for an unmapped page where a plain copy would crash; the
+/// datagram then counts as delivered, as on a NIC. Where the call is not allowed, a plain copy.
+fn scatter_pinned(mrs: &HashMap<u32, MrEntry>, pd: usize, sges: &[Sge], off: u64, data: &[u8]) -> Result<(), ()> {
+    static PLAIN: AtomicBool = AtomicBool::new(false);
+    walk_sges(mrs, pd, sges, off, data.len(), true, |p, at, n| {
+        if !PLAIN.load(Ordering::Relaxed) {
+            let local = libc::iovec { iov_base: data[at..].as_ptr() as *mut libc::c_void, iov_len: n };
+            let remote = libc::iovec { iov_base: p.cast(), iov_len: n };
+            // SAFETY: reads `n` bytes of `data` from `at` (walk_sges keeps at + n <= data.len());
+            // the kernel checks the destination and fails with EFAULT instead of faulting.
+            let r = unsafe { libc::process_vm_writev(libc::getpid(), &local, 1, &remote, 1, 0) };
+            let errno = last_err().raw_os_error();
+            if r >= 0 || errno == Some(libc::EFAULT) {
+                return;
+            }
+            PLAIN.store(true, Ordering::Relaxed);
+        }
         // SAFETY: walk_sges bounds-checked p..p+n against a live writable registration.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr().add(at), p, n) }
     })

@@ -89,6 +89,24 @@ fn a_send_to_a_gone_qp_fails_only_when_its_retries_run_out() {
     );
 }
 
+/// A datagram for a receive whose buffer was unmapped while registered (a teardown in the wrong
+/// order; ucx_perftest's UD server once crashed the simulator so): a NIC writes into the pinned
+/// pages and completes (byte_len counts the 40-byte GRH); the process must not crash.
+#[test]
+fn a_datagram_into_a_registered_but_unmapped_buffer_does_not_crash() {
+    let out = simcheck(&Sim::new(), "ud-unmapped");
+    let mut lines: Vec<&str> = out.lines().collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            "recv_into_unmapped status=success opcode=128 byte_len=1064 wr_id=7",
+            "send status=success opcode=0 byte_len=0 wr_id=42"
+        ],
+        "{out}"
+    );
+}
+
 fn nccl_style(sim: &Sim, args: &[&str]) -> std::process::Output {
     let prog = c_program("nccl_style", &["-ldl"]);
     sim.run(&prog, args)

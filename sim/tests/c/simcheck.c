@@ -857,6 +857,56 @@ static int lost_peer_checks(void) {
     return 0;
 }
 
+/* A datagram for a receive whose buffer the process unmapped while it stayed registered (a
+ * teardown in the wrong order): a NIC writes into the pinned pages the process no longer sees and
+ * completes the receive; the process must not crash. */
+static struct ibv_qp *ud_qp(struct ibv_cq *cq) {
+    struct ibv_qp_init_attr a = { .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UD,
+        .cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 } };
+    struct ibv_qp *qp = ibv_create_qp(pd, &a);
+    struct ibv_qp_attr at = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = 0x11111111 };
+    if (!qp || ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY)) goto bad;
+    at.qp_state = IBV_QPS_RTR;
+    if (ibv_modify_qp(qp, &at, IBV_QP_STATE)) goto bad;
+    at.qp_state = IBV_QPS_RTS;
+    at.sq_psn = 1;
+    if (ibv_modify_qp(qp, &at, IBV_QP_STATE | IBV_QP_SQ_PSN)) goto bad;
+    return qp;
+bad:
+    fprintf(stderr, "ud setup failed %d\n", errno);
+    exit(4);
+}
+
+static int ud_unmapped_checks(void) {
+    ibv_query_port(ctx, 1, &port);
+    struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+    struct ibv_qp *a = ud_qp(cq), *b = ud_qp(cq);
+    char *src = page_buf(4096), *dst = page_buf(8192);
+    struct ibv_mr *smr = ibv_reg_mr(pd, src, 4096, IBV_ACCESS_LOCAL_WRITE);
+    struct ibv_mr *dmr = ibv_reg_mr(pd, dst, 8192, IBV_ACCESS_LOCAL_WRITE);
+    union ibv_gid gid;
+    ibv_query_gid(ctx, 1, 3, &gid);
+    struct ibv_ah_attr aa = { .is_global = port.link_layer == IBV_LINK_LAYER_ETHERNET, .dlid = port.lid, .port_num = 1,
+                              .grh = { .dgid = gid, .sgid_index = 3, .hop_limit = 1 } };
+    struct ibv_ah *ah = ibv_create_ah(pd, &aa);
+    if (!cq || !smr || !dmr || !ah) { fprintf(stderr, "setup failed %d\n", errno); return 4; }
+    struct ibv_sge rs = { .addr = (uintptr_t)dst, .length = 8192, .lkey = dmr->lkey };
+    struct ibv_recv_wr rw = { .wr_id = 7, .sg_list = &rs, .num_sge = 1 }, *rbad;
+    if (ibv_post_recv(b, &rw, &rbad)) { fprintf(stderr, "post_recv failed\n"); return 4; }
+    munmap(dst, 8192);
+    struct ibv_sge ss = { .addr = (uintptr_t)src, .length = 1024, .lkey = smr->lkey };
+    struct ibv_send_wr sw = { .wr_id = 42, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *sbad;
+    sw.wr.ud.ah = ah;
+    sw.wr.ud.remote_qpn = b->qp_num;
+    sw.wr.ud.remote_qkey = 0x11111111;
+    if (ibv_post_send(a, &sw, &sbad)) { fprintf(stderr, "post_send failed\n"); return 4; }
+    for (int got = 0; got < 2; got++) {
+        struct ibv_wc wc = wait1(cq);
+        show(wc.wr_id == 7 ? "recv_into_unmapped" : "send", wc);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: simcheck reg SCENARIO|all | transport | qpstate | multi | read-order | qpex | resize | cmdfd | bench-bw SIZE ITERS | bench-post BATCHES | fuzz SEED ROUNDS | dmabuf-data\n"); return 2; }
     open_dev();
@@ -869,6 +919,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "resize")) return resize_checks();
     if (!strcmp(argv[1], "cmdfd")) return cmdfd_checks();
     if (!strcmp(argv[1], "lost-peer")) return lost_peer_checks();
+    if (!strcmp(argv[1], "ud-unmapped")) return ud_unmapped_checks();
     if (!strcmp(argv[1], "bench-bw") && argc > 3) return bench_bw((size_t)atol(argv[2]), atol(argv[3]));
     if (!strcmp(argv[1], "bench-post") && argc > 2) return bench_post(atoi(argv[2]));
     if (!strcmp(argv[1], "dmabuf-data")) return dmabuf_data();
