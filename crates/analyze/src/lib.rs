@@ -131,38 +131,35 @@ fn read_stream(name: &str, mut r: Box<dyn std::io::BufRead>, parser: &mut parse:
         return;
     }
     let mut lines = Lines::new(r);
-    let mut ctx = parse::FileCtx::default();
-    let mut evs = Vec::new();
+    let mut st = Stream { idx, ctx: parse::FileCtx::default(), evs: Vec::new(), binary: 0, lossy: 0, recognised: 0 };
     let mut n = 0u64;
-    let (mut binary, mut lossy, mut recognised) = (0u64, 0u64, 0u64);
+    // a physical line that may go on on the next one (re-broken by mail or forum software), its
+    // number and how long its last piece is
+    let mut held: Option<(u64, Vec<u8>, usize)> = None;
     loop {
         match lines.next_piece() {
             Ok(Some((no, overwritten, b))) => {
-                // pieces of one physical line (split at `\r`) share its number
+                // pieces of one physical line (split at `\r`) share its number; only whole lines join
+                let whole = !overwritten && no != n;
                 n = no;
-                if memchr::memchr(0, b).is_some() {
-                    binary += 1;
-                    continue;
-                }
-                let s: Cow<str> = match std::str::from_utf8(b) {
-                    Ok(s) => parse::clean::line(s),
-                    Err(_) => {
-                        lossy += 1;
-                        Cow::Owned(parse::clean::line(&String::from_utf8_lossy(b)).into_owned())
+                let mut at = no;
+                let mut joined = None;
+                if let Some((hno, mut h, last)) = held.take() {
+                    if whole && parse::rejoin::continues(&h[h.len() - last..], b) {
+                        h.push(b' ');
+                        h.extend_from_slice(b);
+                        joined = Some(h);
+                        at = hno;
+                    } else {
+                        st.read(parser, col, hno, false, &h);
                     }
-                };
-                // a progress bar's earlier states, redrawn over on the same line, are not evidence
-                // (and do not part the lines around them) unless they look like it
-                if overwritten && !parser.may_be_evidence(&s) {
-                    parser.skip_piece(&s, n);
+                }
+                let cur: &[u8] = joined.as_deref().unwrap_or(b);
+                if whole && cur.len() <= JOINED_MAX && parse::rejoin::may_break(b) {
+                    held = Some((at, cur.to_vec(), b.len()));
                     continue;
                 }
-                if parser.line(&mut ctx, &s, n, &mut |e| evs.push(e)) {
-                    recognised += 1;
-                }
-                for e in evs.drain(..) {
-                    col.add(e, idx, n, &s);
-                }
+                st.read(parser, col, at, overwritten, cur);
             }
             Ok(None) => break,
             Err(e) => {
@@ -171,6 +168,10 @@ fn read_stream(name: &str, mut r: Box<dyn std::io::BufRead>, parser: &mut parse:
             }
         }
     }
+    if let Some((hno, h, _)) = held.take() {
+        st.read(parser, col, hno, false, &h);
+    }
+    let Stream { mut ctx, mut evs, binary, lossy, recognised, .. } = st;
     parser.end_file(&mut ctx, &mut |e| evs.push(e));
     for e in evs.drain(..) {
         col.add(e, idx, n, "");
@@ -196,6 +197,49 @@ fn read_stream(name: &str, mut r: Box<dyn std::io::BufRead>, parser: &mut parse:
     f.binary_lines = binary;
     f.lossy_lines = lossy;
     f.truncated_lines = lines.truncated;
+}
+
+/// Longest line the pieces of a line re-broken by mail or forum software are joined back into.
+const JOINED_MAX: usize = 64 << 10;
+
+/// One stream's reading state: what [`read_stream`] hands each line to.
+struct Stream {
+    idx: usize,
+    ctx: parse::FileCtx,
+    evs: Vec<event::Event>,
+    binary: u64,
+    lossy: u64,
+    recognised: u64,
+}
+
+impl Stream {
+    /// Reads one line (or one piece of it, split at `\r`) numbered `no`.
+    fn read(&mut self, parser: &mut parse::Parser, col: &mut Collector, no: u64, overwritten: bool, b: &[u8]) {
+        if memchr::memchr(0, b).is_some() {
+            self.binary += 1;
+            return;
+        }
+        let s: Cow<str> = match std::str::from_utf8(b) {
+            Ok(s) => parse::clean::line(s),
+            Err(_) => {
+                self.lossy += 1;
+                Cow::Owned(parse::clean::line(&String::from_utf8_lossy(b)).into_owned())
+            }
+        };
+        // a progress bar's earlier states, redrawn over on the same line, are not evidence
+        // (and do not part the lines around them) unless they look like it
+        if overwritten && !parser.may_be_evidence(&s) {
+            parser.skip_piece(&s, no);
+            return;
+        }
+        let evs = &mut self.evs;
+        if parser.line(&mut self.ctx, &s, no, &mut |e| evs.push(e)) {
+            self.recognised += 1;
+        }
+        for e in evs.drain(..) {
+            col.add(e, self.idx, no, &s);
+        }
+    }
 }
 
 /// The fuzz harness (fuzz/fuzz_targets/parse.rs and the stable smoke test): analyzes `data` as a file,

@@ -11,6 +11,7 @@ pub mod ompi;
 pub mod perftest;
 pub mod prose;
 pub mod pytrace;
+pub mod rejoin;
 pub mod shim;
 pub mod shimline;
 pub mod ucx;

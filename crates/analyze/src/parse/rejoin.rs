@@ -1,0 +1,146 @@
+//! A line re-broken by mail or forum software: a report pasted through it comes back with every line
+//! longer than the software's width (72 to 80 columns) broken at the last space before the width,
+//! and the pieces after the first carry no prefix of their own. The pieces are joined back with one
+//! space before the line is read (in `read_stream`), when all of these hold:
+//! - the physical line is at most 80 columns ([`may_break`]), and the next line's first word would
+//!   not have fitted on it within 72 (the software would not have broken it there otherwise);
+//! - the next line does not start like a line of its own: no launcher's or logger's frame, no NCCL
+//!   tag, not indented (help texts' tables, traceback frames), no quote, markup or list item;
+//! - the sentence is visibly not over: the first line leaves a parenthesis or bracket open, ends in
+//!   `:`, `,`, `=`, a logger's level (`UCX  ERROR`) or a lower-case word (`with`, `to`, `reg`), or the next line starts with one;
+//! - the first line is not a table's row (its last column after a run of spaces).
+//!
+//! A value or a name at the end of a line followed by a capitalised line (`pointer=0x10013000000` /
+//! `Couldn't allocate MR`) stays two lines. Open MPI's help texts, wrapped at about 75 columns by
+//! their authors, may be joined into longer prose lines: their parsers look for phrases, which a
+//! join keeps whole, and their key lines (`Local host:`) are indented.
+
+/// The narrowest width mail and forum software breaks lines at.
+const NARROWEST: usize = 72;
+/// The widest.
+const WIDEST: usize = 80;
+
+/// Columns of `b` (UTF-8 characters; an invalid byte counts as one).
+fn columns(b: &[u8]) -> usize {
+    b.iter().filter(|&&c| c & 0xc0 != 0x80).count()
+}
+
+/// Whether the physical line `b` may be the first piece of a line broken by mail or forum software:
+/// at most [`WIDEST`] columns and long enough to be broken at [`NARROWEST`] before a long word.
+pub fn may_break(b: &[u8]) -> bool {
+    // cheap length test first: most lines are out of range by their byte count alone
+    if b.len() < NARROWEST / 2 || b.len() > WIDEST * 4 {
+        return false;
+    }
+    let cols = columns(b);
+    (NARROWEST / 2..=WIDEST).contains(&cols)
+        && b.last().is_some_and(|c| !c.is_ascii_whitespace())
+        && memchr::memchr(0, b).is_none()
+}
+
+/// The line's sentence is not over: a parenthesis or bracket left open, a label or a list whose
+/// value follows (`failed:`, `length=16,`), or a last word in lower case.
+fn pending(b: &[u8]) -> bool {
+    let (mut paren, mut bracket) = (0i32, 0i32);
+    for &c in b {
+        match c {
+            b'(' => paren += 1,
+            b')' => paren -= 1,
+            b'[' => bracket += 1,
+            b']' => bracket -= 1,
+            _ => {}
+        }
+    }
+    if paren > 0 || bracket > 0 || matches!(b.last(), Some(b':' | b',' | b'=' | b'(' | b'-' | b'/')) {
+        return true;
+    }
+    // a logger's level: its message follows (`UCX  ERROR` / `ibv_reg_mr(...) failed`); a value
+    // (`pointer=0x10013000000`), a name or an ended sentence may be the whole line
+    let last = b.rsplit(|c| *c == b' ').next().unwrap_or(b);
+    word(last) || matches!(last, b"ERROR" | b"WARN" | b"WARNING" | b"INFO" | b"DEBUG" | b"FATAL")
+}
+
+/// A word of prose in lower case (`to`, `with`, `argument`, `memory.`), not a name (`ibv_reg_mr`,
+/// `libfabric:9:...`).
+fn word(w: &[u8]) -> bool {
+    let w = w.strip_suffix(b".").or_else(|| w.strip_suffix(b",")).or_else(|| w.strip_suffix(b":")).unwrap_or(w);
+    !w.is_empty() && w.iter().all(u8::is_ascii_lowercase)
+}
+
+/// A table's row (`/proc/PID/limits`, `ulimit -a`): its last column comes after a run of spaces,
+/// and the row ends where the line does. (Two spaces are a logger's alignment: `UCX  WARN  failed`.)
+fn table_row(b: &[u8]) -> bool {
+    let last = b.rsplit(|c| *c == b' ').next().unwrap_or(b);
+    b[..b.len() - last.len()].ends_with(b"   ")
+}
+
+/// Whether `next` is the rest of the physical line `prev` (for which [`may_break`] held).
+pub fn continues(prev: &[u8], next: &[u8]) -> bool {
+    let Some(&c) = next.first() else { return false };
+    // indented (help text, a traceback's frame), quoted, markup, a JSON record, colour
+    if c.is_ascii_whitespace() || b">[{<#|`\x1b".contains(&c) || c >= 0x80 {
+        return false;
+    }
+    if next.starts_with(b"- ") || next.starts_with(b"* ") || next.len() > 1 << 16 || memchr::memchr(0, next).is_some() {
+        return false;
+    }
+    let first = next.split(|c| *c == b' ').next().unwrap_or(next);
+    if columns(prev) + 1 + columns(first) < NARROWEST || table_row(prev) {
+        return false;
+    }
+    // the first line's sentence goes on, or the next line starts in the middle of one
+    if !(pending(prev) || word(first)) {
+        return false;
+    }
+    let Ok(s) = std::str::from_utf8(next) else { return false };
+    super::frame::split(s).body.len() == s.len() && super::nccl::split(s).is_none() && !s.starts_with("Traceback")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UCX: &[u8] = b"[1707768585.533429] [nodeA:4242:0] ib_md.c:293 UCX ERROR ibv_reg_mr(address=";
+
+    #[test]
+    fn joins_what_the_software_broke() {
+        assert!(may_break(UCX));
+        assert!(continues(UCX, b"0x7f001000, length=16) failed: Invalid argument"));
+        let a = b"[nodeA:4242:0] rcache.c:460 UCX WARN failed to register region 0x55: Invalid";
+        assert!(may_break(a) && continues(a, b"argument"));
+        let a = b"h100-1:9100:9180 [0] misc/ibvwrap.cc:198 NCCL WARN Call to ibv_reg_mr_iova2";
+        assert!(continues(a, b"failed with error Bad address"));
+        let a = b"[1584981156.953034] [dgx2h0194:33577:1]          ib_md.c:330  UCX  ERROR";
+        assert!(continues(a, b"ibv_exp_reg_mr(address=0x7fb7c609e000, length=2630912) failed:"));
+        let a = b"[1494406705.883770] [node7:14213:0]         rcache.c:460  UCX  WARN  failed";
+        assert!(continues(a, b"to register region 0x31797f0"));
+    }
+
+    #[test]
+    fn leaves_lines_of_their_own() {
+        // a line of its own after it: a frame, an NCCL tag, an indented or quoted line
+        for next in [
+            &b"[1707768585.533429] [nodeA:4242:0] ib_md.c:293 UCX ERROR"[..],
+            b"nodeA:4242:4242 [0] NCCL INFO NET/IB : Using",
+            b"2026-12-06T21:40:01Z more",
+            b"  Local host: nodeA",
+            b"> quoted",
+            b"",
+        ] {
+            assert!(!continues(UCX, next), "{}", String::from_utf8_lossy(next));
+        }
+        // a value ends the line and the next starts a sentence
+        let a = b"allocated GPU buffer address at 0000010013000000 pointer=0x10013000000";
+        assert!(may_break(a) && !continues(a, b"Couldn't allocate MR"));
+        // the next word would have fitted: the software did not break there
+        let a = b"a line of fifty columns that ends in a failed:";
+        assert!(!continues(a, b"x"));
+        // longer than any width the software breaks at
+        assert!(!may_break(&[b'a'; 81]));
+        // a table's row, then a line of a program whose name starts it
+        let a = b"Max locked memory         65536                65536                bytes";
+        assert!(may_break(a) && !continues(a, b"ibv_reg_mr failed: Cannot allocate memory"));
+        let a = b"libfabric:9:1700000000::efa:mr:efa_mr_reg_impl():850<warn> Unable to reg MR";
+        assert!(!continues(a, b"libfabric:9:1700000000::efa:mr:efa_mr_regattr():982<warn> Unable"));
+    }
+}
