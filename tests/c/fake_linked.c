@@ -80,7 +80,11 @@ static int fork_busy(int forks) {
         }
         int st;
         waitpid(c, &st, 0);
-        if (WIFSIGNALED(st)) hung++;
+        if (WIFSIGNALED(st)) {
+            /* SIGALRM: the child hung past its alarm; any other signal: it crashed */
+            fprintf(stderr, "fork-busy: child %d of %d ended by signal %d (%s)\n", i, forks, WTERMSIG(st), strsignal(WTERMSIG(st)));
+            hung++;
+        }
         else if (WEXITSTATUS(st)) failed++;
     }
     atomic_store(&stop, 1);
