@@ -1450,11 +1450,10 @@ fn scatter_pinned(mrs: &HashMap<u32, MrEntry>, pd: usize, sges: &[Sge], off: u64
         if !PLAIN.load(Ordering::Relaxed) {
             let local = libc::iovec { iov_base: data[at..].as_ptr() as *mut libc::c_void, iov_len: n };
             let remote = libc::iovec { iov_base: p.cast(), iov_len: n };
-            // SAFETY: reads `n` bytes of `data` from `at` (walk_sges keeps at + n <= data.len());
-            // the kernel checks the destination and fails with EFAULT instead of faulting.
+            // walk_sges keeps at + n <= data.len(); the kernel checks the destination (EFAULT, no fault).
+            // SAFETY: reads `n` bytes of `data` from `at`; the kernel, not this thread, writes `p`.
             let r = unsafe { libc::process_vm_writev(libc::getpid(), &local, 1, &remote, 1, 0) };
-            let errno = last_err().raw_os_error();
-            if r >= 0 || errno == Some(libc::EFAULT) {
+            if r >= 0 || last_err().raw_os_error() == Some(libc::EFAULT) {
                 return;
             }
             PLAIN.store(true, Ordering::Relaxed);

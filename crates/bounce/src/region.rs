@@ -272,8 +272,8 @@ impl Region {
                 lost.add(ba - own.baseline, d);
             }
             let dst = ba.unwrap_or(sh);
-            // SAFETY: [app, app+k) is within the region: the shadow (or baseline) mapping and the
-            // application's buffer it was prepared for both cover it.
+            // The shadow (or baseline) mapping and the application's buffer both cover the region.
+            // SAFETY: [app, app+k) and [dst, dst+k) are within the region (the line above).
             if let Err(e) = unsafe { self.engine.to_host(dst as *mut u8, app, k) } {
                 warn_once(&format!("{} engine: {e}", self.engine.name()));
             }
