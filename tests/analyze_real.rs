@@ -24,16 +24,25 @@ use std::process::Command;
 /// Top-3 raised by branch r6 (the likelihood table, findings/likelihood.rs; after the fact for the `new`
 /// reports it moved into the first three, cirrus-kv-87 and perftest-26). Merged (v6 + r6, 20:30 UTC): 23/26
 /// and 49/56.
+/// Top-3 lowered in session 7 (2026-12-07, branch n8) to what the held-out set measures after seven blind
+/// reports were added and scored once (docs/analyze.md, "Session 7, blind"): 50/63 (79.4 %). Only one of
+/// the seven has its cause in the first three (vllm-19613, third); none has its cause in the log, so the
+/// top-1 floor where the log holds the cause is unchanged at 23/26. No earlier report lost its rank.
 const MIN_HELD_TOP1_IN_LOG: f64 = 23.0 / 26.0;
-const MIN_HELD_TOP3: f64 = 49.0 / 56.0;
+const MIN_HELD_TOP3: f64 = 50.0 / 63.0;
 /// Held-out reports analyze does not recognise at all (exit 0/2, "nothing recognised"): counted as
 /// misses in the scores above, exempt only from the exit-code check. Empty after session 4; session 5's
 /// blind round 3 left three: a segfault trace with no registration line (charm-1042), a 0-byte
 /// registration told in words around quoted code (charm-1523), GNI's fi_enable -28 (mercury-241); round 4
 /// one more, a runtime's own "no more registered memory region table entries" warning (arkouda-271),
-/// recognised since branch v6 and so no longer exempt.
-const UNRECOGNISED: &[&str] =
-    &["charm-1042-verbs-out-of-mrs.log", "charm-1523-zero-byte-rdma-mr.log", "mercury-241-gni-ndreg-entries.log"];
+/// recognised since branch v6 and so no longer exempt. Session 7's blind round added one: UCX's UMR QP
+/// failing INIT->RTR with ENODEV, quoted without a registration call around it (ucx-11780).
+const UNRECOGNISED: &[&str] = &[
+    "charm-1042-verbs-out-of-mrs.log",
+    "charm-1523-zero-byte-rdma-mr.log",
+    "mercury-241-gni-ndreg-entries.log",
+    "ucx-11780-umr-qp-lag-enodev.log",
+];
 /// The training half is not allowed to fall below its own level either.
 const MIN_TRAIN_TOP1_IN_LOG: f64 = 1.0;
 const MIN_TRAIN_TOP3: f64 = 1.0;
@@ -223,4 +232,30 @@ fn real_reports_top1_and_top3() {
 fn corpus_has_at_least_40_reports() {
     let n = corpus().len();
     assert!(n >= 40, "the corpus has {n} reports, the issue asks for at least 40");
+}
+
+/// Reports found in session 7 whose thread does not establish a cause (tests/fixtures/real-unknown, same
+/// header format with `## expected: unknown`): not scored for category, only for being recognised at all.
+/// Measured blind on 2026-12-07 (branch n8, docs/analyze.md "Session 7, blind"): 12 of 13 recognised; the
+/// one left is Cray MPICH's GNI large-message registration error stack (adios2-902).
+const MIN_UNKNOWN_RECOGNISED: usize = 12;
+
+#[test]
+fn unknown_cause_reports_recognised() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/real-unknown");
+    let mut files: Vec<PathBuf> =
+        std::fs::read_dir(&dir).expect("real-unknown dir").map(|e| e.unwrap().path()).collect();
+    files.sort();
+    let mut recognised = 0;
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        let name = file.file_name().unwrap().to_string_lossy().to_string();
+        assert!(header(&text, "source").is_some(), "{name}: no ## source");
+        assert_eq!(header(&text, "expected").as_deref(), Some("unknown"), "{name}: expected must be unknown here");
+        let (code, cats) = categories(file);
+        recognised += (code == 1) as usize;
+        println!("{name:<48} exit {code} {}", cats.join(","));
+    }
+    println!("unknown-cause reports: {recognised}/{} recognised", files.len());
+    assert!(recognised >= MIN_UNKNOWN_RECOGNISED, "only {recognised} unknown-cause reports recognised");
 }
