@@ -962,7 +962,7 @@ fn a_send_copies_only_what_differs_and_still_finds_every_peer_write() {
     };
     // what the shadow was given last: the baseline as it must be
     let mut given = app.clone();
-    let mut range = |next: &mut dyn FnMut() -> u64, max: usize| {
+    let range = |next: &mut dyn FnMut() -> u64, max: usize| {
         let a = next() as usize % N;
         (a, (a + 1 + next() as usize % max).min(N))
     };
