@@ -270,8 +270,9 @@ impl Region {
                 let mut o = from;
                 while o < to {
                     let k = SEND_PIECE.min(to - o);
-                    // SAFETY: [o, o+k) is within the region and outside the holes: the
-                    // application's buffer is readable there, shadow and baseline cover it.
+                    // [o, o+k) is within the region and outside the holes: the application's
+                    // buffer is readable there, shadow and baseline cover it.
+                    // SAFETY: as just said.
                     lost.add(o, unsafe { send_piece(&own, o, k) });
                     o += k;
                 }
@@ -826,8 +827,9 @@ const SEND_PIECE: usize = 4096;
 /// buffer.
 unsafe fn send_piece(v: &View, o: usize, k: usize) -> (usize, usize) {
     let (app, ba, sh) = ((v.app as usize + o) as *const u8, (v.baseline + o) as *mut u8, (v.shadow + o) as *mut u8);
-    // SAFETY: the caller's contract for the application's bytes; shadow and baseline are live
-    // mappings covering the extent, o + k <= len; only read here.
+    // The caller's contract for the application's bytes; shadow and baseline are live mappings
+    // covering the extent, o + k <= len; only read here.
+    // SAFETY: as just said.
     let unchanged = unsafe { std::slice::from_raw_parts(app, k) == std::slice::from_raw_parts(ba, k) };
     // SAFETY: as above.
     let lost = unsafe { differing(sh, ba, k) };
@@ -838,8 +840,9 @@ unsafe fn send_piece(v: &View, o: usize, k: usize) -> (usize, usize) {
         // SAFETY: as above; the three do not overlap.
         unsafe { std::ptr::copy_nonoverlapping(app, ba, k) };
     }
-    // SAFETY: as above. The source goes through black_box: the optimiser would otherwise forward
-    // `app` to this copy (see take_run), reading the application's bytes twice.
+    // The source goes through black_box: the optimiser would otherwise forward `app` to this
+    // copy (see take_run), reading the application's bytes twice.
+    // SAFETY: as above.
     unsafe { std::ptr::copy_nonoverlapping(std::hint::black_box(ba as *const u8), sh, k) };
     lost
 }
