@@ -19,6 +19,7 @@ const RECOGNISED: &[&str] = &[
     "EPROTONOSUPPORT",
     "EOPNOTSUPP",
     "EREMOTEIO",
+    "ENOTSUPP",
 ];
 
 fn recognised() -> impl Iterator<Item = &'static mrshim_errno::Errno> {
@@ -57,6 +58,15 @@ pub const ENOSPC: i32 = 28;
 pub const EINVAL: i32 = 22;
 pub const EPROTONOSUPPORT: i32 = 93;
 pub const EOPNOTSUPP: i32 = 95;
+/// The kernel-internal "not supported" that leaks to user space from some drivers (glibc prints
+/// "Unknown error 524").
+pub const ENOTSUPP: i32 = 524;
+
+/// An errno that says "not supported": EOPNOTSUPP (ENOTSUP), EPROTONOSUPPORT, or the kernel's
+/// internal ENOTSUPP.
+pub fn not_supported(e: Option<i32>) -> bool {
+    matches!(e, Some(EOPNOTSUPP) | Some(EPROTONOSUPPORT) | Some(ENOTSUPP))
+}
 
 pub fn name(e: i32) -> String {
     mrshim_errno::name(e).map_or_else(|| format!("errno {e}"), String::from)

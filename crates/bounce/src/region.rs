@@ -265,6 +265,21 @@ impl Region {
         let own = self.own();
         let holes = self.holes(&own, off as usize, n, false, true);
         let mut lost = Conflict::default();
+        if check && self.has_baseline() && self.engine.app_is_host() {
+            each_outside(off as usize, off as usize + n, &holes, |from, to| {
+                let mut o = from;
+                while o < to {
+                    let k = SEND_PIECE.min(to - o);
+                    // [o, o+k) is within the region and outside the holes: the application's
+                    // buffer is readable there, shadow and baseline cover it.
+                    // SAFETY: as just said.
+                    lost.add(o, unsafe { send_piece(&own, o, k) });
+                    o += k;
+                }
+            });
+            drop(guard);
+            return self.report_overwritten(lost);
+        }
         self.through_baseline(&own, off, n, &holes, |ba, sh, app, k| {
             if let (Some(ba), true) = (ba, check) {
                 // SAFETY: both mappings cover the region; [ba, ba+k) and [sh, sh+k) are within it.
@@ -789,6 +804,47 @@ unsafe fn take_run(v: &View, now: *const u8, a: usize, b: usize) -> (usize, usiz
         std::ptr::copy_nonoverlapping(std::hint::black_box(ba as *const u8), sh, b - a);
     }
     (0, 0)
+}
+
+/// What [`send_piece`] compares and copies at a time: a piece's three copies stay in L1 between
+/// its compares and its copies (docs/perf.md, issue 28).
+const SEND_PIECE: usize = 4096;
+
+/// A send's [k bytes at offset `o`] of `v`, host memory with a baseline: the shadow gets the
+/// application's bytes, and the bytes where it differed from the baseline (a peer's write no
+/// sync delivered) are counted, as (how many, offset in the piece of the first).
+///
+/// Nothing is written where nothing differs: where the application's bytes equal the baseline
+/// and so does the shadow, it already holds them. A send that finds its bytes unchanged (a
+/// buffer sent again, a ring slot refilled with the same bytes) thus only reads the shadow,
+/// which the NIC may be reading at the same time on another core; a store there would take
+/// each line from that core and hand it back when the NIC reads on (docs/perf.md, "Issue 28,
+/// the send check's 64 KiB cost"). Otherwise as before: application → baseline → shadow, the
+/// application's bytes read once for both.
+///
+/// # Safety
+/// `v.app + o .. + k` is readable; `o + k <= v.len`; neither mapping aliases the application's
+/// buffer.
+unsafe fn send_piece(v: &View, o: usize, k: usize) -> (usize, usize) {
+    let (app, ba, sh) = ((v.app as usize + o) as *const u8, (v.baseline + o) as *mut u8, (v.shadow + o) as *mut u8);
+    // The caller's contract for the application's bytes; shadow and baseline are live mappings
+    // covering the extent, o + k <= len; only read here.
+    // SAFETY: as just said.
+    let unchanged = unsafe { std::slice::from_raw_parts(app, k) == std::slice::from_raw_parts(ba, k) };
+    // SAFETY: as above.
+    let lost = unsafe { differing(sh, ba, k) };
+    if unchanged && lost.0 == 0 {
+        return lost;
+    }
+    if !unchanged {
+        // SAFETY: as above; the three do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(app, ba, k) };
+    }
+    // The source goes through black_box: the optimiser would otherwise forward `app` to this
+    // copy (see take_run), reading the application's bytes twice.
+    // SAFETY: as above.
+    unsafe { std::ptr::copy_nonoverlapping(std::hint::black_box(ba as *const u8), sh, k) };
+    lost
 }
 
 /// How many of the `k` bytes at `x` and `y` differ, and the offset of the first (0 when none):

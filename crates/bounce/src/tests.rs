@@ -930,6 +930,86 @@ fn a_send_over_an_undelivered_peer_write_is_a_violation() {
     dereg(&slots, 0x12100, true);
 }
 
+/// A send's copy writes nothing where the application's bytes and the shadow are both as the
+/// baseline holds them (region.rs, `send_piece`): over random sends of random ranges across
+/// several 4 KiB pieces, with the application changing some of its bytes (some to the values
+/// they had) and a peer writing some of the shadow's without a completion, every send leaves
+/// the shadow holding the application's bytes in its range and the peer's outside it, the
+/// baseline holding what the shadow was given, and is a violation exactly when it replaced
+/// bytes a peer wrote.
+#[test]
+fn a_send_copies_only_what_differs_and_still_finds_every_peer_write() {
+    let _one = serial();
+    let ctx = 0x13_0000;
+    let slots = with_context(ctx);
+    const N: usize = 5 * 4096 + 300;
+    let mut app = vec![0u8; N];
+    let mut s = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    for b in app.iter_mut() {
+        *b = next() as u8;
+    }
+    let sh = live_region(&slots, &mut app, LOCAL_WRITE | REMOTE_WRITE, ctx, 0x1301, 0x13100);
+    let region = live::containing(app.as_ptr() as u64, N as u64).expect("the live region");
+    // SAFETY: the live shadow and baseline, N bytes each, while the region lives (to the end).
+    let (shadow, baseline) = unsafe {
+        (std::slice::from_raw_parts_mut(sh as *mut u8, N), std::slice::from_raw_parts(region.baseline as *const u8, N))
+    };
+    // what the shadow was given last: the baseline as it must be
+    let mut given = app.clone();
+    let range = |next: &mut dyn FnMut() -> u64, max: usize| {
+        let a = next() as usize % N;
+        (a, (a + 1 + next() as usize % max).min(N))
+    };
+    let mut reported = 0;
+    for round in 0..400 {
+        match next() % 4 {
+            0 => {
+                let (a, b) = range(&mut next, 3 * 4096);
+                for x in &mut app[a..b] {
+                    *x = next() as u8;
+                }
+            }
+            1 => {
+                let (a, b) = range(&mut next, 200);
+                let v = next() as u8;
+                app[a..b].iter_mut().for_each(|x| *x = if next() % 2 == 0 { v } else { *x });
+            }
+            _ => {}
+        }
+        if next() % 3 == 0 {
+            // a peer's RDMA WRITE that no completion announces
+            let (a, b) = range(&mut next, 300);
+            for x in &mut shadow[a..b] {
+                *x = next() as u8;
+            }
+        }
+        let before = (shadow.to_vec(), mrshim_core::violation::count());
+        let (a, b) = range(&mut next, 3 * 4096);
+        let peer = (a..b).any(|i| before.0[i] != given[i]);
+        live::send_sges(ctx, 7, round, false, false, &[sge(app[a..].as_ptr(), (b - a) as u32, 0x1301)]);
+        assert_eq!(&shadow[a..b], &app[a..b], "round {round}: the shadow holds what the send carries");
+        assert!(shadow[..a] == before.0[..a] && shadow[b..] == before.0[b..], "round {round}: the rest as it was");
+        given[a..b].copy_from_slice(&app[a..b]);
+        assert!(baseline == &given[..], "round {round}: the baseline holds what the shadow was given");
+        assert_eq!(
+            mrshim_core::violation::count(),
+            before.1 + peer as u64,
+            "round {round}: reported iff a peer's bytes"
+        );
+        reported += peer as u32;
+    }
+    assert!(reported > 10, "the peer's writes were met by sends ({reported})");
+    drop(region);
+    // (the peer's bytes no send replaced are a violation at the deregistration)
+    dereg(&slots, 0x13100, true);
+}
+
 /// The wrappers find each context's and each `ibv_qp_ex`'s own provider ops in O(1) — also with
 /// more of them than the index has slots (colliding keys fall back to the list, never to
 /// another object's ops).

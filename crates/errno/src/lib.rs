@@ -44,6 +44,9 @@ pub const TABLE: &[Errno] = &[
     e(111, "ECONNREFUSED", "Connection refused"),
     e(121, "EREMOTEIO", "Remote I/O error"),
     e(125, "ECANCELED", "Operation canceled"),
+    // The kernel-internal "not supported" (include/linux/errno.h: not for user space) that some
+    // drivers still return from a registration (e.g. a dmabuf mapping); glibc has no text for it.
+    e(524, "ENOTSUPP", "Unknown error 524"),
 ];
 
 pub fn lookup(number: i32) -> Option<&'static Errno> {

@@ -27,7 +27,7 @@
 //! - No errno printed (a NULL MR, "failed" without strerror) is no evidence for any cause: that row
 //!   is the base rate of causes of host-memory registration failures in the training half.
 use super::{is_host_mem, unknown_mem, GroupKey};
-use crate::errno::{self, EACCES, EAGAIN, EFAULT, EINVAL, ENOMEM, EOPNOTSUPP, EPERM};
+use crate::errno::{self, EACCES, EAGAIN, EFAULT, EINVAL, ENOMEM, EPERM};
 use mrshim_record::MemKind;
 
 /// Score per unit of likelihood: a row's most likely cause gets ~1–1.5, below any one observation.
@@ -59,6 +59,15 @@ const EPERM_ANY: Row = &[("permissions", 0.64), ("memlock-limit", 0.36)];
 // EOPNOTSUPP from ibv_reg_dmabuf_mr: the provider's or kernel's missing dmabuf support. Training:
 // nccl-778.
 const EOPNOTSUPP_DMABUF: Row = &[("dmabuf-unsupported", 0.55), ("version-mismatch", 0.3), ("gpu-peer-memory", 0.15)];
+// ENOMEM from ibv_reg_dmabuf_mr: the dmabuf path (drivers/infiniband/core/umem_dmabuf.c) pins nothing
+// against RLIMIT_MEMLOCK — its memory is the exporter's — so memlock is no cause; ENOMEM comes from
+// the exporter's mapping (a GPU driver's aperture for very large buffers) or the provider's MR
+// resources, then from driver pairings.
+const ENOMEM_DMABUF: Row = &[("resource-exhaustion", 0.6), ("version-mismatch", 0.25), ("gpu-peer-memory", 0.15)];
+// EINVAL from ibv_reg_dmabuf_mr: the exporter refusing the buffer (memory it cannot export, e.g. a
+// VMM allocation) first; then uverbs' own check that the dmabuf offset and the iova share their
+// offset in the (kernel's) page, and a range past the buffer's end; then driver pairings.
+const EINVAL_DMABUF: Row = &[("gpu-peer-memory", 0.45), ("iova-alignment", 0.3), ("version-mismatch", 0.25)];
 // EOPNOTSUPP on GPU memory: no peer-memory path, or a dmabuf one the stack lacks.
 const EOPNOTSUPP_DEVICE: Row = &[("gpu-peer-memory", 0.52), ("dmabuf-unsupported", 0.28), ("version-mismatch", 0.2)];
 // EOPNOTSUPP on host memory: gup's FOLL_LONGTERM refusal of fs-dax mappings (memory the kernel will
@@ -97,7 +106,9 @@ const NONE_HOST: Row =
 
 /// Every row, for the tests (each sums to 1).
 #[cfg(test)]
-pub(super) const ROWS: [Row; 18] = [
+pub(super) const ROWS: [Row; 20] = [
+    ENOMEM_DMABUF,
+    EINVAL_DMABUF,
     ENOMEM_ANY,
     EAGAIN_ANY,
     EPERM_ANY,
@@ -135,14 +146,16 @@ pub(super) fn row(k: &GroupKey, gpuish: bool) -> Row {
 }
 
 pub(super) fn lookup(e: Option<i32>, mem: Mem, dmabuf: bool, iova: bool) -> Row {
-    let notsup = |e| e == EOPNOTSUPP || e == errno::EPROTONOSUPPORT;
+    let notsup = |e| errno::not_supported(Some(e));
     match (e, mem) {
+        (Some(ENOMEM), _) if dmabuf => ENOMEM_DMABUF,
         (Some(ENOMEM), _) => ENOMEM_ANY,
         (Some(EAGAIN), _) => EAGAIN_ANY,
         (Some(EPERM) | Some(EACCES), _) => EPERM_ANY,
         (Some(e), _) if notsup(e) && dmabuf => EOPNOTSUPP_DMABUF,
         (Some(e), Mem::Device) if notsup(e) => EOPNOTSUPP_DEVICE,
         (Some(e), _) if notsup(e) => EOPNOTSUPP_HOST,
+        (Some(EINVAL), _) if dmabuf => EINVAL_DMABUF,
         (Some(EFAULT), Mem::Device) => EFAULT_DEVICE,
         (Some(EFAULT), Mem::Host) => EFAULT_HOST,
         (Some(EFAULT), Mem::Unknown) => EFAULT_UNKNOWN,

@@ -7,8 +7,7 @@ pub(super) fn gpu_peer_memory<'a>(v: &View<'a>) -> Cand<'a> {
     let mut c = Cand::new("gpu-peer-memory");
     let p = v.prefix;
     // a dmabuf registration the stack refuses as unsupported is dmabuf-unsupported, not a peer-memory problem
-    let unsupported_dmabuf =
-        |k: &GroupKey| k.call.contains("dmabuf") && matches!(k.errno, Some(EOPNOTSUPP) | Some(errno::EPROTONOSUPPORT));
+    let unsupported_dmabuf = |k: &GroupKey| k.call.contains("dmabuf") && errno::not_supported(k.errno);
     let device = v.fail_where(|k, _| k.mem == Some(MemKind::Device) && !unsupported_dmabuf(k));
     let unknown = v.fail_where(|k, _| unknown_mem(k.mem) && !unsupported_dmabuf(k));
     let ok_host = v.ok_where(|k| is_host_mem(k.mem));
@@ -170,8 +169,9 @@ pub(super) fn memlock_limit<'a>(v: &View<'a>) -> Cand<'a> {
     let mut c = Cand::new("memlock-limit");
     // Over the limit only matters where the kernel's memlock errno came back (ENOMEM, or EPERM
     // for a limit of 0): EINVAL/EFAULT are decided before the pinned-page accounting.
+    // A dmabuf registration pins nothing against RLIMIT_MEMLOCK (umem_dmabuf.c): never this cause.
     let memlock_errno = |e: Option<i32>| matches!(e, Some(ENOMEM) | Some(EPERM) | None);
-    let over = v.fail_where(|k, g| g.over_memlock > 0 && memlock_errno(k.errno));
+    let over = v.fail_where(|k, g| g.over_memlock > 0 && memlock_errno(k.errno) && !k.call.contains("dmabuf"));
     if !over.is_empty() {
         c.add(3.5, format!("{} registration(s) would have exceeded the locked-memory limit (bytes already registered + length > RLIMIT_MEMLOCK).", sum(&over)), None);
     }
@@ -190,9 +190,10 @@ pub(super) fn memlock_limit<'a>(v: &View<'a>) -> Cand<'a> {
         }
     }
     let candidates = v.fail_where(|k, g| {
-        (g.over_memlock > 0 && memlock_errno(k.errno))
-            || (memlock_errno(k.errno)
-                && (small.iter().any(|s| s.0 == k.host || s.0.is_empty()) || v.memlock(&k.host).is_none()))
+        !k.call.contains("dmabuf")
+            && ((g.over_memlock > 0 && memlock_errno(k.errno))
+                || (memlock_errno(k.errno)
+                    && (small.iter().any(|s| s.0 == k.host || s.0.is_empty()) || v.memlock(&k.host).is_none())))
     });
     if candidates.is_empty() {
         return c;
@@ -594,9 +595,7 @@ pub(super) fn permissions<'a>(v: &View<'a>) -> Cand<'a> {
 
 pub(super) fn dmabuf_unsupported<'a>(v: &View<'a>) -> Cand<'a> {
     let mut c = Cand::new("dmabuf-unsupported");
-    let gs = v.fail_where(|k, _| {
-        k.call.contains("dmabuf") && matches!(k.errno, Some(EOPNOTSUPP) | Some(errno::EPROTONOSUPPORT))
-    });
+    let gs = v.fail_where(|k, _| k.call.contains("dmabuf") && errno::not_supported(k.errno));
     if !gs.is_empty() {
         c.add(2.0, format!("{} ibv_reg_dmabuf_mr call(s) were refused as not supported: the RDMA stack (rdma-core, kernel, NIC driver) or the GPU driver cannot do dmabuf.", sum(&gs)), None);
         c.groups = gs;

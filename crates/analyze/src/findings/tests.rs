@@ -382,3 +382,20 @@ fn a_message_that_names_its_fix_leads_with_it() {
         assert!(f.fixes.first().is_some_and(|x| x.contains(knob)), "{id}: {:?}", f.fixes);
     }
 }
+
+/// A dmabuf registration pins nothing against RLIMIT_MEMLOCK (the kernel's umem_dmabuf.c): its ENOMEM
+/// is never put on `ulimit -l`, even when the limit is unknown; the kernel-internal ENOTSUPP (524,
+/// "Unknown error 524" in glibc's words) from a dmabuf mapping reads as "not supported".
+#[test]
+fn dmabuf_enomem_is_no_memlock_and_errno_524_is_not_supported() {
+    let nomem = "host1:7:7 [0] misc/ibvwrap.cc:190 NCCL WARN Call to ibv_reg_dmabuf_mr failed with error Cannot allocate memory\n";
+    let c = cats(&run(&[("job.log", nomem)]));
+    assert!(!c.contains(&"memlock-limit"), "{c:?}");
+    assert!(c[..2].contains(&"resource-exhaustion"), "{c:?}");
+    let va =
+        "host1:7:7 [0] misc/ibvwrap.cc:190 NCCL WARN Call to ibv_reg_mr failed with error Cannot allocate memory\n";
+    assert_eq!(cats(&run(&[("job.log", va)])).first(), Some(&"memlock-limit"));
+    let e524 = "[1796550947.000001] [h:9:0] ib_md.c:310 UCX ERROR ibv_reg_dmabuf_mr(address=0x7f0000000000, length=4194304, access=0xf) failed: Unknown error 524\n";
+    let c = cats(&run(&[("job.log", e524)]));
+    assert_eq!(&c[..2], ["dmabuf-unsupported", "version-mismatch"], "{c:?}");
+}

@@ -142,7 +142,7 @@ pub fn parse_split(line: &str, p: Prefix<'_>, ctx: &mut FileCtx, emit: &mut dyn 
         let call = rest.split_whitespace().next().unwrap_or("");
         if is_reg_call(call) {
             let err = errno::find(rest);
-            if call == "ibv_reg_dmabuf_mr" && matches!(err, Some(errno::EOPNOTSUPP) | Some(errno::EPROTONOSUPPORT)) {
+            if call == "ibv_reg_dmabuf_mr" && errno::not_supported(err) {
                 emit(fact(Fact::Flag(Flag::DmabufUnsupported)));
             }
             let ev = RegEv {
