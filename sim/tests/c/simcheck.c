@@ -570,10 +570,15 @@ static uint64_t median(uint64_t *v, int n) {
  * reposting a zero-SGE receive per completion (the NCCL pattern). The sender alternates between
  * two halves of its buffer that differ in every byte, so every message changes every byte the
  * receiver holds. Prints "MB/s X data equal|differs". */
-static int bench_bw(size_t size, long iters) {
+/* bench-bw SIZE ITERS [refill]: a stream of RDMA WRITE_WITH_IMM, 16 in flight. Without `refill` the
+ * sender alternates two halves of its buffer that it never writes again (each message differs from
+ * the one before, the buffer does not change); with `refill` it has 32 slots and writes every byte of
+ * a slot anew just before posting from it (a slot is reused only after its WRITE completed). */
+static int bench_bw(size_t size, long iters, int refill) {
     ibv_query_port(ctx, 1, &port);
     struct end a, b;
-    buf_len = 2 * size;
+    size_t slots = refill ? 32 : 2;
+    buf_len = slots * size;
     mkend(&a, FULL);
     buf_len = size;
     mkend(&b, FULL);
@@ -585,7 +590,8 @@ static int bench_bw(size_t size, long iters) {
     uint64_t t0 = now_ns();
     while (recvd < iters) {
         while (posted < iters && posted - sent < 16 && posted - recvd < 16) {
-            char *src = a.buf + (posted & 1) * size;
+            char *src = a.buf + (size_t)(posted % (long)slots) * size;
+            if (refill) memset(src, (int)(posted * 13 + 5), size);
             if (post(&a, IBV_WR_RDMA_WRITE_WITH_IMM, src, size, a.mr->lkey, (uintptr_t)b.buf, b.mr->rkey, (uint32_t)posted)) { fprintf(stderr, "post_send failed\n"); return 5; }
             posted++;
         }
@@ -599,7 +605,7 @@ static int bench_bw(size_t size, long iters) {
         }
     }
     double secs = (now_ns() - t0) / 1e9;
-    int equal = !memcmp(b.buf, a.buf + ((iters - 1) & 1) * size, size);
+    int equal = !memcmp(b.buf, a.buf + (size_t)((iters - 1) % (long)slots) * size, size);
     printf("MB/s %.1f data %s\n", size * (double)iters / secs / 1e6, equal ? "equal" : "differs");
     return equal ? 0 : 6;
 }
@@ -908,7 +914,7 @@ static int ud_unmapped_checks(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) { fprintf(stderr, "usage: simcheck reg SCENARIO|all | transport | qpstate | multi | read-order | qpex | resize | cmdfd | bench-bw SIZE ITERS | bench-post BATCHES | fuzz SEED ROUNDS | dmabuf-data\n"); return 2; }
+    if (argc < 2) { fprintf(stderr, "usage: simcheck reg SCENARIO|all | transport | qpstate | multi | read-order | qpex | resize | cmdfd | bench-bw SIZE ITERS [refill] | bench-post BATCHES | fuzz SEED ROUNDS | dmabuf-data\n"); return 2; }
     open_dev();
     if (!strcmp(argv[1], "reg")) return reg_checks(argc > 2 ? argv[2] : "all");
     if (!strcmp(argv[1], "transport")) return transport_checks();
@@ -920,7 +926,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "cmdfd")) return cmdfd_checks();
     if (!strcmp(argv[1], "lost-peer")) return lost_peer_checks();
     if (!strcmp(argv[1], "ud-unmapped")) return ud_unmapped_checks();
-    if (!strcmp(argv[1], "bench-bw") && argc > 3) return bench_bw((size_t)atol(argv[2]), atol(argv[3]));
+    if (!strcmp(argv[1], "bench-bw") && argc > 3) return bench_bw((size_t)atol(argv[2]), atol(argv[3]), argc > 4 && !strcmp(argv[4], "refill"));
     if (!strcmp(argv[1], "bench-post") && argc > 2) return bench_post(atoi(argv[2]));
     if (!strcmp(argv[1], "dmabuf-data")) return dmabuf_data();
     if (!strcmp(argv[1], "fuzz") && argc > 3) return fuzz(strtoull(argv[2], NULL, 0), atoi(argv[3]));
