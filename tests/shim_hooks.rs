@@ -619,6 +619,18 @@ fn children_forked_while_other_threads_are_inside_the_shim_never_hang() {
     assert_eq!((s.calls, s.failures, s.registered_bytes), (3, 1, 0));
 }
 
+/// The fork-busy hang: the child's first registration looked up the GPU runtimes by listing the
+/// loaded objects (dl_iterate_phdr), whose lock glibc 2.36 does not give back to a child forked
+/// while another thread held it — as the parent's threads did, building the same lookup. The
+/// lookup now happens before the fork (atfork prepare); the fork waits for the thread instead.
+#[test]
+fn a_child_forked_while_another_thread_lists_the_loaded_objects_never_hangs() {
+    let d = tmp("fork-in-loader");
+    let o = run(fake_cmd("fake_linked").arg("fork-in-loader").env("MRSHIM_LOG", &d).env("MRSHIM_WARN", "off"));
+    assert_eq!(stdout(&o), "child exit 0\n", "{}", stderr(&o));
+    assert!(o.status.success());
+}
+
 #[test]
 fn a_fifo_at_the_per_process_name_blocks_neither_the_thread_nor_a_forked_child() {
     // The parent's log is a FIFO nobody reads: opening it used to block the registering thread

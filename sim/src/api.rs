@@ -79,7 +79,11 @@ pub unsafe extern "C" fn ibv_open_device(dev: *mut v::ibv_device) -> *mut v::ibv
         if let Some(e) = fault::check(&reg.config.faults, Call::OpenDevice, &Facts::default()) {
             return errno_ret(e, null_mut());
         }
-        let engine = match Engine::start(&reg.config.rundir, &reg.devices[idx].0.spec.name) {
+        let engine = match Engine::start(
+            &reg.config.rundir,
+            &reg.devices[idx].0.spec.name,
+            std::time::Duration::from_millis(reg.config.nic_delay_ms),
+        ) {
             Ok(e) => e,
             Err(e) => {
                 eprintln!(

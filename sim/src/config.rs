@@ -39,6 +39,10 @@ pub struct Config {
     pub device_mem_errno: i32,
     pub rundir: String,
     pub log: Option<String>,
+    /// MRSHIM_SIM_NIC_DELAY_MS: how long the simulated NIC takes to handle each batch of
+    /// packets it reads (0: at once). A slow NIC or a starved progress thread, on purpose: tests
+    /// of what must stay ordered however late the NIC is.
+    pub nic_delay_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +57,9 @@ impl fmt::Display for ConfigError {
         write!(f, "mrshim-sim: {}={:?} is not valid: {}", self.var, self.value, self.accepted)
     }
 }
+
+/// The largest MRSHIM_SIM_NIC_DELAY_MS: below the fence's wait (engine::FENCE_LIMIT).
+pub const MAX_NIC_DELAY_MS: u64 = 2000;
 
 pub const DEFAULT_DEVICES: &str = "mlx5_0:roce,mlx5_1:roce";
 
@@ -158,7 +165,17 @@ impl Config {
             format!("{base}/mrshim-sim-{}", unsafe { libc::getuid() })
         });
         let log = get("MRSHIM_SIM_LOG").filter(|s| !s.is_empty());
-        Ok(Config { devices, faults, memlock, dmabuf, peer_memory, device_mem_errno, rundir, log })
+        let nic_delay_ms = match get("MRSHIM_SIM_NIC_DELAY_MS") {
+            Some(v) => {
+                v.trim().parse::<u64>().ok().filter(|&ms| ms <= MAX_NIC_DELAY_MS).ok_or_else(|| ConfigError {
+                    var: "MRSHIM_SIM_NIC_DELAY_MS",
+                    value: v.clone(),
+                    accepted: format!("milliseconds, 0 to {MAX_NIC_DELAY_MS}"),
+                })?
+            }
+            None => 0,
+        };
+        Ok(Config { devices, faults, memlock, dmabuf, peer_memory, device_mem_errno, rundir, log, nic_delay_ms })
     }
 
     pub fn from_env() -> Result<Config, ConfigError> {
@@ -184,6 +201,16 @@ mod tests {
         assert!(c.devices.iter().all(|d| d.link == LinkLayer::Ethernet && d.mtu == 5 && d.active));
         assert!(c.dmabuf && !c.peer_memory);
         assert_eq!(c.device_mem_errno, libc::EINVAL);
+        assert_eq!(c.nic_delay_ms, 0);
+    }
+
+    #[test]
+    fn nic_delay_is_bounded_milliseconds() {
+        assert_eq!(cfg(&[("MRSHIM_SIM_NIC_DELAY_MS", "300")]).unwrap().nic_delay_ms, 300);
+        for bad in ["-1", "2001", "1s", ""] {
+            let e = cfg(&[("MRSHIM_SIM_NIC_DELAY_MS", bad)]).unwrap_err();
+            assert_eq!(e.var, "MRSHIM_SIM_NIC_DELAY_MS", "{bad}");
+        }
     }
 
     #[test]

@@ -18,6 +18,10 @@ use std::time::{Duration, Instant};
 /// Stop generating packets for a connection above this much queued output.
 const OUT_HIGH_WATER: usize = 1 << 20;
 
+/// How long [`Engine::fence`] waits for the progress thread: above the longest
+/// MRSHIM_SIM_NIC_DELAY_MS, so a slow NIC is waited for; a stopped one does not hang the CM.
+const FENCE_LIMIT: Duration = Duration::from_secs(5);
+
 #[derive(Debug, Clone, Copy)]
 pub struct MrEntry {
     pub pd: usize,
@@ -340,6 +344,8 @@ fn send_opcode(op: SendOp) -> u32 {
 }
 
 struct Conn {
+    /// Unique for the engine's life (descriptors are reused).
+    id: u64,
     fd: RawFd,
     inbuf: Vec<u8>,
     out: Vec<u8>,
@@ -384,6 +390,11 @@ pub struct Engine {
     /// The doorbell count the progress thread had read when it began its last finished
     /// transmit round: everything posted up to that doorbell has been processed ([`settle`]).
     transmitted: AtomicU64,
+    /// Fences asked for and the last one done ([`Engine::fence`]).
+    fence_req: AtomicU64,
+    fence_done: AtomicU64,
+    /// MRSHIM_SIM_NIC_DELAY_MS.
+    nic_delay: Duration,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -422,7 +433,7 @@ fn tune_socket(fd: RawFd) {
 }
 
 impl Engine {
-    pub fn start(rundir: &str, dev_name: &str) -> io::Result<Arc<Engine>> {
+    pub fn start(rundir: &str, dev_name: &str, nic_delay: Duration) -> io::Result<Arc<Engine>> {
         std::fs::create_dir_all(format!("{rundir}/qp"))?;
         static SEQ: AtomicU32 = AtomicU32::new(0);
         let sock_path =
@@ -460,6 +471,9 @@ impl Engine {
             doorbells: AtomicU64::new(0),
             asleep: AtomicBool::new(false),
             transmitted: AtomicU64::new(0),
+            fence_req: AtomicU64::new(0),
+            fence_done: AtomicU64::new(0),
+            nic_delay,
             thread: Mutex::new(None),
         });
         let e2 = e.clone();
@@ -500,6 +514,30 @@ impl Engine {
         {
             std::thread::sleep(Duration::from_micros(50));
         }
+    }
+
+    /// The fabric's order for a message that travels outside the data path (the CM's DREQ and
+    /// DREP, a peer's exit): on a NIC every packet between two ports takes the same wire, and a
+    /// NIC handles a packet as it arrives, so a DREQ sent after an ACK arrives after it, when the
+    /// peer's NIC has long handled the ACK and written the send's completion. Here the data and
+    /// the CM take different sockets and threads, and a progress thread may run late on a loaded
+    /// machine, so both ends call this. It returns once this NIC has handled every packet already
+    /// waiting in its sockets (those a peer sent before its DREQ), and every peer NIC it is
+    /// connected to has handled everything this one sent before the call (the ACKs of what the
+    /// application has seen arrive): a fence marker goes out on each connection, behind those
+    /// packets, and each peer answers it in order. False if the progress thread stopped or not
+    /// every peer answered within [`FENCE_LIMIT`].
+    pub fn fence(&self) -> bool {
+        let target = self.fence_req.fetch_add(1, Ordering::SeqCst) + 1;
+        self.ring();
+        let until = Instant::now() + FENCE_LIMIT;
+        while self.fence_done.load(Ordering::SeqCst) < target {
+            if self.stop.load(Ordering::Acquire) || Instant::now() >= until {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        true
     }
 
     pub fn shutdown(&self) {
@@ -552,19 +590,89 @@ struct Progress {
     conns: Vec<Conn>,
     by_peer: HashMap<String, usize>,
     scratch: Vec<u8>,
+    next_conn: u64,
+    /// The fence being done: its number, and the connections whose peer has not answered its
+    /// marker yet.
+    fence: Option<(u64, Vec<u64>)>,
 }
 
 impl Progress {
     fn new(e: Arc<Engine>) -> Progress {
-        Progress { e, conns: Vec::new(), by_peer: HashMap::new(), scratch: Vec::with_capacity(wire::MAX_PAYLOAD) }
+        Progress {
+            e,
+            conns: Vec::new(),
+            by_peer: HashMap::new(),
+            scratch: Vec::with_capacity(wire::MAX_PAYLOAD),
+            next_conn: 0,
+            fence: None,
+        }
+    }
+
+    fn new_conn(&mut self, fd: RawFd, peer: Option<String>) {
+        self.next_conn += 1;
+        self.conns.push(Conn {
+            id: self.next_conn,
+            fd,
+            inbuf: Vec::with_capacity(1 << 17),
+            out: Vec::new(),
+            out_pos: 0,
+            peer,
+            dead: false,
+            reads: VecDeque::new(),
+        });
+    }
+
+    /// Starts fence `n` ([`Engine::fence`]): handles every packet already waiting (on
+    /// connections not accepted yet too), then sends a marker behind what each connection has
+    /// queued.
+    fn begin_fence(&mut self, n: u64) {
+        self.accept();
+        for i in 0..self.conns.len() {
+            if !self.conns[i].dead {
+                self.receive(i);
+            }
+        }
+        let mut waiting = Vec::new();
+        for i in 0..self.conns.len() {
+            if !self.conns[i].dead {
+                self.emit(i, Hdr { op: Op::Fence as u8, raddr: n, ..Default::default() }, &[]);
+                waiting.push(self.conns[i].id);
+            }
+        }
+        self.fence = Some((n, waiting));
+    }
+
+    /// A peer's answer to fence marker `n` on connection `conn`.
+    fn on_fence_ack(&mut self, conn: usize, n: u64) {
+        let id = self.conns[conn].id;
+        if let Some((cur, waiting)) = &mut self.fence {
+            if *cur == n {
+                waiting.retain(|&w| w != id);
+            }
+        }
+    }
+
+    /// Marks the fence done once every peer answered its marker (or its connection died).
+    fn check_fence(&mut self) {
+        let Some((n, waiting)) = &self.fence else { return };
+        if waiting.iter().all(|&id| self.conns.iter().find(|c| c.id == id).is_none_or(|c| c.dead)) {
+            self.e.fence_done.store(*n, Ordering::SeqCst);
+            self.fence = None;
+        }
     }
 
     fn run(mut self) {
         let mut pfds: Vec<libc::pollfd> = Vec::new();
         while !self.e.stop.load(Ordering::Acquire) {
             let rung = self.e.doorbells.load(Ordering::SeqCst);
+            let fence = self.e.fence_req.load(Ordering::SeqCst);
+            if fence > self.e.fence_done.load(Ordering::SeqCst) && self.fence.as_ref().is_none_or(|f| f.0 < fence) {
+                // A later fence covers an earlier one still waiting: it owes at least as much.
+                self.begin_fence(fence);
+            }
             let busy = self.transmit();
             self.flush_out();
+            self.check_fence();
             self.e.transmitted.store(rung, Ordering::SeqCst);
             self.conns.retain(|c| {
                 if c.dead {
@@ -679,15 +787,7 @@ impl Progress {
                 return;
             }
             tune_socket(fd);
-            self.conns.push(Conn {
-                fd,
-                inbuf: Vec::with_capacity(1 << 17),
-                out: Vec::new(),
-                out_pos: 0,
-                peer: None,
-                dead: false,
-                reads: VecDeque::new(),
-            });
+            self.new_conn(fd, None);
         }
     }
 
@@ -712,15 +812,7 @@ impl Progress {
             fd
         };
         set_nonblock(fd);
-        self.conns.push(Conn {
-            fd,
-            inbuf: Vec::with_capacity(1 << 17),
-            out: Vec::new(),
-            out_pos: 0,
-            peer: Some(peer.into()),
-            dead: false,
-            reads: VecDeque::new(),
-        });
+        self.new_conn(fd, Some(peer.into()));
         let i = self.conns.len() - 1;
         self.by_peer.insert(peer.into(), i);
         Some(i)
@@ -778,6 +870,9 @@ impl Progress {
                 // SAFETY: the kernel initialised n bytes of spare capacity.
                 unsafe { c.inbuf.set_len(c.inbuf.len() + n as usize) };
                 progressed = n as usize == spare;
+                if !self.e.nic_delay.is_zero() {
+                    std::thread::sleep(self.e.nic_delay);
+                }
             } else if n == 0 || last_err().kind() != io::ErrorKind::WouldBlock {
                 c.dead = true;
             }
@@ -829,6 +924,12 @@ impl Progress {
             Some(Op::Ack) => self.on_ack(h),
             Some(Op::Nak) => self.on_nak(h),
             Some(Op::UdSend) => self.on_datagram(h, payload),
+            // Everything before the marker on this connection has been handled: answer it.
+            Some(Op::Fence) => {
+                self.emit(conn, Hdr { op: Op::FenceAck as u8, raddr: h.raddr, ..Default::default() }, &[]);
+                self.flush_conn(conn);
+            }
+            Some(Op::FenceAck) => self.on_fence_ack(conn, h.raddr),
             None => self.conns[conn].dead = true,
         }
     }

@@ -146,6 +146,28 @@ pub extern "C" fn mrshim_sim_rundir() -> *const std::os::raw::c_char {
     })
 }
 
+/// Not rdma-core's: the simulated librdmacm calls it around a disconnect (the DREQ/DREP it
+/// sends or receives, a peer that exited) so that the CM message keeps its place among the
+/// packets between the two ports (`Engine::fence`). 0, or -1 with errno ETIMEDOUT when the
+/// context's NIC did not answer in time (the caller goes on: a lost ACK is then possible again).
+///
+/// # Safety
+/// `ctx` is a context this library opened and has not closed.
+#[no_mangle]
+pub unsafe extern "C" fn mrshim_sim_fence(ctx: *mut mrshim_verbs::ibv_context) -> std::os::raw::c_int {
+    crate::ffi(-1, || {
+        if ctx.is_null() {
+            return crate::errno_ret(libc::EINVAL, -1);
+        }
+        // SAFETY: as the caller guarantees.
+        if unsafe { crate::objects::ctx(ctx) }.engine.fence() {
+            0
+        } else {
+            crate::errno_ret(libc::ETIMEDOUT, -1)
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,6 +18,10 @@ pub enum Op {
     /// One UD datagram: `rkey` carries the Q_Key, `raddr` the sender's SL << 16 | LID, and the
     /// payload starts with the 40-byte GRH area.
     UdSend = 8,
+    /// A fence marker (`raddr`: its number): the receiving NIC answers FenceAck once it has
+    /// handled everything that came before it on the connection (engine::Engine::fence).
+    Fence = 9,
+    FenceAck = 10,
 }
 
 impl Op {
@@ -31,6 +35,8 @@ impl Op {
             6 => Op::Ack,
             7 => Op::Nak,
             8 => Op::UdSend,
+            9 => Op::Fence,
+            10 => Op::FenceAck,
             _ => return None,
         })
     }

@@ -107,6 +107,34 @@ fn a_datagram_into_a_registered_but_unmapped_buffer_does_not_crash() {
     );
 }
 
+/// A DISCONNECTED event never overtakes the ACKs the peer's NIC sent before its DREQ, as one
+/// wire delivers them in order: the sender's last send has completed as a success before the
+/// event can be seen, even on a NIC that takes 300 ms for each batch of packets
+/// (MRSHIM_SIM_NIC_DELAY_MS). Through the simulated librdmacm, between the two devices of one
+/// process; the passive side disconnects as soon as it sees the receive, the active side polls
+/// its CQ and then its event channel as ofi_rxm does. fi_pingpong over `verbs;ofi_rxm`
+/// (tests/stacks_rdmacm.rs) tore its connection down on that event, dropping the completion, and
+/// failed with its last send flushed, or hung.
+#[test]
+fn a_disconnect_never_overtakes_the_acks_sent_before_it() {
+    let prog = c_program("cm_disconnect", &["-lrdmacm", "-libverbs"]);
+    for delay in ["0", "300"] {
+        let sim =
+            Sim::new().with("LD_LIBRARY_PATH", cm_lib_dir().to_str().unwrap()).with("MRSHIM_SIM_NIC_DELAY_MS", delay);
+        let out = sim.run(&prog, &[]);
+        assert!(out.status.success(), "delay {delay}: {}\n{}", text(&out.stdout), text(&out.stderr));
+        assert_eq!(
+            text(&out.stdout),
+            "two_devices 1\n\
+             recv success wr_id=7 data_equal=1\n\
+             send success wr_id=42\n\
+             RDMA_CM_EVENT_DISCONNECTED after the send completed\n",
+            "delay {delay}: {}",
+            text(&out.stderr)
+        );
+    }
+}
+
 fn nccl_style(sim: &Sim, args: &[&str]) -> std::process::Output {
     let prog = c_program("nccl_style", &["-ldl"]);
     sim.run(&prog, args)

@@ -133,7 +133,17 @@ mod process {
         std::panic::set_hook(Box::new(mrshim_core::internal::note_panic));
         mrshim_core::set_device_probe(super::gpu::current_device);
         // SAFETY: registering a plain extern "C" fn without arguments.
-        unsafe { libc::pthread_atfork(None, None, Some(child)) };
+        unsafe { libc::pthread_atfork(Some(prepare), None, Some(child)) };
+    }
+
+    /// Before fork, in the forking thread: what a child would otherwise look up by listing the
+    /// loaded objects is looked up now. glibc (2.36) resets the loader's main lock in a child but
+    /// not the one dl_iterate_phdr takes: a child forked while another thread was inside
+    /// dl_iterate_phdr (this shim's own first lookup of the GPU runtimes, or the application's)
+    /// would wait for it forever at its first registration. Here, the lookup waits for that
+    /// thread to leave instead, and the child inherits the result.
+    extern "C" fn prepare() {
+        mrshim_core::internal::guarded("the fork handler", super::gpu::before_fork);
     }
 
     extern "C" fn child() {

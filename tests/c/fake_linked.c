@@ -1,15 +1,19 @@
 /* Linked against (the fake) libibverbs.so.1.
- * Usage: fake_linked [basic|kill|fork|threads N|fork-busy FORKS|v10|fork-opening DIR]
+ * Usage: fake_linked [basic|kill|fork|threads N|fork-busy FORKS|fork-in-loader|v10|fork-opening DIR]
  * v10: calls ibv_reg_mr / ibv_dereg_mr through references bound to their IBVERBS_1.0 versions,
  * as a binary linked against libibverbs < 1.1 does.
  * fork-busy: four threads register and deregister (some with RELAXED_ORDERING, which fails
  * when FAKE_FAIL_RELAXED is set) while the main thread forks FORKS children; each child
  * registers, deregisters, fails one registration and exit()s (so the shim's exit summary runs).
  * A child that hangs (on a lock a parent thread held at the fork) is killed by its alarm.
+ * fork-in-loader: the main thread forks while another thread is inside dl_iterate_phdr; the
+ * child registers (see fork_in_loader).
  * fork-opening DIR: the process's log (MRSHIM_LOG=DIR/log-%p.jsonl) is made a FIFO before a thread's
  * first registration (this used to block inside the shim, holding the log's lock); the main thread
  * forks then: the child must record into its own file, and nothing goes into the FIFO. */
+#define _GNU_SOURCE
 #include <infiniband/verbs.h>
+#include <link.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -100,6 +104,36 @@ static void *one_reg(void *arg) {
     return NULL;
 }
 
+/* fork-in-loader: a thread is inside dl_iterate_phdr (glibc holds its loader-list lock, which
+ * a forked child of glibc 2.36 does not get back) while the main thread forks; the child
+ * registers, which must not wait for that lock. */
+static atomic_int in_loader;
+static int slow_phdr(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)info; (void)size; (void)data;
+    atomic_store(&in_loader, 1);
+    usleep(500000);
+    return 1;
+}
+static void *iterate(void *arg) { (void)arg; dl_iterate_phdr(slow_phdr, NULL); return NULL; }
+static int fork_in_loader(void) {
+    pthread_t t;
+    pthread_create(&t, NULL, iterate, NULL);
+    while (!atomic_load(&in_loader)) usleep(1000);
+    pid_t c = fork();
+    if (c == 0) {
+        alarm(10);
+        struct ibv_mr *m = ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+        if (m) ibv_dereg_mr(m);
+        _exit(m ? 0 : 1);
+    }
+    int st;
+    waitpid(c, &st, 0);
+    pthread_join(t, NULL);
+    if (WIFSIGNALED(st)) printf("child ended by signal %d (%s)\n", WTERMSIG(st), strsignal(WTERMSIG(st)));
+    else printf("child exit %d\n", WEXITSTATUS(st));
+    return !WIFEXITED(st) || WEXITSTATUS(st);
+}
+
 static int fork_opening(const char *dir) {
     char fifo[4096];
     snprintf(fifo, sizeof fifo, "%s/log-p%d.jsonl", dir, (int)getpid());
@@ -128,6 +162,7 @@ static int fork_opening(const char *dir) {
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "basic";
     pd = fake_alloc_pd();
+    if (!strcmp(mode, "fork-in-loader")) return fork_in_loader();
     if (!strcmp(mode, "fork-busy")) return fork_busy(argc > 2 ? atoi(argv[2]) : 100);
     if (!strcmp(mode, "fork-opening") && argc > 2) return fork_opening(argv[2]);
     if (!strcmp(mode, "v10")) return v10();

@@ -106,6 +106,19 @@ pub fn sim_lib_dir() -> &'static Path {
     })
 }
 
+/// `sim_lib_dir` plus librdmacm.so.1 and librdmacm.so pointing at the simulated librdmacm.
+pub fn sim_cm_lib_dir() -> &'static Path {
+    static D: OnceLock<PathBuf> = OnceLock::new();
+    D.get_or_init(|| {
+        let verbs = built("libibverbs.so", "mrshim-sim");
+        let cm = built("librdmacm.so", "mrshim-sim-rdmacm");
+        link_dir(
+            "simcmlib",
+            &[("libibverbs.so.1", &verbs), ("libibverbs.so", &verbs), ("librdmacm.so.1", &cm), ("librdmacm.so", &cm)],
+        )
+    })
+}
+
 /// `sim_lib_dir` plus libcuda.so.1 and libcuda.so pointing at the simulated GPU.
 pub fn sim_gpu_lib_dir() -> &'static Path {
     static D: OnceLock<PathBuf> = OnceLock::new();

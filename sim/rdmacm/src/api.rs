@@ -111,6 +111,7 @@ pub unsafe extern "C" fn rdma_create_id(
 pub(crate) fn destroy(cm: &mut Cm, t: u64) {
     let Some(s) = cm.ids.get(&t) else { return };
     if matches!(s.st, St::Connected | St::Accept | St::RepRecv) && !is_ud(s.ps) {
+        crate::qp::fence(s);
         if let Some(fd) = s.conn {
             let _ = send(fd, &msg_from(s, Kind::Dreq));
         }
@@ -573,6 +574,7 @@ pub unsafe extern "C" fn rdma_disconnect(id: *mut a::rdma_cm_id) -> c_int {
         }
         match s.st {
             St::Connected | St::Accept | St::RepRecv if !is_ud(s.ps) => {
+                crate::qp::fence(s);
                 if let Some(fd) = s.conn {
                     let _ = send(fd, &msg_from(s, Kind::Dreq));
                 }

@@ -40,7 +40,11 @@ unsafe impl Sync for Dev {}
 pub struct Devices {
     pub rundir: String,
     pub devs: Vec<Dev>,
+    /// The simulator's `mrshim_sim_fence` (crate::qp::fence).
+    pub fence: Option<Fence>,
 }
+
+pub type Fence = unsafe extern "C" fn(*mut v::ibv_context) -> c_int;
 
 static DEVICES: OnceLock<Result<Devices, i32>> = OnceLock::new();
 
@@ -66,6 +70,10 @@ fn open_all() -> Result<Devices, i32> {
         }
         CStr::from_ptr(p).to_string_lossy().into_owned()
     };
+    // SAFETY: dlsym on the global scope with a NUL-terminated name.
+    let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"mrshim_sim_fence".as_ptr()) };
+    // SAFETY: the simulator exports it as `int mrshim_sim_fence(struct ibv_context *)`.
+    let fence = (!f.is_null()).then(|| unsafe { std::mem::transmute::<*mut libc::c_void, Fence>(f) });
     let mut n: c_int = 0;
     // SAFETY: libibverbs' device list; freed below, the opened contexts stay open for good.
     let list = unsafe { v::ibv_get_device_list(&mut n) };
@@ -125,7 +133,7 @@ fn open_all() -> Result<Devices, i32> {
     if devs.is_empty() {
         return Err(libc::ENODEV);
     }
-    Ok(Devices { rundir, devs })
+    Ok(Devices { rundir, devs, fence })
 }
 
 impl Dev {

@@ -213,6 +213,8 @@ fn eof(cm: &mut Cm, id: u64) {
             let ud = cm.ids.get(&id).is_some_and(|s| is_ud(s.ps));
             set_state(cm, id, St::Disconnected);
             if !ud {
+                // The peer's process is gone: what it sent before is handled first.
+                crate::qp::fence(&cm.ids[&id]);
                 cm.notify(id, et::RDMA_CM_EVENT_DISCONNECTED, 0);
             }
         }
@@ -239,6 +241,9 @@ fn handle(cm: &mut Cm, id: u64, m: Msg) {
             cm.push(id, ev);
         }
         (St::Connected | St::Accept | St::RepRecv | St::DiscSent, Kind::Dreq) | (St::DiscSent, Kind::Drep) => {
+            // Whatever the peer's NIC sent before this message (the ACKs of our sends) is
+            // handled before the DISCONNECTED event, as one wire delivers them in order.
+            crate::qp::fence(&cm.ids[&id]);
             if m.kind == Kind::Dreq {
                 let s = &cm.ids[&id];
                 if let Some(fd) = s.conn {

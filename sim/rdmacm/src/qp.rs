@@ -93,6 +93,29 @@ pub(crate) fn init(s: &IdSt, qp: *mut v::ibv_qp) -> Result<(), i32> {
     Ok(())
 }
 
+/// Keeps a disconnect in its place among the packets between the two ports, as one wire does on
+/// a NIC (the simulator's `mrshim_sim_fence`): called before the DREQ or DREP goes out, so the
+/// peer's NIC has handled the ACKs of what this side received before the DREQ can be seen there,
+/// and when one arrives (or the peer's process is gone) before the DISCONNECTED event, so this
+/// side's NIC has handled what the peer sent before it. A send the peer acknowledged completes
+/// as a success before DISCONNECTED, never dropped by a teardown that overtook its ACK.
+pub(crate) fn fence(s: &IdSt) {
+    // SAFETY: the id's public struct; its QP, if any, is live.
+    let ctx = unsafe {
+        let id = &(*s.ptr).id;
+        if id.qp.is_null() {
+            id.verbs
+        } else {
+            (*id.qp).context
+        }
+    };
+    let Some(f) = devices::get().ok().and_then(|d| d.fence) else { return };
+    if !ctx.is_null() {
+        // SAFETY: a context of the simulator's (the id's or its QP's), open.
+        unsafe { f(ctx) };
+    }
+}
+
 pub(crate) fn to_error(qp: *mut v::ibv_qp) {
     let mut a = rc::attr(qps::IBV_QPS_ERR);
     // SAFETY: the id's QP and our attribute struct.

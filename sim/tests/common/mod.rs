@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
-pub use mrshim_test_support::{free_port, sim_lib_dir as lib_dir, target_dir, text};
+pub use mrshim_test_support::{free_port, sim_cm_lib_dir as cm_lib_dir, sim_lib_dir as lib_dir, target_dir, text};
 
 /// Compiles sim/tests/c/<name>.c once per test process.
 pub fn c_program(name: &str, libs: &[&str]) -> PathBuf {
@@ -42,6 +42,7 @@ impl Sim {
             "MRSHIM_SIM_PEER_MEMORY",
             "MRSHIM_SIM_DEVICE_MEM_ERRNO",
             "MRSHIM_SIM_LOG",
+            "MRSHIM_SIM_NIC_DELAY_MS",
             "LD_PRELOAD",
         ] {
             c.env_remove(k);

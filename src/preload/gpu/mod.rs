@@ -31,6 +31,12 @@ pub unsafe fn after_fork_child() {
     }
 }
 
+/// Before fork (the atfork prepare handler): the runtimes are looked up now if they were not yet,
+/// so a child never lists the loaded objects (see `process::prepare` in preload/mod.rs).
+pub fn before_fork() {
+    let _ = (hip(), maca());
+}
+
 /// A runtime that is loaded but that the engine cannot speak: one line, then as if absent.
 fn usable(family: Family, r: Option<Result<RtApi, String>>) -> Option<RtApi> {
     match r? {

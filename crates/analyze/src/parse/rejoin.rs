@@ -7,7 +7,11 @@
 //! - the next line does not start like a line of its own: no launcher's or logger's frame, no NCCL
 //!   tag, not indented (help texts' tables, traceback frames), no quote, markup or list item;
 //! - the sentence is visibly not over: the first line leaves a parenthesis or bracket open, ends in
-//!   `:`, `,`, `=`, a logger's level (`UCX  ERROR`) or a lower-case word (`with`, `to`, `reg`), or the next line starts with one;
+//!   `:`, `,`, `;`, `=`, a logger's level (`UCX  ERROR`, libfabric's `<warn>`, whose message may start
+//!   with the provider's `HOST: `), a frame with only its tags (`...cpp:619] [EP IBGDA]`) or a
+//!   lower-case word (`with`, `to`, `dma-buf`), or the next line starts with one; or both sides of
+//!   the break are `key=value` fields of one list; a bracketed errno alone (`[14]`) goes with the line
+//!   before it;
 //! - the first line is not a table's row (its last column after a run of spaces).
 //!
 //! A value or a name at the end of a line followed by a capitalised line (`pointer=0x10013000000` /
@@ -51,20 +55,62 @@ fn pending(b: &[u8]) -> bool {
             _ => {}
         }
     }
-    if paren > 0 || bracket > 0 || matches!(b.last(), Some(b':' | b',' | b'=' | b'(' | b'-' | b'/')) {
+    if paren > 0 || bracket > 0 || matches!(b.last(), Some(b':' | b',' | b';' | b'=' | b'(' | b'-' | b'/')) {
         return true;
     }
-    // a logger's level: its message follows (`UCX  ERROR` / `ibv_reg_mr(...) failed`); a value
-    // (`pointer=0x10013000000`), a name or an ended sentence may be the whole line
+    // a logger's level: its message follows (`UCX  ERROR` / `ibv_reg_mr(...) failed`, libfabric's
+    // `efa_mr_reg_impl():850<warn>`); a value (`pointer=0x10013000000`), a name or an ended sentence
+    // may be the whole line
     let last = b.rsplit(|c| *c == b' ').next().unwrap_or(b);
-    word(last) || matches!(last, b"ERROR" | b"WARN" | b"WARNING" | b"INFO" | b"DEBUG" | b"FATAL")
+    word(last)
+        || matches!(last, b"ERROR" | b"WARN" | b"WARNING" | b"INFO" | b"DEBUG" | b"FATAL")
+        || level_tag(last)
+        || only_tags(b)
 }
 
-/// A word of prose in lower case (`to`, `with`, `argument`, `memory.`), not a name (`ibv_reg_mr`,
-/// `libfabric:9:...`).
+/// libfabric's level tag ending its frame (`efa_mr_reg_impl():850<warn>`): the message follows,
+/// and may start with the provider's own `HOST: ` (cxi).
+fn level_tag(last: &[u8]) -> bool {
+    last.strip_suffix(b">")
+        .and_then(|l| l.rsplit(|c| *c == b'<').next())
+        .is_some_and(|l| last.len() > l.len() + 2 && word(l))
+}
+
+/// A logger's frame whose message has not started: after the frame only bracketed tags
+/// (`... ibgda_device_transport.cpp:619] [EP IBGDA]`).
+fn only_tags(b: &[u8]) -> bool {
+    let Ok(s) = std::str::from_utf8(b) else { return false };
+    let body = super::frame::split(s).body.trim();
+    if body.len() == s.trim().len() || !body.starts_with('[') {
+        return false;
+    }
+    let mut rest = body;
+    while let Some(r) = rest.strip_prefix('[') {
+        let Some(end) = r.find(']') else { return false };
+        rest = r[end + 1..].trim_start();
+    }
+    rest.is_empty()
+}
+
+/// `key=value`: one field of a list a program prints on one line (`ret=2 mtype=2 base=0x7f5e...`).
+fn field(w: &[u8]) -> bool {
+    let Some(eq) = w.iter().position(|&c| c == b'=') else { return false };
+    eq > 0 && eq + 1 < w.len() && w[..eq].iter().all(|&c| c.is_ascii_alphanumeric() || c == b'_')
+}
+
+/// A value in brackets alone (`[14]`: the errno glog-style loggers print after its text).
+fn bracketed_number(b: &[u8]) -> bool {
+    b.len() > 2 && b[0] == b'[' && b[b.len() - 1] == b']' && b[1..b.len() - 1].iter().all(u8::is_ascii_digit)
+}
+
+/// A word of prose in lower case (`to`, `with`, `argument`, `memory.`, `dma-buf`), not a name
+/// (`ibv_reg_mr`, `libfabric:9:...`).
 fn word(w: &[u8]) -> bool {
     let w = w.strip_suffix(b".").or_else(|| w.strip_suffix(b",")).or_else(|| w.strip_suffix(b":")).unwrap_or(w);
-    !w.is_empty() && w.iter().all(u8::is_ascii_lowercase)
+    !w.is_empty()
+        && w.iter().all(|&c| c.is_ascii_lowercase() || c == b'-')
+        && w.first().is_some_and(u8::is_ascii_lowercase)
+        && w.last().is_some_and(u8::is_ascii_lowercase)
 }
 
 /// A table's row (`/proc/PID/limits`, `ulimit -a`): its last column comes after a run of spaces,
@@ -77,8 +123,9 @@ fn table_row(b: &[u8]) -> bool {
 /// Whether `next` is the rest of the physical line `prev` (for which [`may_break`] held).
 pub fn continues(prev: &[u8], next: &[u8]) -> bool {
     let Some(&c) = next.first() else { return false };
-    // indented (help text, a traceback's frame), quoted, markup, a JSON record, colour
-    if c.is_ascii_whitespace() || b">[{<#|`\x1b".contains(&c) || c >= 0x80 {
+    // indented (help text, a traceback's frame), quoted, markup, a JSON record, colour; a value in
+    // brackets alone is no line of its own
+    if (c.is_ascii_whitespace() || b">[{<#|`\x1b".contains(&c) || c >= 0x80) && !bracketed_number(next) {
         return false;
     }
     if next.starts_with(b"- ") || next.starts_with(b"* ") || next.len() > 1 << 16 || memchr::memchr(0, next).is_some() {
@@ -88,12 +135,15 @@ pub fn continues(prev: &[u8], next: &[u8]) -> bool {
     if columns(prev) + 1 + columns(first) < NARROWEST || table_row(prev) {
         return false;
     }
-    // the first line's sentence goes on, or the next line starts in the middle of one
-    if !(pending(prev) || word(first)) {
+    // the first line's sentence goes on, or the next line starts in the middle of one (a word, or
+    // the next field of a `key=value` list)
+    let last = prev.rsplit(|c| *c == b' ').next().unwrap_or(prev);
+    if !(pending(prev) || word(first) || field(last) && field(first)) {
         return false;
     }
     let Ok(s) = std::str::from_utf8(next) else { return false };
-    super::frame::split(s).body.len() == s.len() && super::nccl::split(s).is_none() && !s.starts_with("Traceback")
+    let own_frame = super::frame::split(s).body.len() != s.len() && !level_tag(last);
+    !own_frame && super::nccl::split(s).is_none() && !s.starts_with("Traceback")
 }
 
 #[cfg(test)]
@@ -114,6 +164,20 @@ mod tests {
         assert!(continues(a, b"ibv_exp_reg_mr(address=0x7fb7c609e000, length=2630912) failed:"));
         let a = b"[1494406705.883770] [node7:14213:0]         rcache.c:460  UCX  WARN  failed";
         assert!(continues(a, b"to register region 0x31797f0"));
+        // a hyphenated word, a logger's level tag, a frame with only its tags, a list of fields,
+        // a clause ended by `;`, the errno in brackets alone
+        let a = b"pyverbs.pyverbs_error.PyverbsRDMAError: Failed to register a dma-buf";
+        assert!(continues(a, b"MR. length: 65536, access flags: 7. Errno: 95, Operation not supported"));
+        let a = b"libfabric:53673:1693359811::cxi:mr:cxip_map_cache():313<warn>";
+        assert!(continues(a, b"x1922c2s2b0n0: Failed to acquire mapping (0x1000000200000, 16777216):"));
+        let a = b"E1201 10:00:00.000001 4242 ibgda_device_transport.cpp:619] [EP IBGDA]";
+        assert!(continues(a, b"Control UMEM registration failed for per-QP GPU-VA region: Bad address"));
+        let a = b"[0 - 7f81d4ffe740]    0.000000 {2}{gexbind}: segment_create failed?  ret=2";
+        assert!(continues(a, b"mtype=2 base=0x7f5e40000000 size=17179869184 extra=0x55a0e8c3c2f0"));
+        let a = b"[7] Error! Memory registration failed inside LrtsRegisterMemory!;";
+        assert!(continues(a, b"err=GNI_RC_ERROR_RESOURCE"));
+        let a = b"Control UMEM registration failed for per-QP GPU-VA region: Bad address";
+        assert!(continues(a, b"[14]"));
     }
 
     #[test]
@@ -142,5 +206,9 @@ mod tests {
         assert!(may_break(a) && !continues(a, b"ibv_reg_mr failed: Cannot allocate memory"));
         let a = b"libfabric:9:1700000000::efa:mr:efa_mr_reg_impl():850<warn> Unable to reg MR";
         assert!(!continues(a, b"libfabric:9:1700000000::efa:mr:efa_mr_regattr():982<warn> Unable"));
+        // a bracketed frame, not a value; a field after a sentence
+        assert!(!continues(UCX, b"[1707768585.533429]"));
+        let a = b"the registration of the whole segment failed after several attempts, see FAQ";
+        assert!(!continues(a, b"ret=2 and more"));
     }
 }
