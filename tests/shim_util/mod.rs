@@ -448,6 +448,17 @@ pub fn rping_teardown_race(name: &str, o: &Output) -> bool {
         && err.trim_end().ends_with("rdma_get_cm_event: Bad file descriptor")
 }
 
+/// libfabric 1.17's ofi_rxm (Debian 12) handles a peer's DISCONNECTED by closing the endpoint and
+/// draining its CQ afterwards: a completion already in the CQ is dropped with the QP (libmlx5 cleans
+/// a destroyed QP's CQEs, as the simulator does), so after a complete run fi_pingpong's client may
+/// report `cq_readerr: Work Request Flushed Error`, or a side wait for a completion that is gone
+/// until it is killed (exit 124). Upstream's 697688386 drains before the close (in no 1.17–1.21
+/// release). The data lines are still checked by the caller; measured and traced in docs/perf.md.
+pub fn rxm_teardown_race(name: &str, o: &Output) -> bool {
+    name.starts_with("fi-rdm")
+        && (stderr(o).contains("Work Request Flushed Error") || o.status.code() == Some(124))
+}
+
 /// tests/fixtures/regmr_table.txt, rows of `case|rxe0|sim|why`: what the kernel's rxe and the
 /// simulator answer to each case of tests/c/regmr_table.c; `why` says, where they differ, which
 /// provider-specific behaviour (mlx5, which the simulator models, vs rxe) makes them differ.
