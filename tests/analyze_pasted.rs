@@ -471,13 +471,11 @@ fn hpc_runtime_families_from_the_sources() {
 /// sees them: each is recognised, counted once, and its first finding is the cause the line names.
 #[test]
 fn gpu_collective_storage_families_from_the_sources() {
+    // (category, count, errno) of the first finding
     let first = |text: &str| {
         let f = first_finding(text);
-        (
-            f["category"].as_str().unwrap().to_string(),
-            f["count"].as_u64().unwrap(),
-            f["errno"].as_str().map(String::from),
-        )
+        let s = |k: &str| f[k].as_str().map(String::from);
+        (s("category").unwrap(), f["count"].as_u64().unwrap(), s("errno"))
     };
     // NCCL's GPU-initiated networking without peer memory or dmabuf
     let gin = "gpu1:2345:2345 [0] NCCL INFO NCCL version 2.28.3+cuda12.9\ngpu1:2345:2400 [0] transport/net_ib/gin.cc:42 NCCL WARN Unable to use GIN: Peermem is not supported, and device 3 does not support DMA-BUF.\n";
