@@ -466,6 +466,48 @@ fn hpc_runtime_families_from_the_sources() {
     );
 }
 
+/// Logs composed from the format strings of branch v8's vocabulary (GPU, collective and storage
+/// stacks: NCCL GIN, UCX, DeepEP, NVSHMEM IBGDA, DAOS, TensorPipe, PSM3), as `mrshim analyze --json`
+/// sees them: each is recognised, counted once, and its first finding is the cause the line names.
+#[test]
+fn gpu_collective_storage_families_from_the_sources() {
+    // (category, count, errno) of the first finding
+    let first = |text: &str| {
+        let f = first_finding(text);
+        let s = |k: &str| f[k].as_str().map(String::from);
+        (s("category").unwrap(), f["count"].as_u64().unwrap(), s("errno"))
+    };
+    // NCCL's GPU-initiated networking without peer memory or dmabuf
+    let gin = "gpu1:2345:2345 [0] NCCL INFO NCCL version 2.28.3+cuda12.9\ngpu1:2345:2400 [0] transport/net_ib/gin.cc:42 NCCL WARN Unable to use GIN: Peermem is not supported, and device 3 does not support DMA-BUF.\n";
+    assert_eq!(first(gin).0, "gpu-peer-memory");
+    // UCX told to require GPUDirect RDMA on a node without a peer-memory module
+    let ucx = "[1733000000.1] [gpu-a:2412:0]           ib_md.c:1449 UCX  ERROR mlx5_0: Couldn't enable GPUDirect RDMA. Please make sure nv_peer_mem, amdgpu plugin, or Intel Xe driver is installed correctly, or dmabuf is supported.\n";
+    assert_eq!(first(ucx).0, "gpu-peer-memory");
+    // DeepEP's symmetric buffer on a GPU without GPUDirect RDMA for VMM memory
+    let deepep = "Traceback (most recent call last):\n  File \"test_internode.py\", line 240, in <module>\nRuntimeError: Assertion exception (/opt/DeepEP/csrc/kernels/backend/symmetric.hpp:59): flag and \"GPUDirect RDMA with CUDA VMM is not supported on this device\"\n";
+    assert_eq!(first(deepep).0, "gpu-peer-memory");
+    // NVSHMEM IBGDA over its common IB registration: one failure, the kernel's errno
+    let ibgda = "/src/modules/transport/common/transport_ib_common.cpp:129: non-zero status: 7 mem registration failed. Reason: Cannot allocate memory\n/src/modules/transport/ibgda/ibgda.cpp:755: non-zero status: 7 Unable to register memory handle.\n";
+    let (_, n, e) = first(ibgda);
+    assert_eq!((n, e.as_deref()), (1, Some("ENOMEM")));
+    // DAOS: Mercury's NA line, its bulk layer and CaRT's two lines are one failure
+    let daos = "# na_ofi_mem_register(): fi_mr_regattr(mr_iov[0].iov_base=0x7f2a1c000000, mr_iov[0].iov_len=1048576, iov_count=1, access=0xf00, iface=0, requested_key=0) failed, rc: -12 (Cannot allocate memory), mr_reg_count=4096\n# hg_bulk_create(): NA_Mem_register() failed (NA_NOMEM)\n12/07-01:02:03.45 node1 DAOS[12345/12350/0] hg   ERR  src/cart/crt_hg.c:2056 crt_hg_bulk_create() HG_Bulk_create failed, hg_ret: 6 (HG_NOMEM)\n12/07-01:02:03.45 node1 DAOS[12345/12350/0] rpc  ERR  src/cart/crt_bulk.c:143 crt_bulk_create() crt_hg_bulk_create() failed, rc: DER_NOMEM(-1009): 'Out of memory'\n";
+    let (_, n, e) = first(daos);
+    assert_eq!((n, e.as_deref()), (1, Some("ENOMEM")));
+    // DAOS's CaRT line alone: the DER_ name is the errno
+    let der = "12/07-01:02:03.45 node1 DAOS[12345/12350/0] rpc  ERR  src/cart/crt_bulk.c:143 crt_bulk_create() crt_hg_bulk_create() failed, rc: DER_NOMEM(-1009): 'Out of memory'\n";
+    assert_eq!(first(der).2.as_deref(), Some("ENOMEM"));
+    // TensorPipe's reg_mr line (and only that line of ibv.h) is a registration
+    let tp = "RuntimeError: In operator() at /opt/pytorch/third_party/tensorpipe/tensorpipe/common/ibv.h:193 \"\": Cannot allocate memory\n";
+    let f = first_finding(tp);
+    assert_eq!((f["calls"][0].as_str(), f["errno"].as_str()), (Some("ibv_reg_mr"), Some("ENOMEM")));
+    let (c, _) = one("RuntimeError: In operator() at tensorpipe/common/ibv.h:137 \"\": Cannot allocate memory\n");
+    assert_ne!(c, 1, "another verbs call of ibv.h is no failed registration");
+    // PSM3 refusing a rendezvous registration longer than the device's max_fmr_size
+    let psm3 = "node7.rank3.xhpl: Req MR 0x7f3a40000000:0x7f3a7fffffff (len 0x40000000) access 0x80000007 too large: max_fmr_size(0x20000000)\n";
+    assert_eq!(first(psm3).0, "resource-exhaustion");
+}
+
 /// `mrshim analyze` as a user runs it (text output) on composed logs whose output decides nothing:
 /// the causes are ranked by the likelihood table (read-only memory registered for writing among the
 /// first three), the first finding says that nothing in the output decides it and lists the checks

@@ -338,13 +338,24 @@ impl Parser {
         let body = f.body;
         // NCCL-family lines are the bulk of most job logs: recognised by their tag, no prefilter needed
         if let Some(p) = nccl::split(body) {
-            // the vocabulary's NCCL-family messages (net plugins, gdrwrap) are all failures
-            if p.msg.contains("ailed") && vocab::parse(f, ctx, lineno, line, emit) {
+            // the vocabulary's NCCL-family messages (net plugins, gdrwrap, GIN) are all failures
+            if (p.msg.contains("ailed") || p.msg.contains("Unable to use")) && vocab::parse(f, ctx, lineno, line, emit)
+            {
                 return true;
             }
             ucx::flush(ctx, emit);
             generic::flush(ctx, emit);
-            return nccl::parse_split(body, p, ctx, emit);
+            // a failure NCCL's own parser counts is one the vocabulary's layers printed after it
+            // (NCCL's user-buffer line, a plugin's) stand on
+            let mut failed = false;
+            let done = nccl::parse_split(body, p, ctx, &mut |e| {
+                failed |= matches!(&e, Event::Reg(r) if !r.ok);
+                emit(e)
+            });
+            if failed {
+                ctx.vocab_recent = Some(lineno);
+            }
+            return done;
         }
         if ctx.expect.is_some() && facts::parse(body, ctx, emit) {
             return true;

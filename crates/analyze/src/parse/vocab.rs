@@ -97,6 +97,9 @@ enum Hole {
     Errno,
     Code,
     Status,
+    /// A return code printed by name with its library's prefix (DAOS `DER_NOMEM`, Mercury
+    /// `HG_NOMEM`, NA `NA_FAULT`): the errno the name stands for.
+    RcName,
     Kind,
     Membit,
     Kb,
@@ -120,6 +123,7 @@ impl Hole {
             "errno" => Hole::Errno,
             "code" => Hole::Code,
             "status" => Hole::Status,
+            "rcname" => Hole::RcName,
             "kind" => Hole::Kind,
             "membit" => Hole::Membit,
             "kb" => Hole::Kb,
@@ -151,7 +155,7 @@ impl Hole {
             }
             Hole::Range => Some(range),
             Hole::AccessDec => Some(dec),
-            Hole::Call => Some(ident),
+            Hole::Call | Hole::RcName => Some(ident),
             _ => None,
         }
     }
@@ -254,6 +258,26 @@ fn ucs_status(s: &str) -> Option<i32> {
     }
 }
 
+/// The errno a prefixed return-code name stands for: DAOS `DER_*` (src/include/daos_errno.h),
+/// Mercury `HG_*` and NA `NA_*` (mercury's hg_return_t / na_return_t names). Names of the
+/// transport's own state (`DER_HG`, `HG_PROTOCOL_ERROR`, `DER_TIMEDOUT` ...) give none.
+fn rc_name(s: &str) -> Option<i32> {
+    let (_, name) = s.trim().split_once('_')?;
+    Some(match name.to_ascii_uppercase().as_str() {
+        "NOMEM" => errno::ENOMEM,
+        "INVAL" | "INVALID_ARG" | "INVALID_PARAM" => errno::EINVAL,
+        "FAULT" => errno::EFAULT,
+        "NO_PERM" | "PERMISSION" => errno::EPERM,
+        "ACCESS" => errno::EACCES,
+        "NOSPACE" => errno::ENOSPC,
+        "BUSY" => errno::EBUSY,
+        "AGAIN" => errno::EAGAIN,
+        "OPNOTSUPPORTED" | "NOTSUPPORTED" => errno::EOPNOTSUPP,
+        "PROTONOSUPPORT" => errno::EPROTONOSUPPORT,
+        _ => return None,
+    })
+}
+
 /// UCX memory type names (ucs_memory_type_names).
 fn mem_kind(s: &str) -> Option<MemKind> {
     match s.trim().to_ascii_lowercase().as_str() {
@@ -306,6 +330,7 @@ fn set(f: &mut Fields, h: Hole, v: &str) -> bool {
             None => return false,
         },
         Hole::Status => f.errno = ucs_status(v),
+        Hole::RcName => f.errno = rc_name(v),
         Hole::Kind => f.mem = mem_kind(v),
         Hole::Membit => f.mem = mem_bit(v),
         Hole::Kb => match v.parse::<u64>() {
@@ -668,6 +693,18 @@ pub(crate) mod tests {
         let line = "region 0x1 [0x1000..0x3000]: Invalid parameter";
         let f = match_toks(&t, line, line).unwrap();
         assert_eq!((f.addr, f.length, f.errno), (Some(0x1000), Some(0x2000), Some(22)));
+        // return codes printed by name: DAOS DER_*, Mercury HG_* / NA_*
+        let t = compile("rc: {rcname}({int})").unwrap();
+        for (line, want) in [
+            ("rc: DER_NOMEM(-1009)", Some(12)),
+            ("rc: HG_INVALID_ARG(3)", Some(22)),
+            ("rc: NA_FAULT(8)", Some(14)),
+            ("rc: DER_NO_PERM(-1001)", Some(1)),
+            ("rc: DER_HG(-1020)", None),
+        ] {
+            let f = match_toks(&t, line, &line.to_ascii_lowercase()).unwrap();
+            assert_eq!(f.errno, want, "{line}");
+        }
     }
 
     #[test]
@@ -825,6 +862,28 @@ pub(crate) mod tests {
         assert_eq!(count(&[
             "/src/modules/transport/common/transport_ib_common.cpp:98: non-zero status: 7 mem registration failed. Reason: Bad address",
             "/src/host/mem/mem_heap.cpp:972: non-zero status: 7 register_heap_memory_handle failed for remote ",
+        ]), 1);
+        // NVSHMEM IBGDA's handle over the common IB registration
+        assert_eq!(count(&[
+            "/src/modules/transport/common/transport_ib_common.cpp:129: non-zero status: 7 mem registration failed. Reason: Cannot allocate memory",
+            "/src/modules/transport/ibgda/ibgda.cpp:755: non-zero status: 7 Unable to register memory handle.",
+        ]), 1);
+        // DAOS: Mercury's NA line, its bulk layer, CaRT's two lines
+        assert_eq!(count(&[
+            "# na_ofi_mem_register(): fi_mr_regattr(mr_iov[0].iov_base=0x7f2a1c000000, mr_iov[0].iov_len=1048576, iov_count=1, access=0xf00, iface=0, requested_key=0) failed, rc: -12 (Cannot allocate memory), mr_reg_count=4096",
+            "# hg_bulk_create(): NA_Mem_register() failed (NA_NOMEM)",
+            "12/07-01:02:03.45 node1 DAOS[12345/12350/0] hg   ERR  src/cart/crt_hg.c:2056 crt_hg_bulk_create() HG_Bulk_create failed, hg_ret: 6 (HG_NOMEM)",
+            "12/07-01:02:03.45 node1 DAOS[12345/12350/0] rpc  ERR  src/cart/crt_bulk.c:143 crt_bulk_create() crt_hg_bulk_create() failed, rc: DER_NOMEM(-1009): 'Out of memory'",
+        ]), 1);
+        // NCCL's user-buffer registration over its verbs wrapper's line
+        assert_eq!(count(&[
+            "gpu1:2345:2400 [0] misc/ibvwrap.cc:188 NCCL WARN Call to ibv_reg_mr failed with error Bad address",
+            "gpu1:2345:2400 [0] NCCL INFO rank 0 failed to NET register userbuff 0x7f2a40000000 buffSize 8388608 GDR flag 1",
+        ]), 1);
+        // OpenSHMEM's segment over UCX's driver line
+        assert_eq!(count(&[
+            "[1714000000.1] [h:1:0] ib_md.c:309  UCX  ERROR ibv_reg_mr(address=0x7f0000000000, length=4096, access=0xf) failed: Cannot allocate memory",
+            "[h:1] Error memheap_base_register.c:131 - _reg_segment() Failed to register segment",
         ]), 1);
         // Realm and Mercury over UCX's own driver line
         for upper in [
