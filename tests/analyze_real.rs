@@ -29,7 +29,9 @@ use std::process::Command;
 /// the seven has its cause in the first three (vllm-19613, third); none has its cause in the log, so the
 /// top-1 floor where the log holds the cause is unchanged at 23/26. No earlier report lost its rank.
 const MIN_HELD_TOP1_IN_LOG: f64 = 23.0 / 26.0;
-const MIN_HELD_TOP3: f64 = 50.0 / 63.0;
+/// Raised to 52/63 after branch l8's two dmabuf rules from the kernel's sources (not blind: written after
+/// the round's misses were read; docs/analyze.md, "after the blind round").
+const MIN_HELD_TOP3: f64 = 52.0 / 63.0;
 /// Held-out reports analyze does not recognise at all (exit 0/2, "nothing recognised"): counted as
 /// misses in the scores above, exempt only from the exit-code check. Empty after session 4; session 5's
 /// blind round 3 left three: a segfault trace with no registration line (charm-1042), a 0-byte
