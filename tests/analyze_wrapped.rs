@@ -458,7 +458,7 @@ fn outcome_cli(path: &Path) -> (Option<String>, u64) {
 fn floor(wrapper: &str) -> f64 {
     match wrapper {
         "Email80" => 0.97,
-        "Traceback" => 0.92,
+        "Traceback" => 0.98,
         "(combined)" => 0.84,
         _ => 1.0,
     }

@@ -59,7 +59,10 @@ fn pair(
         for (side, o) in [("client", &c), ("server", &s)] {
             let ok = o.status.success() || rping_teardown_race(name, o) || rxm_teardown_race(name, o);
             if !o.status.success() && ok {
-                eprintln!("{who} {side}: a known teardown race of the program itself ({}); data lines checked", o.status);
+                eprintln!(
+                    "{who} {side}: a known teardown race of the program itself ({}); data lines checked",
+                    o.status
+                );
             }
             assert!(ok, "{who} {side} ({}): {}\n{}", o.status, stdout(o), stderr(o));
         }

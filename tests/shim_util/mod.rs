@@ -455,8 +455,7 @@ pub fn rping_teardown_race(name: &str, o: &Output) -> bool {
 /// until it is killed (exit 124). Upstream's 697688386 drains before the close (in no 1.17–1.21
 /// release). The data lines are still checked by the caller; measured and traced in docs/perf.md.
 pub fn rxm_teardown_race(name: &str, o: &Output) -> bool {
-    name.starts_with("fi-rdm")
-        && (stderr(o).contains("Work Request Flushed Error") || o.status.code() == Some(124))
+    name.starts_with("fi-rdm") && (stderr(o).contains("Work Request Flushed Error") || o.status.code() == Some(124))
 }
 
 /// tests/fixtures/regmr_table.txt, rows of `case|rxe0|sim|why`: what the kernel's rxe and the

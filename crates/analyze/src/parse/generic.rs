@@ -341,7 +341,7 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
 /// it (a wrapper's "registration failed" above or below the library's line), which count once.
 pub fn hold(mut ev: RegEv, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Event)) {
     if let Some(p) = ctx.gen_pending.take() {
-        let same = lineno <= p.evid.as_ref().map_or(0, |e| e.0) + 2
+        let same = lineno <= p.evid.as_ref().map_or(0, |e| e.0) + 2 + ctx.gen_pending_slack
             && (p.errno.is_none() || ev.errno.is_none() || p.errno == ev.errno)
             && !matches!((p.addr, ev.addr), (Some(a), Some(b)) if a != b);
         if same {
@@ -360,6 +360,7 @@ pub fn hold(mut ev: RegEv, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(
         }
     }
     ctx.gen_pending = Some(ev);
+    ctx.gen_pending_slack = 0;
 }
 
 #[cfg(test)]

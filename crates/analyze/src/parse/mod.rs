@@ -40,6 +40,10 @@ pub struct FileCtx {
     pub lib_hint: Option<Lib>,
     /// A failure whose errno may be on the next line.
     pub gen_pending: Option<RegEv>,
+    /// Lines of a Python traceback's frames read since [`Self::gen_pending`] was held: they sit
+    /// between the layers of one failure (the library's line, then the exception that carries it)
+    /// and do not count toward the layers' distance.
+    pub gen_pending_slack: u64,
     /// `ulimit -l` / `cat /proc/sys/vm/max_map_count` printed without its answer: the next line has it.
     pub expect: Option<facts::Expect>,
     /// The last line a registration failure was seen on (the vocabulary's layers count once with it).
@@ -287,10 +291,18 @@ impl Parser {
             }
         }
         // a Python traceback: frames, then the exception (cheap test first)
-        if (ctx.pytrace.is_some() || f.body.starts_with("Traceback") || f.body.trim_start().starts_with("File \""))
-            && pytrace::parse(&f, ctx, lineno, line, emit)
-        {
-            return true;
+        if ctx.pytrace.is_some() || f.body.starts_with("Traceback") || f.body.trim_start().starts_with("File \"") {
+            if pytrace::parse(&f, ctx, lineno, line, emit) {
+                return true;
+            }
+            if ctx.pytrace.is_some() {
+                // a frame of the traceback (header, `File ...`, source line): no failure and no
+                // errno of the held one; the layers around it stay one failure
+                ctx.gen_pending_slack += 1;
+                ctx.vocab_recent = ctx.vocab_recent.map(|r| r + 1);
+                ctx.vocab_errno = ctx.vocab_errno.map(|(at, n)| (at + 1, n));
+                return false;
+            }
         }
         // an exception that carries a library's own line (`RuntimeError: <the line>`): the line,
         // with whatever frame it has of its own

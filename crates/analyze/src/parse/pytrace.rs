@@ -147,4 +147,25 @@ mod tests {
         assert_eq!(r.len(), 1, "{r:?}");
         assert_eq!((r[0].errno, r[0].access), (Some(22), Some(1048583)));
     }
+
+    /// A library's line, then the traceback's frames, then the exception that carries the same
+    /// line: the frames sit between two layers of one failure, which counts once.
+    #[test]
+    fn frames_between_two_layers_of_one_failure_count_once() {
+        let lib = "mem.cc:88 Failed to register memory 0x7f105035d000: Input/output error [5]";
+        let exc = format!("RuntimeError: {lib}");
+        let frames = [
+            "Traceback (most recent call last):",
+            "  File \"/opt/app/serve.py\", line 40, in <module>",
+            "    engine.register_memory(buf)",
+            "  File \"/opt/app/engine.py\", line 12, in register_memory",
+            "    raise RuntimeError(msg)",
+        ];
+        let mut lines = vec![lib];
+        lines.extend(frames);
+        lines.push(&exc);
+        let r = run(&lines);
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert_eq!(r[0].errno, Some(5));
+    }
 }
