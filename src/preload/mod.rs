@@ -148,8 +148,8 @@ mod process {
 
     extern "C" fn child() {
         mrshim_core::internal::guarded("the fork handler", || {
-            // SAFETY: this is the atfork child handler: the child's only thread, which is not
-            // inside the shim (fork is not called from a hook).
+            // This is the atfork child handler; fork is not called from a hook.
+            // SAFETY: the child's only thread, which is not inside the shim.
             unsafe {
                 mrshim_core::after_fork_child();
                 super::gpu::after_fork_child();

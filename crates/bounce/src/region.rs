@@ -795,10 +795,10 @@ unsafe fn take_run(v: &View, now: *const u8, a: usize, b: usize) -> (usize, usiz
         }
         return (both, first);
     }
-    // SAFETY: shadow and baseline are live mappings covering the extent; the caller's contract
-    // for `now`; the three do not overlap. The second copy's source goes through black_box: the
-    // optimiser would otherwise forward `now` to it (memcpy(b, a); memcpy(c, b) becomes
-    // memcpy(c, a)), reading the application's bytes twice again.
+    // The second copy's source goes through black_box: the optimiser would otherwise forward
+    // `now` to it (memcpy(b, a); memcpy(c, b) becomes memcpy(c, a)), reading the application's
+    // bytes twice again.
+    // SAFETY: live shadow and baseline over the extent; the caller's `now`; no overlap.
     unsafe {
         std::ptr::copy_nonoverlapping(now.add(a), ba, b - a);
         std::ptr::copy_nonoverlapping(std::hint::black_box(ba as *const u8), sh, b - a);
