@@ -11,7 +11,8 @@
 //!   writes again, and at 4 KiB..1 MiB from slots the sender writes anew before each send;
 //! - per-WR cost of ibv_post_send / ibv_poll_cq that touch no bounce region: without the shim,
 //!   with the shim and no bounce region (goal: the same: nothing is wrapped), with one bounce
-//!   region elsewhere in the context (goal: <= 20 ns added);
+//!   region elsewhere in the context (goal: <= 20 ns added) — judged with provider ops that
+//!   return at once, so the wrapper alone is timed; the same through the simulator, printed;
 //! - the all-reduce example, 2 ranks, direct vs through bounce buffers.
 //!
 //! Each configuration runs in its own process, alternating, ROUNDS times; medians are printed.
@@ -255,7 +256,10 @@ fn main() {
         }
         not_falling(&mut verdicts, format!("stream {label}"), &pairs);
     }
-    println!("post/poll cost of WRs that touch no bounce region (ns, median of {} runs of 2000 batches)", 2 * ROUNDS);
+    // The wrappers' cost for WRs that touch no bounce region. The goal is checked where it can be
+    // seen: with provider ops that return at once (`bench-post N null`), so what is timed is the
+    // wrapper alone. Through the simulator a post costs hundreds of ns to several us and differs
+    // between processes by more than the goal; those rows are printed for what a post costs there.
     let one_region: Vec<(&str, &str)> =
         [("SIMCHECK_BOUNCE_REGION", "1")].into_iter().chain(bounce[1..].iter().copied()).collect();
     let no_region = &bounce[1..];
@@ -266,53 +270,70 @@ fn main() {
         configs.push((format!("shim, one bounce region{tag}"), &one_region, Some(s)));
     }
     const KEYS: [&str; 4] = ["poll_empty_ns", "post_ns", "post_list_ns", "roundtrip_ns"];
-    let mut rows: Vec<[Vec<f64>; 4]> = configs.iter().map(|_| Default::default()).collect();
-    for _ in 0..2 * ROUNDS {
-        for (i, (_, env, s)) in configs.iter().enumerate() {
-            let out = run(&simcheck, &["bench-post", "2000"], env, lib, &rd, *s);
-            for (j, k) in KEYS.iter().enumerate() {
-                rows[i][j].push(field(&out, k));
+    for null in [true, false] {
+        if null {
+            println!("wrapper cost for WRs that touch no bounce region, provider ops that return at once (ns per call, median of {} runs of 200 batches)", 2 * ROUNDS);
+        } else {
+            println!("post/poll cost of WRs that touch no bounce region, through the simulator (ns, median of {} runs of 2000 batches; no goal: the simulated post varies between processes by more than one)", 2 * ROUNDS);
+        }
+        let keys = if null { &KEYS[..3] } else { &KEYS[..] };
+        let args: &[&str] = if null { &["bench-post", "200", "null"] } else { &["bench-post", "2000"] };
+        let mut rows: Vec<Vec<Vec<f64>>> = configs.iter().map(|_| vec![Vec::new(); keys.len()]).collect();
+        for round in 0..2 * ROUNDS {
+            // alternate the order of the configurations between rounds
+            alternating(round, configs.len(), |i| {
+                let (_, env, s) = &configs[i];
+                let out = run(&simcheck, args, env, lib, &rd, *s);
+                for (j, k) in keys.iter().enumerate() {
+                    rows[i][j].push(field(&out, k));
+                }
+            });
+        }
+        let m: Vec<Vec<f64>> = rows.into_iter().map(|r| r.into_iter().map(median).collect()).collect();
+        let heads = ["empty poll_cq", "post_send", "16-WR list, /WR", "post+complete/WR"];
+        let mut head = format!("  {:<33}", "");
+        for h in &heads[..keys.len()] {
+            head += &format!(" {h:>18}");
+        }
+        println!("{head}");
+        for (i, (name, _, _)) in configs.iter().enumerate() {
+            let mut line = format!("  {name:<33}");
+            for (j, v) in m[i].iter().enumerate() {
+                let p = usize::from(null);
+                let d = if i == 0 { String::new() } else { format!(" ({:+.p$})", v - m[0][j]) };
+                line += &format!(" {v:>10.p$}{d:<8}");
+            }
+            println!("{line}");
+        }
+        if !null {
+            continue;
+        }
+        println!("  goals: no bounce region = no shim (+5 ns: the clock's resolution); one bounce region <= +20 ns");
+        for (i, (name, _, _)) in configs.iter().enumerate().skip(1) {
+            let (goal, within) = if name.starts_with("shim, one bounce region") { ("+20", 20.0) } else { ("+5", 5.0) };
+            for (j, what) in [(0, "empty poll_cq"), (1, "post_send"), (2, "16-WR list, per WR")] {
+                let added = m[i][j] - m[0][j];
+                verdicts.check(format!("{name}: {what} {added:+.1} ns <= {goal} ns"), added <= within);
             }
         }
     }
-    let m: Vec<[f64; 4]> = rows.into_iter().map(|r| r.map(median)).collect();
-    println!(
-        "  {:<33} {:>14} {:>14} {:>16} {:>18}",
-        "", "empty poll_cq", "post_send", "16-WR list, /WR", "post+complete/WR"
-    );
-    for (i, (name, _, _)) in configs.iter().enumerate() {
-        let d = |j: usize| if i == 0 { String::new() } else { format!(" ({:+.0})", m[i][j] - m[0][j]) };
-        println!(
-            "  {name:<33} {:>8.0}{:<6} {:>8.0}{:<6} {:>10.0}{:<6} {:>10.0}{:<8}",
-            m[i][0],
-            d(0),
-            m[i][1],
-            d(1),
-            m[i][2],
-            d(2),
-            m[i][3],
-            d(3)
-        );
-    }
-    println!("  goals: no bounce region = no shim; one bounce region <= +20 ns");
-    for (i, (name, _, _)) in configs.iter().enumerate() {
-        if !name.starts_with("shim, one bounce region") {
-            continue;
-        }
-        for (j, what) in [(0, "empty poll_cq"), (1, "post_send"), (2, "16-WR list, per WR")] {
-            let added = m[i][j] - m[0][j];
-            verdicts.check(format!("{name}: {what} {added:+.0} ns <= +20 ns"), added <= 20.0);
-        }
-    }
 
-    println!("all-reduce, 2 ranks, host memory: direct vs bounce buffers (ms per iteration, median of {ROUNDS}; ratio = bandwidth of bounce / direct)");
+    println!("all-reduce, 2 ranks, host memory: direct vs bounce buffers (ms per iteration, medians over rounds; ratio = bandwidth of bounce / direct)");
     let ar = target_dir().join("examples/allreduce");
-    for (size, iters) in [("4K", "200"), ("64K", "100"), ("1M", "20"), ("16M", "4"), ("64M", "2")] {
+    // Iterations so that a run times a few tenths of a second (a 4 KiB iteration is ~50 us: 200 of
+    // them spread 60..140 % between runs); the small sizes, cheap and the most spread, run more rounds.
+    for (size, iters, rounds) in [
+        ("4K", "5000", 2 * ROUNDS),
+        ("64K", "3000", 2 * ROUNDS),
+        ("1M", "80", 2 * ROUNDS),
+        ("16M", "4", ROUNDS),
+        ("64M", "2", ROUNDS),
+    ] {
         let args = ["--ranks", "2", "--size", size, "--iters", iters, "--host-mem"];
         let mut d = Vec::new();
         let mut b: Vec<Vec<f64>> = vec![Vec::new(); shims.len()];
         let mut pairs = Vec::new();
-        for round in 0..ROUNDS {
+        for round in 0..rounds {
             d.push(ms_per_iter(&run(&ar, &args, &[], lib, &rd, Some(&shim))));
             alternating(round, shims.len(), |i| {
                 let s = shims[i].1;
@@ -338,7 +359,11 @@ fn main() {
         let ms: Vec<f64> = b.into_iter().map(median).collect();
         let ratios: Vec<f64> = ms.iter().map(|b| 100.0 * d / b).collect();
         let bs: Vec<String> = ms.iter().zip(&shims).map(|(b, (n, _))| format!("{n} {b:>9.3} ms")).collect();
-        println!("  {size:>5}  direct {d:>9.3} ms  bounce {}  ratio {}", bs.join("  "), side(&ratios));
+        println!(
+            "  {size:>5}  direct {d:>9.3} ms  bounce {}  ratio {}  ({iters} iterations, {rounds} rounds)",
+            bs.join("  "),
+            side(&ratios)
+        );
         not_falling(&mut verdicts, format!("all-reduce {size}"), &pairs);
     }
     verdicts.print();
