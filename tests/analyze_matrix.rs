@@ -43,11 +43,13 @@ struct Case {
     /// Where the cause must be: 1 = the first finding; more only where the output cannot tell
     /// (each such cell says why in [`AMBIGUOUS`]).
     within: usize,
+    /// A cause the output rules out, which must not be among the findings at all ("" = none).
+    ruled_out: &'static str,
 }
 
 impl Case {
     const fn new(stack: &'static str, cause: &'static str, faults: &'static str) -> Case {
-        Case { stack, cause, faults, memlock_kib: None, mode: "", env: "", within: 1 }
+        Case { stack, cause, faults, memlock_kib: None, mode: "", env: "", within: 1, ruled_out: "" }
     }
     const fn memlock(self, kib: u32) -> Case {
         Case { memlock_kib: Some(kib), ..self }
@@ -57,6 +59,9 @@ impl Case {
     }
     const fn within(self, n: usize) -> Case {
         Case { within: n, ..self }
+    }
+    const fn ruled_out(self, cause: &'static str) -> Case {
+        Case { ruled_out: cause, ..self }
     }
 }
 
@@ -120,16 +125,22 @@ fn script(stack: &str, mode: &str) -> String {
 fn nixl_python() -> &'static PathBuf {
     static PY: OnceLock<PathBuf> = OnceLock::new();
     PY.get_or_init(|| {
-        let tools = std::env::var_os("MRSHIM_TOOLS").filter(|v| !v.is_empty()).map(PathBuf::from).unwrap_or_else(|| {
-            let cache = std::env::var_os("XDG_CACHE_HOME")
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache"));
-            cache.join("mrshim-tools")
-        });
+        let tools =
+            std::env::var_os("MRSHIM_TOOLS").filter(|v| !v.is_empty()).map(PathBuf::from).unwrap_or_else(|| {
+                let cache = std::env::var_os("XDG_CACHE_HOME")
+                    .filter(|v| !v.is_empty())
+                    .map(PathBuf::from)
+                    .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache"));
+                cache.join("mrshim-tools")
+            });
         let py = tools.join("pyclients/bin/python3");
         let o = run(cmd(&py).args(["-c", "import nixl_cu12"]));
-        assert!(o.status.success(), "{}: no NIXL (scripts/install-deps installs nixl-cu12 and numpy): {}", py.display(), stderr(&o));
+        assert!(
+            o.status.success(),
+            "{}: no NIXL (scripts/install-deps installs nixl-cu12 and numpy): {}",
+            py.display(),
+            stderr(&o)
+        );
         py
     })
 }
@@ -140,7 +151,8 @@ fn nixl_python() -> &'static PathBuf {
 /// second until the timeout, NIXL never reached); TCP carries UCX's wireup and NIXL's data
 /// still goes over rc_verbs (UCX_PROTO_INFO=y: PUT and GET zero-copy on rc_verbs/mlx5_*).
 fn nixl_job(port: u16) -> String {
-    let py = format!("UCX_TLS=rc_verbs,tcp timeout 20 {} {}", nixl_python().display(), src_py("nixl_xfer.py").display());
+    let py =
+        format!("UCX_TLS=rc_verbs,tcp timeout 20 {} {}", nixl_python().display(), src_py("nixl_xfer.py").display());
     format!("{py} target {port} >srv.out 2>&1 & sleep 1; {py} initiator {port}; wait; cat srv.out")
 }
 
@@ -203,7 +215,7 @@ fn run_case(c: &Case) -> (String, Value) {
     let a = run(cmd(mrshim_bin()).args(["analyze", "--json"]).arg(&log));
     let v: Value = serde_json::from_slice(&a.stdout).unwrap_or(Value::Null);
     let mut text = text;
-    if rank(&v, c.cause) != Some(1) {
+    if rank(&v, c.cause) != Some(1) || (!c.ruled_out.is_empty() && rank(&v, c.ruled_out).is_some()) {
         // keep what analyze read: a wrong cell is diagnosed from it
         let keep = std::env::temp_dir().join(format!(
             "mrshim-matrix-{}-{}{}.out",
@@ -288,7 +300,13 @@ fn each_injected_cause_is_the_first_finding() {
         Case::new("pyverbs", "dmabuf-unsupported", "").mode("dmabuf", "MRSHIM_SIM_DMABUF=off"),
     ];
     // NIXL's Python API on the UCX 1.23 its wheel vendors (tests/py/nixl_xfer.py, two agents)
-    let nixl = [ro("nixl", RO_EINVAL), ro("nixl", RO_EFAULT), memlock("nixl", 64)];
+    // host memory only, and the output says so (UCX's `(host)`, its transport pools): a GPU
+    // cause is not a finding, whatever NIXL registers elsewhere
+    let nixl = [
+        ro("nixl", RO_EINVAL).ruled_out("gpu-peer-memory"),
+        ro("nixl", RO_EFAULT).ruled_out("gpu-peer-memory"),
+        memlock("nixl", 64).ruled_out("gpu-peer-memory"),
+    ];
     let lane = |cases: &[Case]| -> Vec<(String, Option<String>)> {
         cases
             .iter()
@@ -314,7 +332,9 @@ fn each_injected_cause_is_the_first_finding() {
                         None => "; the cause is not found".into(),
                     }
                 );
-                let wrong = (place.is_none_or(|n| n > c.within) || failed == 0).then(|| {
+                let not_out = !c.ruled_out.is_empty() && rank(&v, c.ruled_out).is_some();
+                let row = if not_out { format!("{row}; {} is a finding", c.ruled_out) } else { row };
+                let wrong = (place.is_none_or(|n| n > c.within) || failed == 0 || not_out).then(|| {
                     let head: String = text.lines().take(12).collect::<Vec<_>>().join("\n");
                     format!("{} x {} ({injected}): first finding {got}\n{head}", c.stack, c.cause)
                 });
