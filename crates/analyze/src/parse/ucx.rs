@@ -93,12 +93,13 @@ pub fn parse(line: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Ev
     // allocated per memory type (GPU memory too) and says nothing
     if let Some(rest) = m.strip_prefix("Failed to allocate memory pool (name=") {
         let name = rest.split(')').next().unwrap_or("");
-        if let Some(ev) = ctx.ucx_pending.as_mut().filter(|p| p.pid == Some(pid) && p.mem.is_none()) {
-            if name != "ucp_rndv_frags" && !name.is_empty() {
+        // another process's pool line leaves this process's failure waiting for its own lines
+        if let Some(ev) = ctx.ucx_pending.as_mut().filter(|p| p.pid == Some(pid)) {
+            if ev.mem.is_none() && name != "ucp_rndv_frags" && !name.is_empty() {
                 ev.mem = Some(MemKind::HostAnon);
             }
+            flush(ctx, emit);
         }
-        flush(ctx, emit);
         return true;
     }
     let time_ns = ts.map(|t| (t * 1e9) as u64);
