@@ -17,9 +17,10 @@
 //! `access flags: 1048583`), NIXL (`nixl`: two `nixl_agent`s of NIXL's Python API in two processes,
 //! tests/py/nixl_xfer.py, on the UCX 1.23 with verbs that NIXL's wheel `nixl-cu12` vendors — its own
 //! libibverbs redirected to the simulator, the RoCE port's netdev in the simulator's namespace;
-//! host memory only, see [`NOT_HERE`]). The cells run in two lanes at once (the MPI jobs, which wait
-//! for their timeout once UCX fails, and the rest): about two minutes; the three NIXL cells add
-//! about 8 s to the second lane.
+//! host memory only, see [`NOT_HERE`]; its cells also require the first finding to stand on
+//! evidence and gpu-peer-memory to be no finding: the output shows host memory). The cells run in
+//! two lanes at once (the MPI jobs, which wait for their timeout once UCX fails, and the rest):
+//! about two minutes; the three NIXL cells add about 8 s to the second lane.
 
 mod shim_util;
 use serde_json::Value;
