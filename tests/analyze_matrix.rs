@@ -14,8 +14,13 @@
 //! `mpirun.mpich` with `MPIR_CVAR_NOLOCAL=1` so the two ranks on one host talk through UCX, not shared
 //! memory), libfabric (fi_pingpong), librdmacm (rping), perftest (ib_write_bw), pyverbs
 //! (tests/c/pyverbs_reg.py under Debian's /usr/bin/python3: pyverbs prints the access mask in decimal,
-//! `access flags: 1048583`). The cells run in two lanes at once (the MPI jobs, which wait for their
-//! timeout once UCX fails, and the rest): about two minutes.
+//! `access flags: 1048583`), NIXL (`nixl`: two `nixl_agent`s of NIXL's Python API in two processes,
+//! tests/py/nixl_xfer.py, on the UCX 1.23 with verbs that NIXL's wheel `nixl-cu12` vendors — its own
+//! libibverbs redirected to the simulator, the RoCE port's netdev in the simulator's namespace;
+//! host memory only, see [`NOT_HERE`]; its cells also require the first finding to stand on
+//! evidence and gpu-peer-memory to be no finding: the output shows host memory). The cells run in
+//! two lanes at once (the MPI jobs, which wait for their timeout once UCX fails, and the rest):
+//! about two minutes; the three NIXL cells add about 8 s to the second lane.
 
 mod shim_util;
 use serde_json::Value;
@@ -39,11 +44,15 @@ struct Case {
     /// Where the cause must be: 1 = the first finding; more only where the output cannot tell
     /// (each such cell says why in [`AMBIGUOUS`]).
     within: usize,
+    /// A cause the output rules out, which must not be among the findings at all ("" = none).
+    ruled_out: &'static str,
+    /// The output holds what decides the cause: the first finding's basis must be `evidence`.
+    evidence: bool,
 }
 
 impl Case {
     const fn new(stack: &'static str, cause: &'static str, faults: &'static str) -> Case {
-        Case { stack, cause, faults, memlock_kib: None, mode: "", env: "", within: 1 }
+        Case { stack, cause, faults, memlock_kib: None, mode: "", env: "", within: 1, ruled_out: "", evidence: false }
     }
     const fn memlock(self, kib: u32) -> Case {
         Case { memlock_kib: Some(kib), ..self }
@@ -53,6 +62,12 @@ impl Case {
     }
     const fn within(self, n: usize) -> Case {
         Case { within: n, ..self }
+    }
+    const fn ruled_out(self, cause: &'static str) -> Case {
+        Case { ruled_out: cause, ..self }
+    }
+    const fn on_evidence(self) -> Case {
+        Case { evidence: true, ..self }
     }
 }
 
@@ -106,8 +121,79 @@ fn script(stack: &str, mode: &str) -> String {
             "timeout 15 rping -s -a 127.0.0.1 -p {port} -C 2 -V >srv.out 2>&1 & sleep 2; \
              timeout 15 rping -c -a 127.0.0.1 -p {port} -C 2 -V; wait; cat srv.out"
         ),
+        "nixl" => nixl_job(port),
         _ => unreachable!("{stack}"),
     }
+}
+
+/// The venv of the Python-wheel clients scripts/install-deps makes (scripts/lib/tools.sh:
+/// MRSHIM_PYCLIENTS; NIXL's wheel `nixl-cu12` and the numpy its API imports).
+fn nixl_python() -> &'static PathBuf {
+    static PY: OnceLock<PathBuf> = OnceLock::new();
+    PY.get_or_init(|| {
+        let tools =
+            std::env::var_os("MRSHIM_TOOLS").filter(|v| !v.is_empty()).map(PathBuf::from).unwrap_or_else(|| {
+                let cache = std::env::var_os("XDG_CACHE_HOME")
+                    .filter(|v| !v.is_empty())
+                    .map(PathBuf::from)
+                    .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache"));
+                cache.join("mrshim-tools")
+            });
+        let py = tools.join("pyclients/bin/python3");
+        let o = run(cmd(&py).args(["-c", "import nixl_cu12"]));
+        assert!(
+            o.status.success(),
+            "{}: no NIXL (scripts/install-deps installs nixl-cu12 and numpy): {}",
+            py.display(),
+            stderr(&o)
+        );
+        py
+    })
+}
+
+/// NIXL's two-peer job (tests/py/nixl_xfer.py): the target in the background, the initiator,
+/// then the target's output. UCX_TLS=rc_verbs,tcp: UCX_TLS=rc brings ud_verbs too, whose receive
+/// pool UCX 1.23 keeps trying to register while every registration fails (about 300 lines a
+/// second until the timeout, NIXL never reached); TCP carries UCX's wireup and NIXL's data
+/// still goes over rc_verbs (UCX_PROTO_INFO=y: PUT and GET zero-copy on rc_verbs/mlx5_*).
+fn nixl_job(port: u16) -> String {
+    let py =
+        format!("UCX_TLS=rc_verbs,tcp timeout 20 {} {}", nixl_python().display(), src_py("nixl_xfer.py").display());
+    format!("{py} target {port} >srv.out 2>&1 & sleep 1; {py} initiator {port}; wait; cat srv.out")
+}
+
+fn src_py(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/py").join(name)
+}
+
+/// NIXL's client without a fault: both agents register, the initiator's WRITE and READ are
+/// byte-exact on both sides (so a matrix cell fails for its cause, not for the client).
+#[test]
+fn nixl_client_writes_and_reads_byte_exact_on_the_simulator() {
+    let w = SimWorld::new("matrix-nixl-nofault");
+    let mut sim = cmd("timeout");
+    sim.args(["-k", "5", "60"]).arg(mrshim_bin()).args(["sim", "--", "env"]).args(UCX_ENV.split(' '));
+    sim.args(["bash", "-c", &nixl_job(mrshim_test_support::free_port())]);
+    sim.current_dir(&w.dir).env("MRSHIM_SIM_RUNDIR", w.dir.join("run")).env_remove("LD_PRELOAD");
+    let o = run(&mut sim);
+    let out = stdout(&o);
+    let mine: Vec<&str> = out.lines().filter(|l| l.starts_with("initiator: ") || l.starts_with("target: ")).collect();
+    assert_eq!(
+        mine,
+        [
+            "initiator: registered 2 x 1048576 bytes of host memory",
+            "initiator: connected",
+            "initiator: read byte-exact",
+            "initiator: done",
+            "target: registered 2 x 1048576 bytes of host memory",
+            "target: write byte-exact",
+            "target: done",
+        ],
+        "{out}\n{}",
+        stderr(&o)
+    );
+    assert!(o.status.success(), "{out}\n{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&w.dir);
 }
 
 /// Runs the case; returns the programs' output and analyze's JSON of it.
@@ -135,7 +221,7 @@ fn run_case(c: &Case) -> (String, Value) {
     let a = run(cmd(mrshim_bin()).args(["analyze", "--json"]).arg(&log));
     let v: Value = serde_json::from_slice(&a.stdout).unwrap_or(Value::Null);
     let mut text = text;
-    if rank(&v, c.cause) != Some(1) {
+    if rank(&v, c.cause) != Some(1) || (!c.ruled_out.is_empty() && rank(&v, c.ruled_out).is_some()) {
         // keep what analyze read: a wrong cell is diagnosed from it
         let keep = std::env::temp_dir().join(format!(
             "mrshim-matrix-{}-{}{}.out",
@@ -171,6 +257,8 @@ const NOT_HERE: &[&str] = &[
     "mpirun.mpich: Debian 12's MPICH is ch4:ucx only (no ofi netmod): its cells are UCX's host registrations",
     "fi_pingpong, rping x relaxed-ordering: they never request IBV_ACCESS_RELAXED_ORDERING (libfabric 1.17's verbs provider builds its access from the FI_* flags alone, prov/verbs/src/verbs_mr.c, and has no knob for it; rping asks for LOCAL_WRITE|REMOTE_READ|REMOTE_WRITE); with the fault injected both complete",
     "ib_write_bw x relaxed-ordering: perftest 4.5-0.17 (Debian 12) asks for IBV_ACCESS_RELAXED_ORDERING by default (HAVE_RO, `--disable_pcie_relaxed` turns it off) but prints only `Couldn't allocate MR`, no errno and no mask — what its memlock cell prints too (newer perftest prints `with error=N`): no output-only diagnosis can tell them apart",
+    "nixl x GPU memory, dmabuf: UCX 1.23's CUDA transport in NIXL's wheel (libuct_cuda.so, cuda_copy) needs NVML (libnvidia-ml.so.1), which neither this machine nor `mrshim sim` has, and driver entry points the simulated libcuda.so.1 lacks (cuGetProcAddress_v2, VMM, IPC, events); without it UCX takes a cuMemAlloc pointer for host memory (`failed to register address ... (host)`, access=0xf: no dmabuf, no peer-memory path), which is not the cause these cells name",
+    "nixl x read-only memory, access flags: NIXL registers through ucp_mem_map, whose access mask UCX fixes (0xf, 0x10000f with relaxed ordering); its DRAM descriptors are the application's own writable buffers",
     "UCX, Open MPI, MPICH, fi_pingpong, rping, ib_write_bw x GPU memory, dmabuf, read-only memory, access flags: Debian's builds have no CUDA/ROCm memory (perftest's --use_cuda, UCX's cuda_copy) and their access masks are fixed by the program; pyverbs reaches them (above)",
     "max_mr_size: the simulated mlx5 advertises max_mr_size 2^64-1, as rxe (RXE_MAX_MR_SIZE = -1ull), and the kernel's ib_uverbs_reg_mr never compares a length with it: no length a client can ask for exceeds it on either bed",
     "unaligned iova: pyverbs 44's MR has no iova argument (plain ibv_reg_mr), and the stacks here pass iova = address (NCCL's ibv_reg_mr_iova2) or no iova at all",
@@ -217,6 +305,15 @@ fn each_injected_cause_is_the_first_finding() {
         Case::new("pyverbs", "gpu-peer-memory", "").mode("gpu", "MRSHIM_SIM_PEER_MEMORY=off"),
         Case::new("pyverbs", "dmabuf-unsupported", "").mode("dmabuf", "MRSHIM_SIM_DMABUF=off"),
     ];
+    // NIXL's Python API on the UCX 1.23 its wheel vendors (tests/py/nixl_xfer.py, two agents)
+    // host memory only, and the output says so (UCX's `(host)`, its transport pools): a GPU
+    // cause is not a finding, whatever NIXL registers elsewhere; the output holds what decides
+    // each cause (access=0x10000f on every failure; UCX's `current: 64 kbytes`)
+    let nixl = [
+        ro("nixl", RO_EINVAL).ruled_out("gpu-peer-memory").on_evidence(),
+        ro("nixl", RO_EFAULT).ruled_out("gpu-peer-memory").on_evidence(),
+        memlock("nixl", 64).ruled_out("gpu-peer-memory").on_evidence(),
+    ];
     let lane = |cases: &[Case]| -> Vec<(String, Option<String>)> {
         cases
             .iter()
@@ -242,7 +339,10 @@ fn each_injected_cause_is_the_first_finding() {
                         None => "; the cause is not found".into(),
                     }
                 );
-                let wrong = (place.is_none_or(|n| n > c.within) || failed == 0).then(|| {
+                let not_out = !c.ruled_out.is_empty() && rank(&v, c.ruled_out).is_some();
+                let row = if not_out { format!("{row}; {} is a finding", c.ruled_out) } else { row };
+                let guessed = c.evidence && v["findings"][0]["basis"] != "evidence";
+                let wrong = (place.is_none_or(|n| n > c.within) || failed == 0 || not_out || guessed).then(|| {
                     let head: String = text.lines().take(12).collect::<Vec<_>>().join("\n");
                     format!("{} x {} ({injected}): first finding {got}\n{head}", c.stack, c.cause)
                 });
@@ -252,7 +352,8 @@ fn each_injected_cause_is_the_first_finding() {
     };
     let rows: Vec<(String, Option<String>)> = std::thread::scope(|s| {
         let a = s.spawn(|| lane(&mpi));
-        let b = lane(&rest);
+        let mut b = lane(&rest);
+        b.extend(lane(&nixl));
         let mut rows = a.join().expect("the MPI lane");
         rows.extend(b);
         rows

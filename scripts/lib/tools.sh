@@ -12,6 +12,9 @@ MRSHIM_PYCLIENT_PKGS=(nixl-cu12==1.5.1 mpi4py==4.1.2)
 # Debian's arm64 verbs programs, unpacked (not installed: their amd64 twins own /usr/bin).
 MRSHIM_ARM64_ROOT=$MRSHIM_TOOLS/arm64-root
 MRSHIM_ARM64_PROGRAMS=(ibverbs-utils perftest)
+# NIXL's Python API (nixl_cu12/_api.py) imports numpy, which --no-deps leaves out: the client of
+# tests/analyze_matrix.rs's NIXL row (tests/py/nixl_xfer.py) needs it.
+MRSHIM_PYCLIENT_PKGS+=(numpy==2.4.6)
 export PATH="$MRSHIM_VENV/bin:$PATH"
 # The kernel test bed (scripts/rdma-vm): Debian's own kernel image package, downloaded and
 # unpacked (never installed), its uncompressed vmlinux and a small initramfs, one directory

@@ -87,6 +87,21 @@ pub fn parse(line: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Ev
         flush(ctx, emit);
         return true;
     }
+    // ucs_mpool_grow (ucs/datastruct/mpool.c) after a failed chunk registration: a transport's
+    // pool (uct_iface_mp_chunk_alloc -> uct_iface_mem_alloc, UCS_MEMORY_TYPE_HOST: receive and send
+    // descriptors) is host memory, whatever library runs UCX; UCP's `ucp_rndv_frags` pool is
+    // allocated per memory type (GPU memory too) and says nothing
+    if let Some(rest) = m.strip_prefix("Failed to allocate memory pool (name=") {
+        let name = rest.split(')').next().unwrap_or("");
+        // another process's pool line leaves this process's failure waiting for its own lines
+        if let Some(ev) = ctx.ucx_pending.as_mut().filter(|p| p.pid == Some(pid)) {
+            if ev.mem.is_none() && name != "ucp_rndv_frags" && !name.is_empty() {
+                ev.mem = Some(MemKind::HostAnon);
+            }
+            flush(ctx, emit);
+        }
+        return true;
+    }
     let time_ns = ts.map(|t| (t * 1e9) as u64);
     if let Some(open) = find!(m, "reg_mr(").or_else(|| find!(m, "reg_dmabuf_mr(")) {
         let call_start = m[..open].rfind(|c: char| c.is_whitespace()).map(|i| i + 1).unwrap_or(0);
@@ -151,6 +166,29 @@ mod tests {
         let Event::Reg(r) = &out[0] else { panic!() };
         assert_eq!((r.errno, r.length, r.access, r.mem), (Some(14), Some(4096), Some(0xf), Some(MemKind::Device)));
         assert_eq!(r.host.as_deref(), Some("node-rtx3080"));
+    }
+
+    /// UCT's interface pools are host memory (uct_iface_mem_alloc); UCP's fragment pool is
+    /// allocated per memory type, and another process's pool says nothing of this failure.
+    #[test]
+    fn a_transport_pool_chunk_is_host_memory() {
+        let fail = "[1796615160.496586] [vm:20811:0]           ib_md.c:323  UCX  ERROR ibv_reg_mr(address=0x7f76a4400000, length=39845888, access=0x10000f) failed: Invalid argument";
+        let pool = |name: &str, pid: u32| {
+            format!("[1796615160.496769] [vm:{pid}:0]           mpool.c:246  UCX  ERROR Failed to allocate memory pool (name={name}) chunk: Input/output error")
+        };
+        for (name, pid, mem) in [
+            ("rc_recv_desc", 20811, Some(MemKind::HostAnon)),
+            ("ud_recv_skb", 20811, Some(MemKind::HostAnon)),
+            ("ucp_rndv_frags", 20811, None),
+            ("rc_recv_desc", 20812, None),
+        ] {
+            let (mut ctx, mut out) = (FileCtx::default(), Vec::new());
+            parse(fail, &mut ctx, 1, &mut |e| out.push(e));
+            parse(&pool(name, pid), &mut ctx, 2, &mut |e| out.push(e));
+            flush(&mut ctx, &mut |e| out.push(e));
+            let Event::Reg(r) = &out[0] else { panic!() };
+            assert_eq!((r.mem, r.access, r.errno), (mem, Some(0x10000f), Some(22)), "{name} in {pid}");
+        }
     }
 
     #[test]
