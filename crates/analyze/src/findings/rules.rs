@@ -6,10 +6,13 @@ use mrshim_access::{LOCAL_WRITE, REMOTE_ATOMIC, REMOTE_WRITE};
 pub(super) fn gpu_peer_memory<'a>(v: &View<'a>) -> Cand<'a> {
     let mut c = Cand::new("gpu-peer-memory");
     let p = v.prefix;
-    // a dmabuf registration the stack refuses as unsupported is dmabuf-unsupported, not a peer-memory problem
-    let unsupported_dmabuf = |k: &GroupKey| k.call.contains("dmabuf") && errno::not_supported(k.errno);
-    let device = v.fail_where(|k, _| k.mem == Some(MemKind::Device) && !unsupported_dmabuf(k));
-    let unknown = v.fail_where(|k, _| unknown_mem(k.mem) && !unsupported_dmabuf(k));
+    // A dmabuf registration uses no peer-memory client: the kernel imports the exporter's buffer
+    // (ib_umem_dmabuf_get, drivers/infiniband/core/umem_dmabuf.c) and never pins the GPU's pages through
+    // nvidia_peermem / amdgpu peer memory, so its failures (whatever the errno) are no evidence that the
+    // peer-memory module is missing: they are the exporter's, uverbs' offset/iova checks, the provider's.
+    let dmabuf = |k: &GroupKey| k.call.contains("dmabuf");
+    let device = v.fail_where(|k, _| k.mem == Some(MemKind::Device) && !dmabuf(k));
+    let unknown = v.fail_where(|k, _| unknown_mem(k.mem) && !dmabuf(k));
     let ok_host = v.ok_where(|k| is_host_mem(k.mem));
     let ok_dev = v.ok_where(|k| k.mem == Some(MemKind::Device));
     let gdr = v.gdr_context();

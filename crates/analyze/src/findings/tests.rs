@@ -399,3 +399,28 @@ fn dmabuf_enomem_is_no_memlock_and_errno_524_is_not_supported() {
     let c = cats(&run(&[("job.log", e524)]));
     assert_eq!(&c[..2], ["dmabuf-unsupported", "version-mismatch"], "{c:?}");
 }
+
+/// ibv_reg_dmabuf_mr uses no peer-memory client — the kernel imports the exporter's buffer
+/// (ib_umem_dmabuf_get) — so its failures of GPU memory rank the dmabuf path's own causes (uverbs'
+/// offset/iova check, the exporter's and provider's resources, dmabuf support, versions) and never
+/// gpu-peer-memory; the same memory registered by address still ranks peer memory first.
+#[test]
+fn dmabuf_failures_are_not_peer_memory() {
+    let einval = "[1796550947.000001] [h:9:0] ib_md.c:301 UCX ERROR ibv_reg_dmabuf_mr(address=0x7f0000000000, length=4194304, access=0x10000f) failed: Invalid argument\n\
+                  [1796550947.000002] [h:9:0] ucp_mm.c:81 UCX ERROR failed to register address 0x7f0000000000 (cuda) length 4194304 dmabuf_fd 12 on md[1]=mlx5_0: Input/output error (md supports: host|cuda)\n";
+    let c = cats(&run(&[("job.log", einval)]));
+    assert_eq!(c.first(), Some(&"iova-alignment"), "{c:?}");
+    assert!(!c.contains(&"gpu-peer-memory"), "{c:?}");
+    let nomem = "host1:7:7 [0] misc/ibvwrap.cc:190 NCCL WARN Call to ibv_reg_dmabuf_mr failed with error Cannot allocate memory\n";
+    let c = cats(&run(&[("job.log", nomem)]));
+    assert_eq!(c.first(), Some(&"resource-exhaustion"), "{c:?}");
+    assert!(!c.contains(&"gpu-peer-memory"), "{c:?}");
+    let efault =
+        "host1:7:7 [0] misc/ibvwrap.cc:190 NCCL WARN Call to ibv_reg_dmabuf_mr failed with error Bad address\n";
+    let c = cats(&run(&[("job.log", efault)]));
+    assert_eq!(c.first(), Some(&"dmabuf-unsupported"), "{c:?}");
+    assert!(!c.contains(&"gpu-peer-memory"), "{c:?}");
+    let va = "[1796550947.000001] [h:9:0] ib_md.c:301 UCX ERROR ibv_reg_mr(address=0x7f0000000000, length=4194304, access=0x10000f) failed: Bad address\n\
+              [1796550947.000002] [h:9:0] ucp_mm.c:81 UCX ERROR failed to register address 0x7f0000000000 (cuda) length 4194304 on md[1]=mlx5_0: Input/output error (md supports: host|cuda)\n";
+    assert_eq!(cats(&run(&[("job.log", va)])).first(), Some(&"gpu-peer-memory"));
+}
