@@ -476,6 +476,17 @@ pub(super) fn version_mismatch<'a>(v: &View<'a>) -> Cand<'a> {
     if let Some(e) = v.flag(Flag::VersionMismatchProse) {
         c.add(1.5, "The report says the kernel driver and the user-space RDMA libraries do not match.", Some(e));
     }
+    // UCX's mlx5 DV memory domain binds and exports memory keys through a private UMR QP it creates on
+    // first use, and builds an indirect (KSM) key over a registration (src/uct/ib/mlx5/dv/ib_mlx5dv_md.c):
+    // when those fail the memory was never refused — the UCX release does not fit the NIC's driver,
+    // firmware or port setup (a bonded port's affinity, a KSM the firmware refuses on a relaxed-order MR).
+    if let Some(e) = v.flag(Flag::MkeySetupFail) {
+        c.add(
+            2.5,
+            "UCX could not set up the UMR queue pair or the indirect key it binds and exports memory keys through: the memory was not refused, the UCX release does not fit the NIC's driver, firmware or port configuration — compare the UCX version (ucx_info -v) with the release notes for the NIC, or try another UCX release.",
+            Some(e),
+        );
+    }
     if let Some(e) = v.flag(Flag::DriverLoadFail) {
         c.add(
             0.3,
