@@ -33,8 +33,10 @@ const MIN_HELD_TOP1_IN_LOG: f64 = 23.0 / 26.0;
 /// the round's misses were read; docs/analyze.md, "after the blind round"). Lowered in session 8 (branch
 /// b9, 2026-12-07) to what the held-out set measures after five blind reports were added and scored once
 /// (docs/analyze.md, "Session 8, blind"): 54/68 (79.4 %); two of the five first, three not in the first
-/// three at all. No earlier report lost its rank.
-const MIN_HELD_TOP3: f64 = 54.0 / 68.0;
+/// three at all. No earlier report lost its rank. Raised to 56/68 (82.4 %) after b9's rules from the
+/// stacks' sources (UCX's mlx5 UMR / indirect-key lines, dmabuf failures no peer-memory evidence) — not
+/// blind: ucx-8218 was read before they were written (docs/analyze.md, "Session 8, after the blind round").
+const MIN_HELD_TOP3: f64 = 56.0 / 68.0;
 /// Held-out reports analyze does not recognise at all (exit 0/2, "nothing recognised"): counted as
 /// misses in the scores above, exempt only from the exit-code check. Empty after session 4; session 5's
 /// blind round 3 left three: a segfault trace with no registration line (charm-1042), a 0-byte
@@ -42,16 +44,12 @@ const MIN_HELD_TOP3: f64 = 54.0 / 68.0;
 /// one more, a runtime's own "no more registered memory region table entries" warning (arkouda-271),
 /// recognised since branch v6 and so no longer exempt. Session 7's blind round added one: UCX's UMR QP
 /// failing INIT->RTR with ENODEV, quoted without a registration call around it (ucx-11780). Session 8's
-/// blind round (branch b9) two: UCX's mlx5 DV md failing to create an indirect key ("LRU push returned
-/// Unsupported operation", ucx-8218) and Mooncake's engine refusing an overlapping region (mooncake-3153).
-const UNRECOGNISED: &[&str] = &[
-    "charm-1042-verbs-out-of-mrs.log",
-    "charm-1523-zero-byte-rdma-mr.log",
-    "mercury-241-gni-ndreg-entries.log",
-    "ucx-11780-umr-qp-lag-enodev.log",
-    "ucx-8218-ksm-atomic-on-relaxed-mkey.log",
-    "mooncake-3153-overlapped-region-regression.log",
-];
+/// blind round (branch b9) two more: UCX's mlx5 DV md failing to create an indirect key ("LRU push
+/// returned Unsupported operation", ucx-8218) and Mooncake's engine refusing an overlapping region
+/// (mooncake-3153). All three are recognised since b9's vocabulary entries from UCX's and Mooncake's
+/// sources (ucx.mlx5dv.*, mooncake.engine.overlapped_region) and so no longer exempt.
+const UNRECOGNISED: &[&str] =
+    &["charm-1042-verbs-out-of-mrs.log", "charm-1523-zero-byte-rdma-mr.log", "mercury-241-gni-ndreg-entries.log"];
 /// The training half is not allowed to fall below its own level either.
 const MIN_TRAIN_TOP1_IN_LOG: f64 = 1.0;
 const MIN_TRAIN_TOP3: f64 = 1.0;
@@ -248,8 +246,10 @@ fn corpus_has_at_least_40_reports() {
 /// Measured blind on 2026-12-07 (branch n8, docs/analyze.md "Session 7, blind"): 12 of 13 recognised; the
 /// one left is Cray MPICH's GNI large-message registration error stack (adios2-902). Session 8 (branch b9)
 /// added three, scored blind: two recognised, Mooncake's Ascend direct transport `Register mem ret:103900.`
-/// not (vllm-ascend-13974): 14 of 16.
-const MIN_UNKNOWN_RECOGNISED: usize = 14;
+/// not (vllm-ascend-13974): 14 of 16. After b9's entries from MPICH's error-stack format and Mooncake's
+/// Ascend transport (mpich.errstack.mem_register, mooncake.ascend.register_mem) all 16 — not blind: both
+/// reports were read before the entries were written.
+const MIN_UNKNOWN_RECOGNISED: usize = 16;
 
 #[test]
 fn unknown_cause_reports_recognised() {
