@@ -10,7 +10,11 @@ pub(super) fn gpu_peer_memory<'a>(v: &View<'a>) -> Cand<'a> {
     // (ib_umem_dmabuf_get, drivers/infiniband/core/umem_dmabuf.c) and never pins the GPU's pages through
     // nvidia_peermem / amdgpu peer memory, so its failures (whatever the errno) are no evidence that the
     // peer-memory module is missing: they are the exporter's, uverbs' offset/iova checks, the provider's.
-    let dmabuf = |k: &GroupKey| k.call.contains("dmabuf");
+    // (Unless the input says the peer-memory client is missing: then the registration that could not be
+    // made through dmabuf could not be made by address either — NCCL GIN's "Peermem is not supported,
+    // and device N does not support DMA-BUF".)
+    let peermem_missing = v.flag(Flag::PeermemMissing).is_some();
+    let dmabuf = |k: &GroupKey| k.call.contains("dmabuf") && !peermem_missing;
     let device = v.fail_where(|k, _| k.mem == Some(MemKind::Device) && !dmabuf(k));
     let unknown = v.fail_where(|k, _| unknown_mem(k.mem) && !dmabuf(k));
     let ok_host = v.ok_where(|k| is_host_mem(k.mem));
