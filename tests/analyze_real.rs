@@ -30,21 +30,26 @@ use std::process::Command;
 /// top-1 floor where the log holds the cause is unchanged at 23/26. No earlier report lost its rank.
 const MIN_HELD_TOP1_IN_LOG: f64 = 23.0 / 26.0;
 /// Raised to 52/63 after branch l8's two dmabuf rules from the kernel's sources (not blind: written after
-/// the round's misses were read; docs/analyze.md, "after the blind round").
-const MIN_HELD_TOP3: f64 = 52.0 / 63.0;
+/// the round's misses were read; docs/analyze.md, "after the blind round"). Lowered in session 8 (branch
+/// b9, 2026-12-07) to what the held-out set measures after five blind reports were added and scored once
+/// (docs/analyze.md, "Session 8, blind"): 54/68 (79.4 %); two of the five first, three not in the first
+/// three at all. No earlier report lost its rank. Raised to 56/68 (82.4 %) after b9's rules from the
+/// stacks' sources (UCX's mlx5 UMR / indirect-key lines, dmabuf failures no peer-memory evidence) — not
+/// blind: ucx-8218 was read before they were written (docs/analyze.md, "Session 8, after the blind round").
+const MIN_HELD_TOP3: f64 = 56.0 / 68.0;
 /// Held-out reports analyze does not recognise at all (exit 0/2, "nothing recognised"): counted as
 /// misses in the scores above, exempt only from the exit-code check. Empty after session 4; session 5's
 /// blind round 3 left three: a segfault trace with no registration line (charm-1042), a 0-byte
 /// registration told in words around quoted code (charm-1523), GNI's fi_enable -28 (mercury-241); round 4
 /// one more, a runtime's own "no more registered memory region table entries" warning (arkouda-271),
 /// recognised since branch v6 and so no longer exempt. Session 7's blind round added one: UCX's UMR QP
-/// failing INIT->RTR with ENODEV, quoted without a registration call around it (ucx-11780).
-const UNRECOGNISED: &[&str] = &[
-    "charm-1042-verbs-out-of-mrs.log",
-    "charm-1523-zero-byte-rdma-mr.log",
-    "mercury-241-gni-ndreg-entries.log",
-    "ucx-11780-umr-qp-lag-enodev.log",
-];
+/// failing INIT->RTR with ENODEV, quoted without a registration call around it (ucx-11780). Session 8's
+/// blind round (branch b9) two more: UCX's mlx5 DV md failing to create an indirect key ("LRU push
+/// returned Unsupported operation", ucx-8218) and Mooncake's engine refusing an overlapping region
+/// (mooncake-3153). All three are recognised since b9's vocabulary entries from UCX's and Mooncake's
+/// sources (ucx.mlx5dv.*, mooncake.engine.overlapped_region) and so no longer exempt.
+const UNRECOGNISED: &[&str] =
+    &["charm-1042-verbs-out-of-mrs.log", "charm-1523-zero-byte-rdma-mr.log", "mercury-241-gni-ndreg-entries.log"];
 /// The training half is not allowed to fall below its own level either.
 const MIN_TRAIN_TOP1_IN_LOG: f64 = 1.0;
 const MIN_TRAIN_TOP3: f64 = 1.0;
@@ -239,8 +244,12 @@ fn corpus_has_at_least_40_reports() {
 /// Reports found in session 7 whose thread does not establish a cause (tests/fixtures/real-unknown, same
 /// header format with `## expected: unknown`): not scored for category, only for being recognised at all.
 /// Measured blind on 2026-12-07 (branch n8, docs/analyze.md "Session 7, blind"): 12 of 13 recognised; the
-/// one left is Cray MPICH's GNI large-message registration error stack (adios2-902).
-const MIN_UNKNOWN_RECOGNISED: usize = 12;
+/// one left is Cray MPICH's GNI large-message registration error stack (adios2-902). Session 8 (branch b9)
+/// added three, scored blind: two recognised, Mooncake's Ascend direct transport `Register mem ret:103900.`
+/// not (vllm-ascend-13974): 14 of 16. After b9's entries from MPICH's error-stack format and Mooncake's
+/// Ascend transport (mpich.errstack.mem_register, mooncake.ascend.register_mem) all 16 — not blind: both
+/// reports were read before the entries were written.
+const MIN_UNKNOWN_RECOGNISED: usize = 16;
 
 #[test]
 fn unknown_cause_reports_recognised() {

@@ -174,6 +174,10 @@ pub enum Flag {
     /// ugni's `no more registered memory region table entries`, GNI_RC_ERROR_RESOURCE): no more
     /// memory can be registered, whatever errno the layer above reports.
     RegTableFull,
+    /// UCX's mlx5 memory domain could not set up what it binds and exports memory keys through (its UMR
+    /// QP, CQ or mkeys, or the indirect KSM key over a registration): the stack against the NIC's driver,
+    /// firmware or port configuration, not the memory.
+    MkeySetupFail,
 }
 
 #[derive(Debug, Clone)]

@@ -56,18 +56,25 @@ const ENOMEM_ANY: Row = &[("memlock-limit", 0.46), ("resource-exhaustion", 0.38)
 const EAGAIN_ANY: Row = &[("resource-exhaustion", 0.7), ("memlock-limit", 0.3)];
 // EPERM: can_do_mlock with RLIMIT_MEMLOCK 0 and no CAP_IPC_LOCK; EACCES/EPERM opening /dev/infiniband.
 const EPERM_ANY: Row = &[("permissions", 0.64), ("memlock-limit", 0.36)];
-// EOPNOTSUPP from ibv_reg_dmabuf_mr: the provider's or kernel's missing dmabuf support. Training:
-// nccl-778.
-const EOPNOTSUPP_DMABUF: Row = &[("dmabuf-unsupported", 0.55), ("version-mismatch", 0.3), ("gpu-peer-memory", 0.15)];
-// ENOMEM from ibv_reg_dmabuf_mr: the dmabuf path (drivers/infiniband/core/umem_dmabuf.c) pins nothing
-// against RLIMIT_MEMLOCK — its memory is the exporter's — so memlock is no cause; ENOMEM comes from
-// the exporter's mapping (a GPU driver's aperture for very large buffers) or the provider's MR
-// resources, then from driver pairings.
-const ENOMEM_DMABUF: Row = &[("resource-exhaustion", 0.6), ("version-mismatch", 0.25), ("gpu-peer-memory", 0.15)];
-// EINVAL from ibv_reg_dmabuf_mr: the exporter refusing the buffer (memory it cannot export, e.g. a
-// VMM allocation) first; then uverbs' own check that the dmabuf offset and the iova share their
-// offset in the (kernel's) page, and a range past the buffer's end; then driver pairings.
-const EINVAL_DMABUF: Row = &[("gpu-peer-memory", 0.45), ("iova-alignment", 0.3), ("version-mismatch", 0.25)];
+// The dmabuf rows never name gpu-peer-memory: ibv_reg_dmabuf_mr imports the exporter's buffer
+// (ib_umem_dmabuf_get, drivers/infiniband/core/umem_dmabuf.c) and no peer-memory client is involved.
+// EOPNOTSUPP from ibv_reg_dmabuf_mr: the provider's or kernel's missing dmabuf support
+// (uverbs_std_types_mr.c: no reg_user_mr_dmabuf op → EOPNOTSUPP), then a stack too old or a GPU driver
+// flavour without dmabuf export. Training: nccl-778.
+const EOPNOTSUPP_DMABUF: Row = &[("dmabuf-unsupported", 0.6), ("version-mismatch", 0.4)];
+// ENOMEM from ibv_reg_dmabuf_mr: the dmabuf path pins nothing against RLIMIT_MEMLOCK — its memory is
+// the exporter's — so memlock is no cause; ENOMEM comes from the exporter's mapping (a GPU driver's
+// aperture for very large buffers) or the provider's MR resources, then from driver pairings, then an
+// exporter that cannot map the buffer for this importer.
+const ENOMEM_DMABUF: Row = &[("resource-exhaustion", 0.6), ("version-mismatch", 0.25), ("dmabuf-unsupported", 0.15)];
+// EINVAL from ibv_reg_dmabuf_mr: uverbs' own check that the dmabuf offset and the iova share their offset
+// in the kernel's page (UVERBS_METHOD_REG_DMABUF_MR) and ib_umem_dmabuf_get's check that offset + length
+// lies inside the dmabuf first — the exporter refuses memory it cannot export when the fd is asked for
+// (cuMemGetHandleForAddressRange), before the verb; then an exporter/importer pairing that cannot map the
+// buffer (dmabuf support), then driver pairings.
+const EINVAL_DMABUF: Row = &[("iova-alignment", 0.45), ("dmabuf-unsupported", 0.3), ("version-mismatch", 0.25)];
+// Any other errno (or none) from ibv_reg_dmabuf_mr: the exporter's attach/map errors and the provider's.
+const OTHER_DMABUF: Row = &[("dmabuf-unsupported", 0.45), ("version-mismatch", 0.35), ("resource-exhaustion", 0.2)];
 // EOPNOTSUPP on GPU memory: no peer-memory path, or a dmabuf one the stack lacks.
 const EOPNOTSUPP_DEVICE: Row = &[("gpu-peer-memory", 0.52), ("dmabuf-unsupported", 0.28), ("version-mismatch", 0.2)];
 // EOPNOTSUPP on host memory: gup's FOLL_LONGTERM refusal of fs-dax mappings (memory the kernel will
@@ -106,9 +113,10 @@ const NONE_HOST: Row =
 
 /// Every row, for the tests (each sums to 1).
 #[cfg(test)]
-pub(super) const ROWS: [Row; 20] = [
+pub(super) const ROWS: [Row; 21] = [
     ENOMEM_DMABUF,
     EINVAL_DMABUF,
+    OTHER_DMABUF,
     ENOMEM_ANY,
     EAGAIN_ANY,
     EPERM_ANY,
@@ -156,6 +164,7 @@ pub(super) fn lookup(e: Option<i32>, mem: Mem, dmabuf: bool, iova: bool) -> Row 
         (Some(e), Mem::Device) if notsup(e) => EOPNOTSUPP_DEVICE,
         (Some(e), _) if notsup(e) => EOPNOTSUPP_HOST,
         (Some(EINVAL), _) if dmabuf => EINVAL_DMABUF,
+        (_, _) if dmabuf => OTHER_DMABUF,
         (Some(EFAULT), Mem::Device) => EFAULT_DEVICE,
         (Some(EFAULT), Mem::Host) => EFAULT_HOST,
         (Some(EFAULT), Mem::Unknown) => EFAULT_UNKNOWN,

@@ -6,10 +6,17 @@ use mrshim_access::{LOCAL_WRITE, REMOTE_ATOMIC, REMOTE_WRITE};
 pub(super) fn gpu_peer_memory<'a>(v: &View<'a>) -> Cand<'a> {
     let mut c = Cand::new("gpu-peer-memory");
     let p = v.prefix;
-    // a dmabuf registration the stack refuses as unsupported is dmabuf-unsupported, not a peer-memory problem
-    let unsupported_dmabuf = |k: &GroupKey| k.call.contains("dmabuf") && errno::not_supported(k.errno);
-    let device = v.fail_where(|k, _| k.mem == Some(MemKind::Device) && !unsupported_dmabuf(k));
-    let unknown = v.fail_where(|k, _| unknown_mem(k.mem) && !unsupported_dmabuf(k));
+    // A dmabuf registration uses no peer-memory client: the kernel imports the exporter's buffer
+    // (ib_umem_dmabuf_get, drivers/infiniband/core/umem_dmabuf.c) and never pins the GPU's pages through
+    // nvidia_peermem / amdgpu peer memory, so its failures (whatever the errno) are no evidence that the
+    // peer-memory module is missing: they are the exporter's, uverbs' offset/iova checks, the provider's.
+    // (Unless the input says the peer-memory client is missing: then the registration that could not be
+    // made through dmabuf could not be made by address either — NCCL GIN's "Peermem is not supported,
+    // and device N does not support DMA-BUF".)
+    let peermem_missing = v.flag(Flag::PeermemMissing).is_some();
+    let dmabuf = |k: &GroupKey| k.call.contains("dmabuf") && !peermem_missing;
+    let device = v.fail_where(|k, _| k.mem == Some(MemKind::Device) && !dmabuf(k));
+    let unknown = v.fail_where(|k, _| unknown_mem(k.mem) && !dmabuf(k));
     let ok_host = v.ok_where(|k| is_host_mem(k.mem));
     let ok_dev = v.ok_where(|k| k.mem == Some(MemKind::Device));
     let gdr = v.gdr_context();
@@ -472,6 +479,17 @@ pub(super) fn version_mismatch<'a>(v: &View<'a>) -> Cand<'a> {
     }
     if let Some(e) = v.flag(Flag::VersionMismatchProse) {
         c.add(1.5, "The report says the kernel driver and the user-space RDMA libraries do not match.", Some(e));
+    }
+    // UCX's mlx5 DV memory domain binds and exports memory keys through a private UMR QP it creates on
+    // first use, and builds an indirect (KSM) key over a registration (src/uct/ib/mlx5/dv/ib_mlx5dv_md.c):
+    // when those fail the memory was never refused — the UCX release does not fit the NIC's driver,
+    // firmware or port setup (a bonded port's affinity, a KSM the firmware refuses on a relaxed-order MR).
+    if let Some(e) = v.flag(Flag::MkeySetupFail) {
+        c.add(
+            2.5,
+            "UCX could not set up the UMR queue pair or the indirect key it binds and exports memory keys through: the memory was not refused, the UCX release does not fit the NIC's driver, firmware or port configuration — compare the UCX version (ucx_info -v) with the release notes for the NIC, or try another UCX release.",
+            Some(e),
+        );
     }
     if let Some(e) = v.flag(Flag::DriverLoadFail) {
         c.add(

@@ -399,3 +399,45 @@ fn dmabuf_enomem_is_no_memlock_and_errno_524_is_not_supported() {
     let c = cats(&run(&[("job.log", e524)]));
     assert_eq!(&c[..2], ["dmabuf-unsupported", "version-mismatch"], "{c:?}");
 }
+
+/// ibv_reg_dmabuf_mr uses no peer-memory client — the kernel imports the exporter's buffer
+/// (ib_umem_dmabuf_get) — so its failures of GPU memory rank the dmabuf path's own causes (uverbs'
+/// offset/iova check, the exporter's and provider's resources, dmabuf support, versions) and never
+/// gpu-peer-memory; the same memory registered by address still ranks peer memory first.
+#[test]
+fn dmabuf_failures_are_not_peer_memory() {
+    let einval = "[1796550947.000001] [h:9:0] ib_md.c:301 UCX ERROR ibv_reg_dmabuf_mr(address=0x7f0000000000, length=4194304, access=0x10000f) failed: Invalid argument\n\
+                  [1796550947.000002] [h:9:0] ucp_mm.c:81 UCX ERROR failed to register address 0x7f0000000000 (cuda) length 4194304 dmabuf_fd 12 on md[1]=mlx5_0: Input/output error (md supports: host|cuda)\n";
+    let c = cats(&run(&[("job.log", einval)]));
+    assert_eq!(c.first(), Some(&"iova-alignment"), "{c:?}");
+    assert!(!c.contains(&"gpu-peer-memory"), "{c:?}");
+    let nomem = "host1:7:7 [0] misc/ibvwrap.cc:190 NCCL WARN Call to ibv_reg_dmabuf_mr failed with error Cannot allocate memory\n";
+    let c = cats(&run(&[("job.log", nomem)]));
+    assert_eq!(c.first(), Some(&"resource-exhaustion"), "{c:?}");
+    assert!(!c.contains(&"gpu-peer-memory"), "{c:?}");
+    let efault =
+        "host1:7:7 [0] misc/ibvwrap.cc:190 NCCL WARN Call to ibv_reg_dmabuf_mr failed with error Bad address\n";
+    let c = cats(&run(&[("job.log", efault)]));
+    assert_eq!(c.first(), Some(&"dmabuf-unsupported"), "{c:?}");
+    assert!(!c.contains(&"gpu-peer-memory"), "{c:?}");
+    let va = "[1796550947.000001] [h:9:0] ib_md.c:301 UCX ERROR ibv_reg_mr(address=0x7f0000000000, length=4194304, access=0x10000f) failed: Bad address\n\
+              [1796550947.000002] [h:9:0] ucp_mm.c:81 UCX ERROR failed to register address 0x7f0000000000 (cuda) length 4194304 on md[1]=mlx5_0: Input/output error (md supports: host|cuda)\n";
+    assert_eq!(cats(&run(&[("job.log", va)])).first(), Some(&"gpu-peer-memory"));
+}
+
+/// UCX's mlx5 memory domain failing to set up its UMR queue pair or the indirect key over a
+/// registration (ib_mlx5dv_md.c) is a failed registration whose memory was never refused: the stack
+/// against the NIC's driver/firmware/port, ranked version-mismatch first — with or without UCX's prefix.
+#[test]
+fn ucx_umr_and_indirect_key_failures_are_version_first() {
+    for line in [
+        "[1754890927.298391] [decode-0:270  :0]    ib_mlx5dv_md.c:1100 UCX  ERROR mlx5_7: ibv_modify_qp(UMR QP 0x9b5e) failed to modify to RTR: No such device\n",
+        "ibv_modify_qp(UMR QP) failed to modify to RTR: No such device\n",
+        "[1700000000.000000] [n1:9:0] ib_mlx5dv_md.c:1165 UCX  ERROR mlx5_0: mlx5dv_create_qp() failed to create UMR QP: Operation not supported\n",
+        "[1651871131.827338] [swx-ucx02:9673 :0]    ib_mlx5dv_md.c:457  UCX  ERROR   mlx5_bond_0: LRU push returned Unsupported operation\n",
+    ] {
+        let a = run(&[("job.log", line)]);
+        assert!(!a.findings.is_empty(), "not recognised: {line}");
+        assert_eq!(cats(&a).first(), Some(&"version-mismatch"), "{line}: {:?}", cats(&a));
+    }
+}
