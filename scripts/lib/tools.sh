@@ -6,9 +6,11 @@ MRSHIM_VENV=$MRSHIM_TOOLS/venv
 MRSHIM_PIP_PKGS=(ziglang==0.17.1 cargo-zigbuild==0.24.1)
 # Python-wheel clients run on the simulator (tests/stacks_wheels.rs), in a venv of Debian's
 # python3 of their own, without their dependencies (torch, numpy: not used): NIXL's wheel for the
-# UCX 1.23 (with verbs, and its own renamed libibverbs) it vendors, mpi4py on Debian's Open MPI.
+# UCX 1.23 (with verbs, and its own renamed libibverbs) it vendors, mpi4py on Debian's Open MPI,
+# Mooncake's Transfer Engine without CUDA (cp311: Debian 12's python3; its engine.so links the
+# system's libibverbs, libnuma and libcurl; `mooncake.engine` imports without its dependencies).
 MRSHIM_PYCLIENTS=$MRSHIM_TOOLS/pyclients
-MRSHIM_PYCLIENT_PKGS=(nixl-cu12==1.5.1 mpi4py==4.1.2)
+MRSHIM_PYCLIENT_PKGS=(nixl-cu12==1.5.1 mpi4py==4.1.2 mooncake-transfer-engine-non-cuda==0.3.13.post1)
 # Debian's arm64 verbs programs, unpacked (not installed: their amd64 twins own /usr/bin).
 MRSHIM_ARM64_ROOT=$MRSHIM_TOOLS/arm64-root
 MRSHIM_ARM64_PROGRAMS=(ibverbs-utils perftest)
