@@ -18,9 +18,13 @@
 //! tests/py/nixl_xfer.py, on the UCX 1.23 with verbs that NIXL's wheel `nixl-cu12` vendors — its own
 //! libibverbs redirected to the simulator, the RoCE port's netdev in the simulator's namespace;
 //! host memory only, see [`NOT_HERE`]; its cells also require the first finding to stand on
-//! evidence and gpu-peer-memory to be no finding: the output shows host memory). The cells run in
-//! two lanes at once (the MPI jobs, which wait for their timeout once UCX fails, and the rest):
-//! about two minutes; the three NIXL cells add about 8 s to the second lane.
+//! evidence and gpu-peer-memory to be no finding: the output shows host memory), Mooncake's
+//! Transfer Engine from PyPI (tests/py/mooncake_kv.py: a passive KV-cache target and an initiator,
+//! `P2PHANDSHAKE` metadata, in the venv scripts/install-deps makes; `MC_IB_PCI_RELAXED_ORDERING=1`
+//! pinned as UCX's switch is: the engine prints no access mask, only that it will request
+//! IBV_ACCESS_RELAXED_ORDERING). The cells run in two lanes at once (the MPI jobs, which wait for
+//! their timeout once UCX fails, and the rest): about two minutes; the three NIXL cells add about
+//! 8 s to the second lane, the three Mooncake cells about 0.6 s each.
 
 mod shim_util;
 use serde_json::Value;
@@ -88,10 +92,38 @@ fn mpi_prog(mpich: bool) -> &'static PathBuf {
     })
 }
 
+/// The Python of the venv scripts/install-deps makes for the Python-wheel clients
+/// (scripts/lib/tools.sh: MRSHIM_PYCLIENTS), where Mooncake's Transfer Engine is installed.
+fn pyclients_python() -> PathBuf {
+    let tools = std::env::var_os("MRSHIM_TOOLS").filter(|v| !v.is_empty()).map(PathBuf::from).unwrap_or_else(|| {
+        let cache = std::env::var_os("XDG_CACHE_HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache"));
+        cache.join("mrshim-tools")
+    });
+    tools.join("pyclients/bin/python3")
+}
+
+/// Mooncake's own settings every Mooncake case pins: relaxed ordering requested (mode 1, its
+/// default: "enabled if supported", i.e. when libibverbs has ibv_reg_mr_iova2) and glog's INFO
+/// lines kept (the engine says there that it will request relaxed ordering).
+const MOONCAKE_ENV: &str = "MC_IB_PCI_RELAXED_ORDERING=1 GLOG_minloglevel=0";
+
 /// The job as a shell script: servers in the background, their output appended after the client's.
 fn script(stack: &str, mode: &str) -> String {
     let port = mrshim_test_support::free_port();
     match stack {
+        // the target registers its KV buffer and waits; the initiator waits for the target's
+        // address in kv/ (tests/py/mooncake_kv.py), so no sleep is needed
+        "mooncake" => {
+            let (py, kv) = (pyclients_python(), format!("{}/tests/py/mooncake_kv.py", env!("CARGO_MANIFEST_DIR")));
+            let (py, env) = (py.display(), MOONCAKE_ENV);
+            format!(
+                "mkdir kv; export {env}; timeout 30 {py} {kv} target kv 4194304 {mode} >srv.out 2>&1 & \
+                 timeout 30 {py} {kv} initiator kv 4194304; wait; cat srv.out"
+            )
+        }
         "pyverbs" => format!("timeout 30 /usr/bin/python3 {} {mode}", src_c("pyverbs_reg.py").display()),
         "ucx_perftest" => format!(
             "timeout 30 ucx_perftest -p {port} >srv.out 2>&1 & sleep 2; \
@@ -262,6 +294,8 @@ const NOT_HERE: &[&str] = &[
     "UCX, Open MPI, MPICH, fi_pingpong, rping, ib_write_bw x GPU memory, dmabuf, read-only memory, access flags: Debian's builds have no CUDA/ROCm memory (perftest's --use_cuda, UCX's cuda_copy) and their access masks are fixed by the program; pyverbs reaches them (above)",
     "max_mr_size: the simulated mlx5 advertises max_mr_size 2^64-1, as rxe (RXE_MAX_MR_SIZE = -1ull), and the kernel's ib_uverbs_reg_mr never compares a length with it: no length a client can ask for exceeds it on either bed",
     "unaligned iova: pyverbs 44's MR has no iova argument (plain ibv_reg_mr), and the stacks here pass iova = address (NCCL's ibv_reg_mr_iova2) or no iova at all",
+    "mooncake x access flags, GPU memory, dmabuf, max_mr_size: the engine fixes its access mask (LOCAL_WRITE, REMOTE_WRITE|REMOTE_READ, relaxed ordering), the non-CUDA wheel has no GPU memory, and it splits buffers larger than max_mr_size itself (Mooncake#2017)",
+    "mooncake x read-only memory (a PROT_READ mapping through register_memory, written with LOCAL_WRITE): it prints `Failed to register memory 0x...: Bad address [14]` and neither the memory nor the mask, so analyze answers by likelihood (gpu-peer-memory from the library's name, then address-invalid) and does not list access-flags: no output-only diagnosis decides it (docs/analyze.md)",
 ];
 
 /// Every (stack, cause) pair; all failures are reported together.
@@ -279,6 +313,12 @@ fn each_injected_cause_is_the_first_finding() {
     }
     let pyverbs = run(cmd("/usr/bin/python3").args(["-c", "import pyverbs.mr"]));
     assert!(pyverbs.status.success(), "pyverbs not installed (scripts/install-deps installs python3-pyverbs)");
+    let mooncake = run(cmd(pyclients_python()).args(["-c", "from mooncake.engine import TransferEngine"]));
+    assert!(
+        mooncake.status.success(),
+        "Mooncake's Transfer Engine not installed in {} (scripts/install-deps installs it)",
+        pyclients_python().display()
+    );
     let ro = |stack, faults| Case::new(stack, "relaxed-ordering", faults);
     let memlock = |stack, kib| Case::new(stack, "memlock-limit", "").memlock(kib);
     let mpi = [
@@ -296,6 +336,9 @@ fn each_injected_cause_is_the_first_finding() {
         memlock("fi_pingpong", 64),
         memlock("rping", 0),
         memlock("ib_write_bw", 64),
+        ro("mooncake", RO_EINVAL),
+        ro("mooncake", RO_EFAULT),
+        memlock("mooncake", 64),
         ro("pyverbs", RO_EINVAL).mode("ro", ""),
         ro("pyverbs", RO_EFAULT).mode("ro", ""),
         memlock("pyverbs", 64),

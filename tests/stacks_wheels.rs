@@ -6,7 +6,10 @@
 //!   both the redirection of a vendored libibverbs and the default network namespace;
 //! - mpi4py's binary wheel on Debian's Open MPI (pml ucx, osc ucx): every byte of send/recv,
 //!   an allreduce and MPI_Put/MPI_Get checked, plain and with the shim rescuing every
-//!   registration the device refuses.
+//!   registration the device refuses;
+//! - Mooncake's Transfer Engine (the non-CUDA wheel, which links the system's libibverbs): a
+//!   passive KV-cache target and an initiator that READs and WRITEs it (tests/py/mooncake_kv.py),
+//!   byte-exact, and with the device refusing relaxed ordering under the shim: never stale bytes.
 
 mod shim_util;
 use shim_util::*;
@@ -225,4 +228,65 @@ fn mpi4py_job_where_only_large_registrations_fail_bounces_only_those() {
         assert!(refused > 0 && accepted > 0, "{}: {refused} refused, {accepted} accepted", f.display());
         assert_eq!(rescued, refused, "{}: every refusal rescued once", f.display());
     }
+}
+
+/// tests/py/mooncake_kv.py's target and initiator under `mrshim sim` (their stderr: the engine's
+/// glog lines and the client's own), with `env` before both. Relaxed ordering is asked for
+/// (Mooncake's MC_IB_PCI_RELAXED_ORDERING=1, its default): the faults below refuse exactly it.
+fn mooncake_kv(w: &SimWorld, env: &[String]) -> (String, String) {
+    std::fs::create_dir_all(w.dir.join("kv")).unwrap();
+    std::fs::create_dir_all(w.dir.join("logs")).unwrap();
+    let (py, kv) = (pyclients().join("bin/python3"), script("mooncake_kv.py"));
+    let (py, kv, size) = (py.display(), kv.as_str(), 16 << 20);
+    let job = format!(
+        "timeout 60 {py} {kv} target kv {size} 2>target.err & timeout 60 {py} {kv} initiator kv {size} \
+         2>initiator.err; echo initiator $?; wait $!; echo target $?"
+    );
+    let mut c = cmd("timeout");
+    c.args(["-k", "5", "150"]).arg(mrshim_bin()).args(["sim", "--", "env", "MC_IB_PCI_RELAXED_ORDERING=1"]);
+    c.args(env).args(["bash", "-c", &job]).current_dir(&w.dir).env("MRSHIM_SIM_RUNDIR", w.dir.join("run"));
+    c.env_remove("LD_PRELOAD").env_remove("MRSHIM_LOG");
+    let o = run(&mut c);
+    let err = |f: &str| std::fs::read_to_string(w.dir.join(f)).unwrap_or_default();
+    (stdout(&o), format!("{}{}{}", stderr(&o), err("target.err"), err("initiator.err")))
+}
+
+fn shim_env(w: &SimWorld, retry: &str) -> Vec<String> {
+    vec![
+        format!("LD_PRELOAD={}", shim_lib().display()),
+        format!("MRSHIM_LOG={}/", w.dir.join("logs").display()),
+        "MRSHIM_SIM_FAULTS=reg:EINVAL:relaxed".into(),
+        format!("MRSHIM_RETRY={retry}"),
+    ]
+}
+
+/// The passive one-sided pattern (issue 28) with a real client: Mooncake's target registers its
+/// buffer and never posts or polls; the initiator READs it (generation 1), WRITEs generation 2
+/// (which the target checks), and READs it again after the target refilled it (generation 3).
+/// Plain: byte-exact. With the device refusing relaxed ordering under the shim:
+/// `MRSHIM_RETRY=auto` drops relaxed ordering (the device accepts that) and stays byte-exact;
+/// `MRSHIM_RETRY=bounce` must not bounce the target's remotely accessible buffer (no completion
+/// announces the peer's accesses), so both registrations fail with the device's EINVAL and the
+/// engine reports it — never a "rescue" that serves stale bytes.
+#[test]
+fn mooncake_kv_transfer_byte_exact_and_never_stale_under_the_shim() {
+    let w = SimWorld::new("wheel-mooncake");
+    let (out, err) = mooncake_kv(&w, &[]);
+    assert_eq!(out, "initiator 0\ntarget 0\n", "plain: {err}");
+    assert!(err.contains("target: ok") && err.contains("initiator: ok"), "plain: {err}");
+    assert!(err.contains("IBV_ACCESS_RELAXED_ORDERING will be requested"), "Mooncake asks for relaxed ordering: {err}");
+
+    let w = SimWorld::new("wheel-mooncake-auto");
+    let (out, err) = mooncake_kv(&w, &shim_env(&w, "auto"));
+    assert_eq!(out, "initiator 0\ntarget 0\n", "auto: {err}");
+    assert!(err.contains("target: ok") && err.contains("initiator: ok"), "auto: {err}");
+    assert_eq!(err.matches("rescued by drop-relaxed-ordering").count(), 2, "auto: {err}");
+
+    let w = SimWorld::new("wheel-mooncake-bounce");
+    let (out, err) = mooncake_kv(&w, &shim_env(&w, "bounce"));
+    assert_eq!(out, "initiator 2\ntarget 2\n", "bounce: {err}");
+    assert!(!err.contains(": stale") && !err.contains("rescued by bounce"), "bounce: {err}");
+    assert_eq!(err.matches("not bounced, outside the bounce contract").count(), 2, "bounce: {err}");
+    assert_eq!(err.matches("Failed to register memory 0x").count(), 2, "bounce: {err}");
+    assert_eq!(err.matches(": Invalid argument [22]").count(), 2, "the device's own errno: {err}");
 }

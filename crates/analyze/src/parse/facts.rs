@@ -30,13 +30,23 @@ fn number(s: &str) -> Option<u64> {
     d.parse().ok()
 }
 
-/// A program saying it will register with relaxed ordering (Mooncake: "Relaxed ordering is
-/// supported; IBV_ACCESS_RELAXED_ORDERING will be enabled ..."), not that it will not.
+/// A program saying it will register with relaxed ordering (Mooncake TENT: "Relaxed ordering is
+/// supported; IBV_ACCESS_RELAXED_ORDERING will be enabled ..."; Mooncake's RdmaTransport, since
+/// 2026: "... IBV_ACCESS_RELAXED_ORDERING will be requested for registered memory regions."), not
+/// that it will not.
 fn ro_requested(lower: &str) -> bool {
     lower.contains("relaxed_ordering")
-        && ["will be enabled", "will be used", "will request", "requesting", "is enabled", "enabled for"]
-            .iter()
-            .any(|w| lower.contains(w))
+        && [
+            "will be enabled",
+            "will be used",
+            "will request",
+            "will be requested",
+            "requesting",
+            "is enabled",
+            "enabled for",
+        ]
+        .iter()
+        .any(|w| lower.contains(w))
         && !["not supported", "disabled", "falling back", "without"].iter().any(|w| lower.contains(w))
 }
 
@@ -281,6 +291,11 @@ mod ro_tests {
     fn relaxed_ordering_requested_lines() {
         let yes = "I1206 06:00:00.1 123 rdma_transport.cpp:88] [RDMA TENT] Relaxed ordering is supported; IBV_ACCESS_RELAXED_ORDERING will be enabled for optimal GPUDirect RDMA performance.";
         let no = "I1206 06:00:00.1 123 rdma_transport.cpp:92] [RDMA TENT] Relaxed ordering is NOT supported (ibv_reg_mr_iova2 missing). Falling back to strict ordering.";
+        assert!(super::ro_requested(&yes.to_ascii_lowercase()));
+        assert!(!super::ro_requested(&no.to_ascii_lowercase()));
+        // RdmaTransport::RdmaTransport() (rdma_transport.cpp), mode 1 or 2 with ibv_reg_mr_iova2
+        let yes = "I1207 03:42:21.717124 28134 rdma_transport.cpp:159] [RDMA] Relaxed ordering is supported on this host; IBV_ACCESS_RELAXED_ORDERING will be requested for registered memory regions.";
+        let no = "I1207 03:42:21.717124 28134 rdma_transport.cpp:150] [RDMA] Relaxed ordering disabled via MC_IB_PCI_RELAXED_ORDERING=0. Falling back to strict ordering.";
         assert!(super::ro_requested(&yes.to_ascii_lowercase()));
         assert!(!super::ro_requested(&no.to_ascii_lowercase()));
     }

@@ -25,6 +25,21 @@ fn says_readonly(line: &str) -> bool {
         || ["read-only", "read only", "readonly"].iter().any(|w| l.contains(w))
 }
 
+/// "P2P" meaning GPU peer-to-peer, not Mooncake's peer-to-peer metadata exchange: its
+/// `P2PHANDSHAKE` metadata mode ("Transfer Engine RPC using P2P handshake, listening on ...",
+/// transfer_engine_impl.cpp), "Failed to exchange P2P segment metadata", "P2P: No valid port found
+/// for local TCP service", "P2P: cached RDMA->TCP mapping", and its P2P Store — none says anything
+/// of GPU memory.
+fn gpu_p2p(s: &str) -> bool {
+    s.match_indices("P2P").any(|(i, _)| {
+        let after = &s[i + 3..];
+        let metadata =
+            ["HANDSHAKE", " handshake", " segment metadata", " Store", " store"].iter().any(|w| after.starts_with(w))
+                || (after.starts_with(':') && after.contains("TCP"));
+        !metadata
+    })
+}
+
 /// The registration entry points a sentence can name: verbs' ibv_reg_*, librdmacm's rdma_reg_*.
 fn reg_calls(s: &str) -> Vec<(usize, String)> {
     let mut out = Vec::new();
@@ -72,7 +87,7 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
             }
         }
         let gdr = s.contains("GDR") || lower.contains("gpudirect") || lower.contains("gpu direct");
-        if gdr || s.contains("显存") || s.contains("P2P") {
+        if gdr || s.contains("显存") || gpu_p2p(s) {
             emit(fact(Flag::GpuContext));
             hit = true;
         }
@@ -114,4 +129,22 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
         }
     }
     hit
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn p2p_metadata_is_no_gpu_context() {
+        for (line, gpu) in [
+            ("I1207 03:42:22.151726 28182 transfer_engine_impl.cpp:183] Transfer Engine RPC using P2P handshake, listening on 127.0.0.1:15620", false),
+            ("E1207 03:42:22.151726 28182 transfer_metadata.cpp:700] Failed to exchange P2P segment metadata", false),
+            ("E1207 03:42:22.151726 28182 transfer_engine_impl.cpp:144] P2P: No valid port found for local TCP service.", false),
+            ("I1207 03:42:22.151726 28182 rdma_transport.cpp:500] P2P: cached RDMA->TCP mapping: 10.0.0.1:1 -> 10.0.0.1:2", false),
+            ("metadata_server=P2PHANDSHAKE", false),
+            ("I1207 03:42:22.151726 28182 transfer_engine_impl.cpp:300] HIP transport installed for intra-node GPU P2P", true),
+            ("GPU P2P is enabled between GPU0 and the NIC", true),
+        ] {
+            assert_eq!(super::gpu_p2p(line), gpu, "{line}");
+        }
+    }
 }
