@@ -92,19 +92,6 @@ fn mpi_prog(mpich: bool) -> &'static PathBuf {
     })
 }
 
-/// The Python of the venv scripts/install-deps makes for the Python-wheel clients
-/// (scripts/lib/tools.sh: MRSHIM_PYCLIENTS), where Mooncake's Transfer Engine is installed.
-fn pyclients_python() -> PathBuf {
-    let tools = std::env::var_os("MRSHIM_TOOLS").filter(|v| !v.is_empty()).map(PathBuf::from).unwrap_or_else(|| {
-        let cache = std::env::var_os("XDG_CACHE_HOME")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache"));
-        cache.join("mrshim-tools")
-    });
-    tools.join("pyclients/bin/python3")
-}
-
 /// Mooncake's own settings every Mooncake case pins: relaxed ordering requested (mode 1, its
 /// default: "enabled if supported", i.e. when libibverbs has ibv_reg_mr_iova2) and glog's INFO
 /// lines kept (the engine says there that it will request relaxed ordering).
@@ -163,15 +150,7 @@ fn script(stack: &str, mode: &str) -> String {
 fn nixl_python() -> &'static PathBuf {
     static PY: OnceLock<PathBuf> = OnceLock::new();
     PY.get_or_init(|| {
-        let tools =
-            std::env::var_os("MRSHIM_TOOLS").filter(|v| !v.is_empty()).map(PathBuf::from).unwrap_or_else(|| {
-                let cache = std::env::var_os("XDG_CACHE_HOME")
-                    .filter(|v| !v.is_empty())
-                    .map(PathBuf::from)
-                    .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache"));
-                cache.join("mrshim-tools")
-            });
-        let py = tools.join("pyclients/bin/python3");
+        let py = pyclients_python();
         let o = run(cmd(&py).args(["-c", "import nixl_cu12"]));
         assert!(
             o.status.success(),

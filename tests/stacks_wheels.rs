@@ -17,14 +17,7 @@ use std::path::PathBuf;
 
 /// The venv scripts/install-deps makes (scripts/lib/tools.sh: MRSHIM_PYCLIENTS).
 fn pyclients() -> PathBuf {
-    let tools = std::env::var_os("MRSHIM_TOOLS").filter(|v| !v.is_empty()).map(PathBuf::from).unwrap_or_else(|| {
-        let cache = std::env::var_os("XDG_CACHE_HOME")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache"));
-        cache.join("mrshim-tools")
-    });
-    let d = tools.join("pyclients");
+    let d = tools_dir().join("pyclients");
     assert!(
         d.join("bin/python3").exists(),
         "{} missing: scripts/install-deps installs the Python-wheel clients",

@@ -504,3 +504,21 @@ pub fn regmr_compare(got: &str, column: &str) -> Result<usize, String> {
         Err(format!("{column} differs from tests/fixtures/regmr_table.txt:\n{}", bad.join("\n")))
     }
 }
+
+/// Where scripts/install-deps keeps what it installs outside Debian's packages
+/// (scripts/lib/tools.sh: `MRSHIM_TOOLS`, by default `$XDG_CACHE_HOME/mrshim-tools`).
+pub fn tools_dir() -> PathBuf {
+    std::env::var_os("MRSHIM_TOOLS").filter(|v| !v.is_empty()).map(PathBuf::from).unwrap_or_else(|| {
+        std::env::var_os("XDG_CACHE_HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(&std::env::var_os("HOME").unwrap_or_default()).join(".cache"))
+            .join("mrshim-tools")
+    })
+}
+
+/// The Python of the venv of the Python-wheel clients (scripts/lib/tools.sh: `MRSHIM_PYCLIENTS`):
+/// NIXL's wheel, mpi4py, Mooncake's Transfer Engine, numpy.
+pub fn pyclients_python() -> PathBuf {
+    tools_dir().join("pyclients/bin/python3")
+}

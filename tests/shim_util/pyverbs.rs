@@ -15,13 +15,7 @@ pub const PYTHON: &str = "/usr/bin/python3";
 
 /// Where scripts/install-deps unpacked the tests (as scripts/lib/tools.sh computes it).
 pub fn tests_dir() -> PathBuf {
-    let tools = std::env::var_os("MRSHIM_TOOLS").map(PathBuf::from).unwrap_or_else(|| {
-        std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| Path::new(&std::env::var_os("HOME").unwrap_or_default()).join(".cache"))
-            .join("mrshim-tools")
-    });
-    tools.join("pyverbs-tests/tests")
+    super::tools_dir().join("pyverbs-tests/tests")
 }
 
 /// `run_tests.py --dev DEV -v MODULES...`: the arguments after [`PYTHON`].
