@@ -618,16 +618,24 @@ static int bench_bw(size_t size, long iters, int refill) {
  * one ibv_post_send of a chain of 16 such WRs (the device's doorbell once per call, so the
  * per-WR work of any wrapper shows); and per WR, a batch posted and its completion polled.
  * Medians over BATCHES. */
-static int bench_post(int batches) {
+/* The two connected ends of bench-post; `before_region` runs before the bounce region (if any)
+ * is registered. Returns 0, or 4 when that registration fails. */
+static int bench_pair(struct end *a, struct end *b, void (*before_region)(void)) {
     ibv_query_port(ctx, 1, &port);
-    struct end a, b;
-    mkend(&a, FULL);
-    mkend(&b, FULL);
-    connect_pair(&a, &b, FULL);
+    mkend(a, FULL);
+    mkend(b, FULL);
+    connect_pair(a, b, FULL);
+    if (before_region) before_region();
     if (getenv("SIMCHECK_BOUNCE_REGION")) {
         char *x = page_buf(4096);
         if (!ibv_reg_mr(pd, x, 4096, FULL | IBV_ACCESS_RELAXED_ORDERING)) { fprintf(stderr, "bounce region: errno %d\n", errno); return 4; }
     }
+    return 0;
+}
+
+static int bench_post(int batches) {
+    struct end a, b;
+    if (bench_pair(&a, &b, NULL)) return 4;
     uint64_t *poll_t = malloc(batches * sizeof *poll_t), *post_t = malloc(batches * sizeof *post_t), *rt = malloc(batches * sizeof *rt), *list_t = malloc(batches * sizeof *list_t);
     struct ibv_sge ls = { .addr = (uintptr_t)a.buf, .length = 64, .lkey = a.mr->lkey };
     struct ibv_send_wr chain[16];
@@ -686,18 +694,14 @@ static int null_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
     return 0;
 }
 
-static int bench_post_null(int batches) {
-    ibv_query_port(ctx, 1, &port);
-    struct end a, b;
-    mkend(&a, FULL);
-    mkend(&b, FULL);
-    connect_pair(&a, &b, FULL);
+static void null_ops(void) {
     ctx->ops.post_send = null_post_send;
     ctx->ops.poll_cq = null_poll_cq;
-    if (getenv("SIMCHECK_BOUNCE_REGION")) {
-        char *x = page_buf(4096);
-        if (!ibv_reg_mr(pd, x, 4096, FULL | IBV_ACCESS_RELAXED_ORDERING)) { fprintf(stderr, "bounce region: errno %d\n", errno); return 4; }
-    }
+}
+
+static int bench_post_null(int batches) {
+    struct end a, b;
+    if (bench_pair(&a, &b, null_ops)) return 4;
     uint64_t *poll_t = malloc(batches * sizeof *poll_t), *post_t = malloc(batches * sizeof *post_t), *list_t = malloc(batches * sizeof *list_t);
     struct ibv_sge s = { .addr = (uintptr_t)a.buf, .length = 64, .lkey = a.mr->lkey };
     struct ibv_send_wr chain[16], *bad;
