@@ -67,7 +67,7 @@ fn seed_incident_rescued_by_dropping_relaxed_ordering() {
     );
     // The exit summary (of the parent rank: the forked one leaves with _exit, which runs no exit
     // handlers): what rescued how many, and the job-wide knob with the same effect.
-    let eq = "NCCL_IB_PCI_RELAXED_ORDERING=0 (MCCL_IB_PCI_RELAXED_ORDERING=0)";
+    let eq = "NCCL_IB_PCI_RELAXED_ORDERING=0 (MCCL_IB_PCI_RELAXED_ORDERING=0; UCX: UCX_IB_PCI_RELAXED_ORDERING=off; Mooncake: MC_IB_PCI_RELAXED_ORDERING=0)";
     let lines: Vec<&str> = err.lines().filter(|l| l.contains("MRSHIM INFO summary:")).collect();
     assert_eq!(lines.len(), 1, "{err}");
     assert!(

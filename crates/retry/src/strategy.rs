@@ -56,10 +56,14 @@ impl Strategy {
         matches!(self, Strategy::DropRelaxedOrdering | Strategy::DmabufToVa | Strategy::VaToDmabuf)
     }
 
-    /// The NCCL/MCCL setting with the same effect for the whole job, for the exit summary.
+    /// The setting with the same effect for the whole job (NCCL's, and where the stack has its own,
+    /// its own), for the exit summary.
     pub fn global_equivalent(self) -> &'static str {
         match self {
-            Strategy::DropRelaxedOrdering => "NCCL_IB_PCI_RELAXED_ORDERING=0 (MCCL_IB_PCI_RELAXED_ORDERING=0)",
+            Strategy::DropRelaxedOrdering => {
+                "NCCL_IB_PCI_RELAXED_ORDERING=0 (MCCL_IB_PCI_RELAXED_ORDERING=0; UCX: UCX_IB_PCI_RELAXED_ORDERING=off; \
+                 Mooncake: MC_IB_PCI_RELAXED_ORDERING=0)"
+            }
             Strategy::RaiseMemlock => {
                 "ulimit -l unlimited (limits.conf memlock, docker --ulimit memlock=-1, systemd LimitMEMLOCK=infinity)"
             }
@@ -279,9 +283,9 @@ pub fn outside_bounce_contract(acc: u32, kind: MemKind, setting: BounceRemote) -
         "register it through dmabuf or GPU peer memory (nvidia_peermem, amdgpu peer memory), or stage GPU buffers \
          through host memory for the job (NCCL_NET_GDR_LEVEL=0, UCX_TLS without rc, FI_HMEM_DISABLE_P2P=1)"
     } else {
-        "fix what the device refused (the failure line above: relaxed ordering NCCL_IB_PCI_RELAXED_ORDERING=0 or \
-         UCX_IB_PCI_RELAXED_ORDERING=off, memlock ulimit -l), or keep this memory off RDMA for the job (UCX_TLS \
-         without rc, FI_PROVIDER=tcp, NCCL_IB_DISABLE=1)"
+        "fix what the device refused (the failure line above: relaxed ordering NCCL_IB_PCI_RELAXED_ORDERING=0, \
+         UCX_IB_PCI_RELAXED_ORDERING=off or Mooncake's MC_IB_PCI_RELAXED_ORDERING=0, memlock ulimit -l), or keep \
+         this memory off RDMA for the job (UCX_TLS without rc, FI_PROVIDER=tcp, NCCL_IB_DISABLE=1)"
     };
     Some(format!(
         "{OUTSIDE_CONTRACT}: access {} lets peers write or read this memory with no verb of this process, and a host \
