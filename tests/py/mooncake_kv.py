@@ -43,10 +43,12 @@ def say(msg, code=None):
 
 
 def put(name, text):
+    # the temporary name is this process's own: both sides may give up (write "abort") at once
     p = os.path.join(d, name)
-    with open(p + ".tmp", "w") as f:
+    tmp = f"{p}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
         f.write(text)
-    os.rename(p + ".tmp", p)
+    os.rename(tmp, p)
 
 
 def give_up(msg, code):
