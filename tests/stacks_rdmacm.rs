@@ -25,12 +25,6 @@ fn wait_listening(w: &SimWorld, server: &mut std::process::Child) {
     }
 }
 
-/// How long one fi_pingpong side may run: a whole run takes 6-8 s with four copies of this test at
-/// once, but a side that libfabric 1.17's ofi_rxm holds after a complete run (its close-then-drain
-/// race, [`rxm_teardown_race`]) waits for this timeout; a run cut short by it still fails on its
-/// result line.
-const FI_PINGPONG_SECS: u32 = 45;
-
 /// Server and client of one program in every mode: both exit 0; returns (server, client)
 /// outputs per mode, and checks each process's records against the device.
 fn pair(
@@ -40,26 +34,22 @@ fn pair(
     oob_retry: Option<&str>,
 ) -> Vec<(Output, Output)> {
     let mut outs = Vec::new();
-    let secs = if server.0 == "fi_pingpong" { FI_PINGPONG_SECS } else { 150 };
     for mode in MODES {
         let w = SimWorld::new(&format!("rdmacm-{name}-{mode:?}"));
-        let mut s = stack_cmd_within(&w, mode, 0, server.0, server.1, secs)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut s =
+            stack_cmd(&w, mode, 0, server.0, server.1).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
         // fi_pingpong's server listens on its rdma_cm id only after the TCP exchange: the
         // client's retries stand in for waiting there.
         if oob_retry.is_none() {
             wait_listening(&w, &mut s);
         }
-        let mut c = run(&mut stack_cmd_within(&w, mode, 1, client.0, client.1, secs));
+        let mut c = run(&mut stack_cmd(&w, mode, 1, client.0, client.1));
         // fi_pingpong exchanges addresses over TCP first: retry while its server is not up yet.
         for _ in 0..100 {
             match oob_retry {
                 Some(msg) if !c.status.success() && stderr(&c).contains(msg) => {
                     std::thread::sleep(Duration::from_millis(200));
-                    c = run(&mut stack_cmd_within(&w, mode, 1, client.0, client.1, secs));
+                    c = run(&mut stack_cmd(&w, mode, 1, client.0, client.1));
                 }
                 _ => break,
             }
