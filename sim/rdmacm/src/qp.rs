@@ -99,19 +99,17 @@ pub(crate) fn init(s: &IdSt, qp: *mut v::ibv_qp) -> Result<(), i32> {
 /// and when one arrives (or the peer's process is gone) before the DISCONNECTED event, so this
 /// side's NIC has handled what the peer sent before it. A send the peer acknowledged completes
 /// as a success before DISCONNECTED, never dropped by a teardown that overtook its ACK.
+///
+/// The fence is on the id's device context (`id.verbs`, which this library opened and never
+/// closes; `rdma_create_qp` makes the QP there), never through `id.qp`: an application may free
+/// the QP with `ibv_destroy_qp` while its CM thread still reads events (rping v44 does), and
+/// `id.qp` then points at freed memory.
 pub(crate) fn fence(s: &IdSt) {
-    // SAFETY: the id's public struct; its QP, if any, is live.
-    let ctx = unsafe {
-        let id = &(*s.ptr).id;
-        if id.qp.is_null() {
-            id.verbs
-        } else {
-            (*id.qp).context
-        }
-    };
+    // SAFETY: the id's public struct, live while the id is in `cm.ids`.
+    let ctx = unsafe { (*s.ptr).id.verbs };
     let Some(f) = devices::get().ok().and_then(|d| d.fence) else { return };
     if !ctx.is_null() {
-        // SAFETY: a context of the simulator's (the id's or its QP's), open.
+        // SAFETY: a context of the simulator's that this library opened, open for good.
         unsafe { f(ctx) };
     }
 }
