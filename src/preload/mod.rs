@@ -89,14 +89,16 @@ impl Guard {
     #[inline]
     pub fn route(slot: usize) -> (usize, Option<Guard>) {
         let Ok(c) = IN_HOOK.try_with(|c| c as *const Cell<u8>) else { return (slot, None) };
-        // SAFETY: this thread's own flag; it lives as long as the thread, the guard does not
-        // leave the thread (raw pointer: !Send).
+        // This thread's own flag; it lives as long as the thread, the guard does not leave the
+        // thread (raw pointer: !Send).
+        // SAFETY: as just said.
         let outer = unsafe { (*c).get() };
         if outer != 0 {
             return (usize::from(outer - 1), None);
         }
-        // SAFETY: as above. Set only here, after the check: a Guard built for a nested call and
-        // dropped unused would clear the outer call's flag (found by the registration fuzz test).
+        // Set only here, after the check: a Guard built for a nested call and dropped unused
+        // would clear the outer call's flag (found by the registration fuzz test).
+        // SAFETY: as above.
         unsafe { (*c).set(slot as u8 + 1) };
         (slot, Some(Guard(c)))
     }

@@ -328,8 +328,9 @@ impl Region {
         let _one_at_a_time = self.maps.sync.lock();
         let holes = self.holes(&self.own(), off as usize, n, false, true);
         each_outside(off as usize, off as usize + n, &holes, |a, b| {
-            // SAFETY: [a, b) is within the region and readable now: the baseline mapping and the
+            // [a, b) is within the region and readable now: the baseline mapping and the
             // application's buffer both cover it.
+            // SAFETY: as just said.
             if let Err(e) = unsafe { self.engine.to_host((self.baseline + a) as *mut u8, self.app + a as u64, b - a) } {
                 warn_once(&format!("{} engine: {e}", self.engine.name()));
             }
@@ -618,8 +619,9 @@ impl Region {
         while end > 0 {
             let start = end.saturating_sub(CHUNK);
             let n = end - start;
-            // SAFETY: shadow and baseline are live mappings covering the extent; the baseline is
-            // only written by the shim, under the sync lock held here.
+            // Shadow and baseline are live mappings covering the extent; the baseline is only
+            // written by the shim, under the sync lock held here.
+            // SAFETY: as just said.
             let (sh, ba) = unsafe {
                 (
                     std::slice::from_raw_parts((v.shadow + start) as *const u8, n),
@@ -653,8 +655,9 @@ impl Region {
                 let split = if b - a > 1 && self.engine.app_is_host() { b - 1 } else { b };
                 for (x, y) in [(a, split), (split, b)] {
                     let (to, from) = (v.app + x as u64, (v.baseline + x) as *const u8);
-                    // SAFETY: [x, y) is within the extent, which the application's buffer covers
+                    // [x, y) is within the extent, which the application's buffer covers
                     // (writable: outside the holes).
+                    // SAFETY: as just said.
                     if let Err(err) = unsafe { self.engine.to_app(to, from, y - x) } {
                         warn_once(&format!("{} engine: {err}", self.engine.name()));
                     }
@@ -868,8 +871,9 @@ unsafe fn differing(x: *const u8, y: *const u8, k: usize) -> (usize, usize) {
 /// # Safety
 /// `now + a .. now + b` is readable; b <= the extent's length.
 unsafe fn changed_in(v: &View, now: *const u8, a: usize, b: usize, runs: &mut Vec<(usize, usize)>) {
-    // SAFETY: the baseline is a live mapping covering the extent, b <= len; the caller's
-    // contract for `now`; only read here.
+    // The baseline is a live mapping covering the extent, b <= len; the caller's contract
+    // for `now`; only read here.
+    // SAFETY: as just said.
     let (ba, now) = unsafe {
         (
             std::slice::from_raw_parts((v.baseline + a) as *const u8, b - a),
