@@ -733,7 +733,11 @@ fn run_rank(o: &Opts, rank: usize, n: usize, dir: &Path) -> Result<(), String> {
         let off = (c * chunk) as u64;
         ring.post_write(src + off, chunk, lkey, dst + off, rkey, imm)
     };
+    // Each iteration's time too: its median is the bench's figure (benches/rescue.rs), which a
+    // rank preempted for a few iterations on a busy host moves far less than the mean.
+    let mut each = Vec::with_capacity(o.iters);
     for it in 0..o.iters {
+        let t_it = Instant::now();
         if it > 0 {
             // Fresh input each iteration so every pass is checked, not just the first.
             mem.write(&buf, 0, &host);
@@ -781,8 +785,11 @@ fn run_rank(o: &Opts, rank: usize, n: usize, dir: &Path) -> Result<(), String> {
             }
         }
         bar.wait()?;
+        each.push(t_it.elapsed().as_secs_f64());
     }
     let secs = start.elapsed().as_secs_f64();
+    each.sort_by(|a, b| a.total_cmp(b));
+    let mid = (each[(each.len() - 1) / 2] + each[each.len() / 2]) / 2.0;
     // SAFETY: MRs are live and no longer used.
     unsafe {
         (vb.dereg_mr)(buf_mr);
@@ -794,10 +801,11 @@ fn run_rank(o: &Opts, rank: usize, n: usize, dir: &Path) -> Result<(), String> {
     }
     let kind = if matches!(mem, Mem::Device(_)) { "device" } else { "host" };
     println!(
-        "rank {rank}: all-reduce of {} bytes ({kind} memory) x {} verified, {:.3} ms/iter, bus bandwidth {:.2} GB/s",
+        "rank {rank}: all-reduce of {} bytes ({kind} memory) x {} verified, {:.3} ms/iter, median iteration {:.3} ms, bus bandwidth {:.2} GB/s",
         o.size,
         o.iters,
         secs * 1e3 / o.iters as f64,
+        mid * 1e3,
         (2.0 * (n as f64 - 1.0) / n as f64) * o.size as f64 * o.iters as f64 / secs / 1e9
     );
     Ok(())
