@@ -34,22 +34,27 @@ fn pair(
     oob_retry: Option<&str>,
 ) -> Vec<(Output, Output)> {
     let mut outs = Vec::new();
+    // ofi_rxm's teardown race (rxm_teardown_race) leaves a side waiting for a completion that
+    // is gone: it is killed sooner than the default 150 s, and its records are checked without
+    // the deregistrations and summary it never got to write. A run takes a few seconds.
+    let secs = if name.starts_with("fi-rdm") { 45 } else { 150 };
+    let cmd =
+        |w: &SimWorld, mode, rank, (prog, args): (&str, &[&str])| stack_cmd_within(w, mode, rank, prog, args, secs);
     for mode in MODES {
         let w = SimWorld::new(&format!("rdmacm-{name}-{mode:?}"));
-        let mut s =
-            stack_cmd(&w, mode, 0, server.0, server.1).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let mut s = cmd(&w, mode, 0, server).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
         // fi_pingpong's server listens on its rdma_cm id only after the TCP exchange: the
         // client's retries stand in for waiting there.
         if oob_retry.is_none() {
             wait_listening(&w, &mut s);
         }
-        let mut c = run(&mut stack_cmd(&w, mode, 1, client.0, client.1));
+        let mut c = run(&mut cmd(&w, mode, 1, client));
         // fi_pingpong exchanges addresses over TCP first: retry while its server is not up yet.
         for _ in 0..100 {
             match oob_retry {
                 Some(msg) if !c.status.success() && stderr(&c).contains(msg) => {
                     std::thread::sleep(Duration::from_millis(200));
-                    c = run(&mut stack_cmd(&w, mode, 1, client.0, client.1));
+                    c = run(&mut cmd(&w, mode, 1, client));
                 }
                 _ => break,
             }
@@ -66,7 +71,12 @@ fn pair(
             }
             assert!(ok, "{who} {side} ({}): {}\n{}", o.status, stdout(o), stderr(o));
         }
-        assert_stack_records(&w, mode, 2, &who);
+        let killed: Vec<u32> = [(0, &s), (1, &c)]
+            .into_iter()
+            .filter(|(_, o)| rxm_teardown_race(name, o) && o.status.code() == Some(124))
+            .map(|(rank, _)| rank)
+            .collect();
+        assert_stack_records_killed(&w, mode, 2, &killed, &who);
         outs.push((s, c));
     }
     outs
