@@ -38,6 +38,7 @@
 //! the same code on both sides — twice in one run (docs/perf.md): on two cores the spread of a
 //! median of 10–15 rounds is itself about 5 %.
 
+use mrshim_test_support::stats::{at_least, median, median_ci};
 use mrshim_test_support::{shim_lib, sim_lib_dir, target_dir};
 use std::path::Path;
 use std::process::Command;
@@ -84,40 +85,6 @@ const CONFIDENCE: f64 = 0.95;
 /// While undecided, pairs are added until there are this many times the first rounds' pairs.
 const MAX_PAIRS: usize = 4;
 
-/// The sign test's confidence interval of the median of `v`: the k-th smallest and k-th largest
-/// value, k the largest with P(Binomial(n, 1/2) < k) <= (1 - [`CONFIDENCE`]) / 2. None when
-/// there are too few values for any interval at that confidence (n < 7 at 95 %).
-fn median_ci(v: &[f64]) -> Option<(f64, f64)> {
-    let n = v.len();
-    let mut s = v.to_vec();
-    s.sort_by(|a, b| a.total_cmp(b));
-    let alpha = (1.0 - CONFIDENCE) / 2.0;
-    // P(B = i), i = 0, 1, ...: 2^-n, then times (n - i) / (i + 1)
-    let (mut term, mut below, mut k) = (0.5f64.powi(n as i32), 0.0, 0);
-    for i in 0..n / 2 {
-        below += term;
-        if below > alpha {
-            break;
-        }
-        k = i + 1;
-        term *= (n - i) as f64 / (i + 1) as f64;
-    }
-    (k > 0).then(|| (s[k - 1], s[n - k]))
-}
-
-/// The "does not fall" verdict on paired ratios (percent): PASS, FAIL or None (undecided yet).
-fn fall_verdict(pairs: &[f64]) -> Option<bool> {
-    let (lo, hi) = median_ci(pairs)?;
-    let line = 100.0 - TOLERANCE;
-    if lo >= line {
-        Some(true)
-    } else if hi < line {
-        Some(false)
-    } else {
-        None
-    }
-}
-
 /// The runs of one round, base and this build in alternating order: `f(i)` runs shim `i`.
 fn alternating(round: usize, n: usize, mut f: impl FnMut(usize)) {
     for k in 0..n {
@@ -143,11 +110,6 @@ impl Verdicts {
 
 /// Environment variables of one configuration.
 type Env<'a> = &'a [(&'a str, &'a str)];
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
 
 /// The value after `key` in a "key value key value" line.
 fn field(out: &str, key: &str) -> f64 {
@@ -245,13 +207,13 @@ fn main() {
             return;
         }
         let first = pairs.len();
-        while fall_verdict(pairs).is_none() && pairs.len() < MAX_PAIRS * first {
+        while at_least(pairs, 100.0 - TOLERANCE, CONFIDENCE).is_none() && pairs.len() < MAX_PAIRS * first {
             let r = more(pairs.len());
             pairs.push(r);
         }
         let (lo, hi) = pairs.iter().fold((f64::MAX, f64::MIN), |(lo, hi), x| (lo.min(*x), hi.max(*x)));
-        let m = median(pairs.to_vec());
-        let (clo, chi) = median_ci(pairs).unwrap_or((lo, hi));
+        let m = median(pairs);
+        let (clo, chi) = median_ci(pairs, CONFIDENCE).unwrap_or((lo, hi));
         let n = pairs.len();
         let added = if n > first { format!(", {} added to decide", n - first) } else { String::new() };
         println!(
@@ -259,7 +221,7 @@ fn main() {
             100.0 * CONFIDENCE
         );
         let line = 100.0 - TOLERANCE;
-        let (ok, how) = match fall_verdict(pairs) {
+        let (ok, how) = match at_least(pairs, 100.0 - TOLERANCE, CONFIDENCE) {
             Some(true) => (true, format!("interval above {line:.0}%: loses less than {TOLERANCE:.0}%")),
             Some(false) => (false, format!("interval below {line:.0}%: loses more than {TOLERANCE:.0}%")),
             None => (false, format!("undecided after {n} rounds: the interval straddles {line:.0}%")),
@@ -317,11 +279,10 @@ fn main() {
                 pairs.push(100.0 * this / base);
             }
         }
-        let ratios: Vec<f64> = r.iter().map(|v| median(v.clone())).collect();
+        let ratios: Vec<f64> = r.iter().map(|v| median(v)).collect();
         let (lo, hi) = r[0].iter().fold((f64::MAX, f64::MIN), |(lo, hi), x| (lo.min(*x), hi.max(*x)));
-        let d = median(d);
-        let bs: Vec<String> =
-            b.iter().zip(&shims).map(|(v, (n, _))| format!("{n} {:>9.1}", median(v.clone()))).collect();
+        let d = median(&d);
+        let bs: Vec<String> = b.iter().zip(&shims).map(|(v, (n, _))| format!("{n} {:>9.1}", median(v))).collect();
         let goal = match size {
             _ if refill => None,
             s if s <= 4096 => Some(95.0),
@@ -374,7 +335,7 @@ fn main() {
                 }
             });
         }
-        let m: Vec<Vec<f64>> = rows.into_iter().map(|r| r.into_iter().map(median).collect()).collect();
+        let m: Vec<Vec<f64>> = rows.into_iter().map(|r| r.into_iter().map(|v| median(&v)).collect()).collect();
         let heads = ["empty poll_cq", "post_send", "16-WR list, /WR", "post+complete/WR"];
         let mut head = format!("  {:<33}", "");
         for h in &heads[..keys.len()] {
@@ -430,8 +391,8 @@ fn main() {
                 pairs.push(100.0 * base[round] / this[round]);
             }
         }
-        let d = median(d);
-        let ms: Vec<f64> = b.into_iter().map(median).collect();
+        let d = median(&d);
+        let ms: Vec<f64> = b.into_iter().map(|v| median(&v)).collect();
         let ratios: Vec<f64> = ms.iter().map(|b| 100.0 * d / b).collect();
         let bs: Vec<String> = ms.iter().zip(&shims).map(|(b, (n, _))| format!("{n} {b:>9.3} ms")).collect();
         println!(

@@ -6,6 +6,8 @@
 //! Everything is found from the running executable's path (target/<profile>/deps/<name>-<hash>
 //! for tests and benches), so it works for any profile and any package of the workspace.
 
+pub mod stats;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Mutex, OnceLock};
