@@ -360,6 +360,11 @@ pub fn hold(mut ev: RegEv, ctx: &mut FileCtx, lineno: u64, body: &str, emit: &mu
             ev.addr = ev.addr.or(p.addr);
             ev.length = ev.length.or(p.length);
             ev.access = ev.access.or(p.access);
+            // an upper layer printed right after its library's line is the same process's (the
+            // application's own line names none; the engine's glog line does)
+            ev.pid = ev.pid.or(p.pid);
+            ev.host = ev.host.or(p.host);
+            ev.rank = ev.rank.or(p.rank);
             if ev.call == "register memory" {
                 ev.call = p.call;
             }
