@@ -52,11 +52,26 @@ struct Case {
     ruled_out: &'static str,
     /// The output holds what decides the cause: the first finding's basis must be `evidence`.
     evidence: bool,
+    /// The output cannot tell the cause from others the same failure has: the cause is either among
+    /// the first `within` findings or its check is among the first finding's checks that decide
+    /// (`decide`), the cause not asserted (each such cell says why in [`AMBIGUOUS`]).
+    decide: bool,
 }
 
 impl Case {
     const fn new(stack: &'static str, cause: &'static str, faults: &'static str) -> Case {
-        Case { stack, cause, faults, memlock_kib: None, mode: "", env: "", within: 1, ruled_out: "", evidence: false }
+        Case {
+            stack,
+            cause,
+            faults,
+            memlock_kib: None,
+            mode: "",
+            env: "",
+            within: 1,
+            ruled_out: "",
+            evidence: false,
+            decide: false,
+        }
     }
     const fn memlock(self, kib: u32) -> Case {
         Case { memlock_kib: Some(kib), ..self }
@@ -72,6 +87,9 @@ impl Case {
     }
     const fn on_evidence(self) -> Case {
         Case { evidence: true, ..self }
+    }
+    const fn or_decide(self) -> Case {
+        Case { decide: true, ..self }
     }
 }
 
@@ -105,7 +123,10 @@ fn script(stack: &str, mode: &str) -> String {
         // address in kv/ (tests/py/mooncake_kv.py), so no sleep is needed
         "mooncake" => {
             let (py, kv) = (pyclients_python(), format!("{}/tests/py/mooncake_kv.py", env!("CARGO_MANIFEST_DIR")));
-            let (py, env) = (py.display(), MOONCAKE_ENV);
+            // a read-only mapping with relaxed ordering off (as docs/analyze.md's cell): the engine's
+            // default would ask for it, which puts relaxed ordering among the first two by rule
+            let env = if mode == "readonly" { "MC_IB_PCI_RELAXED_ORDERING=0 GLOG_minloglevel=0" } else { MOONCAKE_ENV };
+            let py = py.display();
             format!(
                 "mkdir kv; export {env}; timeout 30 {py} {kv} target kv 4194304 {mode} >srv.out 2>&1 & \
                  timeout 30 {py} {kv} initiator kv 4194304; wait; cat srv.out"
@@ -260,6 +281,7 @@ fn rank(v: &Value, cause: &str) -> Option<usize> {
 /// Cells whose output cannot name the cause, each with why: the cause must be among the first
 /// `within` findings, and the line says so.
 const AMBIGUOUS: &[&str] = &[
+    "mooncake x access-flags (readonly: a PROT_READ mapping through register_memory, written with LOCAL_WRITE, MC_IB_PCI_RELAXED_ORDERING=0): the engine prints `Failed to register memory 0x...: Bad address [14]` and its chunk line, neither the memory, its mapping nor the mask (rdma_transport.cpp logs the location only on success); EFAULT from a Mooncake process is ranked GPU memory first by the library's prior, then an unmapped range, and a read-only mapping is not listed (too unlikely) but its check (`/proc/<pid>/maps`) is among the first finding's checks that decide; the shim's records (mem_kind, mem_fully_mapped: true) decide it",
     "pyverbs x access-flags (readonly: a PROT_READ mapping, writable access): pyverbs prints `access flags: 7. Errno: 14, Bad address` and nothing of the memory; EFAULT with write access is also what an unmapped range and GPU memory without peer memory give (ib_umem_get), so the likelihood table orders them and puts address-invalid first; the shim's records of the same run (mem_kind host-anon, mem_fully_mapped: true) put access-flags first",
 ];
 
@@ -274,7 +296,6 @@ const NOT_HERE: &[&str] = &[
     "max_mr_size: the simulated mlx5 advertises max_mr_size 2^64-1, as rxe (RXE_MAX_MR_SIZE = -1ull), and the kernel's ib_uverbs_reg_mr never compares a length with it: no length a client can ask for exceeds it on either bed",
     "unaligned iova: pyverbs 44's MR has no iova argument (plain ibv_reg_mr), and the stacks here pass iova = address (NCCL's ibv_reg_mr_iova2) or no iova at all",
     "mooncake x access flags, GPU memory, dmabuf, max_mr_size: the engine fixes its access mask (LOCAL_WRITE, REMOTE_WRITE|REMOTE_READ, relaxed ordering), the non-CUDA wheel has no GPU memory, and it splits buffers larger than max_mr_size itself (Mooncake#2017)",
-    "mooncake x read-only memory (a PROT_READ mapping through register_memory, written with LOCAL_WRITE): it prints `Failed to register memory 0x...: Bad address [14]` and neither the memory nor the mask, so analyze answers by likelihood (gpu-peer-memory from the library's name, then address-invalid) and does not list access-flags: no output-only diagnosis decides it (docs/analyze.md)",
 ];
 
 /// Every (stack, cause) pair; all failures are reported together.
@@ -324,6 +345,7 @@ fn each_injected_cause_is_the_first_finding() {
         // the request shapes: the simulator answers each as the kernel does (docs/sim.md)
         Case::new("pyverbs", "access-flags", "").mode("remote", ""),
         Case::new("pyverbs", "access-flags", "").mode("readonly", "").within(3),
+        Case::new("mooncake", "access-flags", "").mode("readonly", "").within(3).or_decide(),
         Case::new("pyverbs", "gpu-peer-memory", "").mode("gpu", "MRSHIM_SIM_PEER_MEMORY=off"),
         Case::new("pyverbs", "dmabuf-unsupported", "").mode("dmabuf", "MRSHIM_SIM_DMABUF=off"),
     ];
@@ -364,7 +386,17 @@ fn each_injected_cause_is_the_first_finding() {
                 let not_out = !c.ruled_out.is_empty() && rank(&v, c.ruled_out).is_some();
                 let row = if not_out { format!("{row}; {} is a finding", c.ruled_out) } else { row };
                 let guessed = c.evidence && v["findings"][0]["basis"] != "evidence";
-                let wrong = (place.is_none_or(|n| n > c.within) || failed == 0 || not_out || guessed).then(|| {
+                let checked = c.decide
+                    && v["findings"][0]["decide"]
+                        .as_array()
+                        .is_some_and(|d| d.iter().any(|x| x.as_str().is_some_and(|x| x.starts_with(c.cause))));
+                let row = if checked && place.is_none_or(|n| n > c.within) {
+                    format!("{row}; its check is among those that decide")
+                } else {
+                    row
+                };
+                let missed = place.is_none_or(|n| n > c.within) && !checked;
+                let wrong = (missed || failed == 0 || not_out || guessed).then(|| {
                     let head: String = text.lines().take(12).collect::<Vec<_>>().join("\n");
                     format!("{} x {} ({injected}): first finding {got}\n{head}", c.stack, c.cause)
                 });

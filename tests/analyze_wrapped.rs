@@ -207,7 +207,12 @@ fn wrap(w: W, lines: Vec<String>, rng: &mut Rng, o: &mut Origin) -> Vec<String> 
         W::Traceback => {
             let Some(i) = lines.iter().rposition(|l| is_failure_line(l)) else { return lines };
             let exc = *rng.pick(&["RuntimeError", "nixl._api.nixlBackendError", "torch.distributed.DistBackendError"]);
-            let mut out = lines[..i].to_vec();
+            // the line repeated word for word just before it is another attempt (a retry loop),
+            // which an exception carrying it would make a layer of one failure: the exception
+            // then carries the repeat, kept, instead of standing for it
+            let repeat =
+                lines[..i].iter().rev().find(|l| is_failure_line(l)).is_some_and(|p| p.trim() == lines[i].trim());
+            let mut out = lines[..i + usize::from(repeat)].to_vec();
             out.push("Traceback (most recent call last):".into());
             out.push("  File \"/opt/app/train.py\", line 212, in <module>".into());
             out.push("    agent.register_memory(descs)".into());

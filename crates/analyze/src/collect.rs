@@ -14,6 +14,9 @@ pub const SUCCEEDED: usize = 1;
 pub const RESCUED: usize = 2;
 const MAX_POINTS: usize = 20_000;
 const MAX_SET: usize = 4096;
+/// Failures from lines that name no process held until the end of the input; past it each further
+/// one is compared with what the lines with a pid showed so far.
+const MAX_PENDING: usize = 4096;
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Evid {
@@ -205,14 +208,25 @@ pub struct Collector {
     /// Known-issue patterns seen (index into the matcher's patterns) and where first.
     pub known_seen: BTreeMap<usize, Evid>,
     /// Per process (host, pid): failures seen in each kind of output ([`Channel`]: a record, a MRSHIM
-    /// WARN line, the MRSHIM summary, NCCL's line, UCX's line, the application's own line). One failure
-    /// shows up in several of them, under different call names and errno wordings; the channel that
-    /// saw the most stands for the process.
+    /// WARN line, the MRSHIM summary, NCCL's line, UCX's line, a transfer engine's glog line). One
+    /// failure shows up in several of them, under different call names and errno wordings; the
+    /// channel that saw the most stands for the process.
     seen_by_source: HashMap<(u32, u32), ChannelCounts>,
-    /// Per file: failures seen in lines that name their process (per channel), and in lines that do
-    /// not (an application's own error line): those are the same failures again as long as there
-    /// are no more of them than the file's best channel of lines with a pid saw.
-    file_seen: HashMap<usize, (ChannelCounts, ChannelCounts)>,
+    /// Failures counted from lines that name their process, per host number (the sum over the
+    /// host's processes of their best channel), and over all hosts.
+    named_by_host: Vec<u64>,
+    named_all: u64,
+    /// Failures seen in lines that name no process (an application's own error line), per scope
+    /// (the host's number, `None` for lines without a host) and channel. They are the same failures
+    /// again as long as there are no more of them than the lines with a pid of their scope showed.
+    anon_seen: HashMap<(Option<u32>, Channel), u64>,
+    /// Per channel: lines with a host that named no process and were found to be failures the
+    /// lines with a pid already showed (those failures are not there for host-less lines again).
+    anon_used: HashMap<Channel, u64>,
+    /// Failures from lines without a process, held until every input is read (up to
+    /// [`MAX_PENDING`]) so that where and in what order the lines with a pid come does not matter:
+    /// the event, its file and its place in the input.
+    pending: Vec<(RegEv, usize, u64)>,
     /// Failures not counted because another kind of output of the same process already had them.
     pub duplicates: u64,
     /// `ibv_rereg_mr` records: all, refused by mrshim, failed.
@@ -220,7 +234,7 @@ pub struct Collector {
 }
 
 /// A kind of output a failure was seen in: where the line came from and which library printed it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Channel(crate::event::Source, Lib);
 
 /// Failures counted per [`Channel`].
@@ -288,6 +302,7 @@ impl Collector {
 
     /// Moves the nested groups into [`Collector::groups`]; call once after the last event.
     pub fn finish(&mut self) {
+        self.replay_pending();
         self.runs.extend(std::mem::take(&mut self.live_runs));
         for (hid, calls) in std::mem::take(&mut self.raw).into_iter().enumerate() {
             let host = &self.host_names[hid];
@@ -322,32 +337,78 @@ impl Collector {
     }
 
     /// False if this failure was already counted from another kind of output of the same process
-    /// (or, for a line that names no process, of the same file).
-    fn first_sighting(&mut self, r: &RegEv, hid: u32, file: usize) -> bool {
+    /// (for a line that names no process: if the lines with a pid of its host, or of every host
+    /// when it names none, already showed as many).
+    fn first_sighting(&mut self, r: &RegEv, hid: u32) -> bool {
         if r.ok || r.attempt > 0 {
             return true;
         }
         let ch = Channel(r.source, r.lib.unwrap_or(Lib::Text));
-        let (named, anon) = self.file_seen.entry(file).or_default();
         let new = match r.pid {
             Some(pid) => {
-                bump(named, ch);
                 let c = self.seen_by_source.entry((hid, pid)).or_default();
                 let mine = bump(c, ch);
-                mine > others(c, ch)
+                let new = mine > others(c, ch);
+                if new {
+                    if self.named_by_host.len() <= hid as usize {
+                        self.named_by_host.resize(hid as usize + 1, 0);
+                    }
+                    self.named_by_host[hid as usize] += 1;
+                    self.named_all += 1;
+                }
+                new
             }
             None => {
-                let mine = bump(anon, ch);
+                let named = |h: Option<u32>| h.and_then(|h| self.named_by_host.get(h as usize).copied()).unwrap_or(0);
+                let none = self.host_ids.get("").copied();
                 // compared with the lines that name a process only: a pasted report without pids
-                // mentions distinct failures in different wordings
-                let best_named = named.iter().map(|x| x.1).max().unwrap_or(0);
-                mine > best_named
+                // mentions distinct failures in different wordings, so each channel on its own
+                match Some(hid).filter(|h| Some(*h) != none) {
+                    // a line with a host is that host's (or belongs with lines of its process
+                    // that name no host, as glog's do not)
+                    Some(h) => {
+                        let pool = named(Some(h)) + named(none);
+                        let mine = self.anon_seen.entry((Some(h), ch)).or_default();
+                        *mine += 1;
+                        let new = *mine > pool;
+                        if !new {
+                            *self.anon_used.entry(ch).or_default() += 1;
+                        }
+                        new
+                    }
+                    // a line without a host may be any host's: what lines with a host of this
+                    // channel already stood for is not there for it again
+                    None => {
+                        let pool = self.named_all.saturating_sub(self.anon_used.get(&ch).copied().unwrap_or(0));
+                        let mine = self.anon_seen.entry((None, ch)).or_default();
+                        *mine += 1;
+                        *mine > pool
+                    }
+                }
             }
         };
         if !new {
             self.duplicates += 1;
         }
         new
+    }
+
+    /// Counts the held failures of lines that name no process, now that every line with a pid is
+    /// read: those that name a host first, then those that do not (each in input order: the first
+    /// ones beyond what the lines with a pid showed are the ones kept), so the count does not
+    /// depend on the order of the inputs.
+    fn replay_pending(&mut self) {
+        let order = self.order;
+        let mut pending = std::mem::take(&mut self.pending);
+        pending.sort_by_key(|p| p.0.host.as_deref().unwrap_or("").is_empty());
+        for (r, file, at) in pending {
+            let hid = self.host_id(r.host.as_deref().unwrap_or(""));
+            if self.first_sighting(&r, hid) {
+                self.order = at;
+                self.count_reg(r, hid, file, 0, "");
+            }
+        }
+        self.order = order;
     }
 
     pub fn add(&mut self, ev: Event, file: usize, line: u64, text: &str) {
@@ -470,6 +531,28 @@ impl Collector {
     }
 
     fn add_reg(&mut self, mut r: RegEv, file: usize, line: u64, text: &str) {
+        // the access mask says whether relaxed ordering was asked for (UCX prints `access=0x10000f`)
+        if r.relaxed.is_none() {
+            r.relaxed = r.access.map(|a| a & mrshim_access::RELAXED_ORDERING != 0);
+        }
+        // a failure on a line that names no process waits for the end of the input: the lines of
+        // its process may come later, or in another file (the application's stdout saved apart)
+        if r.pid.is_none() && !r.ok && r.attempt == 0 && self.pending.len() < MAX_PENDING {
+            if r.evid.is_none() {
+                r.evid = Some((line, clip(text)));
+            }
+            self.pending.push((r, file, self.order));
+            return;
+        }
+        let hid = self.host_id(r.host.as_deref().unwrap_or(""));
+        if !self.first_sighting(&r, hid) {
+            return;
+        }
+        self.count_reg(r, hid, file, line, text);
+    }
+
+    /// Counts a registration (a failure only once [`Collector::first_sighting`] said it is new).
+    fn count_reg(&mut self, mut r: RegEv, hid: u32, file: usize, line: u64, text: &str) {
         // evidence text is built only where it is kept
         let (eline, etext) = match r.evid.take() {
             Some((l, t)) => (l, std::borrow::Cow::Owned(t)),
@@ -477,14 +560,6 @@ impl Collector {
         };
         let mk = || Evid { file: file.to_string(), line: eline, text: clip(&etext) };
         let host = r.host.take().unwrap_or_default();
-        // the access mask says whether relaxed ordering was asked for (UCX prints `access=0x10000f`)
-        if r.relaxed.is_none() {
-            r.relaxed = r.access.map(|a| a & mrshim_access::RELAXED_ORDERING != 0);
-        }
-        let hid = self.host_id(&host);
-        if !self.first_sighting(&r, hid, file) {
-            return;
-        }
         let rank = r.rank.or_else(|| r.pid.and_then(|p| self.ranks.get(&(hid, p))).copied()).or(r.rank_hint);
         // A retry attempt is not an application call: a successful one rescued the failed call it
         // follows. A learned strategy applied up front is the application's call, which mrshim

@@ -456,7 +456,7 @@ fn diagnose_failures(v: &View, col: &Collector) -> (Vec<Finding>, Vec<RuledOut>)
         cands.push(u);
     }
     let mut found: Vec<Finding> = cands.into_iter().map(|c| finish(v, c)).collect();
-    undecided(v, &mut found, gpuish);
+    undecided(v, &mut found, gpuish, &out);
     if let Some(first) = found.first_mut() {
         for o in &out {
             first.explanation.push_str(&format!(" Ruled out: {} ({}).", o.category, o.reason));
@@ -469,15 +469,26 @@ fn diagnose_failures(v: &View, col: &Collector) -> (Vec<Finding>, Vec<RuledOut>)
 pub const NOTHING_DECIDES: &str = "Nothing in this output decides it";
 
 /// When the first finding rests on the likelihood table alone, say so, and give the checks that
-/// would decide between the causes listed (one per finding, most likely first).
-fn undecided(v: &View, found: &mut [Finding], gpuish: bool) {
+/// would decide between the causes listed (one per finding, most likely first), and between them
+/// and the other causes the kernel's path gives for that failure that were too unlikely to list
+/// (EFAULT from a Mooncake process: GPU memory first by the library, but a read-only mapping
+/// registered for writing gives the same line — its check is there, the cause not asserted).
+fn undecided(v: &View, found: &mut [Finding], gpuish: bool, out: &[RuledOut]) {
     let Some(first) = found.first() else { return };
     if first.basis != "prior" || first.category == "unknown" {
         return;
     }
     let what = v.fails.first().map_or("the failure".to_string(), |g| likelihood::observed(g.0, gpuish));
-    let cats: Vec<&str> = found.iter().take(3).map(|f| f.category).collect();
-    let decide: Vec<String> = found.iter().take(3).map(|f| format!("{}: {}", f.category, f.check)).collect();
+    let mut cats: Vec<&str> = found.iter().take(3).map(|f| f.category).collect();
+    let mut decide: Vec<String> = found.iter().take(3).map(|f| format!("{}: {}", f.category, f.check)).collect();
+    if let Some(g) = v.fails.first() {
+        for (cat, _) in likelihood::row(g.0, gpuish) {
+            if !found.iter().any(|f| f.category == *cat) && !out.iter().any(|o| o.category == *cat) {
+                cats.push(cat);
+                decide.push(format!("{cat} (less likely, not listed): {}", crate::fixes::check(cat)));
+            }
+        }
+    }
     let text = format!(
         "{NOTHING_DECIDES}: no line confirms or rules out {} for what was observed ({what}), so they are ranked by how likely each cause is to give that failure (the kernel's and the stacks' documented failure modes). The checks below decide.",
         cats.join(", ")

@@ -332,18 +332,26 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
         ev.mem = ctx.device_hint.map(|d| if d { MemKind::Device } else { MemKind::HostAnon });
     }
     ev.evid = Some((lineno, line.to_string()));
-    hold(ev, ctx, lineno, emit);
+    hold(ev, ctx, lineno, f.body, emit);
     ctx.gen_pending_final = false;
     true
 }
 
 /// Holds a failure back one line for its errno and for the layers of the same failure printed next to
-/// it (a wrapper's "registration failed" above or below the library's line), which count once.
-pub fn hold(mut ev: RegEv, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Event)) {
+/// it (a wrapper's "registration failed" above or below the library's line), which count once. A
+/// line (`body`, without its frame) that repeats one of the held failure's layers word for word is
+/// the next failure (a retry loop printing each attempt), not another layer of this one; an
+/// exception that carries the line (`RuntimeError: <the line>`) is a layer of its own.
+pub fn hold(mut ev: RegEv, ctx: &mut FileCtx, lineno: u64, body: &str, emit: &mut dyn FnMut(Event)) {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let mut h = rustc_hash::FxBuildHasher.build_hasher();
+    (ctx.carried, body.trim()).hash(&mut h);
+    let sig = h.finish();
     if let Some(p) = ctx.gen_pending.take() {
         let same = lineno <= p.evid.as_ref().map_or(0, |e| e.0) + 2 + ctx.gen_pending_slack
             && (p.errno.is_none() || ev.errno.is_none() || p.errno == ev.errno)
-            && !matches!((p.addr, ev.addr), (Some(a), Some(b)) if a != b);
+            && !matches!((p.addr, ev.addr), (Some(a), Some(b)) if a != b)
+            && !ctx.gen_layers.contains(&sig);
         if same {
             // one failure seen through two layers: keep the most specific of each field
             ev.errno = ev.errno.or(p.errno);
@@ -352,12 +360,23 @@ pub fn hold(mut ev: RegEv, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(
             ev.addr = ev.addr.or(p.addr);
             ev.length = ev.length.or(p.length);
             ev.access = ev.access.or(p.access);
+            // an upper layer printed right after its library's line is the same process's (the
+            // application's own line names none; the engine's glog line does)
+            ev.pid = ev.pid.or(p.pid);
+            ev.host = ev.host.or(p.host);
+            ev.rank = ev.rank.or(p.rank);
             if ev.call == "register memory" {
                 ev.call = p.call;
             }
         } else {
             emit(Event::Reg(p));
+            ctx.gen_layers.clear();
         }
+    } else {
+        ctx.gen_layers.clear();
+    }
+    if ctx.gen_layers.len() < 8 {
+        ctx.gen_layers.push(sig);
     }
     ctx.gen_pending = Some(ev);
     ctx.gen_pending_slack = 0;

@@ -44,6 +44,11 @@ pub struct FileCtx {
     /// between the layers of one failure (the library's line, then the exception that carries it)
     /// and do not count toward the layers' distance.
     pub gen_pending_slack: u64,
+    /// The lines (hashes of their text without the frame) of the held failure's layers so far.
+    pub gen_layers: Vec<u64>,
+    /// The line being read is an exception that carries another line (`RuntimeError: <the line>`):
+    /// a layer of its own, not a repeat of the line it carries.
+    pub carried: bool,
     /// `ulimit -l` / `cat /proc/sys/vm/max_map_count` printed without its answer: the next line has it.
     pub expect: Option<facts::Expect>,
     /// The last line a registration failure was seen on (the vocabulary's layers count once with it).
@@ -306,9 +311,11 @@ impl Parser {
         }
         // an exception that carries a library's own line (`RuntimeError: <the line>`): the line,
         // with whatever frame it has of its own
+        ctx.carried = false;
         if let Some(msg) = pytrace::message(f.body) {
             let g = frame::split(msg);
             f = frame::Frame { host: f.host.or(g.host), rank: f.rank.or(g.rank), pid: f.pid.or(g.pid), body: g.body };
+            ctx.carried = true;
         }
         // what the launcher's or logger's frame says about the line's origin goes to every event of it
         // the line's own text does not place, and to the failure it holds back for the next line

@@ -159,6 +159,7 @@ pub fn parse_split(line: &str, p: Prefix<'_>, ctx: &mut FileCtx, emit: &mut dyn 
             if err.is_none() {
                 // a hard-wrapped line: the error text may be on the next line
                 ctx.gen_pending = Some(ev);
+                ctx.gen_layers.clear();
             } else {
                 emit(Event::Reg(ev));
             }

@@ -669,7 +669,7 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
         ..Default::default()
     };
     ctx.vocab_recent = Some(lineno);
-    generic::hold(ev, ctx, lineno, emit);
+    generic::hold(ev, ctx, lineno, body, emit);
     ctx.gen_pending_final = true;
     true
 }
