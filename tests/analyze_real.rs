@@ -39,8 +39,11 @@ const MIN_HELD_TOP1_IN_LOG: f64 = 23.0 / 26.0;
 /// Lowered in session 9 (branch a10, 2026-12-07 06:55 UTC) to what the held-out set measures after one blind
 /// report with an established cause was added and scored once (docs/analyze.md, "Session 9, blind"): 56/69
 /// (81.2 %); torchcomms-160 (a DMA-BUF registration refused for the GPU/NIC topology, errno 524) was not in
-/// the first three. No earlier report lost its rank.
-const MIN_HELD_TOP3: f64 = 56.0 / 69.0;
+/// the first three. No earlier report lost its rank. Raised to 57/69 (82.6 %) after a10's rules (not
+/// blind: torchcomms-160 was read before they were written; docs/analyze.md, "Session 9, after the blind
+/// round"): a line saying its registration went through DMA-BUF (`useDmaBuf = true`, a dmabuf fd) is a
+/// dmabuf registration, which moved torchcomms-160 to first.
+const MIN_HELD_TOP3: f64 = 57.0 / 69.0;
 /// Held-out reports analyze does not recognise at all (exit 0/2, "nothing recognised"): counted as
 /// misses in the scores above, exempt only from the exit-code check. Empty after session 4; session 5's
 /// blind round 3 left three: a segfault trace with no registration line (charm-1042), a 0-byte
