@@ -36,7 +36,14 @@ const MIN_HELD_TOP1_IN_LOG: f64 = 23.0 / 26.0;
 /// three at all. No earlier report lost its rank. Raised to 56/68 (82.4 %) after b9's rules from the
 /// stacks' sources (UCX's mlx5 UMR / indirect-key lines, dmabuf failures no peer-memory evidence) — not
 /// blind: ucx-8218 was read before they were written (docs/analyze.md, "Session 8, after the blind round").
-const MIN_HELD_TOP3: f64 = 56.0 / 68.0;
+/// Lowered in session 9 (branch a10, 2026-12-07 06:55 UTC) to what the held-out set measures after one blind
+/// report with an established cause was added and scored once (docs/analyze.md, "Session 9, blind"): 56/69
+/// (81.2 %); torchcomms-160 (a DMA-BUF registration refused for the GPU/NIC topology, errno 524) was not in
+/// the first three. No earlier report lost its rank. Raised to 57/69 (82.6 %) after a10's rules (not
+/// blind: torchcomms-160 was read before they were written; docs/analyze.md, "Session 9, after the blind
+/// round"): a line saying its registration went through DMA-BUF (`useDmaBuf = true`, a dmabuf fd) is a
+/// dmabuf registration, which moved torchcomms-160 to first.
+const MIN_HELD_TOP3: f64 = 57.0 / 69.0;
 /// Held-out reports analyze does not recognise at all (exit 0/2, "nothing recognised"): counted as
 /// misses in the scores above, exempt only from the exit-code check. Empty after session 4; session 5's
 /// blind round 3 left three: a segfault trace with no registration line (charm-1042), a 0-byte
@@ -248,8 +255,9 @@ fn corpus_has_at_least_40_reports() {
 /// added three, scored blind: two recognised, Mooncake's Ascend direct transport `Register mem ret:103900.`
 /// not (vllm-ascend-13974): 14 of 16. After b9's entries from MPICH's error-stack format and Mooncake's
 /// Ascend transport (mpich.errstack.mem_register, mooncake.ascend.register_mem) all 16 — not blind: both
-/// reports were read before the entries were written.
-const MIN_UNKNOWN_RECOGNISED: usize = 16;
+/// reports were read before the entries were written. Session 9 (branch a10) added two, scored blind: both
+/// recognised (rapidsmpf-69, infinistore-85): 18 of 18.
+const MIN_UNKNOWN_RECOGNISED: usize = 18;
 
 #[test]
 fn unknown_cause_reports_recognised() {

@@ -394,6 +394,13 @@ fn diagnose_failures(v: &View, col: &Collector) -> (Vec<Finding>, Vec<RuledOut>)
     // known issues the input matches
     let matcher = crate::known::Matcher::new(crate::known::table());
     let seen: BTreeSet<usize> = col.known_seen.keys().copied().collect();
+    // the versions the input names, any host (a job runs one stack)
+    let mut named: std::collections::BTreeMap<String, BTreeSet<String>> = Default::default();
+    for hf in col.hosts.values() {
+        for (k, vs) in &hf.versions {
+            named.entry(k.clone()).or_default().extend(vs.iter().cloned());
+        }
+    }
     for i in matcher.matched(&seen) {
         let k = &matcher.issues[i];
         let Some(c) = cands.iter_mut().find(|c| c.cat == k.category) else { continue };
@@ -404,8 +411,32 @@ fn diagnose_failures(v: &View, col: &Collector) -> (Vec<Finding>, Vec<RuledOut>)
             .filter(|(_, o)| o.0 == i)
             .find_map(|(p, _)| col.known_seen.get(&p))
             .cloned();
-        c.add(3.0, format!("Matches known issue {}: {} ({}).", k.id, k.title, k.source), ev.as_ref());
-        c.evidence += 3.0;
+        let w = match crate::known::verdict(k, &named) {
+            crate::known::Verdict::OutOfRange(why) => {
+                // a version past the fix (or before the regression) rules the issue out
+                c.why.push(format!("Not known issue {} ({}): {why}.", k.id, k.title));
+                continue;
+            }
+            crate::known::Verdict::NotNamed if k.requires_version => continue,
+            crate::known::Verdict::NotNamed => {
+                c.add(3.0, format!("Matches known issue {}: {} ({}).", k.id, k.title, k.source), ev.as_ref());
+                3.0
+            }
+            crate::known::Verdict::InRange(why) => {
+                // the input names a version the issue affects: its regression comes first or second
+                c.add(
+                    4.5,
+                    format!(
+                        "Matches known issue {}: {} ({}); the version in use is affected: {why}.",
+                        k.id, k.title, k.source
+                    ),
+                    ev.as_ref(),
+                );
+                c.top_two = true;
+                4.5
+            }
+        };
+        c.evidence += w;
         c.fixes.insert(0, k.fix.clone());
         c.known =
             Some(KnownRef { id: k.id.clone(), title: k.title.clone(), source: k.source.clone(), fix: k.fix.clone() });

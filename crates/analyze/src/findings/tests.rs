@@ -441,3 +441,46 @@ fn ucx_umr_and_indirect_key_failures_are_version_first() {
         assert_eq!(cats(&a).first(), Some(&"version-mismatch"), "{line}: {:?}", cats(&a));
     }
 }
+
+/// Versions the input names decide a known issue with a version range (data/known-issues.json): a
+/// kernel without DMA-BUF memory regions (< 5.12) puts dmabuf-unsupported first with the issue; a
+/// kernel that has them rules the issue out (not reported, and said); with no kernel named, an issue
+/// that requires a version is not claimed.
+#[test]
+fn known_issue_versions_confirm_or_rule_out() {
+    let fail =
+        "host1:7:7 [0] misc/ibvwrap.cc:190 NCCL WARN Call to ibv_reg_dmabuf_mr failed with error Invalid argument\n";
+    let old = format!("[    0.000000] Linux version 5.4.0-150-generic (buildd@lcy02-amd64-100)\n{fail}");
+    let a = run(&[("job.log", &old)]);
+    assert_eq!(cats(&a).first(), Some(&"dmabuf-unsupported"), "{:?}", cats(&a));
+    assert_eq!(
+        a.findings[0].known_issue.as_ref().map(|k| k.id.as_str()),
+        Some("dmabuf-mr-kernel-before-5.12"),
+        "{:?}",
+        a.findings[0]
+    );
+    let new = format!("$ uname -r\n6.8.0-45-generic\n{fail}");
+    let a = run(&[("job.log", &new)]);
+    assert!(a.findings.iter().all(|f| f.known_issue.is_none()), "{:?}", a.findings);
+    assert!(
+        a.findings.iter().any(|f| f.explanation.contains("Not known issue dmabuf-mr-kernel-before-5.12")),
+        "{:?}",
+        a.findings
+    );
+    let a = run(&[("job.log", fail)]);
+    assert!(a.findings.iter().all(|f| f.known_issue.is_none()), "{:?}", a.findings);
+    // a named version in an issue's range puts its category first or second even against evidence
+    // (EFA installer before 1.29.1 with NCCL's OFI plugin on CUDA memory)
+    let efa = "EFA installer version: 1.28.0\n\
+               ip-10-0-0-1:7:7 [4] register_rail_mr_buffer:617 NCCL WARN NET/OFI Unable to register memory (type = 2) for device 4. RC: -22, Error: Invalid argument\n";
+    let a = run(&[("job.log", efa)]);
+    let c = cats(&a);
+    assert!(c.iter().take(2).any(|x| *x == "version-mismatch"), "{c:?}");
+    let fixed = efa.replace("1.28.0", "1.30.0");
+    let a = run(&[("job.log", &fixed)]);
+    assert!(
+        a.findings.iter().all(|f| f.known_issue.as_ref().is_none_or(|k| k.id != "efa-cuda-sync-memops")),
+        "{:?}",
+        a.findings
+    );
+}

@@ -10,6 +10,8 @@ pub enum Expect {
     /// The soft memlock limit in KiB (`ulimit -l`, `ulimit -Sl`).
     UlimitSoft,
     MaxMapCount,
+    /// The kernel release (`uname -r` on the line before).
+    Kernel,
 }
 
 /// `unlimited` or a number of KiB, as `ulimit -l` prints it.
@@ -54,20 +56,55 @@ fn mr_size_exceeded(t: &str) -> bool {
     t.find("max_mr_size").is_some_and(|i| t[..i].to_ascii_lowercase().contains("exceed"))
 }
 
+/// Version lines, matched case-insensitively (keys in lower case): what each stack's own tools print.
 const VERSIONS: &[(&str, &str)] = &[
-    ("MLNX_OFED_LINUX-", "OFED"),
-    ("OFED-", "OFED"),
-    ("Driver Version: ", "NVIDIA driver"),
+    ("mlnx_ofed_linux-", "OFED"),
+    ("ofed-", "OFED"),
+    // nvidia-smi's header; PyTorch's collect_env ("Nvidia driver version: 535.230.02")
+    ("driver version: ", "NVIDIA driver"),
     ("rdma-core ", "rdma-core"),
     ("rdma-core-", "rdma-core"),
-    ("# Version ", "UCX"),
-    ("UCT version=", "UCX"),
-    ("EFA installer version: ", "EFA installer"),
+    // ucx_info -v: "# Version 1.13.0" (older), "# Library version: 1.16.0"; UCX's INFO banner at
+    // ucp_init ("UCX  INFO  Version 1.16.0 (loaded from ...)", src/ucp/core/ucp_context.c)
+    ("# version ", "UCX"),
+    ("# library version: ", "UCX"),
+    ("ucx  info  version ", "UCX"),
+    ("uct version=", "UCX"),
+    ("efa installer version: ", "EFA installer"),
     ("libfabric ", "libfabric"),
+    ("libfabric: ", "libfabric"),
     ("fi_info: ", "libfabric"),
-    ("Kernel: ", "kernel"),
+    ("kernel: ", "kernel"),
+    ("kernel version: ", "kernel"),
     ("uname -r: ", "kernel"),
+    // ibv_devinfo: the HCA's firmware
+    ("fw_ver:", "firmware"),
 ];
+
+/// The kernel release in the lines that print it: the boot banner and /proc/version ("Linux version
+/// 6.8.0-45-generic (buildd@...)"), `uname -a` ("Linux node1 5.15.0-91-generic #101-Ubuntu SMP ..."),
+/// PyTorch's collect_env ("Python platform: Linux-6.1.92-4-x86_64-with-glibc2.35").
+fn kernel_release(t: &str) -> Option<String> {
+    let word = |s: &str| -> Option<String> {
+        let v: String = s.chars().take_while(|c| !c.is_whitespace() && *c != ',' && *c != ')').collect();
+        (v.starts_with(|c: char| c.is_ascii_digit()) && v.contains('.')).then_some(v)
+    };
+    if let Some(i) = t.find("Linux version ") {
+        return word(&t[i + 14..]);
+    }
+    if let Some(r) = t.strip_prefix("Python platform: Linux-") {
+        let v = word(r)?;
+        // "6.1.92-4-x86_64-with-glibc2.35": the release ends before the architecture
+        let end = v.find("-x86_64").or_else(|| v.find("-aarch64")).or_else(|| v.find("-ppc64le")).unwrap_or(v.len());
+        return Some(v[..end].to_string());
+    }
+    let mut w = t.split_whitespace();
+    if w.next() == Some("Linux") && t.contains(" #") && (t.contains(" SMP") || t.contains("GNU/Linux")) {
+        let _host = w.next()?;
+        return word(w.next()?);
+    }
+    None
+}
 
 pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool {
     // prose in CJK scripts is read sentence by sentence by the prose parser
@@ -105,7 +142,24 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
                     return true;
                 }
             }
+            Expect::Kernel => {
+                if t.split_whitespace().count() == 1
+                    && crate::known::version_key(t).is_some()
+                    && t.starts_with(|c: char| c.is_ascii_digit())
+                {
+                    fact(Fact::Version("kernel".into(), t.to_string()));
+                    return true;
+                }
+            }
         }
+    }
+    if t.ends_with("uname -r") {
+        ctx.expect = Some(Expect::Kernel);
+        return true;
+    }
+    if let Some(v) = kernel_release(t) {
+        fact(Fact::Version("kernel".into(), v));
+        return true;
     }
     if let Some(i) = t.find("ulimit -") {
         let opts_and_rest = &t[i + 7..];
@@ -196,8 +250,17 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
         return true;
     }
     for (key, name) in VERSIONS {
-        if let Some(i) = t.find(key) {
-            let v: String = t[i + key.len()..].chars().take_while(|c| !c.is_whitespace() && *c != ',').collect();
+        if let Some(i) = lower.find(key) {
+            let v: String = t[i + key.len()..]
+                .trim_start_matches([' ', '\t'])
+                .chars()
+                .take_while(|c| !c.is_whitespace() && *c != ',')
+                .collect();
+            let v = v.trim_end_matches(':').to_string();
+            // a PCI address or a log prefix after the key is no version
+            if v.contains(':') {
+                continue;
+            }
             if v.starts_with(|c: char| c.is_ascii_digit()) {
                 fact(Fact::Version((*name).into(), v));
                 return true;
@@ -229,6 +292,33 @@ mod tests {
             });
         }
         out
+    }
+
+    /// The version lines the stacks' own tools print, each to its component.
+    #[test]
+    fn version_lines() {
+        let one = |l: &[&str]| facts(l);
+        assert_eq!(
+            one(&["[    0.000000] Linux version 6.8.0-45-generic (buildd@lcy02-amd64-115) (x86_64-linux-gnu-gcc-13)"]),
+            ["kernel 6.8.0-45-generic"]
+        );
+        assert_eq!(one(&["Linux gpu-node-7 5.15.0-91-generic #101-Ubuntu SMP Tue Nov 14 13:30:08 UTC 2023 x86_64 x86_64 x86_64 GNU/Linux"]), ["kernel 5.15.0-91-generic"]);
+        assert_eq!(one(&["$ uname -r", "5.4.0-150-generic"]), ["kernel 5.4.0-150-generic"]);
+        assert_eq!(one(&["Python platform: Linux-6.1.92-4-x86_64-with-glibc2.35"]), ["kernel 6.1.92-4"]);
+        assert_eq!(one(&["Nvidia driver version: 535.230.02"]), ["NVIDIA driver 535.230.02"]);
+        assert_eq!(
+            one(&["| NVIDIA-SMI 560.35.03              Driver Version: 560.35.03      CUDA Version: 12.6     |"]),
+            ["NVIDIA driver 560.35.03"]
+        );
+        assert_eq!(one(&["MLNX_OFED_LINUX-23.10-1.1.9.0:"]), ["OFED 23.10-1.1.9.0"]);
+        assert_eq!(one(&["# Library version: 1.16.0"]), ["UCX 1.16.0"]);
+        assert_eq!(one(&["[1697219058.250608] [daisy02:3738 :0]     ucp_context.c:2129 UCX  INFO  Version 1.16.0 (loaded from /opt/ucx/lib/libucp.so.0)"]), ["UCX 1.16.0"]);
+        assert_eq!(one(&["libfabric: 1.18.0"]), ["libfabric 1.18.0"]);
+        assert_eq!(one(&["        fw_ver:                         28.39.1002"]), ["firmware 28.39.1002"]);
+        assert_eq!(one(&["ii  rdma-core        50.0-2ubuntu0.2     amd64"]), ["rdma-core 50.0-2ubuntu0.2"]);
+        // not versions: a log prefix, a PCI address
+        assert!(one(&["libfabric:1234:1690000000::core:core:fi_getinfo_():1138<info> x"]).is_empty());
+        assert!(one(&["Dec  1 10:00:00 n1 kernel: 0000:41:00.0: something"]).iter().all(|f| !f.starts_with("kernel")));
     }
 
     #[test]

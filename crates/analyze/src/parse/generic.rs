@@ -110,10 +110,56 @@ fn call_in_lower(lower: &str) -> String {
     if let Some(i) = C.first_in(lower) {
         return CALLS[i].to_string();
     }
-    if has!(lower, "reg_dmabuf") || has!(lower, "dmabuf_mr") {
+    if has!(lower, "reg_dmabuf") || has!(lower, "dmabuf_mr") || dmabuf_in_use(lower) {
         return "ibv_reg_dmabuf_mr".into();
     }
     "register memory".into()
+}
+
+/// A line that says its registration went through DMA-BUF without naming the verb: a flag that it
+/// was used (`useDmaBuf = true`, `use_dmabuf=1`), the dmabuf file descriptor it passed (`dmabuf_fd 518`,
+/// UCX's ucp_mm.c failure line), or the words ("dmabuf registration", "via dma-buf"). A flag that
+/// DMA-BUF is merely supported or enabled (`dmaBufSupport = true`), or a negative fd (NCCL's and
+/// UCX's probes pass -1), is not a registration through it.
+fn dmabuf_in_use(lower: &str) -> bool {
+    if !(lower.contains("dmabuf") || lower.contains("dma-buf") || lower.contains("dma_buf")) {
+        return false;
+    }
+    if ["dmabuf registration", "dma-buf registration", "via dmabuf", "via dma-buf", "using dmabuf", "using dma-buf"]
+        .iter()
+        .any(|w| lower.contains(w))
+    {
+        return true;
+    }
+    // key = value / key value / key: value, the key holding dmabuf
+    let toks: Vec<&str> = lower
+        .split(|c: char| c.is_whitespace() || c == ',' || c == '(' || c == ')')
+        .filter(|t| !t.is_empty())
+        .collect();
+    for (i, t) in toks.iter().enumerate() {
+        let key = t.trim_end_matches([':', '=']);
+        let k: String = key.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
+        if !k.contains("dmabuf") {
+            continue;
+        }
+        // the value: after '=' in the token, or the next token(s) past a lone '=' / ':'
+        let inline = t.split_once('=').map(|(_, v)| v).filter(|v| !v.is_empty());
+        let next = toks.get(i + 1).copied();
+        let v = match (inline, next) {
+            (Some(v), _) => v,
+            (None, Some("=")) | (None, Some(":")) => toks.get(i + 2).copied().unwrap_or(""),
+            (None, Some(n)) => n,
+            (None, None) => "",
+        };
+        let v = v.trim_end_matches([';', '.']);
+        if k.starts_with("use") && matches!(v, "true" | "1" | "yes" | "on") {
+            return true;
+        }
+        if k.ends_with("fd") && v.parse::<i64>().is_ok_and(|n| n >= 0) {
+            return true;
+        }
+    }
+    false
 }
 
 /// MSCCL++'s debug line "cuMemAlloc: 0, dmaBufSupported: 0" describes a host buffer: words inside
@@ -448,6 +494,19 @@ mod tests {
         assert_eq!(call_in("gdr_pin_buffer: nvidia_p2p_get_pages failed"), "gdr_pin_buffer");
         assert_eq!(call_in("ib_umem_get via nv_p2p_get_pages"), "nv_p2p_get_pages");
         assert_eq!(call_in("register dmabuf_mr failed"), "ibv_reg_dmabuf_mr");
+        // a registration through DMA-BUF that does not name the verb (CTRAN's buffer-registration
+        // line, torchcomms comms/ctran/backends/ib/CtranIb.cc; UCX's ucp_mm.c with its dmabuf fd)
+        assert_eq!(
+            call_in("CTRAN-IB: buffer registration failed: buf = 0x640000000, len = 4096, dmaBufSupport = true, useDmaBuf = true"),
+            "ibv_reg_dmabuf_mr"
+        );
+        assert_eq!(
+            call_in("failed to register address 0x7f00 (cuda) length 16384 dmabuf_fd 518 on md[7]=mlx5_7"),
+            "ibv_reg_dmabuf_mr"
+        );
+        // supported, enabled or probed with fd -1 is not a registration through it
+        assert_eq!(call_in("buffer registration failed: dmaBufSupport = true, useDmaBuf = false"), "register memory");
+        assert_eq!(call_in("failed to register address 0x7f00 (cuda) dmabuf_fd -1 on md[7]"), "register memory");
         assert_eq!(call_in("register memory failed"), "register memory");
     }
 
