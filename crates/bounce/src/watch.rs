@@ -378,6 +378,27 @@ mod tests {
         assert_eq!(period_for(Duration::from_millis(4)), Duration::from_millis(2));
     }
 
+    /// The watcher ends when it is the last thread of its process (a main thread that called
+    /// `pthread_exit`): `alone` says so in a one-thread process (a forked child of the test) and
+    /// not in the test's own, which has its harness's threads too.
+    #[test]
+    fn alone_is_true_only_for_the_last_thread() {
+        let other = std::thread::spawn(|| std::thread::sleep(Duration::from_millis(200)));
+        assert!(!alone());
+        // SAFETY: fork in a test; the child only reads /proc and _exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let ok = alone();
+            // SAFETY: ends the child without the test harness's exit handlers.
+            unsafe { libc::_exit(if ok { 0 } else { 3 }) };
+        }
+        let mut status = 0;
+        // SAFETY: our own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child status {status:#x}");
+        other.join().unwrap();
+    }
+
     #[test]
     fn reading_own_memory_stops_at_an_unmapped_page_without_faulting() {
         let mut buf = vec![0u8; 2 * PAGE];
