@@ -5,6 +5,7 @@
 //! run ends byte-exact, or with the target's registration refused with its original errno, a
 //! WARN line and a `refused` record — never "rescued" with stale bytes.
 mod shim_util;
+use mrshim_record::Kind;
 use shim_util::*;
 use std::path::PathBuf;
 use std::process::Output;
@@ -21,6 +22,12 @@ struct Run {
 }
 
 fn run_pair(w: &SimWorld, mem: &str) -> Run {
+    run_pair_with(w, mem, &[])
+}
+
+/// [`run_pair`] with more arguments for the target (`linger`). A target killed by a signal
+/// (MRSHIM_BOUNCE_ON_VIOLATION=abort) takes the initiator, which would wait for it, down too.
+fn run_pair_with(w: &SimWorld, mem: &str, target_args: &[&str]) -> Run {
     let exchange = w.dir.join("files");
     let _ = std::fs::remove_dir_all(&exchange);
     std::fs::create_dir_all(&exchange).unwrap();
@@ -34,10 +41,16 @@ fn run_pair(w: &SimWorld, mem: &str) -> Run {
             .stderr(std::process::Stdio::piped());
         c
     };
-    let t = side("target").spawn().expect("target");
+    let t = side("target").args(target_args).spawn().expect("target");
     let i = side("initiator").spawn().expect("initiator");
-    let (target, initiator) = (t.wait_with_output().unwrap(), i.wait_with_output().unwrap());
-    let target_recs = files(&w.dir.join("logs-target")).iter().flat_map(|f| records(f)).collect();
+    let target = t.wait_with_output().unwrap();
+    if target.status.code().is_none() {
+        // SIGTERM to `timeout` (SimWorld::cmd), which passes it on to the initiator.
+        // SAFETY: a plain kill(2) of our own child.
+        unsafe { libc::kill(i.id() as i32, libc::SIGTERM) };
+    }
+    let initiator = i.wait_with_output().unwrap();
+    let target_recs = files(&w.dir.join("logs-target")).iter().flat_map(|f| records_so_far(f)).collect();
     Run { target, initiator, target_recs }
 }
 
@@ -141,4 +154,86 @@ fn declared_announced_the_passive_target_serves_stale_bytes() {
         "{}",
         both(&r)
     );
+}
+
+/// A log as a process left it, without the blank lines a process that ends with `_exit` or a
+/// signal leaves after its last record (the mapped file grows ahead of its records:
+/// crates/shim-core `logmap`).
+fn records_so_far(p: &std::path::Path) -> Vec<mrshim_record::Reg> {
+    trim_blank_end(p);
+    records(p)
+}
+
+fn trim_blank_end(p: &std::path::Path) {
+    let text = std::fs::read_to_string(p).unwrap();
+    std::fs::write(p, format!("{}\n", text.trim_end_matches('\n'))).unwrap();
+}
+
+/// Where the first line of `err` containing `what` is (panics naming `what` when none does).
+fn line_of(err: &str, what: &str) -> usize {
+    err.lines().position(|l| l.contains(what)).unwrap_or_else(|| panic!("no line with {what:?} in:\n{err}"))
+}
+
+/// Issue 28, item 3, while the process runs: declared announced, the passive target is bounced,
+/// and what bounce cannot deliver is said while it happens — not at its `ibv_dereg_mr` or exit,
+/// which a target that leaves with `_exit` never reaches. The initiator's WRITE stays in the
+/// shadow of a target that neither posts nor polls: within about 1.5 s (MRSHIM_BOUNCE_WATCH, 1 s
+/// by default) a WARN line and a `violation` record `unannounced_write`, during the target's 3 s
+/// of sleep. The target's refill never reaches the shadow the initiator's READ is served from:
+/// `stale_for_peers`, before its `_exit`. The bytes are as stale as without the watcher (it only
+/// reads); `mrshim analyze` reports both kinds.
+#[test]
+fn declared_announced_the_passive_targets_stale_bytes_are_reported_while_it_runs() {
+    let w = host_world("pt-host-watch", "bounce").with("MRSHIM_BOUNCE_REMOTE", "announced");
+    let r = run_pair_with(&w, "host", &["linger"]);
+    let (out, err) = (&stdout(&r.target), &stderr(&r.target));
+    assert!(err.contains("rescued by bounce"), "{}", both(&r));
+    assert_eq!(r.target.status.code(), Some(1), "{}", both(&r));
+    assert!(out.contains("target: after the initiator's WRITE: stale: 4096 of 4096 pages"), "{}", both(&r));
+    assert!(
+        stdout(&r.initiator).contains("initiator: READ after the target's refill: stale: 4096 of 4096 pages"),
+        "{}",
+        both(&r)
+    );
+    let write = line_of(err, "MRSHIM WARN bounce coherence violation (unannounced_write): bytes a peer wrote");
+    let read = line_of(err, "MRSHIM WARN bounce coherence violation (stale_for_peers): bytes the application wrote");
+    assert!(
+        line_of(err, "target: sleeping after the WRITE") < write && write < line_of(err, "target: refilling"),
+        "the WRITE is reported while the target sleeps after it: {err}"
+    );
+    assert!(
+        line_of(err, "target: refilling") < read && read < line_of(err, "target: _exit"),
+        "the refill is reported before the target leaves: {err}"
+    );
+    let lines: Vec<&str> = err.lines().collect();
+    assert!(lines[write].contains("no thread of this process posted or polled"), "{}", lines[write]);
+    assert!(lines[read].contains("peers' RDMA READs may have seen stale bytes"), "{}", lines[read]);
+    assert_eq!(err.matches("bounce coherence violation (").count(), 2, "one report of each: {err}");
+    assert!(!err.contains("summary"), "left with _exit: {err}");
+    let kinds: Vec<&str> =
+        r.target_recs.iter().filter(|x| x.kind == Some(Kind::Violation)).map(|x| x.call.as_str()).collect();
+    assert_eq!(kinds, ["unannounced_write", "stale_for_peers"], "{:?}", r.target_recs);
+    // analyze, from the target's log as _exit left it
+    let logs = w.dir.join("logs-target");
+    let a = mrshim_analyze::analyze(&[logs.display().to_string()]);
+    let f = a.findings.iter().find(|f| f.category == "bounce-violation").expect("a bounce-violation finding");
+    assert_eq!(f.count, 2, "{}", f.explanation);
+    assert!(f.explanation.contains("stale_for_peers") && f.explanation.contains("unannounced_write"));
+}
+
+/// The same target with MRSHIM_BOUNCE_ON_VIOLATION=abort: it stops at the first report, while it
+/// sleeps after the WRITE, before it ever looks at the stale buffer.
+#[test]
+fn declared_announced_with_abort_the_passive_target_stops_at_the_first_report() {
+    let w = host_world("pt-host-watch-abort", "bounce")
+        .with("MRSHIM_BOUNCE_REMOTE", "announced")
+        .with("MRSHIM_BOUNCE_ON_VIOLATION", "abort");
+    let r = run_pair_with(&w, "host", &["linger"]);
+    let err = &stderr(&r.target);
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(r.target.status.signal(), Some(libc::SIGABRT), "{}", both(&r));
+    let write = line_of(err, "MRSHIM WARN bounce coherence violation (unannounced_write)");
+    assert!(line_of(err, "target: sleeping after the WRITE") < write, "{err}");
+    assert!(err.contains("aborting the process (MRSHIM_BOUNCE_ON_VIOLATION=abort)"), "{err}");
+    assert!(!err.contains("target: refilling") && !stdout(&r.target).contains("stale"), "{}", both(&r));
 }

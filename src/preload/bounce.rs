@@ -61,9 +61,44 @@ impl StagedShadow for Staged {
         let shown = fixes::adopt(self.0, ShadowMr { mr, ctx, lkey, addr }, &FfiSlots);
         // SAFETY: as above; not yet handed to the application.
         unsafe { set_mr_addr(mr, shown) };
+        start_watcher();
     }
     fn abandon(self: Box<Self>) {
         self.0.abandon();
+    }
+}
+
+/// The bounce watcher (crates/bounce `watch.rs`): once a region peers reach is live, a thread of
+/// the shim's looks at it every [`watch::period`] and reports what a passive process leaves
+/// stale. It makes no verbs call, runs inside a hook guard (what it calls is not recorded), ends
+/// when the process exits or it is the last thread left (a main thread that called
+/// `pthread_exit` is not kept waiting for it), and a panic in it ends it with one line.
+fn start_watcher() {
+    use mrshim_bounce::watch;
+    if !watch::claim() {
+        return;
+    }
+    let period = watch::period();
+    let spawned = std::thread::Builder::new().name("mrshim-watch".into()).spawn(move || loop {
+        std::thread::sleep(period);
+        let Some(_g) = super::Guard::enter() else { return };
+        match guarded("the bounce watcher", || !watch::alone() && watch::tick()) {
+            Some(true) => {}
+            Some(false) => return,
+            None => {
+                return mrshim_bounce::region::warn_once(
+                    "an internal error stopped the bounce watcher: a passive process's stale bytes are \
+                     reported only at ibv_dereg_mr and at exit",
+                )
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        watch::unclaim();
+        mrshim_bounce::region::warn_once(&format!(
+            "the bounce watcher thread cannot start ({e}): a passive process's stale bytes are reported only at \
+             ibv_dereg_mr and at exit"
+        ));
     }
 }
 

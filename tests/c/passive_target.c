@@ -4,7 +4,7 @@
  * numbers, GIDs and the target's rkey through files in DIR; the phases are coordinated through
  * files too (never through verbs: the target must stay passive).
  *
- *   passive_target target    DIR host|cuda SIZE
+ *   passive_target target    DIR host|cuda SIZE [linger]
  *   passive_target initiator DIR host|cuda SIZE
  *
  * Both register UCX-like: access with IBV_ACCESS_RELAXED_ORDERING (the target's also
@@ -16,7 +16,13 @@
  *      it all and checks it.
  * Each process prints "ok", or per phase "stale: N of M pages" (exit 1). A target whose
  * registration fails prints "target: registration refused: errno N (NAME)" and exits 2 (the
- * initiator then prints "target refused" and exits 2 as well); setup failures exit 3. */
+ * initiator then prints "target refused" and exits 2 as well); setup failures exit 3.
+ *
+ * `linger` (the target only): still passive, it sleeps 3 s after the initiator's WRITE before it
+ * checks its buffer, and 3 s after the initiator's last READ, then leaves with _exit (no exit
+ * handler runs: only what the shim said while the process ran is said). Each step is announced on
+ * stderr ("target: sleeping after the WRITE", "target: refilling", "target: sleeping after the
+ * READ", "target: _exit"), so a test sees what came between them. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -34,6 +40,10 @@
 static const char *dir;
 static int cuda;
 static size_t size;
+static int linger;
+
+/* A step of the target, on stderr (unbuffered) between the shim's own lines. */
+static void step(const char *what) { fprintf(stderr, "target: %s\n", what); }
 
 static void die(const char *what) {
     fprintf(stderr, "%s: %s\n", what, strerror(errno));
@@ -229,11 +239,23 @@ static int target(void) {
     /* From here on, no verb: the target only looks at and refills its own memory. */
     int bad = 0;
     wait_for("written", NULL, 0);
+    if (linger) {
+        step("sleeping after the WRITE");
+        sleep(3);
+        step("refilling");
+    }
     bad |= report("target", "after the initiator's WRITE", stale_pages(buf, 2));
     fill(buf, 3);
     put("refilled", "", 0);
     wait_for("done", NULL, 0);
     if (!bad) printf("target: ok\n");
+    if (linger) {
+        step("sleeping after the READ");
+        sleep(3);
+        step("_exit");
+        fflush(stdout);
+        _exit(bad);
+    }
     return bad;
 }
 
@@ -273,10 +295,11 @@ static int initiator(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 5) {
-        fprintf(stderr, "usage: passive_target target|initiator DIR host|cuda SIZE\n");
+    if (argc != 5 && !(argc == 6 && !strcmp(argv[5], "linger"))) {
+        fprintf(stderr, "usage: passive_target target|initiator DIR host|cuda SIZE [linger]\n");
         return 3;
     }
+    linger = argc == 6;
     dir = argv[2];
     cuda = !strcmp(argv[3], "cuda");
     size = strtoull(argv[4], NULL, 0);

@@ -21,6 +21,7 @@
 //! | `pool` | mmap pool for shadows and baselines |
 //! | `dirty` | the one tracker of the application's writes (crates/dirty) |
 //! | `access` | which pages of the application's buffer the shim may touch now |
+//! | [`watch`] | run-time detection while the process neither posts nor polls (a watcher thread) |
 //! | `state` | every process-wide value of the above, and the one reset of a forked child |
 //!
 //! The verbs objects themselves (context ops, `ibv_qp_ex` pointers, `ibv_mr` fields, WR lists,
@@ -43,6 +44,7 @@ mod recvs;
 pub mod region;
 pub mod shadow;
 mod state;
+pub mod watch;
 
 pub use copy::{CopyEngine, HostCopy};
 pub use shadow::{host_readable, Memory, Shadow};

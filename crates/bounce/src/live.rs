@@ -56,6 +56,7 @@ pub fn reads_pending() -> bool {
 
 /// A region goes live (its MR exists) / is gone (its MR was deregistered).
 pub(crate) fn insert(r: Arc<Region>) {
+    crate::watch::region_live(&r);
     STATE.regions.lock().push(r.clone());
     lkey_slot(r.lkey).fetch_add(1, Ordering::AcqRel);
     STATE.live.fetch_add(1, Ordering::AcqRel);
@@ -295,6 +296,7 @@ pub fn completed(wcs: impl IntoIterator<Item = Completion>) {
 /// At process exit: peers' writes to live regions that never reached the application are
 /// violations (the passive one-sided pattern: a target that neither polls nor posts).
 pub fn at_exit() {
+    crate::watch::exiting();
     let all: Vec<Arc<Region>> = STATE.regions.lock().iter().filter(|r| r.remote_write).cloned().collect();
     for r in all {
         r.check_delivered("at exit");

@@ -130,6 +130,11 @@ pub struct Region {
     pub(crate) gone: AtomicBool,
     /// Pages of the buffer were found inaccessible (reported once per region).
     pub(crate) said_inaccessible: AtomicBool,
+    /// The process that registered it (a forked child's watcher leaves its parent's alone).
+    pub(crate) pid: u32,
+    /// `STATE.epoch` when it was registered: unchanged, the process has posted nothing and polled
+    /// no completion since (watch.rs).
+    pub(crate) born: u64,
 }
 
 /// Pages touched by changed runs (what brings a resting tracked range back to tracking).
@@ -305,6 +310,7 @@ impl Region {
         if c.bytes == 0 {
             return;
         }
+        crate::watch::peers_unannounced();
         mrshim_core::violation::report(
             "unannounced_write",
             &format!(
@@ -484,6 +490,7 @@ impl Region {
         if c.bytes == 0 {
             return;
         }
+        crate::watch::peers_unannounced();
         mrshim_core::violation::report(
             "write_conflict",
             &format!(
@@ -701,6 +708,7 @@ impl Region {
     /// exit".
     pub(crate) fn check_delivered(&self, when: &str) {
         if let Some((first, n)) = self.undelivered() {
+            crate::watch::peers_unannounced();
             mrshim_core::violation::report(
                 "unannounced_write",
                 &format!(

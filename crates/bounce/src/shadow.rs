@@ -74,6 +74,8 @@ impl Shadow {
             folded: AtomicU64::new(u64::MAX),
             gone: AtomicBool::new(false),
             said_inaccessible: AtomicBool::new(false),
+            pid: std::process::id(),
+            born: crate::state::STATE.epoch.load(std::sync::atomic::Ordering::Acquire),
         };
         if let Some(r) = live::containing(app, len) {
             // Peers may have written the shared shadow since its last sync: only the bytes the

@@ -11,6 +11,7 @@ use crate::pool::Mapping;
 use crate::reads::PendingReads;
 use crate::recvs::RecvQueues;
 use crate::region::Region;
+use crate::watch::Watch;
 use mrshim_dirty::{uffd::Kernel, Tracker};
 use mrshim_forklock::ForkLock;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize};
@@ -81,6 +82,16 @@ pub(crate) struct State {
     // access.rs
     /// The descriptor of /proc/self/maps (access.rs: -1 not open yet).
     pub(crate) maps_fd: AtomicI32,
+    // watch.rs
+    pub(crate) watch: ForkLock<Watch>,
+    /// A region peers reach went live in this process: the watcher is wanted.
+    pub(crate) watch_wanted: AtomicBool,
+    /// This process's watcher thread runs (or is being started).
+    pub(crate) watching: AtomicBool,
+    /// The process is exiting: the watcher stops.
+    pub(crate) watch_exiting: AtomicBool,
+    /// A peer wrote into a bounce region of this process with no announcement (watch.rs).
+    pub(crate) unannounced_seen: AtomicBool,
 }
 
 pub(crate) static STATE: State = State {
@@ -108,6 +119,11 @@ pub(crate) static STATE: State = State {
     track_said: AtomicBool::new(false),
     track_lines: AtomicU32::new(0),
     maps_fd: AtomicI32::new(-1),
+    watch: ForkLock::new(Watch::new()),
+    watch_wanted: AtomicBool::new(false),
+    watching: AtomicBool::new(false),
+    watch_exiting: AtomicBool::new(false),
+    unannounced_seen: AtomicBool::new(false),
 };
 
 impl State {
@@ -133,6 +149,12 @@ impl State {
             self.pending_recv.map.recover_in_child(|| None);
             self.pending_read.map.recover_in_child(|| None);
             self.idle.recover_in_child(Backoff::new);
+            // The parent's watcher thread is not in the child: a region the child registers
+            // starts its own, which looks only at the child's regions (watch.rs).
+            // (the parent's scans are leaked, not dropped: no region is unmapped here)
+            self.watch.reset_in_child(Watch::new());
+            self.watch_wanted.store(false, std::sync::atomic::Ordering::Release);
+            self.watching.store(false, std::sync::atomic::Ordering::Release);
             crate::dirty::after_fork_child();
             crate::access::after_fork_child();
         }
@@ -158,6 +180,7 @@ impl State {
             self.pending_read.map.lock(),
             self.idle.lock(),
             self.tracker.lock(),
+            self.watch.lock(),
         ))
     }
 }

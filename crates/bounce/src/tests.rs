@@ -1081,10 +1081,12 @@ fn a_child_forked_while_every_bounce_lock_is_held_starts_usable() {
             && s.regions.lock().iter().all(|r| r.maps.sync.try_lock().is_some());
         drop(s.patching.lock());
         drop(s.idle.lock());
+        drop(s.watch.lock());
+        let fresh = !s.watching.load(Ordering::Acquire) && !s.watch_wanted.load(Ordering::Acquire);
         recv(ctx, 7, 1, &[sge(app, 64, 0x301)]);
         live::completed([Completion::recv(ctx, 7, 1, true, false, 64)]);
         // SAFETY: ends the child without the test harness's exit handlers.
-        unsafe { libc::_exit(if ok { 0 } else { 3 }) };
+        unsafe { libc::_exit(if ok && fresh { 0 } else { 3 }) };
     }
     let mut status = 0;
     // SAFETY: our own child.
@@ -1093,4 +1095,153 @@ fn a_child_forked_while_every_bounce_lock_is_held_starts_usable() {
     holder.join().unwrap();
     assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child status {status:#x}");
     dereg(&slots, 0x3_a000, true);
+}
+
+/// The watcher's looks (watch.rs) at regions of `app` only (other tests' regions are not ours).
+fn look(w: &mut crate::watch::Watch, at: std::time::Instant, app: &[u8]) -> Vec<(&'static str, usize)> {
+    let (lo, hi) = (app.as_ptr() as u64, app.as_ptr() as u64 + app.len() as u64);
+    crate::watch::check(w, at, std::time::Duration::from_millis(100), std::time::Duration::from_millis(4))
+        .into_iter()
+        .filter(|f| f.app >= lo && f.app < hi)
+        .map(|f| (f.kind.name(), f.first))
+        .collect()
+}
+
+/// Issue 28, item 3, while the process runs: a peer's write into a region peers write, with no
+/// post or poll after it, is reported one interval after the watcher first saw it — not
+/// before, and once; bytes the application wrote into a region peers read, likewise.
+#[test]
+fn a_passive_process_is_reported_one_interval_after_the_watcher_sees_its_stale_bytes() {
+    use crate::watch::Watch;
+    use mrshim_verbs::access::REMOTE_READ;
+    use std::time::{Duration, Instant};
+    let _one = serial();
+    let ctx = 0x13_0000;
+    let slots = with_context(ctx);
+    let mut app = vec![0u8; 3 * crate::watch::SLICE + 100];
+    let sh = live_region(&slots, &mut app, LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ, ctx, 0x1301, 0x13100);
+    let mut w = Watch::new();
+    let t = Instant::now();
+    let ms = |n| t + Duration::from_millis(n);
+    assert!(look(&mut w, ms(0), &app).is_empty(), "the first look only notes the counters");
+    assert!(look(&mut w, ms(10), &app).is_empty(), "nothing stale");
+    // SAFETY: the live shadow: a peer's RDMA WRITE near the end, announced by nothing.
+    unsafe { std::ptr::write_bytes((sh + 2 * crate::watch::SLICE + 7) as *mut u8, 0x3c, 5) };
+    assert!(look(&mut w, ms(20), &app).is_empty(), "seen, not reported yet");
+    assert!(look(&mut w, ms(110), &app).is_empty(), "not before the interval");
+    assert_eq!(look(&mut w, ms(130), &app), [("unannounced_write", 2 * crate::watch::SLICE + 7)]);
+    assert!(look(&mut w, ms(500), &app).is_empty(), "once per passive stretch");
+    assert_eq!(app[2 * crate::watch::SLICE + 7], 0, "the watcher only reads");
+    // The application refills a byte peers may READ and posts nothing.
+    app[100] = 0x77;
+    assert!(look(&mut w, ms(510), &app).is_empty());
+    assert_eq!(look(&mut w, ms(620), &app), [("stale_for_peers", 100)]);
+    // SAFETY: as above: the peer's write is still in the shadow, the application's not.
+    assert_eq!(unsafe { *((sh + 100) as *const u8) }, 0, "the watcher only reads");
+    dereg(&slots, 0x13100, true);
+}
+
+/// Bytes the application wrote and no post folded, in a process that has posted since it
+/// registered the region and whose peers announce their writes (an all-reduce's reduced chunk,
+/// which no peer READs): not looked at, however long the process pauses. Once a peer's write
+/// is found unannounced, they are.
+#[test]
+fn an_announced_jobs_unsent_bytes_are_not_taken_for_a_passive_targets() {
+    use crate::watch::Watch;
+    use mrshim_verbs::access::REMOTE_READ;
+    use std::time::{Duration, Instant};
+    let _one = serial();
+    crate::state::STATE.unannounced_seen.store(false, Ordering::Release);
+    let ctx = 0x16_0000;
+    let slots = with_context(ctx);
+    let mut app = vec![0u8; 8192];
+    let sh = live_region(&slots, &mut app, LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ, ctx, 0x1601, 0x16100);
+    live::send_sges(ctx, 7, 1, false, false, &[sge(app[4096..].as_ptr(), 100, 0x1601)]);
+    bump_epoch();
+    app[10] = 1;
+    let mut w = Watch::new();
+    let t = Instant::now();
+    for i in 0..20u64 {
+        assert!(look(&mut w, t + Duration::from_millis(50 * i), &app).is_empty(), "look {i}");
+    }
+    // SAFETY: the live shadow: a peer's write nothing announces.
+    unsafe { *((sh + 5000) as *mut u8) = 9 };
+    let mut got = vec![];
+    for i in 20..40u64 {
+        got.extend(look(&mut w, t + Duration::from_millis(50 * i), &app));
+    }
+    assert_eq!(got, [("unannounced_write", 5000), ("stale_for_peers", 10)]);
+    dereg(&slots, 0x16100, true);
+}
+
+/// A job that posts or polls is never reported, whatever sits in its shadows meanwhile: a look
+/// that finds the counters moved starts over (and a completion then delivers the write).
+#[test]
+fn a_process_that_posts_or_polls_is_never_reported() {
+    use crate::watch::Watch;
+    use std::time::{Duration, Instant};
+    let _one = serial();
+    let ctx = 0x14_0000;
+    let slots = with_context(ctx);
+    let mut app = vec![0u8; 8192];
+    let sh = live_region(&slots, &mut app, LOCAL_WRITE | REMOTE_WRITE, ctx, 0x1401, 0x14100);
+    let mut w = Watch::new();
+    let t = Instant::now();
+    look(&mut w, t, &app);
+    // SAFETY: the live shadow: a peer's RDMA WRITE, to be announced by a completion.
+    unsafe { std::ptr::write_bytes((sh + 10) as *mut u8, 0x3c, 5) };
+    for i in 1..50u64 {
+        // the process polls: empty polls now and then, a completion once
+        if i % 2 == 0 {
+            for _ in 0..crate::idle::CHECK_EVERY / 2 {
+                let _ = crate::idle::empty_poll();
+            }
+        } else {
+            bump_epoch();
+        }
+        assert!(look(&mut w, t + Duration::from_millis(50 * i), &app).is_empty(), "look {i}");
+    }
+    live::completed([Completion::recv(ctx, 1, 1, true, true, 0)]);
+    assert_eq!(app[10], 0x3c, "announced: delivered");
+    for i in 50..60u64 {
+        assert!(look(&mut w, t + Duration::from_millis(50 * i), &app).is_empty(), "nothing stale any more");
+    }
+    dereg(&slots, 0x14100, true);
+}
+
+/// A look compares at most about its budget's worth (watch.rs, BUDGET) and goes on at the next:
+/// a 64 MiB region's write at its end is found over several looks, none of which holds the
+/// region's lock (or the watcher) long.
+#[test]
+fn looks_at_a_large_region_are_bounded() {
+    use crate::watch::Watch;
+    use std::time::{Duration, Instant};
+    let _one = serial();
+    let ctx = 0x15_0000;
+    let slots = with_context(ctx);
+    let n = 64 << 20;
+    let mut app = vec![0u8; n];
+    let sh = live_region(&slots, &mut app, LOCAL_WRITE | REMOTE_WRITE, ctx, 0x1501, 0x15100);
+    // SAFETY: the live shadow: a peer's write at its very end.
+    unsafe { *((sh + n - 1) as *mut u8) = 1 };
+    let mut w = Watch::new();
+    let t = Instant::now();
+    look(&mut w, t, &app);
+    let (mut looks, mut longest) = (0, Duration::ZERO);
+    loop {
+        looks += 1;
+        assert!(looks < 10_000, "never found");
+        let start = Instant::now();
+        // (looks a millisecond apart: the interval, 100 ms, passes after about 100 of them)
+        let got = look(&mut w, t + Duration::from_millis(looks), &app);
+        longest = longest.max(start.elapsed());
+        if !got.is_empty() {
+            assert_eq!(got, [("unannounced_write", n - 1)]);
+            break;
+        }
+    }
+    assert!(looks > 100, "the interval counts from when the write was seen: {looks}");
+    // (debug build, loaded machine: a 4 ms budget plus one 256 KiB slice, with room)
+    assert!(longest < Duration::from_millis(100), "a look took {longest:?}");
+    dereg(&slots, 0x15100, true);
 }

@@ -59,6 +59,11 @@ pub struct Config {
     /// MRSHIM_BOUNCE_ON_VIOLATION=abort: a bounce region used outside its contract aborts the
     /// process (default warn: a WARN line, a `violation` record, counted in the summary).
     pub bounce_abort: bool,
+    /// MRSHIM_BOUNCE_WATCH (default 1 s; None: off): how long a process with bounce regions
+    /// peers reach may stay passive (no post, no poll by any thread) while a peer's write sits
+    /// undelivered in a shadow, or bytes it wrote are missing from a shadow peers read, before
+    /// the bounce watcher reports it (docs/bounce.md, Run-time detection).
+    pub bounce_watch: Option<std::time::Duration>,
 }
 
 /// Where MRSHIM_DEBUG_PANIC makes the shim panic.
@@ -112,6 +117,7 @@ impl Default for Config {
             bounce_track: true,
             copy_selftest: false,
             bounce_abort: false,
+            bounce_watch: Some(WATCH_DEFAULT),
         }
     }
 }
@@ -126,6 +132,12 @@ pub const RETRY_ACCEPTED: &str = mrshim_retry::policy::HELP;
 pub const INJECT_ACCEPTED: &str = mrshim_retry::inject::HELP;
 pub const BOUNCE_REMOTE_ACCEPTED: &str = mrshim_retry::strategy::BounceRemote::HELP;
 pub const ON_VIOLATION_ACCEPTED: &str = "warn (default), abort";
+pub const WATCH_ACCEPTED: &str =
+    "1s (default), a time from 10ms to 3600s (500ms, 2s, 30s; a bare number is seconds), or off";
+/// MRSHIM_BOUNCE_WATCH's default, and its bounds.
+pub const WATCH_DEFAULT: std::time::Duration = std::time::Duration::from_secs(1);
+pub const WATCH_MIN: std::time::Duration = std::time::Duration::from_millis(10);
+pub const WATCH_MAX: std::time::Duration = std::time::Duration::from_secs(3600);
 pub const DEBUG_PANIC_ACCEPTED: &str =
     "init, hook, call, record, exit, bounce (where the shim panics on purpose; unset in production)";
 pub const BOUNCE_TRACK_ACCEPTED: &str = "on (default), off (also 1/0, true/false, yes/no)";
@@ -171,6 +183,7 @@ pub const VARS: &[&str] = &[
     "MRSHIM_COPY_SELFTEST",
     "MRSHIM_BOUNCE_REMOTE",
     "MRSHIM_BOUNCE_ON_VIOLATION",
+    "MRSHIM_BOUNCE_WATCH",
 ];
 
 /// Values longer than this are shown cut in messages and in the config record (a 1 MB value
@@ -345,6 +358,14 @@ pub fn parse_as(get: impl Fn(&str) -> Option<String>, secure: bool) -> Result<Co
             }),
         }
     }
+    if let Some(v) = get("MRSHIM_BOUNCE_WATCH") {
+        match parse_watch(&v) {
+            Ok(w) => c.bounce_watch = w,
+            Err(detail) => {
+                errs.push(ConfigError { var: "MRSHIM_BOUNCE_WATCH", value: v, accepted: WATCH_ACCEPTED, detail })
+            }
+        }
+    }
     errs.extend(not_utf8);
     errs.sort_by_key(|e| VARS.iter().position(|v| *v == e.var));
     if errs.is_empty() {
@@ -374,6 +395,7 @@ fn accepted(var: &str) -> &'static str {
         "MRSHIM_COPY_SELFTEST" => COPY_SELFTEST_ACCEPTED,
         "MRSHIM_BOUNCE_REMOTE" => BOUNCE_REMOTE_ACCEPTED,
         "MRSHIM_BOUNCE_ON_VIOLATION" => ON_VIOLATION_ACCEPTED,
+        "MRSHIM_BOUNCE_WATCH" => WATCH_ACCEPTED,
         _ => ONOFF_ACCEPTED,
     }
 }
@@ -386,6 +408,31 @@ pub fn parse_onoff(v: &str) -> Option<bool> {
         "off" | "0" | "false" | "no" => Some(false),
         _ => None,
     }
+}
+
+/// MRSHIM_BOUNCE_WATCH: `off` (None), `on` (the default), or a time: a number with `ms` or `s`
+/// (a bare number is seconds), from [`WATCH_MIN`] to [`WATCH_MAX`].
+fn parse_watch(v: &str) -> Result<Option<std::time::Duration>, Option<String>> {
+    match parse_onoff(v) {
+        Some(false) => return Ok(None),
+        Some(true) if !v.trim().starts_with(['0', '1']) => return Ok(Some(WATCH_DEFAULT)),
+        _ => {}
+    }
+    let t = v.trim().to_ascii_lowercase();
+    let (num, scale) = match (t.strip_suffix("ms"), t.strip_suffix('s')) {
+        (Some(n), _) => (n, 1e-3),
+        (None, Some(n)) => (n, 1.0),
+        (None, None) => (t.as_str(), 1.0),
+    };
+    let secs: f64 = num.trim().parse().map_err(|_| None)?;
+    if !secs.is_finite() {
+        return Err(None);
+    }
+    let d = std::time::Duration::from_secs_f64((secs * scale).max(0.0));
+    if d < WATCH_MIN || d > WATCH_MAX {
+        return Err(Some("out of range".into()));
+    }
+    Ok(Some(d))
 }
 
 fn parse_log(v: &str) -> Result<LogDest, Option<String>> {
@@ -597,6 +644,26 @@ mod tests {
         assert!(p(&[("MRSHIM_COPY_SELFTEST", "on")]).unwrap().copy_selftest);
         assert!(!p(&[("MRSHIM_COPY_SELFTEST", "Auto")]).unwrap().copy_selftest);
         assert_eq!(accepted("MRSHIM_BOUNCE_TRACK"), BOUNCE_TRACK_ACCEPTED);
+    }
+
+    #[test]
+    fn the_watch_interval_is_a_time_or_off() {
+        use std::time::Duration;
+        assert_eq!(Config::default().bounce_watch, Some(Duration::from_secs(1)), "on by default");
+        let w = |v: &str| p(&[("MRSHIM_BOUNCE_WATCH", v)]).map(|c| c.bounce_watch);
+        assert_eq!(w("off").unwrap(), None);
+        assert_eq!(w("OFF").unwrap(), None);
+        assert_eq!(w("0").unwrap(), None, "the on/off grammar");
+        assert_eq!(w("on").unwrap(), Some(WATCH_DEFAULT));
+        assert_eq!(w("500ms").unwrap(), Some(Duration::from_millis(500)));
+        assert_eq!(w(" 2s ").unwrap(), Some(Duration::from_secs(2)));
+        assert_eq!(w("1").unwrap(), Some(Duration::from_secs(1)), "a bare number is seconds");
+        assert_eq!(w("0.25").unwrap(), Some(Duration::from_millis(250)));
+        for bad in ["", "soon", "5ms", "0.001", "2h", "-1s", "4000s", "nan", "inf"] {
+            let e = w(bad).unwrap_err();
+            assert_eq!(e[0].var, "MRSHIM_BOUNCE_WATCH", "{bad:?}");
+            assert!(e[0].to_string().contains(WATCH_ACCEPTED), "{}", e[0]);
+        }
     }
 
     #[test]

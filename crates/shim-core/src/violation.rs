@@ -42,16 +42,19 @@ fn line_due(kind: &'static str) -> bool {
     }
 }
 
-/// A violation of `kind` (a short name: `unannounced_write`, `tracking_bypassed`) was detected;
+/// A violation of `kind` (a short name: `unannounced_write`, `stale_for_peers`) was detected;
 /// `msg` says what and where, and what to do. Never panics; aborts the process if so configured.
 pub fn report(kind: &'static str, msg: &str) {
     COUNT.fetch_add(1, Relaxed);
     let shim = crate::shim_if_initialized();
     let abort = shim.and_then(|s| s.config()).is_some_and(|c| c.bounce_abort);
     if line_due(kind) || abort {
+        // The bytes that may have been stale: the application's, or (`stale_for_peers`) those
+        // peers' RDMA READs were served.
+        let who = if kind == "stale_for_peers" { "peers' RDMA READs" } else { "the application" };
         let text = format!(
-            "bounce coherence violation ({kind}): {msg}; the application may have seen stale bytes \
-             (docs/bounce.md, Run-time detection)"
+            "bounce coherence violation ({kind}): {msg}; {who} may have seen stale bytes (docs/bounce.md, \
+             Run-time detection)"
         );
         match shim {
             Some(s) => s.say("WARN", &text),

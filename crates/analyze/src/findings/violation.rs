@@ -33,13 +33,20 @@ pub fn bounce_violation(c: &Collector, prefix: &str) -> Option<Finding> {
             "mrshim's host bounce buffers were used outside their coherence contract {count} time(s) ({}): a peer \
              wrote or read a bounce region without a completion this process polled or a message it posted \
              announcing it (a passive one-sided peer: a KV-cache transfer engine, NVSHMEM, DeepEP). The bytes \
-             the application saw there may have been stale, although every call succeeded.",
-            kinds.join(", ")
+             the application saw there{} may have been stale, although every call succeeded.",
+            kinds.join(", "),
+            if kinds.iter().any(|k| k == "stale_for_peers") {
+                ", and those peers' RDMA READs were served from it (stale_for_peers: bytes the application \
+                 wrote that no post brought to the shadow while the process neither posted nor polled),"
+            } else {
+                ""
+            }
         ),
         fixes: vec![
             "Register the buffer directly instead of through bounce: dmabuf (ibv_reg_dmabuf_mr, MRSHIM_RETRY=va-to-dmabuf) or GPU peer memory (nvidia_peermem, amdgpu peer memory).".into(),
             format!("Or take the job-wide fallback that needs no registration of GPU memory: {prefix}_NET_GDR_LEVEL=0."),
             "To stop such a job at the first violation instead of computing on: MRSHIM_BOUNCE_ON_VIOLATION=abort.".into(),
+            "A job whose processes only pause longer than MRSHIM_BOUNCE_WATCH (1 s) between announced accesses (a compute phase between two MPI fences) is reported by the run-time watcher too: raise MRSHIM_BOUNCE_WATCH above its longest pause.".into(),
         ],
         retry: None,
         basis: "evidence",
@@ -72,5 +79,29 @@ mod tests {
         assert_eq!((first.category, first.count), ("bounce-violation", 1));
         assert!(first.explanation.contains("unannounced_write"), "{}", first.explanation);
         assert_eq!(a.failed(), 0, "the WARN line is no failed call");
+    }
+
+    /// The watcher's kind for bytes peers READ stale (docs/bounce.md, Run-time detection), from
+    /// a log a process left with _exit (no summary): counted and named like the others.
+    #[test]
+    fn stale_bytes_served_to_peers_are_a_violation_too() {
+        let dir = std::env::temp_dir().join(format!("mrshim-violation-peers-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("rank0.log");
+        std::fs::write(
+            &f,
+            "{\"v\":1,\"kind\":\"violation\",\"seq\":9,\"time_ns\":1,\"host\":\"node1\",\"pid\":42,\"tid\":43,\
+             \"call\":\"unannounced_write\",\"strategy\":\"bounce\",\"result\":\"error\",\"error\":\"a peer\"}\n\
+             {\"v\":1,\"kind\":\"violation\",\"seq\":10,\"time_ns\":2,\"host\":\"node1\",\"pid\":42,\"tid\":43,\
+             \"call\":\"stale_for_peers\",\"strategy\":\"bounce\",\"result\":\"error\",\"error\":\"the app\"}\n",
+        )
+        .unwrap();
+        let a = crate::analyze(&[f.display().to_string()]);
+        std::fs::remove_dir_all(&dir).unwrap();
+        let first = a.findings.first().expect("a finding");
+        assert_eq!((first.category, first.count), ("bounce-violation", 2));
+        assert!(first.explanation.contains("stale_for_peers, unannounced_write"), "{}", first.explanation);
+        assert!(first.explanation.contains("peers' RDMA READs were served"), "{}", first.explanation);
+        assert!(first.fixes.iter().any(|f| f.contains("MRSHIM_BOUNCE_WATCH")), "{:?}", first.fixes);
     }
 }
