@@ -177,14 +177,16 @@ fn line_of(err: &str, what: &str) -> usize {
 /// Issue 28, item 3, while the process runs: declared announced, the passive target is bounced,
 /// and what bounce cannot deliver is said while it happens — not at its `ibv_dereg_mr` or exit,
 /// which a target that leaves with `_exit` never reaches. The initiator's WRITE stays in the
-/// shadow of a target that neither posts nor polls: within about 1.5 s (MRSHIM_BOUNCE_WATCH, 1 s
-/// by default) a WARN line and a `violation` record `unannounced_write`, during the target's 3 s
+/// shadow of a target that neither posts nor polls: within about 1.5 s (MRSHIM_BOUNCE_WATCH=1s;
+/// the default, 10 s, is longer than the target's sleep) a WARN line and a `violation` record `unannounced_write`, during the target's 3 s
 /// of sleep. The target's refill never reaches the shadow the initiator's READ is served from:
 /// `stale_for_peers`, before its `_exit`. The bytes are as stale as without the watcher (it only
 /// reads); `mrshim analyze` reports both kinds.
 #[test]
 fn declared_announced_the_passive_targets_stale_bytes_are_reported_while_it_runs() {
-    let w = host_world("pt-host-watch", "bounce").with("MRSHIM_BOUNCE_REMOTE", "announced");
+    let w = host_world("pt-host-watch", "bounce")
+        .with("MRSHIM_BOUNCE_REMOTE", "announced")
+        .with("MRSHIM_BOUNCE_WATCH", "1s");
     let r = run_pair_with(&w, "host", &["linger"]);
     let (out, err) = (&stdout(&r.target), &stderr(&r.target));
     assert!(err.contains("rescued by bounce"), "{}", both(&r));
@@ -226,6 +228,7 @@ fn declared_announced_the_passive_targets_stale_bytes_are_reported_while_it_runs
 #[test]
 fn declared_announced_with_abort_the_passive_target_stops_at_the_first_report() {
     let w = host_world("pt-host-watch-abort", "bounce")
+        .with("MRSHIM_BOUNCE_WATCH", "1s")
         .with("MRSHIM_BOUNCE_REMOTE", "announced")
         .with("MRSHIM_BOUNCE_ON_VIOLATION", "abort");
     let r = run_pair_with(&w, "host", &["linger"]);

@@ -16,7 +16,7 @@
 //!   from). The application's buffer is read with `process_vm_readv`: a page it unmapped or
 //!   protected meanwhile is skipped, never faulted on;
 //! - what it finds and is still there, the process still passive, the interval
-//!   (MRSHIM_BOUNCE_WATCH, 1 s) later is a violation: `unannounced_write`, or `stale_for_peers`.
+//!   (MRSHIM_BOUNCE_WATCH, 10 s by default) later is a violation: `unannounced_write`, or `stale_for_peers`.
 //!   Once per region per passive stretch.
 //!
 //! A peer's write in a shadow is evidence that the process is not polling for it. Bytes the
@@ -341,7 +341,9 @@ fn report(f: &Found) {
              the application for {secs:.1} s, while no thread of this process posted or polled a completion \
              queue: nothing brings them over (a passive one-sided target, such as Mooncake's Transfer Engine or \
              NIXL, is outside what MRSHIM_BOUNCE_REMOTE=announced declares); register the buffer directly \
-             (dmabuf, GPU peer memory) or use the job-wide fallback",
+             (dmabuf, GPU peer memory) or use the job-wide fallback. If this process announces them later (a \
+             poll or an MPI fence after a long compute phase), none was lost: set MRSHIM_BOUNCE_WATCH above the \
+             job's longest pause",
             f.app, f.len, f.first
         ),
         Kind::AppWrite => format!(

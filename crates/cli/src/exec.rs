@@ -36,7 +36,7 @@ Environment read by libmrshim.so (also when preloaded without `mrshim exec`):
   MRSHIM_BOUNCE_ON_VIOLATION  warn (default) | abort: a bounce region used outside its contract
                   is a WARN line, a violation record and a count in the summary; abort also
                   stops the process at the first one (docs/bounce.md)
-  MRSHIM_BOUNCE_WATCH  1s (default) | a time (500ms, 10s) | off: how long a process with bounce
+  MRSHIM_BOUNCE_WATCH  10s (default) | a time (500ms, 60s) | off: how long a process with bounce
                   regions peers reach may neither post nor poll while a peer's write sits
                   undelivered, or bytes it wrote are missing from what peers READ, before a
                   violation is reported at run time (docs/bounce.md, Run-time detection)

@@ -59,7 +59,7 @@ pub struct Config {
     /// MRSHIM_BOUNCE_ON_VIOLATION=abort: a bounce region used outside its contract aborts the
     /// process (default warn: a WARN line, a `violation` record, counted in the summary).
     pub bounce_abort: bool,
-    /// MRSHIM_BOUNCE_WATCH (default 1 s; None: off): how long a process with bounce regions
+    /// MRSHIM_BOUNCE_WATCH (default 10 s; None: off): how long a process with bounce regions
     /// peers reach may stay passive (no post, no poll by any thread) while a peer's write sits
     /// undelivered in a shadow, or bytes it wrote are missing from a shadow peers read, before
     /// the bounce watcher reports it (docs/bounce.md, Run-time detection).
@@ -133,9 +133,13 @@ pub const INJECT_ACCEPTED: &str = mrshim_retry::inject::HELP;
 pub const BOUNCE_REMOTE_ACCEPTED: &str = mrshim_retry::strategy::BounceRemote::HELP;
 pub const ON_VIOLATION_ACCEPTED: &str = "warn (default), abort";
 pub const WATCH_ACCEPTED: &str =
-    "1s (default), a time from 10ms to 3600s (500ms, 2s, 30s; a bare number is seconds), or off";
+    "10s (default), a time from 10ms to 3600s (500ms, 2s, 30s; a bare number is seconds), or off";
 /// MRSHIM_BOUNCE_WATCH's default, and its bounds.
-pub const WATCH_DEFAULT: std::time::Duration = std::time::Duration::from_secs(1);
+/// Ten seconds: a passive target stays passive far longer (a KV-cache target serves for the
+/// job's life), while a job that announces its peers' writes late — an MPI rank computing
+/// between two fences while peers put into its window — is taken for one only if it pauses for
+/// longer than this (docs/bounce.md, "Run-time detection").
+pub const WATCH_DEFAULT: std::time::Duration = std::time::Duration::from_secs(10);
 pub const WATCH_MIN: std::time::Duration = std::time::Duration::from_millis(10);
 pub const WATCH_MAX: std::time::Duration = std::time::Duration::from_secs(3600);
 pub const DEBUG_PANIC_ACCEPTED: &str =
@@ -649,7 +653,7 @@ mod tests {
     #[test]
     fn the_watch_interval_is_a_time_or_off() {
         use std::time::Duration;
-        assert_eq!(Config::default().bounce_watch, Some(Duration::from_secs(1)), "on by default");
+        assert_eq!(Config::default().bounce_watch, Some(Duration::from_secs(10)), "on by default");
         let w = |v: &str| p(&[("MRSHIM_BOUNCE_WATCH", v)]).map(|c| c.bounce_watch);
         assert_eq!(w("off").unwrap(), None);
         assert_eq!(w("OFF").unwrap(), None);

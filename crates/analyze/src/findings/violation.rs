@@ -46,7 +46,7 @@ pub fn bounce_violation(c: &Collector, prefix: &str) -> Option<Finding> {
             "Register the buffer directly instead of through bounce: dmabuf (ibv_reg_dmabuf_mr, MRSHIM_RETRY=va-to-dmabuf) or GPU peer memory (nvidia_peermem, amdgpu peer memory).".into(),
             format!("Or take the job-wide fallback that needs no registration of GPU memory: {prefix}_NET_GDR_LEVEL=0."),
             "To stop such a job at the first violation instead of computing on: MRSHIM_BOUNCE_ON_VIOLATION=abort.".into(),
-            "A job whose processes only pause longer than MRSHIM_BOUNCE_WATCH (1 s) between announced accesses (a compute phase between two MPI fences) is reported by the run-time watcher too: raise MRSHIM_BOUNCE_WATCH above its longest pause.".into(),
+            "A job whose processes only pause longer than MRSHIM_BOUNCE_WATCH (10 s by default) between announced accesses (a compute phase between two MPI fences) is reported by the run-time watcher too: raise MRSHIM_BOUNCE_WATCH above its longest pause.".into(),
         ],
         retry: None,
         basis: "evidence",
