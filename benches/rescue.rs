@@ -371,7 +371,10 @@ fn main() {
     // 16 MiB (docs/perf.md), five left the median's verdict to one or two of them.
     for (size, iters) in [("4K", "5000"), ("64K", "3000"), ("1M", "80"), ("16M", "4"), ("64M", "2")] {
         let rounds = 2 * ROUNDS;
-        let args = ["--ranks", "2", "--size", size, "--iters", iters, "--host-mem"];
+        // --pin: each rank and its NIC's thread on a core of their own (examples/allreduce.rs,
+        // pin_to_cpu): unpinned, a run settles into one of several schedules for its whole length
+        // (64 KiB: 0.059, 0.08 or 0.11 ms per iteration), which no number of rounds averages out.
+        let args = ["--ranks", "2", "--size", size, "--iters", iters, "--host-mem", "--pin"];
         let mut d = Vec::new();
         let mut b: Vec<Vec<f64>> = vec![Vec::new(); shims.len()];
         let mut pairs = Vec::new();

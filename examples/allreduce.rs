@@ -36,6 +36,8 @@ struct Opts {
     runtime: Runtime,
     device: c_int,
     rundir: Option<PathBuf>,
+    /// Each rank on a CPU of its own (the rank-th CPU it may run on), its NIC's thread with it.
+    pin: bool,
 }
 
 fn parse_size(s: &str) -> Option<usize> {
@@ -49,8 +51,16 @@ fn parse_size(s: &str) -> Option<usize> {
 }
 
 fn opts() -> Result<Opts, String> {
-    let mut o =
-        Opts { ranks: 2, size: 1 << 20, iters: 3, host_mem: false, runtime: Runtime::Cuda, device: 0, rundir: None };
+    let mut o = Opts {
+        ranks: 2,
+        size: 1 << 20,
+        iters: 3,
+        host_mem: false,
+        runtime: Runtime::Cuda,
+        device: 0,
+        rundir: None,
+        pin: false,
+    };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut val = |what: &str| args.next().ok_or(format!("{a} needs {what}"));
@@ -59,10 +69,11 @@ fn opts() -> Result<Opts, String> {
             "--size" => o.size = parse_size(&val("a size")?).ok_or("--size: e.g. 4, 64K, 16M")?,
             "--iters" => o.iters = val("a number")?.parse().map_err(|_| "--iters: not a number")?,
             "--host-mem" => o.host_mem = true,
+            "--pin" => o.pin = true,
             "--device" => o.device = val("a device ordinal")?.parse().map_err(|_| "--device: not a number")?,
             "--runtime" => o.runtime = Runtime::parse(&val("cuda, hip or maca")?).ok_or("--runtime: cuda, hip or maca")?,
             "--rundir" => o.rundir = Some(val("a directory")?.into()),
-            _ => return Err(format!("unknown argument {a}; usage: allreduce [--ranks N] [--size BYTES[K|M|G]] [--iters N] [--host-mem] [--runtime cuda|hip|maca] [--device N] [--rundir DIR]")),
+            _ => return Err(format!("unknown argument {a}; usage: allreduce [--ranks N] [--size BYTES[K|M|G]] [--iters N] [--host-mem] [--pin] [--runtime cuda|hip|maca] [--device N] [--rundir DIR]")),
         }
     }
     let _ = PREFIX.set(o.runtime.prefix());
@@ -811,6 +822,29 @@ fn run_rank(o: &Opts, rank: usize, n: usize, dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// `--pin`: the CPU set of rank `rank`, the rank-th CPU this process may run on (modulo their
+/// number), for the rank's process from its exec on — its NIC's progress thread and the
+/// preload's threads too. The bench's all-reduce rows (benches/rescue.rs) use it: unpinned, a
+/// run settles into one of several schedules of two ranks and their NICs' threads on two cores
+/// and differs by up to 2x for its whole length.
+fn cpu_of_rank(rank: usize) -> Result<libc::cpu_set_t, String> {
+    // SAFETY: a cpu_set_t is plain data; all zeroes is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: this process (0), the size of `set`, which the kernel fills.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
+        return Err(format!("sched_getaffinity: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: CPU_ISSET reads the set in place; i < CPU_SETSIZE.
+    let allowed: Vec<usize> =
+        (0..libc::CPU_SETSIZE as usize).filter(|&i| unsafe { libc::CPU_ISSET(i, &set) }).collect();
+    let cpu = *allowed.get(rank % allowed.len().max(1)).ok_or("no CPU to run on")?;
+    // SAFETY: as above.
+    let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: cpu < CPU_SETSIZE (it came from the set above).
+    unsafe { libc::CPU_SET(cpu, &mut one) };
+    Ok(one)
+}
+
 /// A barrier among the ranks of this host: one shared mapping of a file in the rendezvous
 /// directory, one epoch slot per rank. Creating files per barrier (the first version) made small
 /// all-reduces measure ext4's directory lock instead of RDMA.
@@ -923,14 +957,27 @@ fn main() -> ExitCode {
     let exe = std::env::current_exe().unwrap();
     let children: Vec<_> = (0..o.ranks)
         .map(|r| {
-            std::process::Command::new(&exe)
-                .args(std::env::args_os().skip(1))
+            let mut c = std::process::Command::new(&exe);
+            c.args(std::env::args_os().skip(1))
                 .env("MRSHIM_DEMO_RANK", r.to_string())
                 .env("MRSHIM_DEMO_NRANKS", o.ranks.to_string())
                 .env("MRSHIM_DEMO_RUNDIR", &dir)
-                .env("RANK", r.to_string())
-                .spawn()
-                .expect("spawn rank")
+                .env("RANK", r.to_string());
+            if o.pin {
+                let set = cpu_of_rank(r).unwrap_or_else(|e| panic!("--pin: {e}"));
+                use std::os::unix::process::CommandExt;
+                // SAFETY: between fork and exec the child makes one system call on a set
+                // computed before the fork (no allocation, no lock).
+                unsafe {
+                    c.pre_exec(move || {
+                        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        Ok(())
+                    })
+                };
+            }
+            c.spawn().expect("spawn rank")
         })
         .collect();
     let mut failed = 0;
