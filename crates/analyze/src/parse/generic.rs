@@ -389,10 +389,8 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
 /// the next failure (a retry loop printing each attempt), not another layer of this one; an
 /// exception that carries the line (`RuntimeError: <the line>`) is a layer of its own.
 pub fn hold(mut ev: RegEv, ctx: &mut FileCtx, lineno: u64, body: &str, emit: &mut dyn FnMut(Event)) {
-    use std::hash::{BuildHasher, Hash, Hasher};
-    let mut h = rustc_hash::FxBuildHasher.build_hasher();
-    (ctx.carried, body.trim()).hash(&mut h);
-    let sig = h.finish();
+    use std::hash::BuildHasher;
+    let sig = rustc_hash::FxBuildHasher.hash_one((ctx.carried, body.trim()));
     if let Some(p) = ctx.gen_pending.take() {
         let same = lineno <= p.evid.as_ref().map_or(0, |e| e.0) + 2 + ctx.gen_pending_slack
             && (p.errno.is_none() || ev.errno.is_none() || p.errno == ev.errno)
