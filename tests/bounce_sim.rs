@@ -16,6 +16,15 @@ fn gpu_world(name: &str) -> SimWorld {
     SimWorld::gpu(name)
 }
 
+/// Host memory the simulated device refuses (relaxed ordering), rescued by bounce, the job
+/// declared announced: the set-up of most tests here.
+fn host_bounce_world(name: &str) -> SimWorld {
+    SimWorld::new(name)
+        .with("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed")
+        .with("MRSHIM_RETRY", "bounce")
+        .with("MRSHIM_BOUNCE_REMOTE", "announced")
+}
+
 fn ok(o: &std::process::Output) -> bool {
     o.status.success() && stdout(o).contains("iterations: OK")
 }
@@ -64,11 +73,7 @@ fn allreduce_through_bounce_buffers_two_and_four_ranks_all_sizes() {
 /// one), the watcher looking every 25 ms with a 100 ms interval: byte-exact, no violation.
 #[test]
 fn an_active_announced_job_is_never_reported_by_the_watcher() {
-    let host = SimWorld::new("ar-watch-host")
-        .with("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed")
-        .with("MRSHIM_RETRY", "bounce")
-        .with("MRSHIM_BOUNCE_REMOTE", "announced")
-        .with("MRSHIM_BOUNCE_WATCH", "100ms");
+    let host = host_bounce_world("ar-watch-host").with("MRSHIM_BOUNCE_WATCH", "100ms");
     let gpu = gpu_world("ar-watch-gpu")
         .with("MRSHIM_SIM_DMABUF", "off")
         .with("MRSHIM_RETRY", "auto")
@@ -97,10 +102,7 @@ fn allreduce_through_dmabuf_when_the_runtime_can_export() {
 fn perftest_on_rejected_host_memory_keeps_working_through_bounce() {
     // The device refuses the application's registration (relaxed ordering); the shadow is
     // registered without it and so is accepted.
-    let w = SimWorld::new("pt-bounce")
-        .with("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed")
-        .with("MRSHIM_RETRY", "bounce")
-        .with("MRSHIM_BOUNCE_REMOTE", "announced");
+    let w = host_bounce_world("pt-bounce");
     // perftest posts through the ibv_wr_* builder API unless told --use_old_post_send: both.
     for (prog, old) in [("ib_write_bw", true), ("ib_send_bw", true), ("ib_write_bw", false), ("ib_send_bw", false)] {
         let mut args = vec!["-d", "mlx5_0", "-x", "3", "-s", "65536", "-n", "200"];
@@ -215,12 +217,7 @@ fn a_panic_in_the_bounce_wrappers_never_aborts_the_program() {
 /// that clause is the unit test in crates/bounce/src/tests.rs.
 #[test]
 fn streaming_writes_landing_during_a_sync_are_not_lost() {
-    let w = SimWorld::new("bounce-stream")
-        .with("SIMCHECK_EXTRA_ACCESS", "0x100000")
-        .with("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed")
-        .with("MRSHIM_RETRY", "bounce")
-        .with("MRSHIM_BOUNCE_REMOTE", "announced")
-        .with("MRSHIM_WARN", "off");
+    let w = host_bounce_world("bounce-stream").with("SIMCHECK_EXTRA_ACCESS", "0x100000").with("MRSHIM_WARN", "off");
     for (size, iters) in [("4097", "3000"), ("65536", "4096"), ("16777216", "16")] {
         let o = run(w.cmd(simcheck()).args(["bench-bw", size, iters]));
         assert!(o.status.success() && stdout(&o).contains("data equal"), "{size}: {}\n{}", stdout(&o), stderr(&o));
@@ -230,11 +227,7 @@ fn streaming_writes_landing_during_a_sync_are_not_lost() {
 
 #[test]
 fn ten_thousand_bounce_cycles_keep_memory_and_fds_flat() {
-    let w = SimWorld::new("bounce-cycles")
-        .with("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed")
-        .with("MRSHIM_RETRY", "bounce")
-        .with("MRSHIM_BOUNCE_REMOTE", "announced")
-        .with("MRSHIM_WARN", "off");
+    let w = host_bounce_world("bounce-cycles").with("MRSHIM_WARN", "off");
     let o = run(w.cmd(simcheck()).args(["reg", "cycles"]));
     let s = stdout(&o);
     let field = |k: &str| -> i64 {
@@ -265,12 +258,7 @@ fn children_forked_while_bounce_regions_are_busy_never_hang_and_are_byte_exact()
         "-libverbs",
         "-lpthread",
     ]);
-    let w = SimWorld::new("fork-bounce")
-        .with("MRSHIM_SIM_FAULTS", "reg:EFAULT:relaxed")
-        .with("MRSHIM_RETRY", "bounce")
-        .with("MRSHIM_BOUNCE_REMOTE", "announced")
-        .with("MRSHIM_WARN", "off")
-        .with("MRSHIM_LOG", "off");
+    let w = host_bounce_world("fork-bounce").with("MRSHIM_WARN", "off").with("MRSHIM_LOG", "off");
     let o = run(w.cmd(&prog).arg("200"));
     let s = stdout(&o);
     assert!(o.status.success(), "{s}\n{}", stderr(&o));

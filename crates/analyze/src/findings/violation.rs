@@ -59,22 +59,27 @@ pub fn bounce_violation(c: &Collector, prefix: &str) -> Option<Finding> {
 
 #[cfg(test)]
 mod tests {
+    /// analyze's result for one log file holding `text` (written to a directory of `name`'s own).
+    fn analyze_log(name: &str, text: &str) -> crate::Analysis {
+        let dir = std::env::temp_dir().join(format!("mrshim-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("rank0.log");
+        std::fs::write(&f, text).unwrap();
+        let a = crate::analyze(&[f.display().to_string()]);
+        std::fs::remove_dir_all(&dir).unwrap();
+        a
+    }
+
     /// A `violation` record and its WARN line (one violation, seen twice) make the first finding,
     /// even when nothing failed; the WARN line is not taken for a failed registration.
     #[test]
     fn a_violation_is_the_first_finding_and_counted_once() {
-        let dir = std::env::temp_dir().join(format!("mrshim-violation-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let f = dir.join("rank0.log");
-        std::fs::write(
-            &f,
+        let a = analyze_log(
+            "violation",
             "{\"v\":1,\"kind\":\"violation\",\"seq\":9,\"time_ns\":1,\"host\":\"node1\",\"pid\":42,\"tid\":42,\
              \"call\":\"unannounced_write\",\"strategy\":\"bounce\",\"result\":\"error\",\"error\":\"64 bytes\"}\n\
              node1:42:42 [-] MRSHIM WARN bounce coherence violation (unannounced_write): 64 bytes a peer wrote\n",
-        )
-        .unwrap();
-        let a = crate::analyze(&[f.display().to_string()]);
-        std::fs::remove_dir_all(&dir).unwrap();
+        );
         let first = a.findings.first().expect("a finding");
         assert_eq!((first.category, first.count), ("bounce-violation", 1));
         assert!(first.explanation.contains("unannounced_write"), "{}", first.explanation);
@@ -85,19 +90,13 @@ mod tests {
     /// a log a process left with _exit (no summary): counted and named like the others.
     #[test]
     fn stale_bytes_served_to_peers_are_a_violation_too() {
-        let dir = std::env::temp_dir().join(format!("mrshim-violation-peers-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let f = dir.join("rank0.log");
-        std::fs::write(
-            &f,
+        let a = analyze_log(
+            "violation-peers",
             "{\"v\":1,\"kind\":\"violation\",\"seq\":9,\"time_ns\":1,\"host\":\"node1\",\"pid\":42,\"tid\":43,\
              \"call\":\"unannounced_write\",\"strategy\":\"bounce\",\"result\":\"error\",\"error\":\"a peer\"}\n\
              {\"v\":1,\"kind\":\"violation\",\"seq\":10,\"time_ns\":2,\"host\":\"node1\",\"pid\":42,\"tid\":43,\
              \"call\":\"stale_for_peers\",\"strategy\":\"bounce\",\"result\":\"error\",\"error\":\"the app\"}\n",
-        )
-        .unwrap();
-        let a = crate::analyze(&[f.display().to_string()]);
-        std::fs::remove_dir_all(&dir).unwrap();
+        );
         let first = a.findings.first().expect("a finding");
         assert_eq!((first.category, first.count), ("bounce-violation", 2));
         assert!(first.explanation.contains("stale_for_peers, unannounced_write"), "{}", first.explanation);
