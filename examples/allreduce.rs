@@ -834,9 +834,9 @@ fn cpu_of_rank(rank: usize) -> Result<libc::cpu_set_t, String> {
     if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
         return Err(format!("sched_getaffinity: {}", std::io::Error::last_os_error()));
     }
-    // SAFETY: CPU_ISSET reads the set in place; i < CPU_SETSIZE.
-    let allowed: Vec<usize> =
-        (0..libc::CPU_SETSIZE as usize).filter(|&i| unsafe { libc::CPU_ISSET(i, &set) }).collect();
+    // SAFETY: CPU_ISSET reads the set in place; callers pass i < CPU_SETSIZE.
+    let is_set = |i: usize| unsafe { libc::CPU_ISSET(i, &set) };
+    let allowed: Vec<usize> = (0..libc::CPU_SETSIZE as usize).filter(|&i| is_set(i)).collect();
     let cpu = *allowed.get(rank % allowed.len().max(1)).ok_or("no CPU to run on")?;
     // SAFETY: as above.
     let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
@@ -966,8 +966,9 @@ fn main() -> ExitCode {
             if o.pin {
                 let set = cpu_of_rank(r).unwrap_or_else(|e| panic!("--pin: {e}"));
                 use std::os::unix::process::CommandExt;
-                // SAFETY: between fork and exec the child makes one system call on a set
-                // computed before the fork (no allocation, no lock).
+                // Between fork and exec the child makes one system call, on a set computed
+                // before the fork: no allocation, no lock.
+                // SAFETY: as just said.
                 unsafe {
                     c.pre_exec(move || {
                         if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
