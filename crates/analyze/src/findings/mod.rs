@@ -447,6 +447,14 @@ fn diagnose_failures(v: &View, col: &Collector) -> (Vec<Finding>, Vec<RuledOut>)
     let out = ruled_out(v);
     cands.retain(|c| !out.iter().any(|o| o.category == c.cat));
     if std::env::var_os("MRSHIM_ANALYZE_DEBUG").is_some() {
+        for g in &v.fails {
+            eprintln!(
+                "[debug] group {} x{}: row {:?}",
+                likelihood::observed(g.0, gpuish),
+                g.1.count,
+                likelihood::row(g.0, gpuish)
+            );
+        }
         for c in &cands {
             eprintln!("[debug] {} score {:.2} (evidence {:.2}): {}", c.cat, c.score, c.evidence, c.why.join(" | "));
         }
