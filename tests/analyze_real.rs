@@ -28,7 +28,12 @@ use std::process::Command;
 /// reports were added and scored once (docs/analyze.md, "Session 7, blind"): 50/63 (79.4 %). Only one of
 /// the seven has its cause in the first three (vllm-19613, third); none has its cause in the log, so the
 /// top-1 floor where the log holds the cause is unchanged at 23/26. No earlier report lost its rank.
-const MIN_HELD_TOP1_IN_LOG: f64 = 23.0 / 26.0;
+/// Lowered in session 11 (branch blind11, 2026-12-07 09:50 UTC) to what the held-out set measures after seven
+/// blind reports were added and scored once (docs/analyze.md, "Session 11, blind"): 24/29 (82.8 %). Both with
+/// the cause in the log were missed: uGNI's GNI_RC_INVALID_PARAM on a segment that registers on the previous OS
+/// release (chapel-9109) and a registration told in prose with the kernel verb's name (ompi-devel-4364). No
+/// earlier report lost its rank.
+const MIN_HELD_TOP1_IN_LOG: f64 = 24.0 / 29.0;
 /// Raised to 52/63 after branch l8's two dmabuf rules from the kernel's sources (not blind: written after
 /// the round's misses were read; docs/analyze.md, "after the blind round"). Lowered in session 8 (branch
 /// b9, 2026-12-07) to what the held-out set measures after five blind reports were added and scored once
@@ -43,7 +48,10 @@ const MIN_HELD_TOP1_IN_LOG: f64 = 23.0 / 26.0;
 /// blind: torchcomms-160 was read before they were written; docs/analyze.md, "Session 9, after the blind
 /// round"): a line saying its registration went through DMA-BUF (`useDmaBuf = true`, a dmabuf fd) is a
 /// dmabuf registration, which moved torchcomms-160 to first.
-const MIN_HELD_TOP3: f64 = 57.0 / 69.0;
+/// Lowered in session 11 (branch blind11, 2026-12-07 09:50 UTC) to what the held-out set measures after seven
+/// blind reports were added and scored once (docs/analyze.md, "Session 11, blind"): 59/76 (77.6 %); two of the
+/// seven in the first three. No earlier report lost its rank.
+const MIN_HELD_TOP3: f64 = 59.0 / 76.0;
 /// Held-out reports analyze does not recognise at all (exit 0/2, "nothing recognised"): counted as
 /// misses in the scores above, exempt only from the exit-code check. Empty after session 4; session 5's
 /// blind round 3 left three: a segfault trace with no registration line (charm-1042), a 0-byte
@@ -54,9 +62,15 @@ const MIN_HELD_TOP3: f64 = 57.0 / 69.0;
 /// blind round (branch b9) two more: UCX's mlx5 DV md failing to create an indirect key ("LRU push
 /// returned Unsupported operation", ucx-8218) and Mooncake's engine refusing an overlapping region
 /// (mooncake-3153). All three are recognised since b9's vocabulary entries from UCX's and Mooncake's
-/// sources (ucx.mlx5dv.*, mooncake.engine.overlapped_region) and so no longer exempt.
-const UNRECOGNISED: &[&str] =
-    &["charm-1042-verbs-out-of-mrs.log", "charm-1523-zero-byte-rdma-mr.log", "mercury-241-gni-ndreg-entries.log"];
+/// sources (ucx.mlx5dv.*, mooncake.engine.overlapped_region) and so no longer exempt. Session 11's blind
+/// round (branch blind11) one more: the openib BTL's `ib_reg_mr` calls failing on the ulimit check, told in
+/// a mailing-list post (ompi-devel-4364).
+const UNRECOGNISED: &[&str] = &[
+    "charm-1042-verbs-out-of-mrs.log",
+    "charm-1523-zero-byte-rdma-mr.log",
+    "mercury-241-gni-ndreg-entries.log",
+    "ompi-devel-4364-osu-bibw-memlock-hang.log",
+];
 /// The training half is not allowed to fall below its own level either. Top-3 lowered to 16/17 in
 /// session 11 by the version-mismatch weight of the likelihood rows (findings/likelihood.rs): ENOMEM now
 /// ranks a regression (3 of the 13 ENOMEM reports) third, ahead of the old MLNX_OFED path that gave ENOMEM
@@ -259,8 +273,9 @@ fn corpus_has_at_least_40_reports() {
 /// not (vllm-ascend-13974): 14 of 16. After b9's entries from MPICH's error-stack format and Mooncake's
 /// Ascend transport (mpich.errstack.mem_register, mooncake.ascend.register_mem) all 16 — not blind: both
 /// reports were read before the entries were written. Session 9 (branch a10) added two, scored blind: both
-/// recognised (rapidsmpf-69, infinistore-85): 18 of 18.
-const MIN_UNKNOWN_RECOGNISED: usize = 18;
+/// recognised (rapidsmpf-69, infinistore-85): 18 of 18. Session 11 (branch blind11) added two, scored blind:
+/// accelio-51 recognised, ucx-9397 (`mlx5dv_devx_umem_reg() failed`) not: 19 of 20.
+const MIN_UNKNOWN_RECOGNISED: usize = 19;
 
 #[test]
 fn unknown_cause_reports_recognised() {

@@ -20,14 +20,32 @@ const RECOGNISED: &[&str] = &[
     "EOPNOTSUPP",
     "EREMOTEIO",
     "ENOTSUPP",
+    "ENOKEY",
 ];
 
 fn recognised() -> impl Iterator<Item = &'static mrshim_errno::Errno> {
     mrshim_errno::TABLE.iter().filter(|e| RECOGNISED.contains(&e.name))
 }
 
-/// Names libraries print for an errno that glibc spells differently.
-const ALIASES: &[(&str, i32)] = &[("ENOTSUP", 95), ("FI_EOPNOTSUPP", 95), ("FI_ENOMEM", 12), ("FI_EINVAL", 22)];
+/// Names libraries print for an errno that glibc spells differently. libfabric's FI_ENOKEY is its own
+/// number (266, include/rdma/fi_errno.h) with glibc's ENOKEY text. uGNI prints `gni_return_t` names
+/// where others print an errno; libfabric's GNI provider maps them (prov/gni/src/gnix_util.c,
+/// `gnix_rc_table`): INVALID_PARAM, ALIGNMENT_ERROR and NO_MATCH to EINVAL, PERMISSION_ERROR to EACCES,
+/// ILLEGAL_OP to EOPNOTSUPP, ERROR_NOMEM to ENOMEM (ERROR_RESOURCE, EBUSY there, is read as a full
+/// registration table by the vocabulary and is left out here).
+const ALIASES: &[(&str, i32)] = &[
+    ("ENOTSUP", 95),
+    ("FI_EOPNOTSUPP", 95),
+    ("FI_ENOMEM", 12),
+    ("FI_EINVAL", 22),
+    ("FI_ENOKEY", ENOKEY),
+    ("GNI_RC_INVALID_PARAM", EINVAL),
+    ("GNI_RC_ALIGNMENT_ERROR", EINVAL),
+    ("GNI_RC_NO_MATCH", EINVAL),
+    ("GNI_RC_PERMISSION_ERROR", EACCES),
+    ("GNI_RC_ILLEGAL_OP", EOPNOTSUPP),
+    ("GNI_RC_ERROR_NOMEM", ENOMEM),
+];
 
 /// Forms that put the number after a key: `errno 12`, `errno=12`, `errno: 12`, `errno = 12`, `error code: 14`,
 /// `error_code=14`, `error=93`, `RC: -22`, `ret=-12`, `ret is:-12`, `status -95`, `code -14`, `err -12`,
@@ -61,6 +79,8 @@ pub const EOPNOTSUPP: i32 = 95;
 /// The kernel-internal "not supported" that leaks to user space from some drivers (glibc prints
 /// "Unknown error 524").
 pub const ENOTSUPP: i32 = 524;
+/// "Required key not available": the memory key asked for is in use or missing (libfabric's FI_ENOKEY).
+pub const ENOKEY: i32 = 126;
 
 /// An errno that says "not supported": EOPNOTSUPP (ENOTSUP), EPROTONOSUPPORT, or the kernel's
 /// internal ENOTSUPP.
@@ -246,10 +266,21 @@ mod tests {
             ("fi_mr_regattr failed: Operation not supported", 95),
             ("returned ENOTSUP", 95),
             ("Failed to process command REG_MR (opcode 7) comp_status 1 err -12", 12),
+            ("failed to register memory with uGNI, ret=GNI_RC_INVALID_PARAM", 22),
+            ("GNI_MemRegister returned GNI_RC_PERMISSION_ERROR", 13),
+            ("Error: Required key not available (4294967030)", 126),
+            ("fi_mr_regattr returned -FI_ENOKEY", 126),
         ] {
             assert_eq!(find(s), Some(e), "{s}");
         }
-        for s in ["addr 0x7f0000001000 len=4096", "size:943718400", "device 4", "GPU 0: [123456]", "source 12"] {
+        for s in [
+            "addr 0x7f0000001000 len=4096",
+            "size:943718400",
+            "device 4",
+            "GPU 0: [123456]",
+            "source 12",
+            "XGNI_RC_INVALID_PARAMS",
+        ] {
             assert_eq!(find(s), None, "{s}");
         }
     }

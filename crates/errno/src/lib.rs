@@ -44,6 +44,9 @@ pub const TABLE: &[Errno] = &[
     e(111, "ECONNREFUSED", "Connection refused"),
     e(121, "EREMOTEIO", "Remote I/O error"),
     e(125, "ECANCELED", "Operation canceled"),
+    // A memory key the caller asked for is in use or missing: libfabric's FI_ENOKEY (266, with the
+    // same text in fi_strerror) from its MR map and providers, glibc's ENOKEY for the same words.
+    e(126, "ENOKEY", "Required key not available"),
     // The kernel-internal "not supported" (include/linux/errno.h: not for user space) that some
     // drivers still return from a registration (e.g. a dmabuf mapping); glibc has no text for it.
     e(524, "ENOTSUPP", "Unknown error 524"),
@@ -102,6 +105,7 @@ mod tests {
             (libc::ECONNREFUSED, "ECONNREFUSED"),
             (libc::EREMOTEIO, "EREMOTEIO"),
             (libc::ECANCELED, "ECANCELED"),
+            (libc::ENOKEY, "ENOKEY"),
         ];
         for (n, name) in libc_values {
             assert_eq!(super::name(n), Some(name));

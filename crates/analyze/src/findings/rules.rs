@@ -15,8 +15,10 @@ pub(super) fn gpu_peer_memory<'a>(v: &View<'a>) -> Cand<'a> {
     // and device N does not support DMA-BUF".)
     let peermem_missing = v.flag(Flag::PeermemMissing).is_some();
     let dmabuf = |k: &GroupKey| k.call.contains("dmabuf") && !peermem_missing;
-    let device = v.fail_where(|k, _| k.mem == Some(MemKind::Device) && !dmabuf(k));
-    let unknown = v.fail_where(|k, _| unknown_mem(k.mem) && !dmabuf(k));
+    // A refused memory key (ENOKEY) is decided before any page is pinned: no evidence of peer memory.
+    let other = |k: &GroupKey| dmabuf(k) || k.errno == Some(errno::ENOKEY);
+    let device = v.fail_where(|k, _| k.mem == Some(MemKind::Device) && !other(k));
+    let unknown = v.fail_where(|k, _| unknown_mem(k.mem) && !other(k));
     let ok_host = v.ok_where(|k| is_host_mem(k.mem));
     let ok_dev = v.ok_where(|k| k.mem == Some(MemKind::Device));
     let gdr = v.gdr_context();
@@ -489,6 +491,24 @@ pub(super) fn version_mismatch<'a>(v: &View<'a>) -> Cand<'a> {
             2.5,
             "UCX could not set up the UMR queue pair or the indirect key it binds and exports memory keys through: the memory was not refused, the UCX release does not fit the NIC's driver, firmware or port configuration — compare the UCX version (ucx_info -v) with the release notes for the NIC, or try another UCX release.",
             Some(e),
+        );
+    }
+    // A registration refused with "Required key not available" never reached the memory: the provider
+    // refused the memory key the caller asked for, because another registration holds it or because the
+    // provider needs the caller to choose keys (libfabric: the MR map's ofi_mr_map_insert turns a key in
+    // use into -FI_ENOKEY, prov/util/src/util_mr_map.c; CXI's cxip_ep_mr_insert does the same for a
+    // duplicate key; the LinkX provider notes callers such as Open MPI that leave requested_key unset).
+    // That is the calling library's key handling against the provider's mr_mode (FI_MR_PROV_KEY): a
+    // release of the caller, the provider or both.
+    let keys = v.fail_where(|k, _| k.errno == Some(errno::ENOKEY));
+    if !keys.is_empty() {
+        c.add(
+            2.5,
+            format!(
+                "{} registration(s) failed with \"Required key not available\" (ENOKEY, libfabric's FI_ENOKEY): the provider refused the memory key the caller asked for — one already in use, or none chosen where the provider needs the caller to choose — before any memory was pinned. The calling library's key handling does not fit the provider's mr_mode (FI_MR_PROV_KEY): compare `fi_info -v -p <provider> | grep mr_mode` with what the library requests, and the release notes of the library and libfabric for MR-key fixes.",
+                sum(&keys)
+            ),
+            None,
         );
     }
     if let Some(e) = v.flag(Flag::DriverLoadFail) {

@@ -486,3 +486,24 @@ fn known_issue_versions_confirm_or_rule_out() {
         a.findings
     );
 }
+
+/// A registration refused with "Required key not available" (ENOKEY; libfabric's FI_ENOKEY from its MR
+/// map or a provider's key check) never reached the memory: the caller's memory-key handling against the
+/// provider, version-mismatch first, and no peer-memory claim for GPU memory — from a shim record and
+/// from a line with fi_strerror's text for -FI_ENOKEY.
+#[test]
+fn refused_memory_key_is_no_memory_cause() {
+    let enokey = r#","access":15,"mem_kind":"device","errno":126,"errno_name":"ENOKEY""#;
+    let a = run(&[("n1.jsonl", &format!("{}\n", rec(1, "fi_mr_regattr", "error", enokey)))]);
+    let c = cats(&a);
+    assert_eq!(c.first(), Some(&"version-mismatch"), "{c:?}");
+    assert_eq!(a.findings[0].basis, "evidence");
+    // peer memory may stay a prior of the likelihood table, never evidence
+    assert!(a.findings.iter().all(|f| f.category != "gpu-peer-memory" || f.basis == "prior"), "{c:?}");
+    // libfabric's own text for -FI_ENOKEY (fi_strerror), on a GPU buffer the line names
+    let line = "fi_mr_regattr failed for GPU buffer 0x7f2a00000000 len 65536: Required key not available\n";
+    let a = run(&[("job.log", line)]);
+    let c = cats(&a);
+    assert_eq!(c.first(), Some(&"version-mismatch"), "{c:?}");
+    assert!(a.findings.iter().all(|f| f.category != "gpu-peer-memory" || f.basis == "prior"), "{c:?}");
+}
