@@ -110,8 +110,11 @@ const EINVAL_DEVICE: Row = &[("gpu-peer-memory", 0.6), ("version-mismatch", 0.26
 const EINVAL_HOST_IOVA: Row = &[("iova-alignment", 0.4), ("access-flags", 0.36), ("address-invalid", 0.24)];
 // EINVAL on host memory: ib_check_mr_access (access bits), a wrapping range, provider checks.
 const EINVAL_HOST: Row = &[("access-flags", 0.48), ("address-invalid", 0.33), ("version-mismatch", 0.19)];
+// EINVAL on memory of unknown kind: GPU memory without a peer-memory path, a request the stack built
+// wrong (a provider or library bug: 5 of the corpus's 12 EINVAL reports in session 11, uGNI's
+// INVALID_PARAM among them), the access bits (ib_check_mr_access), a wrapping range.
 const EINVAL_UNKNOWN: Row =
-    &[("gpu-peer-memory", 0.34), ("access-flags", 0.3), ("address-invalid", 0.22), ("version-mismatch", 0.14)];
+    &[("gpu-peer-memory", 0.3), ("version-mismatch", 0.26), ("access-flags", 0.23), ("address-invalid", 0.21)];
 const OTHER_DEVICE: Row = &[("gpu-peer-memory", 0.48), ("resource-exhaustion", 0.28), ("version-mismatch", 0.24)];
 // Other errnos (EIO from a library's own wrapper, ENOSPC, EBUSY): resources first (mlx5 status codes).
 const OTHER_ANY: Row = &[("resource-exhaustion", 0.44), ("version-mismatch", 0.33), ("memlock-limit", 0.23)];
