@@ -103,7 +103,13 @@ fn place(r: &mut RegEv, f: &frame::Frame) {
 pub fn is_reg_call(name: &str) -> bool {
     matches!(
         name,
-        "ibv_reg_mr" | "ibv_reg_mr_iova" | "ibv_reg_mr_iova2" | "ibv_reg_dmabuf_mr" | "ibv_exp_reg_mr" | "ibv_rereg_mr"
+        "ibv_reg_mr"
+            | "ibv_reg_mr_iova"
+            | "ibv_reg_mr_iova2"
+            | "ibv_reg_dmabuf_mr"
+            | "ibv_exp_reg_mr"
+            | "ibv_rereg_mr"
+            | "mlx5dv_reg_dmabuf_mr"
     )
 }
 
@@ -362,9 +368,9 @@ impl Parser {
         let body = f.body;
         // NCCL-family lines are the bulk of most job logs: recognised by their tag, no prefilter needed
         if let Some(p) = nccl::split(body) {
-            // the vocabulary's NCCL-family messages (net plugins, gdrwrap, GIN) are all failures
-            if (p.msg.contains("ailed") || p.msg.contains("Unable to use")) && vocab::parse(f, ctx, lineno, line, emit)
-            {
+            // the vocabulary's NCCL-family messages (net plugins, gdrwrap, GIN, the GDR checks): its
+            // failures are consumed there, its facts leave the line to NCCL's own parser too
+            if vocab::anchored(p.msg) && vocab::parse(f, ctx, lineno, line, emit) {
                 return true;
             }
             ucx::flush(ctx, emit);

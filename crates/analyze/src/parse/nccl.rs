@@ -142,7 +142,9 @@ pub fn parse_split(line: &str, p: Prefix<'_>, ctx: &mut FileCtx, emit: &mut dyn 
         let call = rest.split_whitespace().next().unwrap_or("");
         if is_reg_call(call) {
             let err = errno::find(rest);
-            if call == "ibv_reg_dmabuf_mr" && errno::not_supported(err) {
+            // ibv_reg_dmabuf_mr, and mlx5dv_reg_dmabuf_mr over a Data Direct NIC
+            let dmabuf = call.ends_with("reg_dmabuf_mr");
+            if dmabuf && errno::not_supported(err) {
                 emit(fact(Fact::Flag(Flag::DmabufUnsupported)));
             }
             let ev = RegEv {
@@ -153,7 +155,7 @@ pub fn parse_split(line: &str, p: Prefix<'_>, ctx: &mut FileCtx, emit: &mut dyn 
                 call: call.to_string(),
                 ok: false,
                 errno: err,
-                mem: (call == "ibv_reg_dmabuf_mr").then_some(mrshim_record::MemKind::Device),
+                mem: dmabuf.then_some(mrshim_record::MemKind::Device),
                 ..Default::default()
             };
             if err.is_none() {
