@@ -507,3 +507,25 @@ fn refused_memory_key_is_no_memory_cause() {
     assert_eq!(c.first(), Some(&"version-mismatch"), "{c:?}");
     assert!(a.findings.iter().all(|f| f.category != "gpu-peer-memory" || f.basis == "prior"), "{c:?}");
 }
+
+/// Open MPI's help texts print the errno on their `Error:` line a few lines below the headline
+/// (help-mtl-ofi.txt): it is the headline's errno; a block closed before any `Error:` line leaves the
+/// failure without one, and a block's own lines are no second failure.
+#[test]
+fn a_help_texts_error_line_is_its_headlines_errno() {
+    let block = |err: &str| {
+        format!(
+            "--------------------------------------------------------------------------\nOpen MPI failed to register your buffer.\nThis error is fatal, your job will abort\n\n  Buffer Type: rocm\n  Buffer Address: 0x154beaa00000\n  Buffer Length: 131072\n{err}--------------------------------------------------------------------------\n"
+        )
+    };
+    for (err, want) in [
+        ("  Error: Invalid argument (-22)\n", Some("EINVAL")),
+        ("  Error: Cannot allocate memory (-12)\n", Some("ENOMEM")),
+        ("", None),
+    ] {
+        let a = run(&[("job.log", &block(err))]);
+        let f = &a.findings[0];
+        assert_eq!(f.errno.as_deref(), want, "{err:?}: {:?}", cats(&a));
+        assert_eq!(f.count, 1, "{err:?}");
+    }
+}

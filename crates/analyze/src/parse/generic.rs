@@ -361,6 +361,19 @@ pub fn flush(ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) {
 /// "registration failed" above the library's line with the errno) count once.
 pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut dyn FnMut(Event)) -> bool {
     let Some(mut ev) = recognise(f.body) else {
+        // a help text's `Error:` line below its headline, within the block (before its closing rule)
+        if let (Some(p), Some(end)) = (ctx.gen_pending.as_mut(), ctx.gen_pending_block) {
+            let b = f.body.trim();
+            if lineno <= end && p.errno.is_none() && !b.starts_with("---") {
+                match b.strip_prefix("Error:") {
+                    Some(rest) => p.errno = errno::find(rest),
+                    None => return false,
+                }
+            }
+            ctx.gen_pending_block = None;
+            flush(ctx, emit);
+            return false;
+        }
         // the errno on the line after the failure
         if let Some(p) = ctx.gen_pending.as_mut() {
             if p.errno.is_none() && !ctx.gen_pending_final {
@@ -424,6 +437,7 @@ pub fn hold(mut ev: RegEv, ctx: &mut FileCtx, lineno: u64, body: &str, emit: &mu
     }
     ctx.gen_pending = Some(ev);
     ctx.gen_pending_slack = 0;
+    ctx.gen_pending_block = None;
 }
 
 #[cfg(test)]

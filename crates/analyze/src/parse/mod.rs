@@ -56,6 +56,9 @@ pub struct FileCtx {
     /// The held failure came from the vocabulary, whose fields say all its line gives: no errno is
     /// taken from the next line (UCX's `Input/output error` status there is not EIO).
     pub gen_pending_final: bool,
+    /// The held failure is a help text's headline whose `Error:` line may follow up to this line
+    /// (vocabulary entries with `errno_block`): the lines between are the block's, not the errno's.
+    pub gen_pending_block: Option<u64>,
     /// Inside a Python traceback (its frames so far).
     pub pytrace: Option<pytrace::PyTrace>,
     /// An errno a vocabulary line printed for the failure line that follows it (libfabric EFA's

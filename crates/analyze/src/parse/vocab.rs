@@ -64,6 +64,10 @@ pub struct Entry {
     /// `Libfabric error: (%zd) %s` on the line before its `EFA internal error: ...`).
     #[serde(default)]
     pub errno_next: bool,
+    /// A failure whose errno is on a later line of the same help-text block (Open MPI's help texts
+    /// print `Error: <strerror> (<rc>)` a few lines below their headline, before the closing rule).
+    #[serde(default)]
+    pub errno_block: bool,
     /// A fact that is the whole line: no other parser reads it (perftest's "Failed to attach shared
     /// memory region" is an allocation, not a failed registration).
     #[serde(default)]
@@ -669,10 +673,17 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
         ..Default::default()
     };
     ctx.vocab_recent = Some(lineno);
+    let block = e.errno_block && ev.errno.is_none();
     generic::hold(ev, ctx, lineno, body, emit);
-    ctx.gen_pending_final = true;
+    ctx.gen_pending_final = !block;
+    if block {
+        ctx.gen_pending_block = Some(lineno + BLOCK_REACH);
+    }
     true
 }
+
+/// How far below its headline a help text's `Error:` line may be.
+const BLOCK_REACH: u64 = 8;
 
 #[cfg(test)]
 pub(crate) mod tests {
