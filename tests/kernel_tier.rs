@@ -7,7 +7,12 @@
 //! with MRSHIM_RETRY=auto, the registration table (tests/c/regmr_table.c) against
 //! tests/fixtures/regmr_table.txt, rdma-core's pyverbs tests against tests/fixtures/pyverbs.txt
 //! (plain and with the shim), the bounce checker's generated programs byte-exact through bounce
-//! on rxe's own ops, and `mrshim analyze` on records the shim wrote there.
+//! on rxe's own ops, `mrshim analyze` on records the shim wrote there, and `mrshim analyze` on the
+//! stacks' own output without the shim (issue 29's generated truth on the real kernel): ib_write_bw,
+//! ucx_perftest, rping, fi_pingpong, pyverbs and Mooncake refused for the memlock limit (uid 65534,
+//! or root without CAP_IPC_LOCK, with a small `ulimit -l`), and pyverbs for REMOTE_WRITE without
+//! LOCAL_WRITE, ON_DEMAND (no ODP in 6.1's rxe), dma-buf (none in rxe's provider) and a read-only
+//! mapping registered writable — each cell's stdout and stderr alone, its cause first.
 //!
 //! Every test here is `#[ignore]`d: `cargo test --workspace` never boots a VM. `scripts/test`
 //! runs them (`cargo test --workspace --test kernel_tier -- --ignored`) after scripts/install-deps prepared
@@ -150,6 +155,7 @@ kernel_checks!(
     pyverbs_shim,
     bounce_checker_programs_byte_exact_on_rxe,
     analyze_reads_the_kernels_answers,
+    analyze_reads_the_stacks_own_output_on_rxe,
 );
 
 /// The half that runs inside the VM (scripts/rdma-vm passes this process's environment on,
@@ -209,6 +215,7 @@ mod guest {
             ("pyverbs_shim", |c| pyverbs(c, true)),
             ("bounce_checker_programs_byte_exact_on_rxe", bounce_programs),
             ("analyze_reads_the_kernels_answers", analyze_kernel_answers),
+            ("analyze_reads_the_stacks_own_output_on_rxe", output_matrix),
         ];
         let mut results = std::fs::File::create(out.join("results.txt")).unwrap();
         let only = std::env::var(ONLY_VAR).unwrap_or_default();
@@ -273,6 +280,18 @@ mod guest {
                 })
             });
             if listening {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits until an rdma_cm id listens (the kernel lists it), or `server` exited.
+    fn wait_cm_listen(server: &mut Child) {
+        let until = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < until && server.try_wait().unwrap().is_none() {
+            let o = cmd("rdma").args(["resource", "show", "cm_id"]).output().unwrap();
+            if stdout(&o).contains("LISTEN") {
                 return;
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -360,15 +379,7 @@ mod guest {
             ctx.shim(&mut c);
         }
         let mut server = spawn(&mut s);
-        // the server listens on an rdma_cm id, not a socket: the kernel lists it
-        let until = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < until && server.try_wait().unwrap().is_none() {
-            let o = cmd("rdma").args(["resource", "show", "cm_id"]).output().unwrap();
-            if stdout(&o).contains("LISTEN") {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_cm_listen(&mut server);
         let c = c.output().unwrap();
         let s = server.wait_with_output().unwrap();
         for (side, o) in [("client", &c), ("server", &s)] {
@@ -722,6 +733,281 @@ mod guest {
         }
     }
 
+    /// One cell of the output-only matrix on rxe0: a real stack, run without the shim, that the
+    /// kernel (or rdma-core's rxe provider) refuses for `cause`.
+    struct Cell {
+        stack: &'static str,
+        cause: &'static str,
+        /// What makes it fail (the row's third column).
+        how: &'static str,
+        /// The errno the kernel's uverbs answered (from the kprobe), or 0: refused before the
+        /// kernel (rdma-core's provider without dma-buf).
+        kernel: i32,
+        /// 1; more only where the output cannot tell (the simulator matrix's AMBIGUOUS cell,
+        /// tests/analyze_matrix.rs, says why).
+        within: usize,
+        job: Job,
+    }
+
+    enum Job {
+        /// Runs the cell's programs and returns their output.
+        Run(fn(&Ctx) -> String),
+        /// tests/c/pyverbs_reg.py MODE as root, one of [`pyverbs_batch`]'s.
+        Pyverbs(&'static str),
+    }
+
+    /// The memlock cells' user: uid/gid 65534, no groups, no inheritable capabilities (no
+    /// CAP_IPC_LOCK, so ib_umem_get honours RLIMIT_MEMLOCK), soft `ulimit -l KIB`.
+    fn nobody(kib: u32, prog: &str) -> Command {
+        let mut c = timeout(30, "setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "sh", "-c"])
+            .arg(format!("ulimit -S -l {kib} && exec \"$@\""))
+            .args(["sh", prog]);
+        c
+    }
+
+    /// Root without CAP_IPC_LOCK (as a container without IPC_LOCK), soft `ulimit -l KIB`: for
+    /// the venv of the Python-wheel clients, which lives under /root (mode 700 here).
+    fn no_ipc_lock(kib: u32, prog: &str) -> Command {
+        let mut c = timeout(40, "setpriv");
+        c.args(["--inh-caps=-ipc_lock", "--bounding-set=-ipc_lock", "sh", "-c"])
+            .arg(format!("ulimit -S -l {kib} && exec \"$@\""))
+            .args(["sh", prog]);
+        c
+    }
+
+    /// The programs' own output: stdout, then stderr.
+    fn text(o: &Output) -> String {
+        format!("{}{}", stdout(o), stderr(o))
+    }
+
+    /// A two-process job: the server, then (once `ready` returns) the client; a server still
+    /// waiting 2 s after the client ended (for a peer that died before connecting) is stopped,
+    /// as a user would. The client's output, then the server's.
+    fn job(server: &mut Command, client: &mut Command, ready: &dyn Fn(&mut Child)) -> String {
+        let mut s = spawn(server);
+        ready(&mut s);
+        let c = client.output().unwrap();
+        let until = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < until && s.try_wait().unwrap().is_none() {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if s.try_wait().unwrap().is_none() {
+            // SAFETY: kill(2) on our own child's pid (`timeout`, which passes SIGTERM on).
+            unsafe { libc::kill(s.id() as i32, libc::SIGTERM) };
+        }
+        format!("{}{}", text(&c), text(&s.wait_with_output().unwrap()))
+    }
+
+    /// tests/c/pyverbs_reg.py (1 MiB, LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ) under Debian's
+    /// python3 (pyverbs 44) as [`nobody`] with `ulimit -l 64`.
+    fn pyverbs_memlock(_: &Ctx) -> String {
+        let mut c = nobody(64, pyverbs::PYTHON);
+        c.arg(src_c("pyverbs_reg.py"));
+        text(&c.output().unwrap())
+    }
+
+    /// tests/c/pyverbs_reg.py's MODEs as root in one python3 (tests/py/pyverbs_cells.py: a
+    /// python3 start costs seconds under TCG), each in its own process writing to `dir/MODE.out`
+    /// what `python3 pyverbs_reg.py MODE` prints. Per mode: that output and the errnos uverbs
+    /// answered that process.
+    fn pyverbs_batch(dir: &Path, modes: &[&str]) -> Result<BTreeMap<String, (String, Vec<i32>)>, String> {
+        let file = |m: &str| dir.join(format!("pyverbs-{m}.out"));
+        ktrace::clear();
+        let mut c = timeout(120, pyverbs::PYTHON);
+        c.arg(src_py("pyverbs_cells.py")).arg(src_c("pyverbs_reg.py"));
+        c.args(modes.iter().map(|m| format!("{m}={}", file(m).display())));
+        let o = c.output().unwrap();
+        ok(&o, "tests/py/pyverbs_cells.py")?;
+        let trace = ktrace::take();
+        let mut got = BTreeMap::new();
+        for l in stdout(&o).lines() {
+            let f: Vec<&str> = l.split(' ').collect();
+            let (Some(m), Some(pid)) = (f.first(), f.get(1).and_then(|p| p.parse().ok())) else { continue };
+            let out = std::fs::read_to_string(file(m)).unwrap_or_default();
+            got.insert(m.to_string(), (out, ktrace::refusals(&trace, Some(pid))));
+        }
+        Ok(got)
+    }
+
+    /// UCX as the simulator matrix pins it (rc, relaxed ordering asked for, the rendezvous
+    /// threshold), on rxe0's port with the fe80:: GID (as [`UCX_ENV`]).
+    const UCX_MATRIX_ENV: [(&str, &str); 6] = [
+        ("UCX_NET_DEVICES", "rxe0:1"),
+        ("UCX_TLS", "rc"),
+        ("UCX_IB_GID_INDEX", "0"),
+        ("UCX_IB_PCI_RELAXED_ORDERING", "on"),
+        ("UCX_RNDV_THRESH", "65536"),
+        ("UCX_WARN_UNUSED_ENV_VARS", "n"),
+    ];
+
+    fn ucx_memlock(_: &Ctx) -> String {
+        let port = free_port();
+        let p = port.to_string();
+        let (mut s, mut c) = (nobody(64, "ucx_perftest"), nobody(64, "ucx_perftest"));
+        s.args(["-p", &p]).envs(UCX_MATRIX_ENV);
+        c.args(["127.0.0.1", "-p", &p, "-t", "tag_bw", "-s", "1048576", "-n", "4", "-w", "1"]).envs(UCX_MATRIX_ENV);
+        job(&mut s, &mut c, &|s| wait_tcp(port, s))
+    }
+
+    fn write_bw_memlock(_: &Ctx) -> String {
+        let port = free_port();
+        let p = port.to_string();
+        let args = ["-d", "rxe0", "-x", "0", "-s", "65536", "-n", "5", "-p", &p];
+        let (mut s, mut c) = (nobody(64, "ib_write_bw"), nobody(64, "ib_write_bw"));
+        s.args(args);
+        c.args(args).arg("127.0.0.1");
+        job(&mut s, &mut c, &|s| wait_tcp(port, s))
+    }
+
+    /// rping's client registers its buffers before it connects (rping_setup_buffers, then
+    /// rping_connect_client): the job is its failure and a server left waiting.
+    fn rping_memlock(kib: u32) -> String {
+        let p = free_port().to_string();
+        let (mut s, mut c) = (nobody(kib, "rping"), nobody(kib, "rping"));
+        s.args(["-s", "-a", "169.254.78.1", "-p", &p, "-C", "2", "-V"]);
+        c.args(["-c", "-a", "169.254.78.1", "-p", &p, "-C", "2", "-V"]);
+        job(&mut s, &mut c, &wait_cm_listen)
+    }
+
+    /// libfabric's verbs provider over rdma_cm; its client registers after the out-of-band
+    /// TCP handshake, before it connects.
+    fn fi_pingpong_memlock(_: &Ctx) -> String {
+        let port = free_port();
+        let p = port.to_string();
+        let (mut s, mut c) = (nobody(64, "fi_pingpong"), nobody(64, "fi_pingpong"));
+        s.args(["-p", "verbs", "-e", "msg", "-B", &p, "-S", "65536", "-I", "2"]);
+        c.args(["-p", "verbs", "-e", "msg", "-P", &p, "-S", "65536", "-I", "2", "169.254.78.1"]);
+        job(&mut s, &mut c, &|s| wait_tcp(port, s))
+    }
+
+    /// Mooncake's Transfer Engine (tests/py/mooncake_kv.py: a passive target and an initiator,
+    /// P2PHANDSHAKE) on rxe0 with GID 0, relaxed ordering asked for and glog's INFO lines kept,
+    /// as the simulator matrix pins them; both register 4 MiB.
+    fn mooncake_memlock(ctx: &Ctx) -> String {
+        let kv = ctx.dir.join("kv");
+        std::fs::create_dir_all(&kv).unwrap();
+        let (py, script) = (pyclients_python(), src_py("mooncake_kv.py"));
+        let env = [
+            ("MOONCAKE_KV_DEVICE", "rxe0"),
+            ("MC_GID_INDEX", "0"),
+            ("MC_IB_PCI_RELAXED_ORDERING", "1"),
+            ("GLOG_minloglevel", "0"),
+        ];
+        let run = |role: &str| {
+            let mut c = no_ipc_lock(64, py.to_str().unwrap());
+            c.arg(&script).arg(role).arg(&kv).arg("4194304").envs(env);
+            c
+        };
+        let (mut s, mut c) = (run("target"), run("initiator"));
+        job(&mut s, &mut c, &|_| {})
+    }
+
+    fn src_py(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py").join(name)
+    }
+
+    /// Issue 29's generated truth on the kernel bed: real stacks without the shim, each refused
+    /// by the real rxe0 for one cause — the memlock limit as a user without CAP_IPC_LOCK (uid
+    /// 65534; Mooncake: root without it, its venv being under /root) (ib_umem_get: ENOMEM past
+    /// RLIMIT_MEMLOCK, EPERM at 0 from can_do_mlock), REMOTE_WRITE
+    /// without LOCAL_WRITE (ib_check_mr_access: EINVAL), a PROT_READ mapping registered writable
+    /// (pin_user_pages_fast with FOLL_WRITE: EFAULT), ON_DEMAND (6.1's rxe has no ODP:
+    /// ib_check_mr_access's EINVAL), dma-buf (rdma-core's rxe provider has no reg_dmabuf_mr:
+    /// EOPNOTSUPP before the kernel; the guest kernel has no dma-buf exporter, so the descriptor
+    /// is a memfd, which the provider never looks at). Each cell's own stdout and stderr go to
+    /// its file and `mrshim analyze` reads only that: its first finding must be the cause, and
+    /// the kernel's uverbs must have answered the cell's errno (kprobe), so the cause is the
+    /// kernel's, not made up.
+    fn output_matrix(ctx: &Ctx) -> Result<String, String> {
+        use Job::{Pyverbs, Run};
+        let cell = |stack, cause, how, kernel, job| Cell { stack, cause, how, kernel, within: 1, job };
+        let cells = [
+            cell("ib_write_bw", "memlock-limit", "uid 65534, ulimit -l 64", libc::ENOMEM, Run(write_bw_memlock)),
+            cell("ucx_perftest", "memlock-limit", "uid 65534, ulimit -l 64", libc::ENOMEM, Run(ucx_memlock)),
+            cell("rping", "memlock-limit", "uid 65534, ulimit -l 8", libc::ENOMEM, Run(|_| rping_memlock(8))),
+            cell("rping", "memlock-limit", "uid 65534, ulimit -l 0", libc::EPERM, Run(|_| rping_memlock(0))),
+            cell("fi_pingpong", "memlock-limit", "uid 65534, ulimit -l 64", libc::ENOMEM, Run(fi_pingpong_memlock)),
+            cell("pyverbs", "memlock-limit", "uid 65534, ulimit -l 64", libc::ENOMEM, Run(pyverbs_memlock)),
+            cell("mooncake", "memlock-limit", "root -IPC_LOCK, ulimit -l 64", libc::ENOMEM, Run(mooncake_memlock)),
+            cell("pyverbs", "access-flags", "REMOTE_WRITE alone", libc::EINVAL, Pyverbs("remote")),
+            Cell {
+                within: 3,
+                ..cell("pyverbs", "access-flags", "PROT_READ, writable", libc::EFAULT, Pyverbs("readonly"))
+            },
+            cell("pyverbs", "odp-unsupported", "ON_DEMAND", libc::EINVAL, Pyverbs("odp")),
+            cell("pyverbs", "dmabuf-unsupported", "DmaBufMR (a memfd)", 0, Pyverbs("memfd")),
+        ];
+        let modes: Vec<&str> =
+            cells.iter().filter_map(|c| if let Pyverbs(m) = c.job { Some(m) } else { None }).collect();
+        let t0 = Instant::now();
+        let batch = pyverbs_batch(&ctx.dir, &modes)?;
+        let batch_secs = t0.elapsed().as_secs_f64();
+        // each cell's output, file, the kernel's refusals and seconds; then analyze on them all at once
+        let mut ran = vec![];
+        for (i, c) in cells.iter().enumerate() {
+            let file = ctx.dir.join(format!("{i:02}-{}-{}.out", c.stack, c.cause));
+            let (out, refused, secs) = match c.job {
+                Run(f) => {
+                    ktrace::clear();
+                    let t0 = Instant::now();
+                    let out = f(ctx);
+                    let secs = t0.elapsed().as_secs_f64();
+                    (out, ktrace::refusals(&ktrace::take(), None), secs)
+                }
+                Pyverbs(m) => {
+                    let (out, refused) = batch.get(m).cloned().ok_or_else(|| format!("pyverbs_cells.py ran no {m}"))?;
+                    (out, refused, batch_secs / modes.len() as f64)
+                }
+            };
+            std::fs::write(&file, &out).unwrap();
+            ran.push((file, out, refused, secs));
+        }
+        let analyses: Vec<Child> = ran
+            .iter()
+            .map(|(file, ..)| spawn(timeout(120, mrshim_bin().to_str().unwrap()).args(["analyze", "--json"]).arg(file)))
+            .collect();
+        let (mut rows, mut bad) = (String::new(), vec![]);
+        for (c, ((file, out, refused, secs), a)) in cells.iter().zip(ran.into_iter().zip(analyses)) {
+            let o = a.wait_with_output().unwrap();
+            let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap_or_default();
+            let findings = v["findings"].as_array().cloned().unwrap_or_default();
+            let first = findings.first().and_then(|f| f["category"].as_str()).unwrap_or("-");
+            let place = findings.iter().position(|f| f["category"] == c.cause).map(|n| n + 1);
+            let failed = v["summary"]["failed"].as_u64().unwrap_or(0);
+            let kernel = match c.kernel {
+                0 if refused.is_empty() => "no uverbs call".to_string(),
+                0 => format!("the kernel answered {refused:?}, expected no call"),
+                e if refused.contains(&e) => format!("uverbs -{e}"),
+                e => format!("uverbs answered {refused:?}, expected -{e}"),
+            };
+            let row = format!(
+                "{:<13} {:<18} {:<28} -> {first} (basis {}, {failed} failures, {kernel}; {secs:.1} s){}",
+                c.stack,
+                c.cause,
+                c.how,
+                findings.first().map_or("-", |f| f["basis"].as_str().unwrap_or("-")),
+                match place {
+                    Some(1) => String::new(),
+                    Some(n) => format!("; the cause is finding {n}"),
+                    None => "; the cause is not found".into(),
+                }
+            );
+            rows += &row;
+            rows.push('\n');
+            let kernel_ok = if c.kernel == 0 { refused.is_empty() } else { refused.contains(&c.kernel) };
+            if place.is_none_or(|n| n > c.within) || failed == 0 || !kernel_ok {
+                let head: String = out.lines().take(12).map(|l| format!("  {l}\n")).collect();
+                bad.push(format!("{row}\n  ({}):\n{head}{}", file.display(), stderr(&o)));
+            }
+        }
+        if bad.is_empty() {
+            Ok(rows)
+        } else {
+            Err(format!("{rows}\n{}", bad.join("\n")))
+        }
+    }
+
     /// The kernel's own view of registrations: kprobes on the uverbs command handlers (every
     /// call that reached the kernel, with its result) and on rxe's reg/dereg (arguments, lkey).
     pub mod ktrace {
@@ -747,6 +1033,22 @@ p:mrshim/dereg rxe_dereg_mr lkey=+16(%di):x32
 
         pub fn take() -> String {
             std::fs::read_to_string(format!("{T}/trace")).unwrap_or_default()
+        }
+
+        /// The errnos of the registrations uverbs refused (positive), of process `pid` or all.
+        pub fn refusals(trace: &str, pid: Option<u32>) -> Vec<i32> {
+            // a line begins with the task, `comm-pid`
+            let of = |l: &str| {
+                pid.is_none_or(|p| {
+                    l.split(" [").next().and_then(|t| t.trim().rsplit('-').next()) == Some(&p.to_string())
+                })
+            };
+            trace
+                .lines()
+                .filter(|l| (l.contains(" uverbs_reg: ") || l.contains(" uverbs_dmabuf: ")) && of(l))
+                .filter_map(|l| field(l, "ret").map(|r| -(r as i64) as i32))
+                .filter(|e| *e != 0)
+                .collect()
         }
 
         /// A registration as the kernel saw it.

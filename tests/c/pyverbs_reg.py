@@ -8,6 +8,9 @@
 #   gpu       device memory from the CUDA driver API (cuMemAlloc) through MR(address=...)
 #   dmabuf    the same memory exported as a dma-buf (cuMemGetHandleForAddressRange) and
 #             registered with DmaBufMR
+#   odp       host memory with IBV_ACCESS_ON_DEMAND added (the kernel tier: rxe has no ODP)
+#   memfd     DmaBufMR on a memfd (the kernel tier: its guest kernel has no dma-buf exporter, and a
+#             provider without dma-buf refuses before it looks at the descriptor)
 import ctypes
 import sys
 
@@ -60,6 +63,14 @@ elif mode == "dmabuf":
     if rc != 0:
         sys.exit(f"cuMemGetHandleForAddressRange: CUresult {rc}")
     mr = DmaBufMR(pd, SIZE, access, dmabuf=fd.value, offset=0)
+elif mode == "odp":
+    mr = MR(pd, SIZE, access | e.IBV_ACCESS_ON_DEMAND)
+elif mode == "memfd":
+    import os
+
+    fd = os.memfd_create("pyverbs_reg")
+    os.ftruncate(fd, SIZE)
+    mr = DmaBufMR(pd, SIZE, access, dmabuf=fd, offset=0)
 elif mode == "":
     mr = MR(pd, SIZE, access)
 else:

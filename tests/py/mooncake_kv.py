@@ -115,7 +115,8 @@ def end():
 
 
 engine = TransferEngine()
-if engine.initialize("127.0.0.1", "P2PHANDSHAKE", "rdma", "mlx5_0") != 0:
+# MOONCAKE_KV_DEVICE: the kernel tier runs it on rxe0
+if engine.initialize("127.0.0.1", "P2PHANDSHAKE", "rdma", os.environ.get("MOONCAKE_KV_DEVICE", "mlx5_0")) != 0:
     give_up("initialize failed", 3)
 session = f"127.0.0.1:{engine.get_rpc_port()}"
 buf = host_buffer()

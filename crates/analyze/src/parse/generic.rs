@@ -162,9 +162,10 @@ fn dmabuf_in_use(lower: &str) -> bool {
     false
 }
 
-/// MSCCL++'s debug line "cuMemAlloc: 0, dmaBufSupported: 0" describes a host buffer: words inside
-/// these say nothing.
-const NOT_MEM: &[&str] = &["cumemalloc: 0", "dmabufsupported: 0"];
+/// MSCCL++'s debug line "cuMemAlloc: 0, dmaBufSupported: 0" describes a host buffer, and an RDMA
+/// buffer's name holds dma-buf's spellings (librdmacm's rping: "rdma_buf reg_mr failed"): words
+/// inside these say nothing.
+const NOT_MEM: &[&str] = &["cumemalloc: 0", "dmabufsupported: 0", "rdma_buf", "rdma-buf", "rdmabuf"];
 const HOST_MEM: &[&str] =
     &["(host)", "(type = 1)", "fi_hmem_system", "memorytype=0", "mem_type bit 0x1", "host memory", "dram"];
 const DEVICE_MEM: &[&str] = &[
@@ -543,6 +544,8 @@ mod tests {
         ] {
             assert_eq!(recognise(s).and_then(|e| e.mem), Some(MemKind::Device), "{s}");
         }
+        // an RDMA buffer, not a dma-buf (librdmacm's rping registers host memory)
+        assert_eq!(recognise("rdma_buf reg_mr failed").map(|e| e.mem), Some(None));
         assert_eq!(
             recognise("rdma_context.cpp:198] Failed to register memory 0x2e1cbac200: Bad address [14]").unwrap().lib,
             Some(Lib::Mooncake)
