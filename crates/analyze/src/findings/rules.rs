@@ -511,6 +511,24 @@ pub(super) fn version_mismatch<'a>(v: &View<'a>) -> Cand<'a> {
             None,
         );
     }
+    // UCX's cuda_copy memory domain page-locks with CUDA (cuMemHostRegister, cudaHostRegister before
+    // v1.17) only what its memory-type detection called host memory (src/uct/cuda/cuda_copy/
+    // cuda_copy_md.c, uct_cuda_copy_mem_reg): CUDA refusing such a buffer means the detection was wrong
+    // (GPU or managed memory taken for host memory — the memory-type cache's failure mode) or the
+    // buffer was page-locked twice. A UCX release or setting, not the NIC and not the memlock limit.
+    let host_reg = v.fail_where(|k, _| k.call.ends_with("HostRegister"));
+    if !host_reg.is_empty() {
+        c.add(
+            2.5,
+            format!(
+                "{} buffer(s) that UCX's cuda_copy memory domain took for host memory could not be page-locked by CUDA ({}): UCX page-locks only what its memory-type detection calls host memory, so the detection was wrong (GPU or managed memory taken for host memory) or the buffer was locked twice — UCX's release or its memory-type cache, not the NIC.",
+                sum(&host_reg),
+                host_reg.iter().map(|g| g.0.call.as_str()).collect::<BTreeSet<_>>().into_iter().collect::<Vec<_>>().join(", ")
+            ),
+            None,
+        );
+        c.groups.extend(host_reg.iter().copied());
+    }
     if let Some(e) = v.flag(Flag::DriverLoadFail) {
         c.add(
             0.3,
@@ -557,6 +575,9 @@ pub(super) fn version_mismatch<'a>(v: &View<'a>) -> Cand<'a> {
         c.groups = v.fails.clone();
     }
     c.fixes = fixes::version();
+    if !host_reg.is_empty() {
+        c.fixes.insert(0, "UCX: turn its memory-type cache off (`UCX_MEMTYPE_CACHE=n`) and use a UCX release whose memory-type detection knows your allocator (`ucx_info -v`); `ucx_info -d | grep -i cuda` must list cuda_copy".into());
+    }
     c
 }
 

@@ -529,3 +529,19 @@ fn a_help_texts_error_line_is_its_headlines_errno() {
         assert_eq!(f.count, 1, "{err:?}");
     }
 }
+
+/// UCX's cuda_copy memory domain page-locks only what it called host memory: CUDA refusing it is
+/// UCX's memory-type detection (or a double lock), ranked version-mismatch first with UCX's own switch
+/// — in every form UCX printed it (v1.7's `is failed. ret:`, v1.10's `() failed:`, v1.17's cuMem form).
+#[test]
+fn cuda_copy_page_lock_refused_is_ucxs_memory_type_detection() {
+    for line in [
+        "[1570000000.100000] [n1:4242:0]   cuda_copy_md.c:86   UCX  ERROR cudaHostRegister(address, length, 0x01) is failed. ret:invalid argument",
+        "[1650000000.100000] [n1:4242:0]   cuda_copy_md.c:157  UCX  ERROR cudaHostRegister(address, length, cudaHostRegisterPortable)() failed: invalid argument",
+        "[1733000000.100000] [n1:4242:0]   cuda_copy_md.c:169  UCX  ERROR cuMemHostRegister(address, length, CU_MEMHOSTREGISTER_PORTABLE) failed: invalid argument",
+    ] {
+        let a = run(&[("job.log", &format!("{line}\n"))]);
+        assert_eq!(cats(&a).first(), Some(&"version-mismatch"), "{line}: {:?}", cats(&a));
+        assert!(a.findings[0].fixes[0].contains("UCX_MEMTYPE_CACHE=n"), "{:?}", a.findings[0].fixes);
+    }
+}
