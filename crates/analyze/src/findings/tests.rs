@@ -571,3 +571,44 @@ fn known_issues_from_the_stacks_fixes() {
     let a = run(&[("job.log", &ctx("invalid argument"))]);
     assert!(!known_ids(&a).contains(&"mooncake-dmabuf-no-cuda-context"), "{:?}", a.findings);
 }
+
+/// rdma-core's providers each gained ibv_reg_dmabuf_mr in a release of their own (irdma v45, bnxt_re
+/// v48, mana v57, efa v38): a named older rdma-core with that provider's device and a DMA-BUF failure
+/// is the provider's missing verb; the same failure with a later rdma-core, or with no version named,
+/// is not claimed. NIXL's warning of a UCX older than 1.19 explains a GPU registration failure.
+#[test]
+fn known_issues_of_versions_without_a_feature() {
+    let dmabuf = |pkg: &str, dev: &str| {
+        format!(
+            "{pkg}[1733560001.000001] [node1:4242:0]          ib_md.c:293  UCX  ERROR ibv_reg_dmabuf_mr(address=0x7f1c2a000000, length=1048576, access=0xf) failed: Operation not supported\n\
+             [1733560001.000002] [node1:4242:0]         ucp_mm.c:62   UCX  ERROR failed to register address 0x7f1c2a000000 (cuda) length 1048576 dmabuf_fd 42 on md[3]={dev}: Unsupported operation (md supports: host, cuda)\n"
+        )
+    };
+    let id = "rdma-core-irdma-dmabuf-before-45";
+    let a = run(&[("job.log", &dmabuf("ii  rdma-core        44.0-2     amd64\n", "irdma0"))]);
+    assert_eq!(first_known(&a), (Some("dmabuf-unsupported"), Some(id)), "{:?}", a.findings);
+    for (pkg, dev) in [
+        ("ii  rdma-core        45.0-1     amd64\n", "irdma0"),
+        ("", "irdma0"),
+        ("ii  rdma-core        44.0-2     amd64\n", "mlx5_0"),
+    ] {
+        let a = run(&[("job.log", &dmabuf(pkg, dev))]);
+        assert!(!known_ids(&a).contains(&id), "{pkg} {dev}: {:?}", a.findings);
+    }
+    let a = run(&[("job.log", &dmabuf("ii  rdma-core        47.0-1     amd64\n", "bnxt_re0"))]);
+    assert_eq!(first_known(&a).1, Some("rdma-core-bnxt-re-dmabuf-before-48"), "{:?}", a.findings);
+
+    let nixl = |mem: &str| {
+        format!(
+            "W1207 10:00:00.000000 4242 ucx_utils.cpp:424] UCX version is 1.18.0 which is less than 1.19, CUDA support is limited, including the lack of support for multi-GPU within a single process.\n\
+             [1733560001.000001] [node1:4242:0]          ib_md.c:293  UCX  ERROR ibv_reg_mr(address=0x7f1c2a000000, length=1048576, access=0xf) failed: Bad address\n\
+             [1733560001.000002] [node1:4242:0]         ucp_mm.c:62   UCX  ERROR failed to register address 0x7f1c2a000000 ({mem}) length 1048576 on md[3]=mlx5_0: Input/output error (md supports: host, cuda)\n"
+        )
+    };
+    let a = run(&[("job.log", &nixl("cuda"))]);
+    let c = cats(&a);
+    assert!(c.iter().take(2).any(|x| *x == "version-mismatch"), "{c:?}");
+    assert!(known_ids(&a).contains(&"nixl-ucx-before-1.19-multi-gpu"), "{:?}", a.findings);
+    let a = run(&[("job.log", &nixl("host"))]);
+    assert!(!known_ids(&a).contains(&"nixl-ucx-before-1.19-multi-gpu"), "{:?}", a.findings);
+}

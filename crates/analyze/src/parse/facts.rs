@@ -83,6 +83,8 @@ const VERSIONS: &[(&str, &str)] = &[
     // line ("NIXL UCX backend bound to UCX 1.19.0 at /usr/lib/libucp.so.0", src/plugins/ucx)
     ("nixl version: ", "NIXL"),
     ("nixl ucx backend bound to ucx ", "UCX"),
+    // NIXL's UCX plugin on an older UCX ("UCX version is 1.18.0 which is less than 1.19, ...")
+    ("ucx version is ", "UCX"),
     // gdrdrv's module load line ("loading gdrdrv version 2.4 built for open NVIDIA driver")
     ("loading gdrdrv version ", "gdrcopy"),
     // the OFI plugin's banner, PACKAGE_STRING ("Initializing aws-ofi-nccl 1.14.0")
@@ -345,6 +347,10 @@ mod tests {
             ["gdrcopy 2.4"]
         );
         assert_eq!(one(&["NET/OFI Initializing aws-ofi-nccl 1.14.0"]), ["aws-ofi-nccl 1.14.0"]);
+        assert_eq!(
+            one(&["W1207 10:00:00.000000 4242 ucx_utils.cpp:424] UCX version is 1.18.0 which is less than 1.19, CUDA support is limited"]),
+            ["UCX 1.18.0"]
+        );
         // not versions: a log prefix, a PCI address
         assert!(one(&["libfabric:1234:1690000000::core:core:fi_getinfo_():1138<info> x"]).is_empty());
         assert!(one(&["Dec  1 10:00:00 n1 kernel: 0000:41:00.0: something"]).iter().all(|f| !f.starts_with("kernel")));
