@@ -545,3 +545,129 @@ fn cuda_copy_page_lock_refused_is_ucxs_memory_type_detection() {
         assert!(a.findings[0].fixes[0].contains("UCX_MEMTYPE_CACHE=n"), "{:?}", a.findings[0].fixes);
     }
 }
+
+fn known_ids(a: &Analysis) -> Vec<&str> {
+    a.findings.iter().filter_map(|f| f.known_issue.as_ref().map(|k| k.id.as_str())).collect()
+}
+
+/// The first finding's category and known issue.
+fn first_known(a: &Analysis) -> (Option<&'static str>, Option<&str>) {
+    let f = a.findings.first();
+    (f.map(|f| f.category), f.and_then(|f| f.known_issue.as_ref().map(|k| k.id.as_str())))
+}
+
+/// Known issues read from the stacks' own fixes (data/known-issues.json), each named from the lines
+/// its stack prints: a version the input names inside the range puts the issue first, one at or past
+/// the fix (or before the regression) rules it out, and an issue whose lines are only a failure a
+/// version bug shares with other causes counts only when an affected version is named.
+#[test]
+fn known_issues_from_the_stacks_fixes() {
+    // libfabric EFA before 2.6.0: a refusal before ibv_reg_mr printed with errno 0
+    let efa = "libfabric:31337:1733560000::efa:mr:efa_mr_reg_impl():978<warn> Unable to register MR of 4194304 bytes: Success, flags 0, ibv pd: 0x55d0c0a0b0c0, total mr reg size 0, mr reg count 0\n";
+    let id = Some("efa-mr-reg-errno-success");
+    let a = run(&[("job.log", &format!("libfabric: 2.4.0\n{efa}"))]);
+    assert_eq!(first_known(&a), (Some("version-mismatch"), id), "{:?}", a.findings);
+    let a = run(&[("job.log", efa)]);
+    assert_eq!(first_known(&a).1, id, "no version named: the message alone names it");
+    let a = run(&[("job.log", &format!("libfabric: 2.6.0\n{efa}"))]);
+    assert!(!known_ids(&a).contains(&"efa-mr-reg-errno-success"), "{:?}", a.findings);
+
+    // NIXL 0.10.0 to 1.0.x: a later GPU of a multi-GPU process registered without its device current
+    let nixl = |v: &str| {
+        format!(
+            "I1207 10:00:00.000000 4242 nixl_log.cpp:80] NIXL version: {v}\n\
+             W1207 10:00:01.000000 4242 libfabric_backend.cpp:713] CUDA address workaround failed for device 1, disabling workaround for multi-GPU support\n\
+             E1207 10:00:01.100000 4242 libfabric_rail.cpp:1385] fi_mr_key returned FI_KEY_NOTAVAIL on rail 0\n\
+             E1207 10:00:01.100100 4242 libfabric_rail_manager.cpp:728] Failed to register memory on rail 0\n"
+        )
+    };
+    let a = run(&[("job.log", &nixl("0.10.1"))]);
+    assert_eq!(first_known(&a), (Some("version-mismatch"), Some("nixl-libfabric-multi-gpu-mr")), "{:?}", a.findings);
+    for v in ["1.1.0", "0.9.0"] {
+        let a = run(&[("job.log", &nixl(v))]);
+        assert!(!known_ids(&a).contains(&"nixl-libfabric-multi-gpu-mr"), "NIXL {v}: {:?}", a.findings);
+    }
+
+    // UCX 1.13 to 1.15: a merged cache region with unmapped pages; EFAULT on host memory is also an
+    // ordinary bad address, so only a named UCX version in range (UCP's INFO banner) claims it
+    let ucx = |banner: &str, mem: &str| {
+        format!(
+            "{banner}[1733560001.000001] [node1:4242:0]          ib_md.c:293  UCX  ERROR ibv_reg_mr(address=0x7f1c2a000000, length=1052672, access=0xf) failed: Bad address\n\
+             [1733560001.000002] [node1:4242:0]         ucp_mm.c:62   UCX  ERROR failed to register address 0x7f1c2a000000 ({mem}) length 1052672 on md[4]=mlx5_0: Input/output error (md supports: host)\n"
+        )
+    };
+    let banner = |v: &str| {
+        format!("[1733560000.000001] [node1:4242:0]     ucp_context.c:2190 UCX  INFO  Version {v} (loaded from /opt/ucx/lib/libucp.so.0)\n")
+    };
+    let id = "ucx-rcache-merge-unmapped";
+    let a = run(&[("job.log", &ucx(&banner("1.15.0"), "host"))]);
+    assert_eq!(first_known(&a), (Some("version-mismatch"), Some(id)), "{:?}", a.findings);
+    for (b, mem) in [(banner("1.16.0"), "host"), (String::new(), "host"), (banner("1.15.0"), "cuda")] {
+        let a = run(&[("job.log", &ucx(&b, mem))]);
+        assert!(!known_ids(&a).contains(&id), "{b} {mem}: {:?}", a.findings);
+    }
+
+    // Mooncake shrinking an MR to max_mr_size while advertising the whole buffer
+    let mc = "W1207 10:00:00.000000 4242 rdma_context.cpp:229] The buffer length exceeds device max_mr_size, shrink it to 2147483648\n";
+    let a = run(&[("job.log", mc)]);
+    assert_eq!(
+        first_known(&a),
+        (Some("resource-exhaustion"), Some("mooncake-mr-shrunk-to-max-mr-size")),
+        "{:?}",
+        a.findings
+    );
+
+    // Mooncake exporting GPU memory as DMA-BUF from a thread without a CUDA context; another CUDA
+    // error on the same line is another cause
+    let ctx = |err: &str| {
+        format!(
+            "E1207 10:00:00.000000 4242 rdma_context.cpp:262] Failed to retrieve dmabuf for 139872000000000 cuda error={err}\n\
+             E1207 10:00:00.000100 4242 transfer_engine.cpp:400] Failed to register memory 0x7f3900000000: Failed to register memory region\n"
+        )
+    };
+    let a = run(&[("job.log", &ctx("invalid device context"))]);
+    assert_eq!(first_known(&a), (Some("gpu-peer-memory"), Some("mooncake-dmabuf-no-cuda-context")), "{:?}", a.findings);
+    let a = run(&[("job.log", &ctx("invalid argument"))]);
+    assert!(!known_ids(&a).contains(&"mooncake-dmabuf-no-cuda-context"), "{:?}", a.findings);
+}
+
+/// rdma-core's providers each gained ibv_reg_dmabuf_mr in a release of their own (irdma v45, bnxt_re
+/// v48, mana v57, efa v38): a named older rdma-core with that provider's device and a DMA-BUF failure
+/// is the provider's missing verb; the same failure with a later rdma-core, or with no version named,
+/// is not claimed. NIXL's warning of a UCX older than 1.19 explains a GPU registration failure.
+#[test]
+fn known_issues_of_versions_without_a_feature() {
+    let dmabuf = |pkg: &str, dev: &str| {
+        format!(
+            "{pkg}[1733560001.000001] [node1:4242:0]          ib_md.c:293  UCX  ERROR ibv_reg_dmabuf_mr(address=0x7f1c2a000000, length=1048576, access=0xf) failed: Operation not supported\n\
+             [1733560001.000002] [node1:4242:0]         ucp_mm.c:62   UCX  ERROR failed to register address 0x7f1c2a000000 (cuda) length 1048576 dmabuf_fd 42 on md[3]={dev}: Unsupported operation (md supports: host, cuda)\n"
+        )
+    };
+    let id = "rdma-core-irdma-dmabuf-before-45";
+    let a = run(&[("job.log", &dmabuf("ii  rdma-core        44.0-2     amd64\n", "irdma0"))]);
+    assert_eq!(first_known(&a), (Some("dmabuf-unsupported"), Some(id)), "{:?}", a.findings);
+    for (pkg, dev) in [
+        ("ii  rdma-core        45.0-1     amd64\n", "irdma0"),
+        ("", "irdma0"),
+        ("ii  rdma-core        44.0-2     amd64\n", "mlx5_0"),
+    ] {
+        let a = run(&[("job.log", &dmabuf(pkg, dev))]);
+        assert!(!known_ids(&a).contains(&id), "{pkg} {dev}: {:?}", a.findings);
+    }
+    let a = run(&[("job.log", &dmabuf("ii  rdma-core        47.0-1     amd64\n", "bnxt_re0"))]);
+    assert_eq!(first_known(&a).1, Some("rdma-core-bnxt-re-dmabuf-before-48"), "{:?}", a.findings);
+
+    let nixl = |mem: &str| {
+        format!(
+            "W1207 10:00:00.000000 4242 ucx_utils.cpp:424] UCX version is 1.18.0 which is less than 1.19, CUDA support is limited, including the lack of support for multi-GPU within a single process.\n\
+             [1733560001.000001] [node1:4242:0]          ib_md.c:293  UCX  ERROR ibv_reg_mr(address=0x7f1c2a000000, length=1048576, access=0xf) failed: Bad address\n\
+             [1733560001.000002] [node1:4242:0]         ucp_mm.c:62   UCX  ERROR failed to register address 0x7f1c2a000000 ({mem}) length 1048576 on md[3]=mlx5_0: Input/output error (md supports: host, cuda)\n"
+        )
+    };
+    let a = run(&[("job.log", &nixl("cuda"))]);
+    let c = cats(&a);
+    assert!(c.iter().take(2).any(|x| *x == "version-mismatch"), "{c:?}");
+    assert!(known_ids(&a).contains(&"nixl-ucx-before-1.19-multi-gpu"), "{:?}", a.findings);
+    let a = run(&[("job.log", &nixl("host"))]);
+    assert!(!known_ids(&a).contains(&"nixl-ucx-before-1.19-multi-gpu"), "{:?}", a.findings);
+}

@@ -79,7 +79,25 @@ const VERSIONS: &[(&str, &str)] = &[
     ("uname -r: ", "kernel"),
     // ibv_devinfo: the HCA's firmware
     ("fw_ver:", "firmware"),
+    // NIXL's start-up line (src/utils/common/nixl_log.cpp, 0.9.0 on) and its UCX plugin's binding
+    // line ("NIXL UCX backend bound to UCX 1.19.0 at /usr/lib/libucp.so.0", src/plugins/ucx)
+    ("nixl version: ", "NIXL"),
+    ("nixl ucx backend bound to ucx ", "UCX"),
+    // NIXL's UCX plugin on an older UCX ("UCX version is 1.18.0 which is less than 1.19, ...")
+    ("ucx version is ", "UCX"),
+    // gdrdrv's module load line ("loading gdrdrv version 2.4 built for open NVIDIA driver")
+    ("loading gdrdrv version ", "gdrcopy"),
+    // the OFI plugin's banner, PACKAGE_STRING ("Initializing aws-ofi-nccl 1.14.0")
+    ("initializing aws-ofi-nccl ", "aws-ofi-nccl"),
 ];
+
+/// The version in UCP's INFO banner at ucp_init, the message after UCX's header ("Version 1.16.0
+/// (loaded from /opt/ucx/lib/libucp.so.0)", src/ucp/core/ucp_context.c): UCX's own log lines are
+/// read by the UCX parser, which asks this.
+pub fn ucx_banner(m: &str) -> Option<String> {
+    let v = m.strip_prefix("Version ")?.split_whitespace().next()?;
+    (v.starts_with(|c: char| c.is_ascii_digit()) && crate::known::version_key(v).is_some()).then(|| v.to_string())
+}
 
 /// The kernel release in the lines that print it: the boot banner and /proc/version ("Linux version
 /// 6.8.0-45-generic (buildd@...)"), `uname -a` ("Linux node1 5.15.0-91-generic #101-Ubuntu SMP ..."),
@@ -316,6 +334,23 @@ mod tests {
         assert_eq!(one(&["libfabric: 1.18.0"]), ["libfabric 1.18.0"]);
         assert_eq!(one(&["        fw_ver:                         28.39.1002"]), ["firmware 28.39.1002"]);
         assert_eq!(one(&["ii  rdma-core        50.0-2ubuntu0.2     amd64"]), ["rdma-core 50.0-2ubuntu0.2"]);
+        assert_eq!(
+            one(&["I1207 10:00:00.000000 4242 nixl_log.cpp:80] NIXL version: 0.10.1 (git: 1a2b3c4)"]),
+            ["NIXL 0.10.1"]
+        );
+        assert_eq!(
+            one(&["I1207 10:00:00.000000 4242 ucx_plugin.cpp:51] NIXL UCX backend bound to UCX 1.19.0 at /usr/lib/libucp.so.0"]),
+            ["UCX 1.19.0"]
+        );
+        assert_eq!(
+            one(&["[  12.345678] gdrdrv:gdrdrv_init: loading gdrdrv version 2.4 built for open NVIDIA driver"]),
+            ["gdrcopy 2.4"]
+        );
+        assert_eq!(one(&["NET/OFI Initializing aws-ofi-nccl 1.14.0"]), ["aws-ofi-nccl 1.14.0"]);
+        assert_eq!(
+            one(&["W1207 10:00:00.000000 4242 ucx_utils.cpp:424] UCX version is 1.18.0 which is less than 1.19, CUDA support is limited"]),
+            ["UCX 1.18.0"]
+        );
         // not versions: a log prefix, a PCI address
         assert!(one(&["libfabric:1234:1690000000::core:core:fi_getinfo_():1138<info> x"]).is_empty());
         assert!(one(&["Dec  1 10:00:00 n1 kernel: 0000:41:00.0: something"]).iter().all(|f| !f.starts_with("kernel")));

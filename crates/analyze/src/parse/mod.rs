@@ -226,6 +226,8 @@ const NEEDLES: &[&str] = &[
     "SMP",
     "GNU/Linux",
     "fw_ver",
+    // version lines of packages (dpkg -l, rpm -q): facts.rs
+    "rdma-core",
     "Python platform",
     "ulimit",
     "locked memory",

@@ -3,7 +3,7 @@
 //! tells host from GPU memory; the failure is held back one line to pick that up.
 use super::FileCtx;
 use crate::errno;
-use crate::event::{Event, Lib, RegEv};
+use crate::event::{Event, Fact, Lib, RegEv};
 use crate::parse::shim::parse_hex;
 use crate::scan::{find, has};
 use mrshim_record::MemKind;
@@ -147,6 +147,15 @@ pub fn parse(line: &str, ctx: &mut FileCtx, lineno: u64, emit: &mut dyn FnMut(Ev
                 ..Default::default()
             }));
         }
+    }
+    // UCP's INFO banner at ucp_init: the UCX version in use (read by facts.rs)
+    if let Some(v) = super::facts::ucx_banner(m) {
+        emit(Event::Fact {
+            lib: Lib::Ucx,
+            host: Some(host.to_string()),
+            pid: Some(pid),
+            fact: Fact::Version("UCX".into(), v),
+        });
     }
     true
 }
