@@ -33,7 +33,11 @@ use std::process::Command;
 /// the cause in the log were missed: uGNI's GNI_RC_INVALID_PARAM on a segment that registers on the previous OS
 /// release (chapel-9109) and a registration told in prose with the kernel verb's name (ompi-devel-4364). No
 /// earlier report lost its rank.
-const MIN_HELD_TOP1_IN_LOG: f64 = 24.0 / 29.0;
+/// Session 11's final blind round (branch blind12: ten reports collected by a helper who never ran
+/// analyze, scored once at 10:59 UTC on the session's final rules; docs/analyze.md, "Session 11, final
+/// blind round"): one with its cause in the log, first; the floors are what the held-out set then
+/// measures, 25/30 and 74/86.
+const MIN_HELD_TOP1_IN_LOG: f64 = 25.0 / 30.0;
 /// Raised to 52/63 after branch l8's two dmabuf rules from the kernel's sources (not blind: written after
 /// the round's misses were read; docs/analyze.md, "after the blind round"). Lowered in session 8 (branch
 /// b9, 2026-12-07) to what the held-out set measures after five blind reports were added and scored once
@@ -51,7 +55,7 @@ const MIN_HELD_TOP1_IN_LOG: f64 = 24.0 / 29.0;
 /// Lowered in session 11 (branch blind11, 2026-12-07 09:50 UTC) to what the held-out set measures after seven
 /// blind reports were added and scored once (docs/analyze.md, "Session 11, blind"): 59/76 (77.6 %); two of the
 /// seven in the first three. No earlier report lost its rank.
-const MIN_HELD_TOP3: f64 = 59.0 / 76.0;
+const MIN_HELD_TOP3: f64 = 74.0 / 86.0;
 /// Held-out reports analyze does not recognise at all (exit 0/2, "nothing recognised"): counted as
 /// misses in the scores above, exempt only from the exit-code check. Empty after session 4; session 5's
 /// blind round 3 left three: a segfault trace with no registration line (charm-1042), a 0-byte
@@ -70,6 +74,9 @@ const UNRECOGNISED: &[&str] = &[
     "charm-1523-zero-byte-rdma-mr.log",
     "mercury-241-gni-ndreg-entries.log",
     "ompi-devel-4364-osu-bibw-memlock-hang.log",
+    // session 11's final blind round: CXI's `cxil_map` failing in an ESMF mesh read, told with the
+    // provider's own return code only (global-workflow KNOWN_ISSUES_008)
+    "global-workflow-mx008-esmf-mesh-cxil-map-efault.log",
 ];
 /// The training half is not allowed to fall below its own level either. Top-3 lowered to 16/17 in
 /// session 11 by the version-mismatch weight of the likelihood rows (findings/likelihood.rs): ENOMEM now
