@@ -131,6 +131,10 @@ pub fn continues(prev: &[u8], next: &[u8]) -> bool {
     if next.starts_with(b"- ") || next.starts_with(b"* ") || next.len() > 1 << 16 || memchr::memchr(0, next).is_some() {
         return false;
     }
+    // a rule (help texts' `-----` frame, a table's `=====`) is a line of its own
+    if prev.iter().all(|c| b"-=_*~".contains(c)) {
+        return false;
+    }
     let first = next.split(|c| *c == b' ').next().unwrap_or(next);
     if columns(prev) + 1 + columns(first) < NARROWEST || table_row(prev) {
         return false;
@@ -155,6 +159,9 @@ mod tests {
     #[test]
     fn joins_what_the_software_broke() {
         assert!(may_break(UCX));
+        // Open MPI's help-text frame is no broken sentence
+        let rule = [b'-'; 74];
+        assert!(may_break(&rule) && !continues(&rule, b"Open MPI failed to register your buffer."));
         assert!(continues(UCX, b"0x7f001000, length=16) failed: Invalid argument"));
         let a = b"[nodeA:4242:0] rcache.c:460 UCX WARN failed to register region 0x55: Invalid";
         assert!(may_break(a) && continues(a, b"argument"));
