@@ -40,16 +40,19 @@ fn gpu_p2p(s: &str) -> bool {
     })
 }
 
-/// The registration entry points a sentence can name: verbs' ibv_reg_*, librdmacm's rdma_reg_*.
+/// The registration entry points a sentence can name: verbs' ibv_reg_*, librdmacm's rdma_reg_*, and the
+/// kernel verb `ib_reg_mr` that older OFED stacks (Open MPI's openib BTL, uDAPL) and their users name —
+/// as a word of its own, not inside a driver's function name (`mlx5_ib_reg_user_mr`).
 fn reg_calls(s: &str) -> Vec<(usize, String)> {
     let mut out = Vec::new();
-    for stem in ["ibv_reg_", "rdma_reg_"] {
+    for stem in ["ibv_reg_", "rdma_reg_", "ib_reg_"] {
         let mut from = 0;
         while let Some(i) = s[from..].find(stem) {
             let at = from + i;
             let name: String = s[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
             from = at + name.len();
-            if super::is_reg_call(&name) || super::rdmacm_reg_access(&name).is_some() {
+            let word = !s[..at].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_');
+            if super::is_reg_call(&name) || super::rdmacm_reg_access(&name).is_some() || (word && name == "ib_reg_mr") {
                 out.push((at, name));
             }
         }
@@ -133,6 +136,15 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_kernel_verb_named_in_words_is_a_registration() {
+        let calls = |s: &str| super::reg_calls(s).into_iter().map(|x| x.1).collect::<Vec<_>>();
+        assert_eq!(calls("Then the ib_reg_mr for all the posted receives all fail as well"), ["ib_reg_mr"]);
+        assert!(calls("mlx5_ib_reg_user_mr: failed").is_empty());
+        // a driver entry point, not the verb
+        assert!(calls("ib_reg_user_mr returned -14").is_empty());
+    }
+
     #[test]
     fn p2p_metadata_is_no_gpu_context() {
         for (line, gpu) in [
