@@ -210,10 +210,10 @@ impl Slots for FfiSlots {
         }
     }
     unsafe fn set_context_ops(&self, ctx: usize, o: ContextOps) {
-        // SAFETY: the trait's contract: a live context whose ops the static-inline verbs read on
-        // every call; pointer-sized aligned stores; each value is a function of the slot's type
-        // (ours, or the provider's own saved from this slot), or 0 (None) where the provider
-        // had none.
+        // The trait's contract: a live context whose ops the static-inline verbs read on every
+        // call; pointer-sized aligned stores; each value is a function of the slot's type (ours,
+        // or the provider's own saved from this slot), or 0 (None) where the provider had none.
+        // SAFETY: as just said.
         unsafe {
             let ops = &mut (*(ctx as *mut v::ibv_context)).ops;
             ops.post_send = Some(provider(o.post_send));
@@ -622,9 +622,10 @@ unsafe fn verbs_context(ctx: usize) -> Option<*mut v::verbs_context> {
     const AT: usize = std::mem::offset_of!(v::verbs_context, context);
     let need = std::mem::size_of::<v::verbs_context>() - std::mem::offset_of!(v::verbs_context, create_cq_ex);
     let c = ctx as *mut v::ibv_context;
-    // SAFETY: the caller's contract; abi_compat is (void *)-1 exactly when the ibv_context is
-    // the tail of a verbs_context, whose sz says how many of its ops (laid out from the
-    // newest down) the provider knows.
+    // The caller's contract; abi_compat is (void *)-1 exactly when the ibv_context is the tail
+    // of a verbs_context, whose sz says how many of its ops (laid out from the newest down) the
+    // provider knows.
+    // SAFETY: as just said.
     unsafe {
         if (*c).abi_compat as usize != usize::MAX {
             return None;
