@@ -163,6 +163,9 @@ pub enum Flag {
     /// The program says it will ask for IBV_ACCESS_RELAXED_ORDERING (Mooncake's "[RDMA TENT] ...
     /// IBV_ACCESS_RELAXED_ORDERING will be enabled", and the like).
     RoRequested,
+    /// A driver says the registration asked for access bits the device does not support (EFA's
+    /// `Unsupported access flags[asked], supported[mask]`): the request, not the memory.
+    AccessRefused,
     /// The transfer library has no GPU memory support at run time (NIXL: UCX without CUDA/ROCm memory
     /// types — built without them, its cuda modules not found, or UCX_TLS without cuda_copy), so GPU
     /// buffers are taken for host memory and their registration is refused.

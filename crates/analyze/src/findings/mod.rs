@@ -464,9 +464,17 @@ fn diagnose_failures(v: &View, col: &Collector) -> (Vec<Finding>, Vec<RuledOut>)
     }
     cands.retain(|c| c.score >= 0.3 && (!c.groups.is_empty() || !c.prior_groups.is_empty() || c.evidence >= 1.5));
     cands.sort_by(|a, b| b.score.partial_cmp(&a.score).unwrap_or(std::cmp::Ordering::Equal));
-    // a hypothesis held up by priors alone is listed only while it is within reach of the best one
+    // a hypothesis held up by priors alone is listed while it is within reach of the best one, and
+    // among the first three when the failures were read from a stack's text: evidence read by rules
+    // can be wrong about a report nobody here read, so the differential keeps the failure's next most
+    // likely causes (mrshim's own records observed the call, the memory and any rescue: not padded)
     let best = cands.first().map_or(0.0, |c| c.score);
-    cands.retain(|c| c.evidence >= 1.0 || c.score >= 0.15 * best);
+    let read = v.fails.iter().any(|g| g.0.lib != Lib::Shim);
+    let mut rank = 0;
+    cands.retain(|c| {
+        rank += 1;
+        (read && rank <= 3) || c.evidence >= 1.0 || c.score >= 0.15 * best
+    });
     // a cause the evidence puts among the first two stays there
     if let Some(i) = cands.iter().position(|c| c.top_two) {
         if i > 1 {

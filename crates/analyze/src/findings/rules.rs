@@ -462,6 +462,10 @@ pub(super) fn access_flags<'a>(v: &View<'a>) -> Cand<'a> {
         );
         c.groups.extend(bad.iter().copied());
     }
+    if let Some(e) = v.flag(Flag::AccessRefused) {
+        c.add(3.5, "The driver says the registration asked for access bits the device does not support (the first mask is what was asked, the second what the device takes).", Some(e));
+        c.groups.extend(v.fails.iter().copied());
+    }
     c.fixes = fixes::access();
     c.retry = Some("bounce");
     c

@@ -276,8 +276,8 @@ E1201 10:00:01.000002 4242 nixl_agent.cpp:470] registerMem: registration failed 
 /// The likelihood table: every row is a distribution over known categories, each cause once.
 #[test]
 fn likelihood_rows_are_distributions() {
-    use super::likelihood::ROWS;
-    for row in ROWS {
+    use super::likelihood::TABLE;
+    for (_, _, _, row) in TABLE {
         let total: f64 = row.iter().map(|x| x.1).sum();
         assert!((total - 1.0).abs() < 1e-9, "{row:?} sums to {total}");
         for (i, (cat, p)) in row.iter().enumerate() {
@@ -287,6 +287,14 @@ fn likelihood_rows_are_distributions() {
         }
         assert!(row.windows(2).all(|w| w[0].1 >= w[1].1), "most likely first: {row:?}");
     }
+}
+
+/// docs/analyze.md shows the table the code uses, number for number.
+#[test]
+fn the_docs_show_the_likelihood_table_in_use() {
+    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/analyze.md")).unwrap();
+    let table = super::likelihood::markdown();
+    assert!(docs.contains(&table), "docs/analyze.md must hold this table:\n{table}");
 }
 
 /// What the kernel's pinning gives decides the rows: EFAULT on host memory is an unmapped range or a
@@ -306,6 +314,23 @@ fn likelihood_rows_follow_the_kernels_failure_modes() {
     assert_eq!(top(Some(EOPNOTSUPP), Mem::Host, true, false)[0], "dmabuf-unsupported");
     assert_eq!(top(Some(EINVAL), Mem::Host, false, true)[0], "iova-alignment");
     assert_eq!(top(Some(EFAULT), Mem::Device, false, false)[0], "gpu-peer-memory");
+    // EINVAL with nothing naming GPU memory: GPU memory is not first, and a device limit is in reach
+    let einval = top(Some(EINVAL), Mem::Unknown, false, false);
+    assert_ne!(einval[0], "gpu-peer-memory");
+    assert!(einval.contains(&"resource-exhaustion"), "{einval:?}");
+}
+
+/// Evidence that decides one cause keeps the differential: a rule can be wrong about a report
+/// nobody here read, so the failure's next most likely causes stay listed, as "prior".
+#[test]
+fn decided_evidence_still_lists_three_causes() {
+    let log = "NVSHMEM: neither nv_peer_mem, or nvidia_peermem detected. Skipping transport.\n\
+               Call to ibv_reg_mr failed with error Bad address\n";
+    let a = run(&[("job.log", log)]);
+    let c = cats(&a);
+    assert_eq!(c[0], "gpu-peer-memory", "{c:?}");
+    assert!(c.len() >= 3, "{c:?}");
+    assert!(a.findings[1..3].iter().all(|f| f.basis == "prior"), "{c:?}");
 }
 
 /// A NULL MR without errno (perftest's own line): nothing decides it, so the ranking is the table's
@@ -670,4 +695,15 @@ fn known_issues_of_versions_without_a_feature() {
     assert!(known_ids(&a).contains(&"nixl-ucx-before-1.19-multi-gpu"), "{:?}", a.findings);
     let a = run(&[("job.log", &nixl("host"))]);
     assert!(!known_ids(&a).contains(&"nixl-ucx-before-1.19-multi-gpu"), "{:?}", a.findings);
+}
+
+/// EFA's driver names the access bits it refused: access-flags first, not the EOPNOTSUPP row's
+/// fs-dax guess.
+#[test]
+fn a_driver_refusing_the_access_bits_is_access_flags() {
+    let log = "[ 100.31] infiniband efa_0: Unsupported access flags[0x7], supported[0x5]\n\
+               libfabric:4242:1701000000::efa:mr:efa_mr_reg_impl():1034<warn> Unable to register MR: Operation not supported\n";
+    let a = run(&[("job.log", log)]);
+    assert_eq!(cats(&a)[0], "access-flags", "{:?}", cats(&a));
+    assert_eq!(a.findings[0].basis, "evidence");
 }

@@ -544,6 +544,7 @@ pub fn flag_named(name: &str) -> Option<Flag> {
         "buffer-alloc-fail" => Flag::BufferAllocFail,
         "reg-table-full" => Flag::RegTableFull,
         "ro-requested" => Flag::RoRequested,
+        "access-refused" => Flag::AccessRefused,
         "mkey-setup-fail" => Flag::MkeySetupFail,
         _ => return None,
     })
