@@ -267,12 +267,19 @@ pub(super) fn resource_exhaustion<'a>(v: &View<'a>) -> Cand<'a> {
     let table_full = v.flag(Flag::RegTableFull);
     // a full registration table is reported as whatever the layer maps it to (ENOSPC, EBUSY)
     let size_errno = |e: Option<i32>| e == Some(errno::ENOSPC) || (table_full.is_some() && e == Some(errno::EBUSY));
+    // With CXI_FORK_SAFE, libcxi madvise(MADV_DONTFORK)s every pinned host range before mapping it and
+    // returns -EFAULT when madvise fails (shs-libcxi src/libcxi.c cxil_map → cxil_dontfork_range,
+    // src/memory.c), on kernels without RDMA copy-on-fork; madvise fails with ENOMEM past
+    // vm.max_map_count as the ranges split VMAs — or for a range not mapped: a reading, not evidence
+    let fork_safe = v.c.hosts.values().find_map(|h| h.env.get("CXI_FORK_SAFE").map(|x| &x.1));
+    let cxi_efault = |k: &GroupKey| fork_safe.is_some() && k.call == "cxil_map" && k.errno == Some(EFAULT);
     // ENOSPC is "no slot left" wherever a registration path returns it: an ID allocator (ida_alloc_range
     // → -ENOSPC: the CXI driver's address contexts and MDs, ionic's MR ids), the CXI provider's MR buffer
     // IDs (cxip_domain_ctrl_id_alloc → -FI_ENOSPC), libfabric GNI's uGNI failures (-FI_ENOSPC)
     let gs = v.fail_where(|k, _| {
         matches!(k.errno, Some(ENOMEM) | Some(EAGAIN) | Some(errno::ENOSPC) | None)
             || ((mr_size.is_some() || table_full.is_some()) && size_errno(k.errno))
+            || cxi_efault(k)
     });
     if gs.is_empty() {
         return c;
@@ -289,6 +296,11 @@ pub(super) fn resource_exhaustion<'a>(v: &View<'a>) -> Cand<'a> {
         c.add(2.0, format!("{} cxil_map call(s) failed with ENOSPC: the Slingshot NIC had no address context or IOVA range left for this process's service (the CXI driver's only ENOSPC on that path) — registrations held, not a bad buffer.", sum(&cxi_nospc)), e);
     } else if v.errno_count(errno::ENOSPC) > 0 && table_full.is_none() && mr_size.is_none() {
         c.guess(0.5, "ENOSPC: a table of the device, driver or library (IDs, keys, address contexts) is full.");
+    }
+    let fork_efault: Vec<_> = c.groups.iter().filter(|g| cxi_efault(g.0)).copied().collect();
+    if let (Some(e), false) = (fork_safe, fork_efault.is_empty()) {
+        c.add(0.0, "", Some(e));
+        c.guess(0.8, format!("{} cxil_map call(s) failed with EFAULT while CXI_FORK_SAFE was set: libcxi marks every pinned range MADV_DONTFORK and answers EFAULT when madvise fails, which it does past vm.max_map_count as many registered ranges split the process's mappings (or for a range not mapped) — compare `wc -l /proc/<pid>/maps` with `sysctl vm.max_map_count`.", sum(&fork_efault)));
     }
     if let Some(e) = v.flag(Flag::MrCacheLimit) {
         c.add(0.0, "The registration cache's limits are printed: registrations stay mapped in the NIC until the cache reaches them (FI_MR_CACHE_MAX_COUNT / FI_MR_CACHE_MAX_SIZE).", Some(e));

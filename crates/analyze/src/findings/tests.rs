@@ -731,3 +731,24 @@ fn ucx_resources_name_the_rcache_knobs() {
     assert!(f.fixes.iter().any(|x| x.contains("UCX_RCACHE_MAX_REGIONS")), "{:?}", f.fixes);
     assert!(!f.fixes.iter().any(|x| x.contains("Slingshot")), "{:?}", f.fixes);
 }
+
+/// With CXI_FORK_SAFE set, libcxi answers EFAULT when madvise(MADV_DONTFORK) fails — past
+/// vm.max_map_count as registered ranges split the mappings, or for a range not mapped (shs-libcxi
+/// cxil_map → cxil_dontfork_range): resources become a hypothesis with the map-count check, a reading,
+/// never evidence; without the setting a CXI EFAULT does not name them.
+#[test]
+fn cxi_fork_safe_efault_reads_as_a_possible_map_count_limit() {
+    let fail = "libfabric:4242:1700000000::cxi:mr:cxip_do_map():121<warn> x1000c0s0b0n0: cxil_map lni: 17 base: 0x0x7f3a5c200000 len: 2097152 map_flags: 0xD failure: -14, Bad address\n";
+    let a = run(&[("job.log", &format!("export CXI_FORK_SAFE=1\n{fail}"))]);
+    let f = a.findings.iter().find(|f| f.category == "resource-exhaustion").unwrap_or_else(|| {
+        panic!("listed with CXI_FORK_SAFE: {:?} {:?}", cats(&a), a.findings.first().map(|f| &f.explanation))
+    });
+    assert_eq!(f.basis, "prior", "{}", f.explanation);
+    assert!(f.explanation.contains("vm.max_map_count"), "{}", f.explanation);
+    let a = run(&[("job.log", fail)]);
+    assert!(
+        !a.findings.iter().any(|f| f.category == "resource-exhaustion" && f.explanation.contains("CXI_FORK_SAFE")),
+        "{:?}",
+        cats(&a)
+    );
+}
