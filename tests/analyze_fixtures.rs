@@ -228,3 +228,20 @@ fn human_output_fits_80_columns_without_colour() {
         assert!(w <= 80, "line wider than 80 columns ({w}): {l}");
     }
 }
+
+/// Provider limits that print no limit (session 13; fixtures written from the sources' format strings):
+/// CXI's cxil_map ENOSPC after its MR-cache start-up lines, and uGNI's GNI_RC_ERROR_RESOURCE. Each is
+/// resource-exhaustion on evidence, and the first fix names the knob of that stack.
+#[test]
+fn provider_limits_name_their_knobs() {
+    for (file, knob) in [
+        ("resource-exhaustion/cxi-mr-cache-enospc.log", "`cxi_service list`"),
+        ("resource-exhaustion/gni-memregister-resource.log", "MPICH_GNI_NDREG_ENTRIES"),
+    ] {
+        let f = top(&[file]);
+        assert_eq!(f["category"], "resource-exhaustion", "{file}: {f}");
+        assert_eq!(f["basis"], "evidence", "{file}: {f}");
+        let first = f["fixes"][0].as_str().unwrap_or_default();
+        assert!(first.contains(knob), "{file}: first fix names {knob}: {first}");
+    }
+}

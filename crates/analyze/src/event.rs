@@ -181,6 +181,9 @@ pub enum Flag {
     /// QP, CQ or mkeys, or the indirect KSM key over a registration): the stack against the NIC's driver,
     /// firmware or port configuration, not the memory.
     MkeySetupFail,
+    /// A line printed a registration cache's limits (libfabric CXI's `MR cache using max_size N and
+    /// max_cnt M`): the knobs (FI_MR_CACHE_MAX_COUNT / _SIZE) that bound what stays registered.
+    MrCacheLimit,
 }
 
 #[derive(Debug, Clone)]

@@ -109,6 +109,44 @@ pub fn resource() -> Vec<String> {
     ])
 }
 
+/// A stack whose registration limits have knobs of their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stack {
+    /// libfabric's CXI provider on Slingshot (cxil_map, MR buffer IDs).
+    Cxi,
+    /// uGNI on Aries/Gemini (Cray MPICH, libfabric gni, Chapel ugni).
+    Gni,
+    /// mlx4 (ConnectX-3): the MTT table.
+    Mlx4,
+    Ucx,
+    /// libfabric's other providers (verbs, EFA): the util MR cache.
+    Libfabric,
+}
+
+/// The knobs that bound the registrations each stack keeps, named as users set them.
+pub fn resource_knobs(stacks: &[Stack]) -> Vec<String> {
+    stacks
+        .iter()
+        .map(|s| match s {
+            // prov/cxi/src/cxip_iomm.c (cache defaults CXIP_DEFAULT_MR_CACHE_MAX_CNT 4096, size -1),
+            // cxip_dom.c (CXIP_BUFFER_ID_MAX 64k), shs-libcxi utils/cxi_service.c (the AC limits)
+            Stack::Cxi => "Slingshot CXI: registrations stay mapped in the NIC while libfabric's MR cache holds them — up to FI_MR_CACHE_MAX_COUNT regions (CXI's default 4096) and FI_MR_CACHE_MAX_SIZE bytes (no limit by default); lower them (e.g. FI_MR_CACHE_MAX_COUNT=1024, FI_MR_CACHE_MAX_SIZE=8G) so the cache evicts before the NIC's address contexts / IOVA space run out (cxil_map ENOSPC), close remote-access MRs no longer needed (at most 64k per domain: `Failed to allocate MR buffer ID`), and compare the job's use with its CXI service's limits (`cxi_service list`)",
+            // fi_gni(7) v1.14 (GNI_MR_* domain parameters); Chapel doc/rst/platforms/cray.rst;
+            // MPICH_GNI_NDREG_ENTRIES is Cray MPICH's (intro_mpi(3)), no public source
+            Stack::Gni => "Cray Aries/Gemini (uGNI): the NIC's memory domain descriptors are used up — register fewer, larger regions (hugepages: `module load craype-hugepages2M`), Cray MPICH: MPICH_GNI_NDREG_ENTRIES (its registration cache's entries, intro_mpi(3)), libfabric gni: the domain's GNI_MR_UDREG_LIMIT / GNI_MR_HARD_REG_LIMIT (fi_gni(7)), Chapel: CHPL_RT_COMM_UGNI_MAX_MEM_REGIONS",
+            // mlx4_core module parameters (drivers/net/ethernet/mellanox/mlx4/main.c), Open MPI's
+            // openib help text on registerable memory
+            Stack::Mlx4 => "mlx4 (ConnectX-3): the MTT table bounds registered memory — raise it with the mlx4_core module options log_num_mtt / log_mtts_per_seg and the number of MRs with log_num_mpt (`options mlx4_core log_num_mtt=24` in /etc/modprobe.d/, then reload the driver)",
+            // src/ucs/memory/rcache.c: RCACHE_MAX_REGIONS / RCACHE_MAX_SIZE default inf
+            Stack::Ucx => "UCX: bound its registration cache — UCX_RCACHE_MAX_REGIONS / UCX_RCACHE_MAX_SIZE (default inf: a region stays registered until its memory is freed) — so it deregisters before the NIC's MR limit",
+            // prov/util/src/util_mem_monitor.c (mr_cache_max_count default 1024, max_size
+            // total memory / cores / 2)
+            Stack::Libfabric => "libfabric: bound its MR cache — FI_MR_CACHE_MAX_COUNT (default 1024) / FI_MR_CACHE_MAX_SIZE — or FI_MR_CACHE_MONITOR=disabled to take the cache out of the picture",
+        })
+        .map(String::from)
+        .collect()
+}
+
 pub fn permissions() -> Vec<String> {
     v(&[
         "give the job access to the RDMA devices: /dev/infiniband/uverbs* readable and writable (udev rule or the rdma group)",

@@ -267,14 +267,44 @@ pub(super) fn resource_exhaustion<'a>(v: &View<'a>) -> Cand<'a> {
     let table_full = v.flag(Flag::RegTableFull);
     // a full registration table is reported as whatever the layer maps it to (ENOSPC, EBUSY)
     let size_errno = |e: Option<i32>| e == Some(errno::ENOSPC) || (table_full.is_some() && e == Some(errno::EBUSY));
+    // With CXI_FORK_SAFE, libcxi madvise(MADV_DONTFORK)s every pinned host range before mapping it and
+    // returns -EFAULT when madvise fails (shs-libcxi src/libcxi.c cxil_map → cxil_dontfork_range,
+    // src/memory.c), on kernels without RDMA copy-on-fork; madvise fails with ENOMEM past
+    // vm.max_map_count as the ranges split VMAs — or for a range not mapped: a reading, not evidence
+    let fork_safe = v.c.hosts.values().find_map(|h| h.env.get("CXI_FORK_SAFE").map(|x| &x.1));
+    let cxi_efault = |k: &GroupKey| fork_safe.is_some() && k.call == "cxil_map" && k.errno == Some(EFAULT);
+    // ENOSPC is "no slot left" wherever a registration path returns it: an ID allocator (ida_alloc_range
+    // → -ENOSPC: the CXI driver's address contexts and MDs, ionic's MR ids), the CXI provider's MR buffer
+    // IDs (cxip_domain_ctrl_id_alloc → -FI_ENOSPC), libfabric GNI's uGNI failures (-FI_ENOSPC)
     let gs = v.fail_where(|k, _| {
-        matches!(k.errno, Some(ENOMEM) | Some(EAGAIN) | None)
+        matches!(k.errno, Some(ENOMEM) | Some(EAGAIN) | Some(errno::ENOSPC) | None)
             || ((mr_size.is_some() || table_full.is_some()) && size_errno(k.errno))
+            || cxi_efault(k)
     });
     if gs.is_empty() {
         return c;
     }
     c.groups = gs;
+    // cxil_map's ENOSPC has one source in the Slingshot driver (shs-cxi-driver cass_atu.c): no address
+    // context or IOVA range left for the LNI (get_matching_ac, cass_iova_alloc), or the service's AC
+    // limit reached (cxi_rgroup_alloc_resource, cass_rgroup.c) — its EFAULT / EINVAL are the range and
+    // the page-size hints, not resources, and are left to their rows
+    let cxi_nospc: Vec<_> =
+        c.groups.iter().filter(|g| g.0.call == "cxil_map" && g.0.errno == Some(errno::ENOSPC)).copied().collect();
+    if !cxi_nospc.is_empty() {
+        let e = cxi_nospc[0].1.evidence.first();
+        c.add(2.0, format!("{} cxil_map call(s) failed with ENOSPC: the Slingshot NIC had no address context or IOVA range left for this process's service (the CXI driver's only ENOSPC on that path) — registrations held, not a bad buffer.", sum(&cxi_nospc)), e);
+    } else if v.errno_count(errno::ENOSPC) > 0 && table_full.is_none() && mr_size.is_none() {
+        c.guess(0.5, "ENOSPC: a table of the device, driver or library (IDs, keys, address contexts) is full.");
+    }
+    let fork_efault: Vec<_> = c.groups.iter().filter(|g| cxi_efault(g.0)).copied().collect();
+    if let (Some(e), false) = (fork_safe, fork_efault.is_empty()) {
+        c.add(0.0, "", Some(e));
+        c.guess(0.8, format!("{} cxil_map call(s) failed with EFAULT while CXI_FORK_SAFE was set: libcxi marks every pinned range MADV_DONTFORK and answers EFAULT when madvise fails, which it does past vm.max_map_count as many registered ranges split the process's mappings (or for a range not mapped) — compare `wc -l /proc/<pid>/maps` with `sysctl vm.max_map_count`.", sum(&fork_efault)));
+    }
+    if let Some(e) = v.flag(Flag::MrCacheLimit) {
+        c.add(0.0, "The registration cache's limits are printed: registrations stay mapped in the NIC until the cache reaches them (FI_MR_CACHE_MAX_COUNT / FI_MR_CACHE_MAX_SIZE).", Some(e));
+    }
     if let Some(e) = mr_size {
         c.add(3.0, "A buffer was larger than the device's max_mr_size: one memory region cannot cover it; register it in several MRs.", Some(e));
     }
@@ -318,9 +348,42 @@ pub(super) fn resource_exhaustion<'a>(v: &View<'a>) -> Cand<'a> {
             None,
         );
     }
-    c.fixes = fixes::resource();
+    c.fixes = fixes::resource_knobs(&stacks_of(v)).into_iter().chain(fixes::resource()).collect();
     c.retry = Some("bounce");
     c
+}
+
+/// Which stacks' registration limits the failures went through, for the knobs the fix names: the
+/// failing calls and libraries, the provider in libfabric's log prefix (`::cxi:mr:`, `:gni:mr:`),
+/// and the facts printed (Open MPI's MTT warning for mlx4, CXI's MR cache limits).
+fn stacks_of(v: &View) -> Vec<fixes::Stack> {
+    use fixes::Stack;
+    let mut out = Vec::new();
+    let text = |g: &GroupRef, pat: &[&str]| {
+        g.1.evidence.iter().any(|e| {
+            let l = e.text.to_ascii_lowercase();
+            pat.iter().any(|p| l.contains(p))
+        })
+    };
+    let any = |f: &dyn Fn(&GroupRef) -> bool| v.fails.iter().any(f);
+    if any(&|g| g.0.call == "cxil_map" || text(g, &["::cxi:", ":cxi:mr:", "cxip_"]))
+        || v.flag(Flag::MrCacheLimit).is_some()
+    {
+        out.push(Stack::Cxi);
+    }
+    if any(&|g| g.0.call.contains("GNI_") || text(g, &[":gni:", "ugni"])) {
+        out.push(Stack::Gni);
+    }
+    if v.flag(Flag::RegLimitWarn).is_some() || any(&|g| text(g, &["mlx4"])) {
+        out.push(Stack::Mlx4);
+    }
+    if any(&|g| g.0.lib == Lib::Ucx) {
+        out.push(Stack::Ucx);
+    }
+    if !out.iter().any(|s| matches!(s, Stack::Cxi | Stack::Gni)) && any(&|g| g.0.lib == Lib::Libfabric) {
+        out.push(Stack::Libfabric);
+    }
+    out
 }
 
 pub(super) fn relaxed_ordering<'a>(v: &View<'a>) -> Cand<'a> {

@@ -707,3 +707,84 @@ fn a_driver_refusing_the_access_bits_is_access_flags() {
     assert_eq!(cats(&a)[0], "access-flags", "{:?}", cats(&a));
     assert_eq!(a.findings[0].basis, "evidence");
 }
+
+/// Device and provider limits that print no limit (session 13): CXI's cxil_map ENOSPC is the Slingshot
+/// driver's "no address context / IOVA left" (shs-cxi-driver cass_atu.c) and its MR buffer IDs run out
+/// at 64k (cxip_dom.c); uGNI's GNI_RC_ERROR_RESOURCE is the NIC's descriptors. Each is resource-exhaustion
+/// on evidence, and the fix names the knob of that stack.
+#[test]
+fn provider_limits_are_resources_with_their_knobs() {
+    let pre = "libfabric:4242:1700000000::cxi:mr:cxip_do_map():121<warn> x1000c0s0b0n0: ";
+    for (name, log, knob) in [
+        (
+            "cxil_map ENOSPC",
+            format!("{pre}cxil_map lni: 17 base: 0x0x7f3a5c200000 len: 2097152 map_flags: 0xD failure: -28, No space left on device\n"),
+            "Slingshot CXI",
+        ),
+        (
+            "CXI MR buffer IDs",
+            "libfabric:4242:1700000000::cxi:domain:cxip_domain_ctrl_id_alloc():331<warn> x1000c0s0b0n0: Failed to allocate MR buffer ID: 65536\n\
+             libfabric:4242:1700000000::cxi:mr:cxip_mr_init():1684<warn> x1000c0s0b0n0: Failed to allocate MR buffer ID: -28\n"
+                .to_string(),
+            "64k per domain",
+        ),
+        (
+            "uGNI resource",
+            "libfabric:8123:1600000000:gni:mr:__gnix_generic_register():650<info> failed to register memory with uGNI, ret=GNI_RC_ERROR_RESOURCE\n"
+                .to_string(),
+            "MPICH_GNI_NDREG_ENTRIES",
+        ),
+    ] {
+        let a = run(&[("job.log", &log)]);
+        let f = a.findings.first().unwrap_or_else(|| panic!("{name}: no finding"));
+        assert_eq!(f.category, "resource-exhaustion", "{name}: {:?}", cats(&a));
+        assert_eq!(f.basis, "evidence", "{name}: {}", f.explanation);
+        assert_eq!(f.count, 1, "{name}: two lines of one failure count once");
+        assert!(f.fixes.first().is_some_and(|x| x.contains(knob)), "{name}: {:?}", f.fixes);
+    }
+}
+
+/// cxil_map's EFAULT and EINVAL are the range and the page-size hints in the Slingshot driver, not its
+/// resources: they stay with their rows, and resources are not made evidence by the provider's name.
+#[test]
+fn cxi_efault_is_no_resource_evidence() {
+    let log = "libfabric:4242:1700000000::cxi:mr:cxip_map_nocache():513<warn> x1000c0s0b0n0: cxil_map failed: -14:Bad address\n";
+    let a = run(&[("job.log", log)]);
+    let c = cats(&a);
+    assert_ne!(c.first(), Some(&"resource-exhaustion"), "{c:?}");
+    if let Some(f) = a.findings.iter().find(|f| f.category == "resource-exhaustion") {
+        assert_eq!(f.basis, "prior", "{}", f.explanation);
+    }
+}
+
+/// UCX's failures over ENOMEM with memlock unlimited: resources, and the fix names UCX's cache bounds.
+#[test]
+fn ucx_resources_name_the_rcache_knobs() {
+    let log = "[1764700000.1] [n1:4242:0]           ib_md.c:293  UCX  ERROR ibv_reg_mr(address=0x7f00a0000000, length=1048576, access=0xf) failed: Cannot allocate memory\n\
+               [1764700000.2] [n1:4242:0] mlx5_core 0000:01:00.0: mlx5_cmd_check:794:(pid 4242): CREATE_MKEY(0x200) op_mod(0x0) failed, status limits exceeded(0x8), syndrome (0x5fa2c4)\n";
+    let a = run(&[("job.log", log)]);
+    let f = a.findings.iter().find(|f| f.category == "resource-exhaustion").expect("resources");
+    assert!(f.fixes.iter().any(|x| x.contains("UCX_RCACHE_MAX_REGIONS")), "{:?}", f.fixes);
+    assert!(!f.fixes.iter().any(|x| x.contains("Slingshot")), "{:?}", f.fixes);
+}
+
+/// With CXI_FORK_SAFE set, libcxi answers EFAULT when madvise(MADV_DONTFORK) fails — past
+/// vm.max_map_count as registered ranges split the mappings, or for a range not mapped (shs-libcxi
+/// cxil_map → cxil_dontfork_range): resources become a hypothesis with the map-count check, a reading,
+/// never evidence; without the setting a CXI EFAULT does not name them.
+#[test]
+fn cxi_fork_safe_efault_reads_as_a_possible_map_count_limit() {
+    let fail = "libfabric:4242:1700000000::cxi:mr:cxip_do_map():121<warn> x1000c0s0b0n0: cxil_map lni: 17 base: 0x0x7f3a5c200000 len: 2097152 map_flags: 0xD failure: -14, Bad address\n";
+    let a = run(&[("job.log", &format!("export CXI_FORK_SAFE=1\n{fail}"))]);
+    let f = a.findings.iter().find(|f| f.category == "resource-exhaustion").unwrap_or_else(|| {
+        panic!("listed with CXI_FORK_SAFE: {:?} {:?}", cats(&a), a.findings.first().map(|f| &f.explanation))
+    });
+    assert_eq!(f.basis, "prior", "{}", f.explanation);
+    assert!(f.explanation.contains("vm.max_map_count"), "{}", f.explanation);
+    let a = run(&[("job.log", fail)]);
+    assert!(
+        !a.findings.iter().any(|f| f.category == "resource-exhaustion" && f.explanation.contains("CXI_FORK_SAFE")),
+        "{:?}",
+        cats(&a)
+    );
+}

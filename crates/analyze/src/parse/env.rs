@@ -2,7 +2,9 @@
 use super::FileCtx;
 use crate::event::{Event, Fact, Lib};
 
-const PREFIXES: [&str; 5] = ["NCCL_", "MCCL_", "RCCL_", "UCX_", "MRSHIM_"];
+/// Settings the stacks read; libfabric's FI_* (FI_MR_CACHE_MAX_COUNT ...) and libcxi's CXI_* (CXI_FORK_SAFE)
+/// decide how registrations are kept and pinned.
+const PREFIXES: [&str; 7] = ["NCCL_", "MCCL_", "RCCL_", "UCX_", "MRSHIM_", "FI_", "CXI_"];
 
 pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool {
     let t = line.trim_start();

@@ -181,6 +181,9 @@ const NEEDLES: &[&str] = &[
     "#bytes",
     "failed to create mr",
     "MRSHIM_",
+    // libcxi's fork-safe pinning and libfabric's MR cache bounds (env.rs)
+    "CXI_FORK_SAFE",
+    "FI_MR_CACHE",
     "P2P",
     "显存",
     "版本",

@@ -267,6 +267,18 @@ fn ucs_status(s: &str) -> Option<i32> {
 /// transport's own state (`DER_HG`, `HG_PROTOCOL_ERROR`, `DER_TIMEDOUT` ...) give none.
 fn rc_name(s: &str) -> Option<i32> {
     let (_, name) = s.trim().split_once('_')?;
+    // uGNI's gni_return_t names (`GNI_RC_INVALID_PARAM`): the errno libfabric's GNI provider maps each
+    // to (gnix_rc_table, prov/gni/src/gnix_util.c, v1.14.0); RESOURCE is left to the entry that reads it
+    if let Some(gni) = name.to_ascii_uppercase().strip_prefix("RC_") {
+        return Some(match gni {
+            "NOT_DONE" => errno::EAGAIN,
+            "INVALID_PARAM" | "ALIGNMENT_ERROR" | "NO_MATCH" => errno::EINVAL,
+            "PERMISSION_ERROR" => errno::EACCES,
+            "ILLEGAL_OP" => errno::EOPNOTSUPP,
+            "ERROR_NOMEM" => errno::ENOMEM,
+            _ => return None,
+        });
+    }
     Some(match name.to_ascii_uppercase().as_str() {
         "NOMEM" => errno::ENOMEM,
         "INVAL" | "INVALID_ARG" | "INVALID_PARAM" => errno::EINVAL,
@@ -546,6 +558,7 @@ pub fn flag_named(name: &str) -> Option<Flag> {
         "ro-requested" => Flag::RoRequested,
         "access-refused" => Flag::AccessRefused,
         "mkey-setup-fail" => Flag::MkeySetupFail,
+        "mr-cache-limit" => Flag::MrCacheLimit,
         _ => return None,
     })
 }
@@ -714,6 +727,9 @@ pub(crate) mod tests {
             ("rc: NA_FAULT(8)", Some(14)),
             ("rc: DER_NO_PERM(-1001)", Some(1)),
             ("rc: DER_HG(-1020)", None),
+            ("rc: GNI_RC_INVALID_PARAM(2)", Some(22)),
+            ("rc: GNI_RC_PERMISSION_ERROR(5)", Some(13)),
+            ("rc: GNI_RC_DESCRIPTOR_ERROR(6)", None),
         ] {
             let f = match_toks(&t, line, &line.to_ascii_lowercase()).unwrap();
             assert_eq!(f.errno, want, "{line}");
