@@ -123,12 +123,11 @@ fn plain_typography(s: &str) -> Option<String> {
     }
     Some(
         s.chars()
-            .filter_map(|c| match c {
-                '\u{a0}' | '\u{2007}' | '\u{202f}' => Some(' '),
-                '\u{2018}' | '\u{2019}' | '\u{201a}' | '\u{201b}' => Some('\''),
-                '\u{201c}' | '\u{201d}' | '\u{201e}' => Some('"'),
-                // U+2010..2015 are dashes, kept; U+2016/2017 are none of these
-                c => Some(c),
+            .map(|c| match c {
+                '\u{a0}' | '\u{2007}' | '\u{202f}' => ' ',
+                '\u{2018}' | '\u{2019}' | '\u{201a}' | '\u{201b}' => '\'',
+                '\u{201c}' | '\u{201d}' | '\u{201e}' => '"',
+                c => c,
             })
             .collect(),
     )

@@ -386,9 +386,8 @@ fn literal_at(hay: &str, l: &str) -> Option<usize> {
     if hay.starts_with(l) {
         return Some(l.len());
     }
-    if memchr::memmem::find(l.as_bytes(), b"  ").is_none() {
-        return None;
-    }
+    // only a literal with a run of spaces matches otherwise than byte for byte
+    memchr::memmem::find(l.as_bytes(), b"  ")?;
     let (h, p) = (hay.as_bytes(), l.as_bytes());
     let (mut i, mut j) = (0, 0);
     while j < p.len() {
