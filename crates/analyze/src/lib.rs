@@ -133,30 +133,53 @@ fn read_stream(name: &str, mut r: Box<dyn std::io::BufRead>, parser: &mut parse:
     let mut lines = Lines::new(r);
     let mut st = Stream { idx, ctx: parse::FileCtx::default(), evs: Vec::new(), binary: 0, lossy: 0, recognised: 0 };
     let mut n = 0u64;
-    // a physical line that may go on on the next one (re-broken by mail or forum software), its
-    // number and how long its last piece is
-    let mut held: Option<(u64, Vec<u8>, usize)> = None;
+    // a physical line that may go on on the next one (re-broken by mail or forum software): its
+    // number, its text so far (wrappers undone), where its last piece starts, how wide that piece
+    // was and how deep it was quoted
+    let mut held: Option<Held> = None;
+    // the widest line so far the software would have broken had it been narrower
+    let mut widest = 0;
     loop {
         match lines.next_piece() {
             Ok(Some((no, overwritten, b))) => {
                 // pieces of one physical line (split at `\r`) share its number; only whole lines join
                 let whole = !overwritten && no != n;
                 n = no;
+                if memchr::memchr(0, b).is_some() {
+                    if let Some(h) = held.take() {
+                        st.read(parser, col, h.no, false, &h.text);
+                    }
+                    st.binary += 1;
+                    continue;
+                }
+                let (text, front) = st.decode(b);
+                let (cols, fit_cols) = parse::rejoin::width(b, text.as_bytes(), front.quote);
+                // the line itself, if it is a piece, fits within the width too
+                if whole {
+                    widest = widest.max(parse::rejoin::unbroken(text.as_bytes(), cols));
+                }
                 let mut at = no;
-                let mut joined = None;
-                if let Some((hno, mut h, last)) = held.take() {
-                    if whole && parse::rejoin::continues(&h[h.len() - last..], b) {
-                        h.push(b' ');
-                        h.extend_from_slice(b);
-                        joined = Some(h);
-                        at = hno;
+                let mut start = 0;
+                let mut joined: Option<String> = None;
+                if let Some(mut h) = held.take() {
+                    if whole
+                        && h.quote == front.quote
+                        && !front.marked
+                        && parse::rejoin::continues(&h.text.as_bytes()[h.last..], h.cols, widest, text.as_bytes())
+                    {
+                        h.text.push(' ');
+                        start = h.text.len();
+                        h.text.push_str(&text);
+                        joined = Some(h.text);
+                        at = h.no;
                     } else {
-                        st.read(parser, col, hno, false, &h);
+                        st.read(parser, col, h.no, false, &h.text);
                     }
                 }
-                let cur: &[u8] = joined.as_deref().unwrap_or(b);
-                if whole && cur.len() <= JOINED_MAX && parse::rejoin::may_break(b) {
-                    held = Some((at, cur.to_vec(), b.len()));
+                let cur: &str = joined.as_deref().unwrap_or(&text);
+                if whole && cur.len() <= JOINED_MAX && parse::rejoin::may_break(text.as_bytes(), cols) {
+                    let text = joined.unwrap_or_else(|| text.into_owned());
+                    held = Some(Held { no: at, text, last: start, cols: fit_cols, quote: front.quote });
                     continue;
                 }
                 st.read(parser, col, at, overwritten, cur);
@@ -168,8 +191,8 @@ fn read_stream(name: &str, mut r: Box<dyn std::io::BufRead>, parser: &mut parse:
             }
         }
     }
-    if let Some((hno, h, _)) = held.take() {
-        st.read(parser, col, hno, false, &h);
+    if let Some(h) = held.take() {
+        st.read(parser, col, h.no, false, &h.text);
     }
     let Stream { mut ctx, mut evs, binary, lossy, recognised, .. } = st;
     parser.end_file(&mut ctx, &mut |e| evs.push(e));
@@ -183,7 +206,7 @@ fn read_stream(name: &str, mut r: Box<dyn std::io::BufRead>, parser: &mut parse:
         col.note(format!("{name}: {} line(s) longer than {} MiB were cut", lines.truncated, input::MAX_LINE >> 20));
     }
     if lossy > 0 {
-        col.note(format!("{name}: {lossy} line(s) were not valid UTF-8 (read with replacement characters)"));
+        col.note(format!("{name}: {lossy} line(s) were not valid UTF-8 (their other bytes read as Windows-1252)"));
     }
     if n == 0 {
         col.note(format!("{name}: empty"));
@@ -212,34 +235,68 @@ struct Stream {
     recognised: u64,
 }
 
+/// A physical line [`read_stream`] holds back: the software that re-broke it may have put its rest
+/// on the next line.
+struct Held {
+    no: u64,
+    text: String,
+    /// Where the last piece starts in `text`.
+    last: usize,
+    /// How wide the last piece was ([`parse::rejoin::width`]) and how deep it was quoted.
+    cols: usize,
+    quote: u8,
+}
+
 impl Stream {
-    /// Reads one line (or one piece of it, split at `\r`) numbered `no`.
-    fn read(&mut self, parser: &mut parse::Parser, col: &mut Collector, no: u64, overwritten: bool, b: &[u8]) {
-        if memchr::memchr(0, b).is_some() {
-            self.binary += 1;
-            return;
-        }
-        let s: Cow<str> = match std::str::from_utf8(b) {
-            Ok(s) => parse::clean::line(s),
+    /// The text of a line (no NUL in it) with its wrappers undone ([`parse::clean::unwrap`]).
+    /// Bytes that are not UTF-8 are read as Windows-1252, the code page of the editors and mail
+    /// clients a paste that is not UTF-8 comes from (its curly quotes are 0x91-0x94, its no-break
+    /// space 0xa0).
+    fn decode<'a>(&mut self, b: &'a [u8]) -> (Cow<'a, str>, parse::clean::Front) {
+        match std::str::from_utf8(b) {
+            Ok(s) => parse::clean::unwrap(s),
             Err(_) => {
                 self.lossy += 1;
-                Cow::Owned(parse::clean::line(&String::from_utf8_lossy(b)).into_owned())
+                let s = windows_1252(b);
+                let (t, f) = parse::clean::unwrap(&s);
+                (Cow::Owned(t.into_owned()), f)
             }
-        };
+        }
+    }
+
+    /// Reads one line (or one piece of it, split at `\r`), its wrappers undone, numbered `no`.
+    fn read(&mut self, parser: &mut parse::Parser, col: &mut Collector, no: u64, overwritten: bool, s: &str) {
         // a progress bar's earlier states, redrawn over on the same line, are not evidence
         // (and do not part the lines around them) unless they look like it
-        if overwritten && !parser.may_be_evidence(&s) {
-            parser.skip_piece(&s, no);
+        if overwritten && !parser.may_be_evidence(s) {
+            parser.skip_piece(s, no);
             return;
         }
         let evs = &mut self.evs;
-        if parser.line(&mut self.ctx, &s, no, &mut |e| evs.push(e)) {
+        if parser.line(&mut self.ctx, s, no, &mut |e| evs.push(e)) {
             self.recognised += 1;
         }
         for e in evs.drain(..) {
-            col.add(e, self.idx, no, &s);
+            col.add(e, self.idx, no, s);
         }
     }
+}
+
+/// `b` read as UTF-8 where it is, each other byte as the Windows-1252 character it stands for.
+fn windows_1252(b: &[u8]) -> String {
+    // 0x80..0x9f; the five bytes Windows-1252 leaves undefined read as U+FFFD
+    const HIGH: [char; 32] = [
+        '€', '\u{fffd}', '‚', 'ƒ', '„', '…', '†', '‡', 'ˆ', '‰', 'Š', '‹', 'Œ', '\u{fffd}', 'Ž', '\u{fffd}',
+        '\u{fffd}', '‘', '’', '“', '”', '•', '–', '—', '˜', '™', 'š', '›', 'œ', '\u{fffd}', 'ž', 'Ÿ',
+    ];
+    let mut out = String::with_capacity(b.len() + 8);
+    for chunk in b.utf8_chunks() {
+        out.push_str(chunk.valid());
+        for &c in chunk.invalid() {
+            out.push(if (0x80..0xa0).contains(&c) { HIGH[usize::from(c - 0x80)] } else { char::from(c) });
+        }
+    }
+    out
 }
 
 /// The fuzz harness (fuzz/fuzz_targets/parse.rs and the stable smoke test): analyzes `data` as a file,

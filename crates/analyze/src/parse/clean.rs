@@ -1,33 +1,86 @@
 //! What travels around a whole line, before any launcher prefix can be read: a UTF-8 byte-order
-//! mark, HTML escaping (a report copied from a web page or a mail: `&lt;warn&gt;`), Markdown quoting
-//! (`> `, `> > ` in a GitHub reply), Docker's json-file driver (`{"log":"...\n","stream":"stderr",
-//! "time":"..."}`) and terminal colour (ANSI escape sequences). Undone outside in, each only when its
-//! first byte is there, so a plain line costs a few byte tests and is never copied.
+//! mark, typography a rich-text editor or a web page put in (no-break spaces, curly quotes), HTML
+//! (a report copied from a web page or a mailing-list archive: `&lt;warn&gt;`, `<PRE>`, `<I>`,
+//! `<A HREF="...">`), Markdown quoting (`> `, `> > ` in a GitHub or mail reply), what a paste puts
+//! in front of or around each line (a list bullet, inline-code backticks, a chat's glued code
+//! fence, a viewer's line-number gutter), Docker's json-file driver (`{"log":"...\n","stream":
+//! "stderr","time":"..."}`), terminal colour (ANSI escape sequences) and trailing whitespace.
+//! Undone outside in, each only when its first byte is there, so a plain line costs a few byte
+//! tests and is never copied.
 use std::borrow::Cow;
+
+/// What [`unwrap`] took off the front of a line, which the join of re-broken lines
+/// ([`super::rejoin`]) goes by: a mailer repeats the quote on every piece of a line it breaks,
+/// and a bullet or a gutter's number starts a line of its own.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Front {
+    /// How deep the line was quoted (`> > ` is 2).
+    pub quote: u8,
+    /// A list bullet or a line number was in front: the line is one of its own.
+    pub marked: bool,
+}
 
 /// The line a program printed, from the line as it was stored or pasted.
 pub fn line(s: &str) -> Cow<'_, str> {
+    unwrap(s).0
+}
+
+/// [`line`], and what was in front of it.
+pub fn unwrap(s: &str) -> (Cow<'_, str>, Front) {
+    let mut front = Front::default();
     let s = s.strip_prefix('\u{feff}').unwrap_or(s);
-    // one pass tells whether the two wrappers found anywhere in a line can be there at all
-    let (amp, esc) = match memchr::memchr2(b'&', 0x1b, s.as_bytes()) {
-        None => (false, false),
-        Some(i) => {
-            let rest = &s.as_bytes()[i..];
-            (memchr::memchr(b'&', rest).is_some(), memchr::memchr(0x1b, rest).is_some())
+    // one pass tells whether the wrappers found anywhere in a line can be there at all
+    let (mut amp, mut esc, mut lt, mut wide) = (false, false, false, false);
+    for i in memchr::memchr3_iter(b'&', 0x1b, b'<', s.as_bytes()) {
+        match s.as_bytes()[i] {
+            b'&' => amp = true,
+            b'<' => lt = true,
+            _ => esc = true,
         }
-    };
+        if amp && esc && lt {
+            break;
+        }
+    }
+    if memchr::memchr2(0xc2, 0xe2, s.as_bytes()).is_some() {
+        wide = true;
+    }
     let mut s = Cow::Borrowed(s);
+    if wide {
+        if let Some(u) = plain_typography(&s) {
+            s = Cow::Owned(u);
+        }
+    }
+    if lt {
+        if let Some(u) = strip_tags(&s) {
+            s = Cow::Owned(u);
+        }
+    }
     if amp {
         if let Some(u) = unescape_html(&s) {
             s = Cow::Owned(u);
         }
     }
-    // the quote's text is a suffix of the line
-    if let Some(cut) = unquote(&s).map(|q| s.len() - q.len()).filter(|&c| c > 0) {
-        s = match s {
-            Cow::Borrowed(b) => Cow::Borrowed(&b[cut..]),
-            Cow::Owned(o) => Cow::Owned(o[cut..].to_string()),
-        };
+    if let Some((q, depth)) = unquote(&s) {
+        let cut = s.len() - q.len();
+        front.quote = depth;
+        if cut > 0 {
+            let end = s.len();
+            s = sub(s, cut, end);
+        }
+    }
+    // a paste's marks, outside in: a bullet, inline code, a chat's glued fence, a line number
+    for _ in 0..4 {
+        let t: &str = &s;
+        if let Some(r) = bullet(t).or_else(|| gutter(t)) {
+            front.marked = true;
+            let cut = t.len() - r.len();
+            let end = s.len();
+            s = sub(s, cut, end);
+        } else if let Some((a, b)) = inline_code(t) {
+            s = sub(s, a, b);
+        } else {
+            break;
+        }
     }
     let mut log_decoded = false;
     if let Some(log) = docker_log(&s) {
@@ -38,25 +91,160 @@ pub fn line(s: &str) -> Cow<'_, str> {
     if esc || log_decoded && memchr::memchr(0x1b, s.as_bytes()).is_some() {
         s = Cow::Owned(strip_ansi(&s));
     }
-    s
+    // trailing blanks (an editor's, a mail's `format=flowed` soft break) are no part of the line
+    let t = s.trim_end_matches([' ', '\t']).len();
+    if t < s.len() {
+        s = match s {
+            Cow::Borrowed(b) => Cow::Borrowed(&b[..t]),
+            Cow::Owned(mut o) => {
+                o.truncate(t);
+                Cow::Owned(o)
+            }
+        };
+    }
+    (s, front)
 }
 
-/// `> text`, `> > text`, `>text` (up to three spaces before, as Markdown allows): the text. A lone
-/// `>` is an empty quoted line.
-fn unquote(s: &str) -> Option<&str> {
+/// The bytes `a..b` of `s`, borrowed when `s` is.
+fn sub(s: Cow<'_, str>, a: usize, b: usize) -> Cow<'_, str> {
+    match s {
+        Cow::Borrowed(x) => Cow::Borrowed(&x[a..b]),
+        Cow::Owned(o) => Cow::Owned(o[a..b].to_string()),
+    }
+}
+
+/// No-break spaces (U+00A0, U+2007, U+202F) as spaces and typographic quotes (`‘’‚‛`, `“”„`) as
+/// the ASCII ones programs print: a page renders runs of spaces as `&nbsp;`, a word processor
+/// or a chat client curls `Couldn't`. `None` when the line has none of them.
+fn plain_typography(s: &str) -> Option<String> {
+    let hit = |c: char| matches!(c, '\u{a0}' | '\u{2007}' | '\u{202f}' | '\u{2018}'..='\u{201e}');
+    if !s.contains(hit) {
+        return None;
+    }
+    Some(
+        s.chars()
+            .map(|c| match c {
+                '\u{a0}' | '\u{2007}' | '\u{202f}' => ' ',
+                '\u{2018}' | '\u{2019}' | '\u{201a}' | '\u{201b}' => '\'',
+                '\u{201c}' | '\u{201d}' | '\u{201e}' => '"',
+                c => c,
+            })
+            .collect(),
+    )
+}
+
+/// The HTML tags a web page or a mailing-list archive puts around text (pipermail's and MHonArc's
+/// `<PRE>`, `<I>`, `<B>`, `<TT>`, `<A HREF="...">`, `<BR>`, a forum's `<code>`, `<span ...>`,
+/// `<font ...>`), any case; `None` when the line has none. Other `<word>`s are a log's own text
+/// (libfabric's `<warn>`, Open MPI's `<stderr>`, a traceback's `<module>`).
+fn strip_tags(s: &str) -> Option<String> {
+    const TAGS: [&str; 14] =
+        ["a", "b", "i", "u", "tt", "em", "pre", "code", "strong", "span", "font", "br", "kbd", "samp"];
+    let b = s.as_bytes();
+    let mut out: Option<String> = None;
+    let mut from = 0;
+    for i in memchr::memchr_iter(b'<', b) {
+        if i < from {
+            continue;
+        }
+        let mut j = i + 1;
+        if b.get(j) == Some(&b'/') {
+            j += 1;
+        }
+        let name_end = b[j..].iter().position(|c| !c.is_ascii_alphabetic()).map_or(b.len(), |p| j + p);
+        let name = &s[j..name_end];
+        if name.is_empty() || !TAGS.iter().any(|t| t.eq_ignore_ascii_case(name)) {
+            continue;
+        }
+        // `<name>`, `<name/>`, `<name attr="...">`: the tag ends at its `>`
+        let end = match b.get(name_end) {
+            Some(b'>') => name_end,
+            Some(b'/') if b.get(name_end + 1) == Some(&b'>') => name_end + 1,
+            Some(b' ') => match memchr::memchr(b'>', &b[name_end..]) {
+                Some(p) => name_end + p,
+                None => continue,
+            },
+            _ => continue,
+        };
+        let o = out.get_or_insert_with(|| String::with_capacity(s.len()));
+        o.push_str(&s[from..i]);
+        from = end + 1;
+    }
+    let mut o = out?;
+    o.push_str(&s[from..]);
+    Some(o)
+}
+
+/// A Markdown list item's bullet (`- `, `* `, `• `) in front of a line: the rest.
+fn bullet(s: &str) -> Option<&str> {
+    let r = s.strip_prefix("- ").or_else(|| s.strip_prefix("* ")).or_else(|| s.strip_prefix("• "))?;
+    // a rule or an empty item is no line of a program's
+    (!r.trim().is_empty()).then_some(r)
+}
+
+/// A viewer's line number in front of a line (a pastebin's or an editor's `  12 | `, `bat`'s
+/// `  12 │ `, `cat -n`'s `    12\t`): the rest. (`12: ` is `srun --label`'s, a rank.)
+fn gutter(s: &str) -> Option<&str> {
+    let t = s.trim_start_matches(' ');
+    let d = t.bytes().take_while(u8::is_ascii_digit).count();
+    if d == 0 || d > 7 {
+        return None;
+    }
+    let r = &t[d..];
+    r.strip_prefix(" | ")
+        .or_else(|| r.strip_prefix(" │ "))
+        .or_else(|| r.strip_prefix('\t'))
+        .or_else(|| (r == " |" || r == " │").then_some(""))
+}
+
+/// Inline code around a line (`` `text` ``) or a chat's fence glued to a block's first or last
+/// line (```` ```text ````, ```` text``` ````): the byte range of the text. Each end goes on its
+/// own, as a line re-broken by mail has only one of them (the opening one on the first piece, the
+/// closing one on the last); a backtick with another one in the line is the line's own
+/// (`` `ibv_reg_mr` failed ``).
+fn inline_code(s: &str) -> Option<(usize, usize)> {
+    let (mut a, mut b) = (0, s.len());
+    if let Some(r) = s.strip_prefix("```") {
+        // a lone fence, or one with a language, is a line of its own
+        if r.is_empty() || r.bytes().all(|c| c.is_ascii_alphanumeric()) {
+            return None;
+        }
+        a = 3;
+    } else if s.starts_with('`') && memchr::memchr_iter(b'`', s.as_bytes()).count() == 1 {
+        a = 1;
+    }
+    let t = &s[a..];
+    if t.len() > 3 && t.ends_with("```") && !t.ends_with("````") {
+        b = s.len() - 3;
+    } else if t.len() > 1 && t.ends_with('`') && memchr::memchr(b'`', &t.as_bytes()[..t.len() - 1]).is_none() {
+        b = s.len() - 1;
+    } else if a == 0 && s.len() > 2 && s.starts_with('`') && s.ends_with('`') {
+        // `text`: the only two backticks of the line
+        if memchr::memchr_iter(b'`', s.as_bytes()).count() == 2 {
+            (a, b) = (1, s.len() - 1);
+        }
+    }
+    (a > 0 || b < s.len()).then_some((a, b))
+}
+
+/// `> text`, `> > text`, `>text` (up to three spaces before, as Markdown allows): the text and how
+/// deep it is quoted. A lone `>` is an empty quoted line.
+fn unquote(s: &str) -> Option<(&str, u8)> {
     let t = s.trim_start_matches(' ');
     if !t.starts_with('>') || s.len() - t.len() > 3 {
         return None;
     }
     let mut t = t;
+    let mut depth = 0u8;
     while let Some(r) = t.strip_prefix('>') {
+        depth = depth.saturating_add(1);
         t = r.strip_prefix(' ').unwrap_or(r);
         // a nested quote: `> > text`
         if !t.starts_with('>') {
             break;
         }
     }
-    Some(t)
+    Some((t, depth))
 }
 
 /// HTML's character references for the characters logs print (`&lt;` `&gt;` `&amp;` `&quot;` `&#39;`
@@ -175,6 +363,48 @@ mod tests {
         assert_eq!(line(&pasted), w);
         // what is not a wrapper stays
         for s in ["a && b", "x -> y", "&lt", "{\"v\":1,\"call\":\"ibv_reg_mr\"}", "    > not a quote"] {
+            assert_eq!(line(s), s, "{s}");
+        }
+    }
+
+    #[test]
+    fn what_pages_and_pastes_add_comes_off() {
+        let w = "libfabric:1:efa:mr:efa_mr_reg_impl():850<warn> Couldn't register MR: \"Cannot allocate memory\"";
+        // typography: no-break spaces, curly quotes
+        let typo =
+            w.replace(' ', "\u{a0}").replace('\'', "\u{2019}").replacen('"', "\u{201c}", 1).replace('"', "\u{201d}");
+        assert_eq!(line(&typo), w);
+        // a mailing-list archive's page: <PRE>, italics around a quote, escaping, a link
+        let html = format!("<PRE><I>&gt; {}</I>", w.replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;"));
+        assert_eq!(unwrap(&html), (Cow::Borrowed(w), Front { quote: 1, marked: false }));
+        let a = "see <A HREF=\"http://www.open-mpi.org/faq/\">http://www.open-mpi.org/faq/</A> now";
+        assert_eq!(line(a), "see http://www.open-mpi.org/faq/ now");
+        // a bullet, a gutter's number, inline code, a chat's glued fence, trailing blanks
+        for p in [
+            format!("- {w}"),
+            format!("* {w}"),
+            format!("   12 | {w}"),
+            format!("  7 │ {w}"),
+            format!("    12\t{w}"),
+            format!("`{w}`"),
+            format!("```{w}"),
+            format!("{w}```"),
+            format!("> > {w} \t"),
+        ] {
+            assert_eq!(line(&p), w, "{p}");
+        }
+        assert!(unwrap(&format!("- {w}")).1.marked && unwrap(&format!("  3 | {w}")).1.marked);
+        assert_eq!(unwrap(&format!("> > {w}")).1.quote, 2);
+        // a line's own backticks, tags, numbers and dashes stay
+        for s in [
+            "`ibv_reg_mr` failed: Cannot allocate memory",
+            "[1,0]<stderr>:x",
+            "  File \"a.py\", line 3, in <module>",
+            "--------------------------------------------------------------------------",
+            "```",
+            "```text",
+            "12: rank twelve's line",
+        ] {
             assert_eq!(line(s), s, "{s}");
         }
     }

@@ -22,7 +22,10 @@ pub fn split(line: &str) -> Frame<'_> {
     let mut f = Frame { body: line, ..Default::default() };
     for _ in 0..8 {
         let b = f.body;
-        let next = iso_timestamp(b)
+        let next = journal_iso(b, &mut f.host, &mut f.pid)
+            .or_else(|| iso_timestamp(b))
+            .or_else(|| clock(b))
+            .or_else(|| kube_prefix(b))
             .or_else(|| ctime(b))
             .or_else(|| bracketed_timestamp(b))
             .or_else(|| syslog(b, &mut f.host, &mut f.pid))
@@ -74,6 +77,63 @@ fn iso_timestamp(s: &str) -> Option<&str> {
         _ => rest,
     };
     Some(rest)
+}
+
+/// `journalctl -o short-iso`: `2026-12-07T10:00:00+0000 host prog[123]: ` (or `host kernel: `):
+/// the host from its column.
+fn journal_iso<'a>(s: &'a str, host: &mut Option<&'a str>, pid: &mut Option<u32>) -> Option<&'a str> {
+    // the time and its zone are one token
+    if !(digits(s, 4) && s.as_bytes().get(10) == Some(&b'T')) {
+        return None;
+    }
+    let rest = iso_timestamp(s)?;
+    let (h, p, r) = host_prog(rest)?;
+    if !(p == "kernel" || p.ends_with(']')) {
+        return None;
+    }
+    *host = Some(h);
+    *pid = program_pid(p).or(*pid);
+    Some(r)
+}
+
+/// `host prog[123]: rest` (syslog's and journald's columns after the time).
+fn host_prog(t: &str) -> Option<(&str, &str, &str)> {
+    let (h, rest) = t.split_once(' ')?;
+    let (prog, rest) = rest.split_once(": ")?;
+    (!prog.contains(' ') && !h.is_empty()).then_some((h, prog, rest))
+}
+
+/// The pid in `prog[123]`.
+fn program_pid(prog: &str) -> Option<u32> {
+    prog.split('[').nth(1).and_then(|p| p.strip_suffix(']')).and_then(|p| p.parse().ok())
+}
+
+/// A time of day alone in front of a line: `10:00:00  ` (Jenkins' timestamper, many loggers),
+/// `10:00:00.123 `. Not `10:48:27: `, a label.
+fn clock(s: &str) -> Option<&str> {
+    let b = s.as_bytes();
+    if !(digits(s, 2) && b.get(2) == Some(&b':') && digits(&s[3..], 2) && b.get(5) == Some(&b':')) {
+        return None;
+    }
+    if !digits(&s[6..], 2) {
+        return None;
+    }
+    let mut i = 8;
+    if matches!(b.get(i), Some(b'.' | b',')) {
+        i += 1;
+        while b.get(i).is_some_and(u8::is_ascii_digit) {
+            i += 1;
+        }
+    }
+    (b.get(i) == Some(&b' ')).then(|| s[i..].trim_start())
+}
+
+/// `kubectl logs --prefix`: `[pod/trainer-0/main] ` (and stern's `[pod container] `-less forms are
+/// not taken).
+fn kube_prefix(s: &str) -> Option<&str> {
+    let r = s.strip_prefix("[pod/")?;
+    let end = r[..r.len().min(300)].find("] ")?;
+    (!r[..end].contains(' ')).then(|| &r[end + 2..])
 }
 
 /// `Sun Dec  6 21:40:01 2026` (C's ctime: Open MPI's `--timestamp-output`, glued to its
@@ -207,14 +267,10 @@ fn syslog<'a>(s: &'a str, host: &mut Option<&'a str>, pid: &mut Option<u32>) -> 
         return None;
     }
     let t = t[t.find(' ')?..].trim_start();
-    let (h, rest) = t.split_once(' ')?;
-    let (prog, rest) = rest.split_once(": ")?;
-    if prog.contains(' ') {
-        return None;
-    }
+    let (h, prog, rest) = host_prog(t)?;
     *host = Some(h);
-    if let Some(p) = prog.split('[').nth(1).and_then(|p| p.strip_suffix(']')) {
-        *pid = p.parse().ok();
+    if let Some(p) = program_pid(prog) {
+        *pid = Some(p);
     }
     // the kernel keeps its own `[ 123.456]` stamp, peeled next
     Some(rest)
@@ -358,6 +414,18 @@ mod tests {
         assert_eq!(f(g), (None, None, Some(10240), "Failed to register memory 0x2e1cbac200: Bad address [14]"));
         // srun label + pdsh + timestamp stacked
         assert_eq!(f(&format!("0: 2024-05-01T10:00:00Z {w}")), (None, Some(0), None, w));
+        // journalctl -o short-iso: the host from its column
+        let j = format!("2026-12-07T10:00:00+0000 gpu-a12 python3[4242]: {w}");
+        assert_eq!(f(&j), (Some("gpu-a12"), None, Some(4242), w));
+        assert_eq!(f(&format!("2026-12-07T10:00:00+0000 cn0042 kernel: {w}")).0, Some("cn0042"));
+        // GitHub Actions' 7-digit stamps, Jenkins' timestamper, kubectl logs --prefix
+        assert_eq!(f(&format!("2026-12-07T10:00:00.1234567Z {w}")).3, w);
+        assert_eq!(f(&format!("10:00:00  {w}")).3, w);
+        assert_eq!(f(&format!("[2026-12-07T10:00:00.123Z] {w}")).3, w);
+        assert_eq!(f(&format!("[pod/trainer-0/main] 2026-12-07T10:00:00.123456789Z {w}")).3, w);
+        // an ISO stamp before a line of its own is no journal's
+        let s = "2026-12-07T10:00:00Z ERROR nixl: failed";
+        assert_eq!(f(s).0, None);
         // what is not a prefix stays
         for s in [
             "ERRNO: Bad address.",

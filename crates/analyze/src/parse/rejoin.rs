@@ -19,8 +19,9 @@
 //! their authors, may be joined into longer prose lines: their parsers look for phrases, which a
 //! join keeps whole, and their key lines (`Local host:`) are indented.
 
-/// The narrowest width mail and forum software breaks lines at.
-const NARROWEST: usize = 72;
+/// The narrowest width mail and forum software breaks lines at (a reply's mailer re-flows the
+/// quote at 60 to 72 columns, the quote's `> ` counted).
+const NARROWEST: usize = 60;
 /// The widest.
 const WIDEST: usize = 80;
 
@@ -29,14 +30,10 @@ fn columns(b: &[u8]) -> usize {
     b.iter().filter(|&&c| c & 0xc0 != 0x80).count()
 }
 
-/// Whether the physical line `b` may be the first piece of a line broken by mail or forum software:
-/// at most [`WIDEST`] columns and long enough to be broken at [`NARROWEST`] before a long word.
-pub fn may_break(b: &[u8]) -> bool {
-    // cheap length test first: most lines are out of range by their byte count alone
-    if b.len() < NARROWEST / 2 || b.len() > WIDEST * 4 {
-        return false;
-    }
-    let cols = columns(b);
+/// Whether the physical line whose text is `b` (its wrappers undone) may be the first piece of a
+/// line broken by mail or forum software: `cols` (what the software saw, a quote's `> ` counted) at
+/// most [`WIDEST`] columns and long enough to be broken at [`NARROWEST`] before a long word.
+pub fn may_break(b: &[u8], cols: usize) -> bool {
     (NARROWEST / 2..=WIDEST).contains(&cols)
         && b.last().is_some_and(|c| !c.is_ascii_whitespace())
         && memchr::memchr(0, b).is_none()
@@ -120,8 +117,45 @@ fn table_row(b: &[u8]) -> bool {
     b[..b.len() - last.len()].ends_with(b"   ")
 }
 
-/// Whether `next` is the rest of the physical line `prev` (for which [`may_break`] held).
-pub fn continues(prev: &[u8], next: &[u8]) -> bool {
+/// The columns of a physical line as the software that broke it saw them: its text with the
+/// quote's `> `s (`text`, `quote`); and the line as stored (`raw`: HTML-escaped text broken
+/// before it was unescaped is wider), which only the test of whether the next word would have
+/// fitted goes by (terminal colour, never seen by such software, would widen it wrongly).
+pub fn width(raw: &[u8], text: &[u8], quote: u8) -> (usize, usize) {
+    // cheap length test first: a long line is out of range by its byte count alone
+    if text.len() > WIDEST * 4 {
+        return (usize::MAX, usize::MAX);
+    }
+    let t = columns(text) + 2 * usize::from(quote);
+    let raw = raw.trim_ascii_end();
+    // (wider than any such software breaks at: not what it broke, a docker json-file record)
+    let r = match raw.len() > WIDEST * 4 || memchr::memchr(0x1b, raw).is_some() {
+        true => t,
+        false => Some(columns(raw)).filter(|&r| r <= WIDEST).map_or(t, |r| r.max(t)),
+    };
+    (t, r)
+}
+
+/// What an unbroken physical line of `cols` columns ([`width`]) whose text is `b` says about the
+/// width the software broke the input's lines at: at least `cols` when the line has a space the
+/// software could have broken it at, whatever its width (0 when it has none).
+pub fn unbroken(b: &[u8], cols: usize) -> usize {
+    // a `##` comment (a fixture's header) is no part of what was pasted
+    if b.starts_with(b"##") {
+        return 0;
+    }
+    let head = &b[..b.len().min(NARROWEST)];
+    if cols > NARROWEST && memchr::memchr(b' ', head).is_some_and(|i| i > 0) {
+        cols
+    } else {
+        0
+    }
+}
+
+/// Whether `next` is the rest of the physical line `prev` (for which [`may_break`] held), `cols`
+/// columns wide as the software saw it ([`width`]), in an input whose earlier lines show it was
+/// not broken narrower than `widest` columns ([`unbroken`]).
+pub fn continues(prev: &[u8], cols: usize, widest: usize, next: &[u8]) -> bool {
     let Some(&c) = next.first() else { return false };
     // indented (help text, a traceback's frame), quoted, markup, a JSON record, colour; a value in
     // brackets alone is no line of its own
@@ -136,7 +170,9 @@ pub fn continues(prev: &[u8], next: &[u8]) -> bool {
         return false;
     }
     let first = next.split(|c| *c == b' ').next().unwrap_or(next);
-    if columns(prev) + 1 + columns(first) < NARROWEST || table_row(prev) {
+    // the software breaks before a word that would not have fitted: within its width, which is
+    // no narrower than any line it left whole
+    if cols + 1 + columns(first) < NARROWEST.max(widest.saturating_add(1)) || table_row(prev) {
         return false;
     }
     // the first line's sentence goes on, or the next line starts in the middle of one (a word, or
@@ -153,6 +189,14 @@ pub fn continues(prev: &[u8], next: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn may_break(b: &[u8]) -> bool {
+        super::may_break(b, columns(b))
+    }
+
+    fn continues(prev: &[u8], next: &[u8]) -> bool {
+        super::continues(prev, columns(prev), 0, next)
+    }
 
     const UCX: &[u8] = b"[1707768585.533429] [nodeA:4242:0] ib_md.c:293 UCX ERROR ibv_reg_mr(address=";
 

@@ -385,16 +385,52 @@ fn match_at(toks: &[Tok], line: &str, low: &str, at: usize) -> Option<Fields> {
     match_rest(&toks[first..], line, low, at, &mut f).then_some(f)
 }
 
+/// The part of a literal before its first run of spaces (the whole literal when it has none or
+/// starts with one).
+fn first_run(l: &str) -> &str {
+    memchr::memmem::find(l.as_bytes(), b"  ").filter(|&i| i > 0).map_or(l, |i| &l[..i])
+}
+
+/// The bytes of `hay` the literal `l` takes at its start, or `None`: a run of two or more spaces
+/// in the literal (a program's alignment, `ERR:  ioctl`) takes any run of spaces, as a web page
+/// or a paste may collapse it to one.
+fn literal_at(hay: &str, l: &str) -> Option<usize> {
+    if hay.starts_with(l) {
+        return Some(l.len());
+    }
+    // only a literal with a run of spaces matches otherwise than byte for byte
+    memchr::memmem::find(l.as_bytes(), b"  ")?;
+    let (h, p) = (hay.as_bytes(), l.as_bytes());
+    let (mut i, mut j) = (0, 0);
+    while j < p.len() {
+        if p[j] == b' ' && p.get(j + 1) == Some(&b' ') {
+            while p.get(j) == Some(&b' ') {
+                j += 1;
+            }
+            if h.get(i) != Some(&b' ') {
+                return None;
+            }
+            while h.get(i) == Some(&b' ') {
+                i += 1;
+            }
+        } else if h.get(i) == Some(&p[j]) {
+            i += 1;
+            j += 1;
+        } else {
+            return None;
+        }
+    }
+    Some(i)
+}
+
 fn match_rest(toks: &[Tok], line: &str, low: &str, mut c: usize, f: &mut Fields) -> bool {
     let mut i = 0;
     while i < toks.len() {
         match &toks[i] {
-            Tok::Lit(l) => {
-                if !low[c..].starts_with(l.as_str()) {
-                    return false;
-                }
-                c += l.len();
-            }
+            Tok::Lit(l) => match literal_at(&low[c..], l) {
+                Some(n) => c += n,
+                None => return false,
+            },
             Tok::Hole(h) => {
                 let next = toks.get(i + 1).and_then(|t| if let Tok::Lit(l) = t { Some(l.as_str()) } else { None });
                 let end = match (h.class(), next) {
@@ -414,7 +450,7 @@ fn match_rest(toks: &[Tok], line: &str, low: &str, mut c: usize, f: &mut Fields)
                         {
                             c + 5
                         } else {
-                            match memchr::memmem::find(&low.as_bytes()[c..], l.as_bytes()) {
+                            match memchr::memmem::find(&low.as_bytes()[c..], first_run(l).as_bytes()) {
                                 Some(j) => c + j,
                                 None => return false,
                             }
@@ -454,7 +490,8 @@ impl Vocab {
         let mut owners: Vec<Vec<usize>> = Vec::new();
         for (i, e) in file.messages.iter().enumerate() {
             let t = compile(&e.pattern).map_err(|m| format!("{}: {m}", e.id))?;
-            let anchor = t.iter().find_map(|t| if let Tok::Lit(l) = t { Some(l.clone()) } else { None });
+            // (up to a run of spaces, which the line may have collapsed: [`literal_at`])
+            let anchor = t.iter().find_map(|t| if let Tok::Lit(l) = t { Some(first_run(l).to_string()) } else { None });
             let anchor = anchor.unwrap_or_default();
             match anchors.iter().position(|a| *a == anchor) {
                 Some(p) => owners[p].push(i),
