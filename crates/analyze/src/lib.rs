@@ -134,8 +134,8 @@ fn read_stream(name: &str, mut r: Box<dyn std::io::BufRead>, parser: &mut parse:
     let mut st = Stream { idx, ctx: parse::FileCtx::default(), evs: Vec::new(), binary: 0, lossy: 0, recognised: 0 };
     let mut n = 0u64;
     // a physical line that may go on on the next one (re-broken by mail or forum software), its
-    // number and how long its last piece is
-    let mut held: Option<(u64, Vec<u8>, usize)> = None;
+    // number and its last physical line
+    let mut held: Option<(u64, Vec<u8>, Vec<u8>)> = None;
     loop {
         match lines.next_piece() {
             Ok(Some((no, overwritten, b))) => {
@@ -145,18 +145,19 @@ fn read_stream(name: &str, mut r: Box<dyn std::io::BufRead>, parser: &mut parse:
                 let mut at = no;
                 let mut joined = None;
                 if let Some((hno, mut h, last)) = held.take() {
-                    if whole && parse::rejoin::continues(&h[h.len() - last..], b) {
-                        h.push(b' ');
-                        h.extend_from_slice(b);
-                        joined = Some(h);
-                        at = hno;
-                    } else {
-                        st.read(parser, col, hno, false, &h);
+                    match parse::rejoin::join(&last, b).filter(|_| whole) {
+                        Some(rest) => {
+                            h.push(b' ');
+                            h.extend_from_slice(rest);
+                            joined = Some(h);
+                            at = hno;
+                        }
+                        None => st.read(parser, col, hno, false, &h),
                     }
                 }
                 let cur: &[u8] = joined.as_deref().unwrap_or(b);
                 if whole && cur.len() <= JOINED_MAX && parse::rejoin::may_break(b) {
-                    held = Some((at, cur.to_vec(), b.len()));
+                    held = Some((at, cur.to_vec(), b.to_vec()));
                     continue;
                 }
                 st.read(parser, col, at, overwritten, cur);

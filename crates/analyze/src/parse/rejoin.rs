@@ -19,8 +19,11 @@
 //! their authors, may be joined into longer prose lines: their parsers look for phrases, which a
 //! join keeps whole, and their key lines (`Local host:`) are indented.
 
-/// The narrowest width mail and forum software breaks lines at.
-const NARROWEST: usize = 72;
+/// The narrowest width mail and forum software breaks lines at (mailing lists' archives and
+/// some clients wrap prose at 60 to 72).
+const NARROWEST: usize = 60;
+/// The narrowest width most of them use: below it only prose is re-broken.
+const COMMON: usize = 72;
 /// The widest.
 const WIDEST: usize = 80;
 
@@ -107,8 +110,12 @@ fn bracketed_number(b: &[u8]) -> bool {
 /// (`ibv_reg_mr`, `libfabric:9:...`).
 fn word(w: &[u8]) -> bool {
     let w = w.strip_suffix(b".").or_else(|| w.strip_suffix(b",")).or_else(|| w.strip_suffix(b":")).unwrap_or(w);
+    let w = w.strip_suffix(b"?").or_else(|| w.strip_suffix(b"!")).unwrap_or(w);
+    // quoted in prose: "Bad / address", `EINVAL`
+    let w = w.strip_suffix(b"\"").or_else(|| w.strip_suffix(b"`")).unwrap_or(w);
+    let w = w.strip_prefix(b"\"").or_else(|| w.strip_prefix(b"`")).unwrap_or(w);
     !w.is_empty()
-        && w.iter().all(|&c| c.is_ascii_lowercase() || c == b'-')
+        && w.iter().all(|&c| c.is_ascii_lowercase() || c == b'-' || c == b'\'')
         && w.first().is_some_and(u8::is_ascii_lowercase)
         && w.last().is_some_and(u8::is_ascii_lowercase)
 }
@@ -120,12 +127,40 @@ fn table_row(b: &[u8]) -> bool {
     b[..b.len() - last.len()].ends_with(b"   ")
 }
 
+/// A mail quote's marks at the start of a line (`> `, `>> `, `> > `): their length, 0 if none.
+fn quote_len(b: &[u8]) -> usize {
+    if b.first() != Some(&b'>') {
+        return 0;
+    }
+    b.iter().take_while(|&&c| c == b'>' || c == b' ').count()
+}
+
+/// What of `next` goes on the physical line `prev` (for which [`may_break`] held), or None when
+/// `next` is a line of its own. Inside a mail quote both lines carry the same marks (`> `): the
+/// quoted text is what is joined, the marks of `next` are dropped.
+pub fn join<'a>(prev: &[u8], next: &'a [u8]) -> Option<&'a [u8]> {
+    let q = quote_len(prev);
+    if q == 0 {
+        return continues(prev, next).then_some(next);
+    }
+    // the same marks, then the text (a deeper quote is a line of its own)
+    let rest = next.strip_prefix(&prev[..q])?;
+    (quote_len(rest) == 0 && continues_at(columns(&prev[..q]), &prev[q..], rest)).then_some(rest)
+}
+
 /// Whether `next` is the rest of the physical line `prev` (for which [`may_break`] held).
 pub fn continues(prev: &[u8], next: &[u8]) -> bool {
+    continues_at(0, prev, next)
+}
+
+/// [`continues`] for lines whose first `marks` columns (a mail quote's) are not part of them.
+fn continues_at(marks: usize, prev: &[u8], next: &[u8]) -> bool {
     let Some(&c) = next.first() else { return false };
     // indented (help text, a traceback's frame), quoted, markup, a JSON record, colour; a value in
     // brackets alone is no line of its own
-    if (c.is_ascii_whitespace() || b">[{<#|`\x1b".contains(&c) || c >= 0x80) && !bracketed_number(next) {
+    // (a word in backticks is prose's, a code fence is a line of its own)
+    let code = c == b'`' && !next.starts_with(b"```");
+    if (c.is_ascii_whitespace() || b">[{<#|`\x1b".contains(&c) || c >= 0x80) && !bracketed_number(next) && !code {
         return false;
     }
     if next.starts_with(b"- ") || next.starts_with(b"* ") || next.len() > 1 << 16 || memchr::memchr(0, next).is_some() {
@@ -136,13 +171,22 @@ pub fn continues(prev: &[u8], next: &[u8]) -> bool {
         return false;
     }
     let first = next.split(|c| *c == b' ').next().unwrap_or(next);
-    if columns(prev) + 1 + columns(first) < NARROWEST || table_row(prev) {
+    let width = marks + columns(prev) + 1 + columns(first);
+    if width < NARROWEST || table_row(prev) {
         return false;
     }
     // the first line's sentence goes on, or the next line starts in the middle of one (a word, or
-    // the next field of a `key=value` list)
+    // the next field of a `key=value` list); below the common widths only prose is broken, with a
+    // word of it on one side of the break and no program's name (`ibv_reg_mr(...`, a path, a
+    // field) starting the next line, which starts a line of its own there
     let last = prev.rsplit(|c| *c == b' ').next().unwrap_or(prev);
-    if !(pending(prev) || word(first) || field(last) && field(first)) {
+    let goes_on = if width < COMMON {
+        let name = first.iter().any(|c| b"_(=/:[{<".contains(c));
+        word(first) || pending(prev) && !name
+    } else {
+        pending(prev) || word(first) || field(last) && field(first)
+    };
+    if !goes_on {
         return false;
     }
     let Ok(s) = std::str::from_utf8(next) else { return false };
