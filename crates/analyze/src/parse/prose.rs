@@ -291,6 +291,51 @@ mod tests {
         assert!(calls("ib_reg_user_mr returned -14").is_empty());
     }
 
+    /// Sentences that name a failure without reporting one, and the reports that look like them.
+    #[test]
+    fn hypothetical_sentences() {
+        for s in [
+            "Does ibv_reg_mr fail if the buffer is not page aligned?",
+            "Can fi_mr_reg fail with EINVAL if I pass GPU memory?",
+            "ibv_reg_mr returns NULL on failure.",
+            "On failure, errno is set to indicate the error.",
+            "ibv_reg_mr returns a pointer to the registered MR, or NULL if the request fails.",
+            "If ibv_reg_mr fails, the function returns -1 and sets errno.",
+            "- Fix ibv_reg_mr failure when the buffer is not page aligned (#1234)",
+            "fix: handle ibv_reg_mr returning NULL",
+            "After raising ulimit -l, ibv_reg_mr no longer fails.",
+            "ibv_reg_mr completes without error for GPU memory.",
+        ] {
+            assert!(super::hypothetical(s), "{s}");
+        }
+        for s in [
+            "Why does ibv_reg_mr fail with EINVAL on GPU memory?",
+            "Does anyone know why ibv_reg_mr fails with EFAULT?",
+            "When I register GPU memory, ibv_reg_mr fails with EFAULT.",
+            "When I call ibv_reg_mr on GPU memory it fails with EFAULT.",
+            "Fixed the alignment, but ibv_reg_mr still fails with EINVAL.",
+            "On our new nodes memory registration errors out for a 2 GB buffer.",
+            "ibv_reg_mr fails with EINVAL if I pass GPU memory.",
+        ] {
+            assert!(!super::hypothetical(s), "{s}");
+        }
+    }
+
+    /// "It"/"This" failing after a line that named the call; a failure word alone is not enough.
+    #[test]
+    fn told_failures() {
+        for s in [
+            "This fails with EFAULT when buf is GPU memory.",
+            "With VRAM I always get `Bad address`.",
+            "It returns NULL.",
+        ] {
+            assert!(super::told_failure(s).is_some(), "{s}");
+        }
+        for s in ["This error is fatal.", "It took 3 seconds.", "If it fails, retry with a smaller buffer."] {
+            assert!(super::told_failure(s).is_none(), "{s}");
+        }
+    }
+
     #[test]
     fn p2p_metadata_is_no_gpu_context() {
         for (line, gpu) in [

@@ -231,6 +231,30 @@ mod tests {
         assert!(continues(a, b"[14]"));
     }
 
+    /// Prose re-wrapped at 60 to 72 columns, and inside a mail quote: the marks of the next line
+    /// are dropped; below 72 a line starting with a program's name stays a line of its own.
+    #[test]
+    fn joins_narrow_prose_and_quotes() {
+        let a = b"change. `ibv_reg_dmabuf_mr` on CUDA device memory gives me errno";
+        assert_eq!(join(a, b"was 22."), Some(&b"was 22."[..]));
+        let a = b"> setup. I'm trying to register host memory and ibv_reg_mr_iova2";
+        assert_eq!(
+            join(a, b"> fails: errno is 13. The same program ran for weeks"),
+            Some(&b"fails: errno is 13. The same program ran for weeks"[..])
+        );
+        // a deeper quote, or none, is a line of its own
+        assert_eq!(join(a, b">> fails: errno is 13."), None);
+        assert_eq!(join(a, b"fails: errno is 13."), None);
+        let a = b"After upgrading the driver to 560, ucp_mem_map gives me";
+        assert!(continues(a, b"`Operation not supported` for VRAM."));
+        assert!(!continues(a, b"```"));
+        // a line that starts with a call below 72: two lines of a program
+        let a = b"ibv_reg_dmabuf_mr failed on the buffer we gave";
+        assert!(!continues(a, b"ibv_reg_mr(gpu_buf, 65536) returned EFAULT too"));
+        // a word too short to have been moved by a wrap at 60
+        assert!(!continues(b"a line of forty-two columns that ends in a", b"word"));
+    }
+
     #[test]
     fn leaves_lines_of_their_own() {
         // a line of its own after it: a frame, an NCCL tag, an indented or quoted line
