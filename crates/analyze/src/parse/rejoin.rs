@@ -1,9 +1,11 @@
 //! A line re-broken by mail or forum software: a report pasted through it comes back with every line
-//! longer than the software's width (72 to 80 columns) broken at the last space before the width,
+//! longer than the software's width (60 to 80 columns) broken at the last space before the width,
 //! and the pieces after the first carry no prefix of their own. The pieces are joined back with one
 //! space before the line is read (in `read_stream`), when all of these hold:
 //! - the physical line is at most 80 columns ([`may_break`]), and the next line's first word would
-//!   not have fitted on it within 72 (the software would not have broken it there otherwise);
+//!   not have fitted on it within 60 (the software would not have broken it there otherwise);
+//!   below 72 only prose is joined: a lower-case word on one side of the break, or a sentence not
+//!   over, and no program's name (`ibv_reg_mr(...`, `a_b`, `key=`) starting the next line;
 //! - the next line does not start like a line of its own: no launcher's or logger's frame, no NCCL
 //!   tag, not indented (help texts' tables, traceback frames), no quote, markup or list item;
 //! - the sentence is visibly not over: the first line leaves a parenthesis or bracket open, ends in
@@ -13,6 +15,10 @@
 //!   the break are `key=value` fields of one list; a bracketed errno alone (`[14]`) goes with the line
 //!   before it;
 //! - the first line is not a table's row (its last column after a run of spaces).
+//!
+//! Inside a mail quote both lines carry the same marks (`> `, `>> `): the text after them is
+//! joined and the next line's marks dropped ([`join`]); a deeper or no quote is a line of its own.
+//! A word in backticks may start the next line (prose's inline code); a code fence may not.
 //!
 //! A value or a name at the end of a line followed by a capitalised line (`pointer=0x10013000000` /
 //! `Couldn't allocate MR`) stays two lines. Open MPI's help texts, wrapped at about 75 columns by
@@ -180,9 +186,15 @@ fn continues_at(marks: usize, prev: &[u8], next: &[u8]) -> bool {
     // word of it on one side of the break and no program's name (`ibv_reg_mr(...`, a path, a
     // field) starting the next line, which starts a line of its own there
     let last = prev.rsplit(|c| *c == b' ').next().unwrap_or(prev);
-    let goes_on = if width < COMMON {
+    // (inside a mail quote too: what is quoted was often a log, not prose)
+    let goes_on = if width < COMMON || marks > 0 {
         let name = first.iter().any(|c| b"_(=/:[{<".contains(c));
-        word(first) || pending(prev) && !name
+        // a program's line ending in a value (`size: 2097152`) before a line of its own
+        let t = last.strip_suffix(b".").or_else(|| last.strip_suffix(b",")).unwrap_or(last);
+        let value = !t.is_empty()
+            && t.iter().all(|c| c.is_ascii_hexdigit() || b"xX-".contains(c))
+            && t.iter().any(u8::is_ascii_digit);
+        !value && (word(first) || pending(prev) && !name)
     } else {
         pending(prev) || word(first) || field(last) && field(first)
     };
@@ -251,6 +263,11 @@ mod tests {
         // a line that starts with a call below 72: two lines of a program
         let a = b"ibv_reg_dmabuf_mr failed on the buffer we gave";
         assert!(!continues(a, b"ibv_reg_mr(gpu_buf, 65536) returned EFAULT too"));
+        // a program's line that ends in a value, then one of its own below 72 (mscclpp-657)
+        let a = b"addr: 7fd9d2800000, pages: 512, pagesize: 4096, size: 2097152";
+        assert!(!continues(a, b"terminate called after throwing an instance of 'mscclpp::IbError'"));
+        let a = b"> addr: 7fd9d2800000, pages: 512, pagesize: 4096, size: 2097152";
+        assert_eq!(join(a, b"> terminate called after throwing an instance of 'mscclpp::IbError'"), None);
         // a word too short to have been moved by a wrap at 60
         assert!(!continues(b"a line of forty-two columns that ends in a", b"word"));
     }
