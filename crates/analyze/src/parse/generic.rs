@@ -396,7 +396,7 @@ fn errno_in_words(lower: &str) -> Option<i32> {
 /// What a line says of a registration.
 enum Read {
     /// It failed.
-    Failure(RegEv),
+    Failure(Box<RegEv>),
     /// It is named, with no failure (a source line that calls it, prose about it): the call.
     Named(String),
     Nothing,
@@ -405,7 +405,7 @@ enum Read {
 /// A registration failure on `body`, or None.
 pub fn recognise(body: &str) -> Option<RegEv> {
     match read(body) {
-        Read::Failure(ev) => Some(ev),
+        Read::Failure(ev) => Some(*ev),
         _ => None,
     }
 }
@@ -464,7 +464,7 @@ fn read(body: &str) -> Read {
     if mem.is_none() && matches!(call.as_str(), "gdr_pin_buffer" | "nvidia_p2p_get_pages" | "nv_p2p_get_pages") {
         mem = Some(MemKind::Device);
     }
-    Read::Failure(RegEv {
+    Read::Failure(Box::new(RegEv {
         lib: lib_hint(body),
         call,
         ok: false,
@@ -474,7 +474,7 @@ fn read(body: &str) -> Read {
         length: arg_num(&lower, &LEN),
         access: arg_num(&lower, &ACCESS).map(|a| a as u32),
         ..Default::default()
-    })
+    }))
 }
 
 /// Lines that set the file's memory-kind or library context without being failures themselves.
@@ -500,7 +500,7 @@ pub fn flush(ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) {
 /// "registration failed" above the library's line with the errno) count once.
 pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut dyn FnMut(Event)) -> bool {
     let read = match read(f.body) {
-        Read::Failure(ev) => Some(ev),
+        Read::Failure(ev) => Some(*ev),
         Read::Named(call) => {
             ctx.reg_named = Some((lineno, call));
             None
