@@ -111,7 +111,7 @@ pub fn find(s: &str) -> Option<i32> {
             if at > 0 && (lower.as_bytes()[at - 1].is_ascii_alphanumeric() || lower.as_bytes()[at - 1] == b'_') {
                 continue;
             }
-            if let Some(n) = number_after(&lower[from..]) {
+            if let Some(n) = number_after(&lower[from..]).or_else(|| in_words(key, &lower[from..])) {
                 return Some(n);
             }
         }
@@ -176,6 +176,19 @@ pub fn named(s: &str) -> Option<i32> {
     best.map(|b| b.1)
 }
 
+/// The number a sentence gives after `errno` or a return code's name in words: `errno is 12`, `errno
+/// was 22`, `errno set to 14`, `errno == 12`, `return code is -22`.
+fn in_words(key: &str, rest: &str) -> Option<i32> {
+    if !matches!(key, "errno" | "error code" | "return code" | "retcode") {
+        return None;
+    }
+    let t = rest.trim_start();
+    let t = ["is ", "was ", "set to ", "== ", "equals ", "of "].iter().find_map(|w| t.strip_prefix(w))?;
+    let t = t.trim_start();
+    let t = t.strip_prefix('-').unwrap_or(t);
+    known(t)
+}
+
 /// A known errno right after a key: separators ` `, `:`, `=`, `(` and an optional minus, then digits.
 fn number_after(rest: &str) -> Option<i32> {
     let t = rest.trim_start_matches([' ', ':', '=', '\t']);
@@ -189,8 +202,10 @@ fn number_after(rest: &str) -> Option<i32> {
 fn known(t: &str) -> Option<i32> {
     let digits = &t[..t.bytes().take_while(u8::is_ascii_digit).count()];
     let n: i32 = digits.parse().ok()?;
-    // a longer number (an address, a size) is not an errno
-    if t[digits.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '.') {
+    // a longer number (an address, a size, a version) is not an errno; a sentence's full stop ends it
+    let rest = &t[digits.len()..];
+    let decimal = rest.strip_prefix('.').is_some_and(|r| r.starts_with(|c: char| c.is_ascii_alphanumeric()));
+    if rest.starts_with(|c: char| c.is_ascii_alphanumeric()) || decimal {
         return None;
     }
     recognised().any(|e| e.number == n).then_some(n)
@@ -214,11 +229,13 @@ fn bracketed(s: &str) -> Option<i32> {
 }
 
 /// `failed -12`, `return -22`, `returned -14`, `: -22` (libfabric's `-FI_E*` are the errno negated).
+/// A return of -1 is C's "failed, see errno", not EPERM.
 fn negative_return(s: &str) -> Option<i32> {
     let b = s.as_bytes();
     for (i, _) in s.match_indices('-') {
         let before_ok = i == 0 || matches!(b[i - 1], b' ' | b':' | b'=' | b'(' | b'[');
-        if before_ok {
+        let minus_one = s[i + 1..].starts_with('1') && !s[i + 2..].starts_with(|c: char| c.is_ascii_digit());
+        if before_ok && !minus_one {
             if let Some(n) = known(&s[i + 1..]) {
                 return Some(n);
             }
@@ -273,8 +290,25 @@ mod tests {
         ] {
             assert_eq!(find(s), Some(e), "{s}");
         }
+        // a sentence's words around the number
+        for (s, e) in [
+            ("ibv_reg_mr returns NULL and errno is 22", 22),
+            ("the errno was 14.", 14),
+            ("errno set to 12", 12),
+            ("errno == 12", 12),
+            ("the return code is -22", 22),
+            ("ibv_reg_mr fails with errno 95.", 95),
+            ("fi_mr_reg failed with -12.", 12),
+        ] {
+            assert_eq!(find(s), Some(e), "{s}");
+        }
         for s in [
             "addr 0x7f0000001000 len=4096",
+            "ibv_reg_mr returns -1",
+            "errno 12.5",
+            "version 14.0.1",
+            "fi_mr_reg returned -1 (see errno)",
+            "the errno is unknown, 12 ranks failed",
             "size:943718400",
             "device 4",
             "GPU 0: [123456]",

@@ -35,6 +35,13 @@ const MENTIONS: &[&str] = &[
     "memreg",
     "registerrdma",
     "memoryregion",
+    // NCCL's user-buffer registration (ncclCommRegister, ncclCommWindowRegister), Open MPI's
+    // registration cache (rcache_register, mca_rcache_grdma_register). Not UCX's ucp_mem_map: its
+    // failure lines are layers over UCX's own (data/messages.json), never a failure alone.
+    "commregister",
+    "windowregister",
+    "rcacheregister",
+    "grdmaregister",
 ];
 
 const FAIL_WORDS: &[&str] = &[
@@ -52,6 +59,13 @@ const FAIL_WORDS: &[&str] = &[
     "returns -",
     "ret=-",
     "ret = -",
+    // how people say it in words: "returns NULL", "throws an exception"
+    "returns null",
+    "return null",
+    "returns nullptr",
+    "returned nullptr",
+    "throws",
+    "threw",
 ];
 
 /// Call names people's tools print, longest first so `ibv_reg_mr_iova2` wins over `ibv_reg_mr`.
@@ -88,10 +102,29 @@ fn mentions_lower(l: &str) -> bool {
     {
         return true;
     }
+    if pinning(l) {
+        return true;
+    }
     // lower-cased, everything but letters and digits removed
     let q: String = l.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
     MENTIONS.iter().any(|m| {
         q.match_indices(m).any(|(i, _)| !(q[..i].ends_with("de") || m.starts_with("reg") && q[..i].ends_with("un")))
+    })
+}
+
+/// "pinning the buffer / the GPU pages / host memory": the pages of a registration pinned (not
+/// threads or CPUs pinned to cores, not a version pinned).
+fn pinning(l: &str) -> bool {
+    l.match_indices("pinning ").any(|(i, w)| {
+        for t in l[i + w.len()..].split(' ').take(4) {
+            let t = t.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+            match t {
+                "memory" | "buffer" | "buffers" | "pages" | "mr" | "region" => return true,
+                "cpu" | "cpus" | "thread" | "threads" | "core" | "cores" | "version" | "process" => return false,
+                _ => {}
+            }
+        }
+        false
     })
 }
 
@@ -166,8 +199,20 @@ fn dmabuf_in_use(lower: &str) -> bool {
 /// buffer's name holds dma-buf's spellings (librdmacm's rping: "rdma_buf reg_mr failed"): words
 /// inside these say nothing.
 const NOT_MEM: &[&str] = &["cumemalloc: 0", "dmabufsupported: 0", "rdma_buf", "rdma-buf", "rdmabuf"];
-const HOST_MEM: &[&str] =
-    &["(host)", "(type = 1)", "fi_hmem_system", "memorytype=0", "mem_type bit 0x1", "host memory", "dram"];
+const HOST_MEM: &[&str] = &[
+    "(host)",
+    "(type = 1)",
+    "fi_hmem_system",
+    "memorytype=0",
+    "mem_type bit 0x1",
+    "host memory",
+    "dram",
+    // CUDA's and HIP's pinned host allocations
+    "cudamallochost",
+    "cudahostalloc",
+    "hipmallochost",
+    "hiphostmalloc",
+];
 const DEVICE_MEM: &[&str] = &[
     "dmabuf",
     "dma-buf",
@@ -200,6 +245,10 @@ const DEVICE_MEM: &[&str] = &[
     "mem_type bit 0x2",
     "device memory",
     "hipmalloc",
+    "cudamalloc",
+    "cuda buffer",
+    "cuda memory",
+    "gpu tensor",
     "p2p_get_pages",
     "gdr_pin",
     "gdrdrv",
@@ -208,6 +257,42 @@ const DEVICE_MEM: &[&str] = &[
 /// The words of [`mem_hint`], for the line scanner ([`crate::scan`]): not, host, device.
 pub fn mem_words() -> Vec<String> {
     NOT_MEM.iter().chain(HOST_MEM).chain(DEVICE_MEM).map(|w| w.to_string()).collect()
+}
+
+/// The kinds of host memory a sentence names in words, which [`mem_hint`]'s host and device words
+/// do not tell apart: a read-only mapping (`PROT_READ` without `PROT_WRITE`, "read-only", not a
+/// "read-only file system"), huge pages, a file's mapping. Read in a failure's own line only.
+fn mem_in_words(lower: &str) -> Option<MemKind> {
+    let readonly = (has!(lower, "prot_read") && !has!(lower, "prot_write"))
+        || ["read-only", "read only", "readonly"].iter().any(|w| lower.contains(w))
+            && !has!(lower, "read-only file system");
+    if readonly {
+        return Some(MemKind::FileReadonly);
+    }
+    if has!(lower, "hugepage") || has!(lower, "huge page") || has!(lower, "hugetlb") {
+        return Some(MemKind::Hugepage);
+    }
+    let file = ["mmap'ed file", "mmaped file", "mmapped file", "file mapped", "mapped file", "file-backed"];
+    file.iter().any(|w| lower.contains(w)).then_some(MemKind::FileWritable)
+}
+
+/// Host memory in a sentence's words ("a malloc'd buffer", "a CPU buffer"): weaker than
+/// [`mem_hint`]'s words, read in a failure's own line when it names no other kind.
+fn host_in_words(lower: &str) -> bool {
+    // " malloc'd": not hipMalloc'd / cudaMalloc'd
+    [
+        "host buffer",
+        "cpu buffer",
+        "cpu memory",
+        "system memory",
+        " malloc'd",
+        " malloced",
+        "from malloc",
+        "with malloc",
+        "posix_memalign",
+    ]
+    .iter()
+    .any(|w| lower.contains(w))
 }
 
 /// Memory kind from the words on the line (any casing): device for dmabuf, FI_HMEM/iface=cuda|rocr|ze,
@@ -302,41 +387,94 @@ fn arg_num(l: &str, keys: &Finders) -> Option<u64> {
     None
 }
 
+/// ENOMEM in words other than its strerror text ("fails with out of memory"), on a line that
+/// names a registration.
+fn errno_in_words(lower: &str) -> Option<i32> {
+    (has!(lower, "out of memory") || has!(lower, "not enough memory")).then_some(errno::ENOMEM)
+}
+
+/// What a line says of a registration.
+enum Read {
+    /// It failed.
+    Failure(Box<RegEv>),
+    /// It is named, with no failure (a source line that calls it, prose about it): the call.
+    Named(String),
+    Nothing,
+}
+
 /// A registration failure on `body`, or None.
 pub fn recognise(body: &str) -> Option<RegEv> {
+    match read(body) {
+        Read::Failure(ev) => Some(*ev),
+        _ => None,
+    }
+}
+
+/// A line of source code (a program's, pasted into a report), not its output: what it prints is
+/// a format (`printf(`, `perror(`, `strerror(`, `<< "`, a `\n"` in a literal).
+pub fn source_code(lower: &str) -> bool {
+    has!(lower, "printf(")
+        || has!(lower, "perror(")
+        || has!(lower, "strerror(")
+        || has!(lower, "<< \"")
+        || has!(lower, "\\n\"")
+}
+
+fn read(body: &str) -> Read {
     static ADDR: std::sync::LazyLock<Finders> = std::sync::LazyLock::new(|| finders(ADDR_KEYS));
     static LEN: std::sync::LazyLock<Finders> = std::sync::LazyLock::new(|| finders(LEN_KEYS));
     static ACCESS: std::sync::LazyLock<Finders> = std::sync::LazyLock::new(|| finders(ACCESS_KEYS));
     // prose in CJK scripts is read sentence by sentence by the prose parser
     if body.len() > 4096 || !body.is_ascii() && body.chars().any(|c| c >= '\u{2e80}') {
-        return None;
+        return Read::Nothing;
     }
     let lower = body.to_ascii_lowercase();
+    if !mentions_lower(&lower) {
+        return Read::Nothing;
+    }
+    let call = call_in_lower(&lower);
     // a failure word, or an errno named in words ("got an errno `EFAULT`", "returns Bad address"):
     // reports quote the errno of a failed call without saying "failed"
-    if !mentions_lower(&lower) || !(has_failure_word(&lower) || errno::named(body).is_some()) {
-        return None;
+    let errno_told = errno::named(body).is_some()
+        || errno_in_words(&lower).is_some()
+        || has!(&lower, "errno") && errno::find(body).is_some();
+    if !(has_failure_word(&lower) || errno_told) || source_code(&lower) {
+        return Read::Named(call);
     }
     // a count of failures ("0 failures") is a summary, not a failure
     if has!(&lower, " failures") && !has!(&lower, "failed") {
-        return None;
+        return Read::Nothing;
     }
-    let call = call_in_lower(&lower);
+    // prose that names a failure without reporting one (a question whether it could fail, the
+    // documentation of the return value, a changelog's fix): what the other sentences say
+    if let Some(told) = super::prose::asserted(body) {
+        return match read(&told) {
+            Read::Failure(ev) => Read::Failure(ev),
+            _ => Read::Named(call),
+        };
+    }
     let mut mem = mem_hint(body);
+    // a kind of host memory named in words (a DMA-BUF registration's memory is the GPU's)
+    if mem != Some(MemKind::Device) || !call.contains("dmabuf") {
+        mem = mem_in_words(&lower).or(mem);
+    }
+    if mem.is_none() && host_in_words(&lower) {
+        mem = Some(MemKind::HostAnon);
+    }
     if mem.is_none() && matches!(call.as_str(), "gdr_pin_buffer" | "nvidia_p2p_get_pages" | "nv_p2p_get_pages") {
         mem = Some(MemKind::Device);
     }
-    Some(RegEv {
+    Read::Failure(Box::new(RegEv {
         lib: lib_hint(body),
         call,
         ok: false,
-        errno: errno::find(body),
+        errno: errno::find(body).or_else(|| errno_in_words(&lower)),
         mem,
         addr: arg_num(&lower, &ADDR).filter(|a| *a > 4096),
         length: arg_num(&lower, &LEN),
         access: arg_num(&lower, &ACCESS).map(|a| a as u32),
         ..Default::default()
-    })
+    }))
 }
 
 /// Lines that set the file's memory-kind or library context without being failures themselves.
@@ -361,7 +499,15 @@ pub fn flush(ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) {
 /// Tries `body` as a registration failure. Layers of one failure printed on consecutive lines (a wrapper's
 /// "registration failed" above the library's line with the errno) count once.
 pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut dyn FnMut(Event)) -> bool {
-    let Some(mut ev) = recognise(f.body) else {
+    let read = match read(f.body) {
+        Read::Failure(ev) => Some(*ev),
+        Read::Named(call) => {
+            ctx.reg_named = Some((lineno, call));
+            None
+        }
+        Read::Nothing => told_after(f, ctx, lineno),
+    };
+    let Some(mut ev) = read else {
         // a help text's `Error:` line below its headline, within the block (before its closing rule)
         if let (Some(p), Some(end)) = (ctx.gen_pending.as_mut(), ctx.gen_pending_block) {
             let b = f.body.trim();
@@ -392,9 +538,37 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
         ev.mem = ctx.device_hint.map(|d| if d { MemKind::Device } else { MemKind::HostAnon });
     }
     ev.evid = Some((lineno, line.to_string()));
+    ctx.reg_named = None;
     hold(ev, ctx, lineno, f.body, emit);
     ctx.gen_pending_final = false;
     true
+}
+
+/// How many lines after a registration is named (a code block that calls it) a sentence may say
+/// how "it" failed.
+const TOLD_AFTER: u64 = 12;
+
+/// A sentence of prose, shortly after a line that named a registration without a failure (the
+/// call in a code block, a sentence about it), that tells how it failed without naming it again:
+/// "This fails with EFAULT when buf is GPU memory", "With VRAM I always get `Bad address`"
+/// ([`super::prose::told_failure`]). The failure is the named call's.
+fn told_after(f: &Frame, ctx: &mut FileCtx, lineno: u64) -> Option<RegEv> {
+    let (at, call) = ctx.reg_named.as_ref()?;
+    if lineno > at + TOLD_AFTER || f.host.is_some() || f.pid.is_some() || f.rank.is_some() {
+        return None;
+    }
+    let told = super::prose::told_failure(f.body)?;
+    let lower = told.to_ascii_lowercase();
+    let errno = errno::find(&told).or_else(|| errno_in_words(&lower));
+    let mut mem = mem_in_words(&lower).or_else(|| mem_hint(&told));
+    if mem.is_none() && host_in_words(&lower) {
+        mem = Some(MemKind::HostAnon);
+    }
+    if call.contains("dmabuf") {
+        mem = Some(MemKind::Device);
+    }
+    let call = call.clone();
+    Some(RegEv { lib: lib_hint(&told), call, ok: false, errno, mem, ..Default::default() })
 }
 
 /// Holds a failure back one line for its errno and for the layers of the same failure printed next to

@@ -59,6 +59,9 @@ pub struct FileCtx {
     /// The held failure is a help text's headline whose `Error:` line may follow up to this line
     /// (vocabulary entries with `errno_block`): the lines between are the block's, not the errno's.
     pub gen_pending_block: Option<u64>,
+    /// The last line that named a registration without a failure (a source line that calls it,
+    /// prose about it) and the call: a sentence after it may say how "it" failed.
+    pub reg_named: Option<(u64, String)>,
     /// Inside a Python traceback (its frames so far).
     pub pytrace: Option<pytrace::PyTrace>,
     /// An errno a vocabulary line printed for the failure line that follows it (libfabric EFA's

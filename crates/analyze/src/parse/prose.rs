@@ -18,6 +18,147 @@ pub fn sentences(line: &str) -> impl Iterator<Item = &str> {
     line.split(['。', '；', '！', '？', '!', '?']).flat_map(|s| s.split(". ")).filter(|s| !s.trim().is_empty())
 }
 
+/// The sentences of a line with their end marks (`?` tells a question), cut after `.`, `?` or `!`
+/// followed by a space.
+fn marked_sentences(line: &str) -> impl Iterator<Item = &str> {
+    let mut from = 0;
+    let b = line.as_bytes();
+    let mut cuts: Vec<&str> = Vec::new();
+    for i in 0..b.len() {
+        if matches!(b[i], b'.' | b'?' | b'!') && b.get(i + 1) == Some(&b' ') {
+            cuts.push(&line[from..=i]);
+            from = i + 1;
+        }
+    }
+    cuts.push(&line[from..]);
+    cuts.into_iter().filter(|s| !s.trim().is_empty())
+}
+
+fn word_at(l: &str, i: usize, w: &str) -> bool {
+    let before = l[..i].chars().next_back().is_none_or(|c| !c.is_ascii_alphanumeric());
+    let after = l[i + w.len()..].chars().next().is_none_or(|c| !c.is_ascii_alphanumeric());
+    before && after
+}
+
+fn has_word(l: &str, w: &str) -> bool {
+    l.match_indices(w).any(|(i, _)| word_at(l, i, w))
+}
+
+/// Whether `l` has `w` starting a word ("on error", not "registration errors"; "fail" in "fails").
+fn has_start(l: &str, w: &str) -> bool {
+    l.match_indices(w)
+        .any(|(i, _)| w.starts_with("n't") || l[..i].chars().next_back().is_none_or(|c| !c.is_ascii_alphanumeric()))
+}
+
+/// A sentence that names a failure without reporting one: a question whether it could fail ("Does
+/// ibv_reg_mr fail if ...?"), documentation ("returns NULL on failure", "On failure, errno is set"),
+/// a changelog's entry ("Fix ibv_reg_mr failure when ..."), a failure gone or denied ("no longer
+/// fails", "completes without error"), or one only in a condition ("If ibv_reg_mr fails, ...").
+/// A contrast ("but", "still", "however") keeps it a report, and so do the questions that ask
+/// why it fails ("Why does ...", "Does anyone know why ...").
+pub fn hypothetical(sentence: &str) -> bool {
+    let l = sentence.to_ascii_lowercase();
+    let t = l.trim().trim_start_matches(['-', '*', '+', '>', ' ']);
+    if has_word(t, "but") || has_word(t, "still") || has_word(t, "however") {
+        return false;
+    }
+    let first = t.split([' ', ':', '(']).next().unwrap_or("");
+    // a changelog's entry: the fix of a failure, not the failure
+    let fixes = ["fix", "fixed", "fixes", "fixing", "bugfix", "hotfix", "avoid", "avoids", "prevent", "prevents"];
+    if fixes.contains(&first) || ["handle", "handles", "workaround", "resolve", "resolves"].contains(&first) {
+        return true;
+    }
+    let question = t.trim_end_matches(['"', ')', '`', '\'', ' ']).ends_with('?');
+    let asks = ["does", "do", "did", "can", "could", "will", "would", "should", "is", "are", "may", "might", "shall"];
+    let why = ["anyone", "anybody", "someone", "somebody", "why", "any idea", "normal", "expected", "a bug", "known"];
+    if question && asks.contains(&first) && !why.iter().any(|w| has_word(t, w)) {
+        return true;
+    }
+    let docs = [
+        "on failure",
+        "on error",
+        "upon failure",
+        "in case of failure",
+        "in case of error",
+        "or null if",
+        "null if the",
+        "is set to indicate",
+        "on success",
+        "negative errno",
+        "negative error code",
+        "what happens if",
+        "what happens when",
+        "how to handle",
+        "how do i handle",
+    ];
+    if docs.iter().any(|w| has_start(t, w)) {
+        return true;
+    }
+    let gone = [
+        "no longer",
+        "not fail",
+        "n't fail",
+        "never fail",
+        "not return",
+        "n't return",
+        "without error",
+        "without any error",
+        "no errors",
+        "not get",
+        "n't get",
+        "not see",
+        "n't see",
+        "anymore",
+        "went away",
+        "goes away",
+        "succeeded",
+        "successfully",
+    ];
+    if gone.iter().any(|w| has_start(t, w)) {
+        return true;
+    }
+    // every failure word inside a condition's clause ("if it fails", "when the call fails") that
+    // is nobody's experience (no I, we, my, our)
+    let fails: Vec<usize> = t.match_indices("fail").chain(t.match_indices("error")).map(|(i, _)| i).collect();
+    !fails.is_empty()
+        && fails.iter().all(|&i| {
+            let clause = &t[t[..i].rfind([',', ';', ':']).map_or(0, |c| c + 1)..i];
+            ["if", "when", "whenever", "unless", "whether"].iter().any(|w| has_word(clause, w))
+                && !["i", "i'm", "we", "my", "our", "me"].iter().any(|w| has_word(clause, w))
+        })
+}
+
+/// The sentences of `line` that tell how a registration named before failed, without naming it:
+/// its subject is the call ("This fails with EFAULT", "It returns an error (-14)", "The call above
+/// fails", "The registration fails") or the writer gets the errno ("With VRAM I always get `Bad
+/// address`"). A failure word alone ("this error") is not enough: the sentence has the errno or
+/// says the call failed or returned NULL.
+pub fn told_failure(line: &str) -> Option<String> {
+    let subjects = ["this ", "it ", "that ", "which ", "the call", "this call", "the registration", "the function"];
+    let gets =
+        ["i get ", "i got ", "i always get ", "i'm getting ", "i am getting ", "we get ", "we got ", "it gives "];
+    let told: String = marked_sentences(line)
+        .filter(|s| {
+            let l = s.trim().to_ascii_lowercase();
+            let l = l.trim_start_matches(['>', ' ']);
+            if hypothetical(s) || !(subjects.iter().any(|w| l.starts_with(w)) || gets.iter().any(|w| l.contains(w))) {
+                return false;
+            }
+            let errno = crate::errno::find(s).is_some() || l.contains("out of memory");
+            errno || ["fail", "returns null", "returned null", "returns nullptr"].iter().any(|w| l.contains(w))
+        })
+        .collect();
+    (!told.is_empty()).then_some(told)
+}
+
+/// `line` without its [`hypothetical`] sentences, or None if it has none.
+pub fn asserted(line: &str) -> Option<String> {
+    if !marked_sentences(line).any(hypothetical) {
+        return None;
+    }
+    Some(marked_sentences(line).filter(|s| !hypothetical(s)).collect())
+}
+
 /// Words saying the memory is a read-only mapping (`PROT_READ` without `PROT_WRITE`, "read-only").
 fn says_readonly(line: &str) -> bool {
     let l = line.to_ascii_lowercase();
@@ -66,11 +207,16 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
     let mut seen: Vec<(String, Option<i32>)> = Vec::new();
     // a read-only mapping named anywhere on the line is the memory its failures registered
     let readonly = says_readonly(line).then_some(MemKind::FileReadonly);
+    let told = asserted(line);
+    // a source line (`perror("ibv_reg_mr")`) prints no failure of its own
+    let told =
+        if super::generic::source_code(&line.to_ascii_lowercase()) { "" } else { told.as_deref().unwrap_or(line) };
     for s in sentences(line) {
         let fact = |f: Flag| Event::Fact { lib: Lib::Text, host: host.clone(), pid: None, fact: Fact::Flag(f) };
         let lower = s.to_ascii_lowercase();
-        // quoted failures: every call named next to a failure word
-        for (at, name) in reg_calls(s) {
+        // quoted failures: every call named next to a failure word, in a sentence that reports one
+        let calls = if !told.is_empty() && told.contains(s) { reg_calls(s) } else { Vec::new() };
+        for (at, name) in calls {
             let window: String = s[at..].chars().take(90).collect();
             if any(&window, &["fail", "失败", "return -", "returned -", "error"]) {
                 let e = errno::find(&window);
@@ -143,6 +289,51 @@ mod tests {
         assert!(calls("mlx5_ib_reg_user_mr: failed").is_empty());
         // a driver entry point, not the verb
         assert!(calls("ib_reg_user_mr returned -14").is_empty());
+    }
+
+    /// Sentences that name a failure without reporting one, and the reports that look like them.
+    #[test]
+    fn hypothetical_sentences() {
+        for s in [
+            "Does ibv_reg_mr fail if the buffer is not page aligned?",
+            "Can fi_mr_reg fail with EINVAL if I pass GPU memory?",
+            "ibv_reg_mr returns NULL on failure.",
+            "On failure, errno is set to indicate the error.",
+            "ibv_reg_mr returns a pointer to the registered MR, or NULL if the request fails.",
+            "If ibv_reg_mr fails, the function returns -1 and sets errno.",
+            "- Fix ibv_reg_mr failure when the buffer is not page aligned (#1234)",
+            "fix: handle ibv_reg_mr returning NULL",
+            "After raising ulimit -l, ibv_reg_mr no longer fails.",
+            "ibv_reg_mr completes without error for GPU memory.",
+        ] {
+            assert!(super::hypothetical(s), "{s}");
+        }
+        for s in [
+            "Why does ibv_reg_mr fail with EINVAL on GPU memory?",
+            "Does anyone know why ibv_reg_mr fails with EFAULT?",
+            "When I register GPU memory, ibv_reg_mr fails with EFAULT.",
+            "When I call ibv_reg_mr on GPU memory it fails with EFAULT.",
+            "Fixed the alignment, but ibv_reg_mr still fails with EINVAL.",
+            "On our new nodes memory registration errors out for a 2 GB buffer.",
+            "ibv_reg_mr fails with EINVAL if I pass GPU memory.",
+        ] {
+            assert!(!super::hypothetical(s), "{s}");
+        }
+    }
+
+    /// "It"/"This" failing after a line that named the call; a failure word alone is not enough.
+    #[test]
+    fn told_failures() {
+        for s in [
+            "This fails with EFAULT when buf is GPU memory.",
+            "With VRAM I always get `Bad address`.",
+            "It returns NULL.",
+        ] {
+            assert!(super::told_failure(s).is_some(), "{s}");
+        }
+        for s in ["This error is fatal.", "It took 3 seconds.", "If it fails, retry with a smaller buffer."] {
+            assert!(super::told_failure(s).is_none(), "{s}");
+        }
     }
 
     #[test]

@@ -22,6 +22,8 @@
 /// The narrowest width mail and forum software breaks lines at (a reply's mailer re-flows the
 /// quote at 60 to 72 columns, the quote's `> ` counted).
 const NARROWEST: usize = 60;
+/// The narrowest width most of them use: below it only prose is re-broken.
+const COMMON: usize = 72;
 /// The widest.
 const WIDEST: usize = 80;
 
@@ -104,8 +106,12 @@ fn bracketed_number(b: &[u8]) -> bool {
 /// (`ibv_reg_mr`, `libfabric:9:...`).
 fn word(w: &[u8]) -> bool {
     let w = w.strip_suffix(b".").or_else(|| w.strip_suffix(b",")).or_else(|| w.strip_suffix(b":")).unwrap_or(w);
+    let w = w.strip_suffix(b"?").or_else(|| w.strip_suffix(b"!")).unwrap_or(w);
+    // quoted in prose: "Bad / address", `EINVAL`
+    let w = w.strip_suffix(b"\"").or_else(|| w.strip_suffix(b"`")).unwrap_or(w);
+    let w = w.strip_prefix(b"\"").or_else(|| w.strip_prefix(b"`")).unwrap_or(w);
     !w.is_empty()
-        && w.iter().all(|&c| c.is_ascii_lowercase() || c == b'-')
+        && w.iter().all(|&c| c.is_ascii_lowercase() || c == b'-' || c == b'\'')
         && w.first().is_some_and(u8::is_ascii_lowercase)
         && w.last().is_some_and(u8::is_ascii_lowercase)
 }
@@ -172,13 +178,27 @@ pub fn continues(prev: &[u8], cols: usize, widest: usize, next: &[u8]) -> bool {
     let first = next.split(|c| *c == b' ').next().unwrap_or(next);
     // the software breaks before a word that would not have fitted: within its width, which is
     // no narrower than any line it left whole
-    if cols + 1 + columns(first) < NARROWEST.max(widest.saturating_add(1)) || table_row(prev) {
+    let width = cols + 1 + columns(first);
+    if width < NARROWEST.max(widest.saturating_add(1)) || table_row(prev) {
         return false;
     }
     // the first line's sentence goes on, or the next line starts in the middle of one (a word, or
-    // the next field of a `key=value` list)
+    // the next field of a `key=value` list); below the common widths only prose is broken, with a
+    // word of it on one side of the break and no program's name (`ibv_reg_mr(...`, a path, a
+    // field) starting the next line, which starts a line of its own there
     let last = prev.rsplit(|c| *c == b' ').next().unwrap_or(prev);
-    if !(pending(prev) || word(first) || field(last) && field(first)) {
+    let goes_on = if width < COMMON {
+        let name = first.iter().any(|c| b"_(=/:[{<".contains(c));
+        // a program's line ending in a value (`size: 2097152`) before a line of its own
+        let t = last.strip_suffix(b".").or_else(|| last.strip_suffix(b",")).unwrap_or(last);
+        let value = !t.is_empty()
+            && t.iter().all(|c| c.is_ascii_hexdigit() || b"xX-".contains(c))
+            && t.iter().any(u8::is_ascii_digit);
+        !value && (word(first) || pending(prev) && !name)
+    } else {
+        pending(prev) || word(first) || field(last) && field(first)
+    };
+    if !goes_on {
         return false;
     }
     let Ok(s) = std::str::from_utf8(next) else { return false };
@@ -229,6 +249,24 @@ mod tests {
         assert!(continues(a, b"err=GNI_RC_ERROR_RESOURCE"));
         let a = b"Control UMEM registration failed for per-QP GPU-VA region: Bad address";
         assert!(continues(a, b"[14]"));
+    }
+
+    /// Prose re-wrapped at 60 to 72 columns: below 72 a line starting with a program's name, or
+    /// after a program's value, stays a line of its own (prose13's cases; quotes: analyze_wrapped).
+    #[test]
+    fn joins_narrow_prose_only() {
+        let a = b"change. ibv_reg_dmabuf_mr on CUDA device memory gives me errno";
+        assert!(continues(a, b"was 22."));
+        let a = b"ibv_reg_dmabuf_mr failed on the buffer we gave";
+        assert!(!continues(a, b"ibv_reg_mr(gpu_buf, 65536) returned EFAULT too"));
+        let a = b"addr: 7fd9d2800000, pages: 512, pagesize: 4096, size: 2097152";
+        assert!(!continues(a, b"terminate called after throwing an instance of 'mscclpp::IbError'"));
+        assert!(!continues(b"a line of forty-two columns that ends in a", b"word"));
+        // mkernel-26: two lines of a program, each short
+        assert!(!continues(
+            b"ibv_reg_dmabuf_mr (retain) failed: Invalid argument",
+            b"ibv_reg_mr(gpu) failed: Bad address"
+        ));
     }
 
     #[test]
