@@ -111,6 +111,10 @@ pub fn find(s: &str) -> Option<i32> {
             if at > 0 && (lower.as_bytes()[at - 1].is_ascii_alphanumeric() || lower.as_bytes()[at - 1] == b'_') {
                 continue;
             }
+            // a process's exit code is no errno (`Process completed with exit code 1.`)
+            if lower[..at].trim_end().ends_with("exit") {
+                continue;
+            }
             if let Some(n) = number_after(&lower[from..]).or_else(|| in_words(key, &lower[from..])) {
                 return Some(n);
             }
@@ -309,6 +313,7 @@ mod tests {
             "version 14.0.1",
             "fi_mr_reg returned -1 (see errno)",
             "the errno is unknown, 12 ranks failed",
+            "##[error]Process completed with exit code 1.",
             "size:943718400",
             "device 4",
             "GPU 0: [123456]",

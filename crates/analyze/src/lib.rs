@@ -165,7 +165,13 @@ fn read_stream(name: &str, mut r: Box<dyn std::io::BufRead>, parser: &mut parse:
                     if whole
                         && h.quote == front.quote
                         && !front.marked
-                        && parse::rejoin::continues(&h.text.as_bytes()[h.last..], h.cols, widest, text.as_bytes())
+                        && parse::rejoin::continues(
+                            &h.text.as_bytes()[h.last..],
+                            h.cols,
+                            widest,
+                            h.quote > 0,
+                            text.as_bytes(),
+                        )
                     {
                         h.text.push(' ');
                         start = h.text.len();

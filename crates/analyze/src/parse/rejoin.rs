@@ -160,8 +160,8 @@ pub fn unbroken(b: &[u8], cols: usize) -> usize {
 
 /// Whether `next` is the rest of the physical line `prev` (for which [`may_break`] held), `cols`
 /// columns wide as the software saw it ([`width`]), in an input whose earlier lines show it was
-/// not broken narrower than `widest` columns ([`unbroken`]).
-pub fn continues(prev: &[u8], cols: usize, widest: usize, next: &[u8]) -> bool {
+/// not broken narrower than `widest` columns ([`unbroken`]); `quoted`: both inside a mail quote.
+pub fn continues(prev: &[u8], cols: usize, widest: usize, quoted: bool, next: &[u8]) -> bool {
     let Some(&c) = next.first() else { return false };
     // indented (help text, a traceback's frame), quoted, markup, a JSON record, colour; a value in
     // brackets alone is no line of its own
@@ -185,9 +185,10 @@ pub fn continues(prev: &[u8], cols: usize, widest: usize, next: &[u8]) -> bool {
     // the first line's sentence goes on, or the next line starts in the middle of one (a word, or
     // the next field of a `key=value` list); below the common widths only prose is broken, with a
     // word of it on one side of the break and no program's name (`ibv_reg_mr(...`, a path, a
-    // field) starting the next line, which starts a line of its own there
+    // field) starting the next line, which starts a line of its own there — except inside a mail
+    // quote, which a reply's mailer re-flows at 60 to 72 whatever it holds (a log too)
     let last = prev.rsplit(|c| *c == b' ').next().unwrap_or(prev);
-    let goes_on = if width < COMMON {
+    let goes_on = if width < COMMON && !quoted {
         let name = first.iter().any(|c| b"_(=/:[{<".contains(c));
         // a program's line ending in a value (`size: 2097152`) before a line of its own
         let t = last.strip_suffix(b".").or_else(|| last.strip_suffix(b",")).unwrap_or(last);
@@ -215,7 +216,7 @@ mod tests {
     }
 
     fn continues(prev: &[u8], next: &[u8]) -> bool {
-        super::continues(prev, columns(prev), 0, next)
+        super::continues(prev, columns(prev), 0, false, next)
     }
 
     const UCX: &[u8] = b"[1707768585.533429] [nodeA:4242:0] ib_md.c:293 UCX ERROR ibv_reg_mr(address=";
