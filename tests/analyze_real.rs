@@ -37,7 +37,12 @@ use std::process::Command;
 /// analyze, scored once at 10:59 UTC on the session's final rules; docs/analyze.md, "Session 11, final
 /// blind round"): one with its cause in the log, first; the floors are what the held-out set then
 /// measures, 25/30 and 74/86.
-const MIN_HELD_TOP1_IN_LOG: f64 = 25.0 / 30.0;
+/// Session 12 (2026-12-07): after the session's rules (three causes kept when the failures were read
+/// from text, the EINVAL row, EFA's refused access bits, provider limits, prose, wrappers) 26/30, then
+/// its blind round (branch blind13: 13 reports collected by a helper who never ran analyze, scored once
+/// at 14:32 UTC on the final rules; docs/analyze.md, "Session 12, blind round"): both with the cause in
+/// the log first; the floors are what the held-out set then measures, 28/32 and 86/99.
+const MIN_HELD_TOP1_IN_LOG: f64 = 28.0 / 32.0;
 /// Raised to 52/63 after branch l8's two dmabuf rules from the kernel's sources (not blind: written after
 /// the round's misses were read; docs/analyze.md, "after the blind round"). Lowered in session 8 (branch
 /// b9, 2026-12-07) to what the held-out set measures after five blind reports were added and scored once
@@ -55,7 +60,9 @@ const MIN_HELD_TOP1_IN_LOG: f64 = 25.0 / 30.0;
 /// Lowered in session 11 (branch blind11, 2026-12-07 09:50 UTC) to what the held-out set measures after seven
 /// blind reports were added and scored once (docs/analyze.md, "Session 11, blind"): 59/76 (77.6 %); two of the
 /// seven in the first three. No earlier report lost its rank.
-const MIN_HELD_TOP3: f64 = 74.0 / 86.0;
+/// Session 12: 78/86 after the session's rules (not blind), then 86/99 with the blind round's 13
+/// reports (8 of 13 in the first three).
+const MIN_HELD_TOP3: f64 = 86.0 / 99.0;
 /// Held-out reports analyze does not recognise at all (exit 0/2, "nothing recognised"): counted as
 /// misses in the scores above, exempt only from the exit-code check. Empty after session 4; session 5's
 /// blind round 3 left three: a segfault trace with no registration line (charm-1042), a 0-byte
@@ -77,6 +84,12 @@ const UNRECOGNISED: &[&str] = &[
     // session 11's final blind round: CXI's `cxil_map` failing in an ESMF mesh read, told with the
     // provider's own return code only (global-workflow KNOWN_ISSUES_008)
     "global-workflow-mx008-esmf-mesh-cxil-map-efault.log",
+    // session 12's blind round (branch blind13): CSCS's docs naming only `cxil_map: write error` in a
+    // heading; IBM's LLM technote (`failure to allocate a port number`, no registration line); Open
+    // MPI's registerable-memory warning with no failure at all (a false warning of the pairing)
+    "cscs-docs-161-cxil-map-gdrcopy-bug.log",
+    "ibm-llm-rmm-port-alloc-memlock.log",
+    "ompi-users-25048-no-log-num-mtt-false-warning.log",
 ];
 /// The training half is not allowed to fall below its own level either. Top-3 lowered to 16/17 in
 /// session 11 by the version-mismatch weight of the likelihood rows (findings/likelihood.rs): ENOMEM now
@@ -281,8 +294,9 @@ fn corpus_has_at_least_40_reports() {
 /// Ascend transport (mpich.errstack.mem_register, mooncake.ascend.register_mem) all 16 — not blind: both
 /// reports were read before the entries were written. Session 9 (branch a10) added two, scored blind: both
 /// recognised (rapidsmpf-69, infinistore-85): 18 of 18. Session 11 (branch blind11) added two, scored blind:
-/// accelio-51 recognised, ucx-9397 (`mlx5dv_devx_umem_reg() failed`) not: 19 of 20.
-const MIN_UNKNOWN_RECOGNISED: usize = 19;
+/// accelio-51 recognised, ucx-9397 (`mlx5dv_devx_umem_reg() failed`) not: 19 of 20. Session 12's blind
+/// round (branch blind13) added four, scored once at 14:32 UTC: all four recognised, 27 of 28.
+const MIN_UNKNOWN_RECOGNISED: usize = 27;
 
 #[test]
 fn unknown_cause_reports_recognised() {
