@@ -258,7 +258,7 @@ fn context(r: &mut Rng, body: &str) -> (&'static str, String) {
     };
     match r.below(4) {
         0 => ("plain", format!("{para}\n")),
-        1 => ("quoted", wrap(&para, 1000, *r.pick(&["> ", ">> ", "> > "]))),
+        1 => ("quoted", wrap(&para, 1000, r.pick::<&str>(&["> ", ">> ", "> > "]))),
         2 => {
             let w = 60 + r.below(13);
             ("wrapped", wrap(&para, w, ""))
