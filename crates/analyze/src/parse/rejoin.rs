@@ -176,6 +176,12 @@ pub fn continues(prev: &[u8], cols: usize, widest: usize, quoted: bool, next: &[
         return false;
     }
     let first = next.split(|c| *c == b' ').next().unwrap_or(next);
+    let last = prev.rsplit(|c| *c == b' ').next().unwrap_or(prev);
+    // a sentence broken by hand (a mail wrapped as its writer typed it): its line ends in a word no
+    // sentence ends in (`for all the` / `posted receives all fail`), whatever the width
+    if dangling(last) && word(first) && !table_row(prev) {
+        return !own_line(next, last);
+    }
     // the software breaks before a word that would not have fitted: within its width, which is
     // no narrower than any line it left whole
     let width = cols + 1 + columns(first);
@@ -187,7 +193,6 @@ pub fn continues(prev: &[u8], cols: usize, widest: usize, quoted: bool, next: &[
     // word of it on one side of the break and no program's name (`ibv_reg_mr(...`, a path, a
     // field) starting the next line, which starts a line of its own there — except inside a mail
     // quote, which a reply's mailer re-flows at 60 to 72 whatever it holds (a log too)
-    let last = prev.rsplit(|c| *c == b' ').next().unwrap_or(prev);
     let goes_on = if width < COMMON && !quoted {
         let name = first.iter().any(|c| b"_(=/:[{<".contains(c));
         // a program's line ending in a value (`size: 2097152`) before a line of its own
@@ -199,12 +204,25 @@ pub fn continues(prev: &[u8], cols: usize, widest: usize, quoted: bool, next: &[
     } else {
         pending(prev) || word(first) || field(last) && field(first)
     };
-    if !goes_on {
-        return false;
-    }
-    let Ok(s) = std::str::from_utf8(next) else { return false };
+    goes_on && !own_line(next, last)
+}
+
+/// `next` starts a line of its own: a logger's frame (unless `last`, the line before's last word,
+/// is a level tag whose message it is), an NCCL tag, a traceback.
+fn own_line(next: &[u8], last: &[u8]) -> bool {
+    let Ok(s) = std::str::from_utf8(next) else { return true };
     let own_frame = super::frame::split(s).body.len() != s.len() && !level_tag(last);
-    !own_frame && super::nccl::split(s).is_none() && !s.starts_with("Traceback")
+    own_frame || super::nccl::split(s).is_some() || s.starts_with("Traceback")
+}
+
+/// A word no English sentence ends in: an article, a preposition, a conjunction, an auxiliary
+/// (`the`, `for`, `and`, `is`). Lower case only: a program's line never ends in one.
+fn dangling(w: &[u8]) -> bool {
+    const WORDS: [&[u8]; 24] = [
+        b"the", b"a", b"an", b"of", b"to", b"for", b"with", b"from", b"by", b"in", b"on", b"at", b"into", b"and",
+        b"or", b"but", b"that", b"which", b"is", b"are", b"was", b"were", b"its", b"their",
+    ];
+    WORDS.contains(&w)
 }
 
 #[cfg(test)]
@@ -262,7 +280,12 @@ mod tests {
         assert!(!continues(a, b"ibv_reg_mr(gpu_buf, 65536) returned EFAULT too"));
         let a = b"addr: 7fd9d2800000, pages: 512, pagesize: 4096, size: 2097152";
         assert!(!continues(a, b"terminate called after throwing an instance of 'mscclpp::IbError'"));
-        assert!(!continues(b"a line of forty-two columns that ends in a", b"word"));
+        assert!(!continues(b"a line of forty-four columns that ends in words", b"word"));
+        // a sentence broken by hand wherever its writer pressed return (ompi-devel-4364's mail)
+        let a = b"wait on a pending list. Then the ib_reg_mr for all the";
+        assert!(super::continues(a, columns(a), 71, false, b"posted receives all fail as well due to the"));
+        assert!(!super::continues(a, columns(a), 71, false, b"ibv_reg_mr failed: Bad address"));
+        assert!(!super::continues(b"the list of the", 15, 71, false, b"[1707768585.533429] more"));
         // mkernel-26: two lines of a program, each short
         assert!(!continues(
             b"ibv_reg_dmabuf_mr (retain) failed: Invalid argument",
