@@ -42,6 +42,13 @@ const MENTIONS: &[&str] = &[
     "windowregister",
     "rcacheregister",
     "grdmaregister",
+    // the same in the other word orders people and programs use: "rdma register failed", "MR
+    // allocation failed", "MR creation failed", RegMem(), the kernel's pin_user_pages
+    "rdmaregister",
+    "mralloc",
+    "mrcreat",
+    "regmem",
+    "pinuserpages",
 ];
 
 const FAIL_WORDS: &[&str] = &[
@@ -57,6 +64,7 @@ const FAIL_WORDS: &[&str] = &[
     "returned null",
     "return -",
     "returns -",
+    "returned -",
     "ret=-",
     "ret = -",
     // how people say it in words: "returns NULL", "throws an exception"
@@ -112,10 +120,11 @@ fn mentions_lower(l: &str) -> bool {
     })
 }
 
-/// "pinning the buffer / the GPU pages / host memory": the pages of a registration pinned (not
+/// "pinning the buffer / pin the GPU pages / host memory": the pages of a registration pinned (not
 /// threads or CPUs pinned to cores, not a version pinned).
 fn pinning(l: &str) -> bool {
-    l.match_indices("pinning ").any(|(i, w)| {
+    let verb = |i: usize| l[..i].chars().next_back().is_none_or(|c| !c.is_ascii_alphanumeric());
+    l.match_indices("pinning ").chain(l.match_indices("pin ").filter(|(i, _)| verb(*i))).any(|(i, w)| {
         for t in l[i + w.len()..].split(' ').take(4) {
             let t = t.trim_matches(|c: char| !c.is_ascii_alphanumeric());
             match t {
@@ -640,6 +649,13 @@ mod tests {
             "Error ret -22 invoking nvidia_p2p_get_pages",
             "Memory Region registration failed",
             "registering memory region failed: Bad address",
+            // other word orders and verbs: pinning the pages, an MR created or allocated, -1 returned
+            "register_memory() returned -1",
+            "rdma register failed",
+            "MR allocation failed",
+            "RegMem failed",
+            "could not pin memory",
+            "Unable to pin user pages",
         ] {
             let ev = recognise(s).unwrap_or_else(|| panic!("not recognised: {s}"));
             assert!(!ev.ok, "{s}");
@@ -650,6 +666,9 @@ mod tests {
             "Registered memory of size 75497472 for ibv pd",
             "MRSHIM INFO summary: 3 calls (ibv_reg_mr 3), 0 failures, 0 probes",
             "ibv_reg_mr returned an MR",
+            // pinned threads and cudaMallocHost's pinned memory are no registration
+            "failed to pin threads to cores",
+            "failed to allocate pinned memory",
         ] {
             assert!(recognise(s).is_none(), "{s}");
         }
