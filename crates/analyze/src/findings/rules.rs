@@ -583,7 +583,9 @@ pub(super) fn version_mismatch<'a>(v: &View<'a>) -> Cand<'a> {
     // cuda_copy_md.c, uct_cuda_copy_mem_reg): CUDA refusing such a buffer means the detection was wrong
     // (GPU or managed memory taken for host memory — the memory-type cache's failure mode) or the
     // buffer was page-locked twice. A UCX release or setting, not the NIC and not the memlock limit.
-    let host_reg = v.fail_where(|k, _| k.call.ends_with("HostRegister"));
+    // Open MPI's and MVAPICH2's own CUDA/ROCm page-locking (common_cuda, accelerator/rocm,
+    // ibv_cuda_util.c) has no memory-type detection behind it: not this row.
+    let host_reg = v.fail_where(|k, _| k.call.ends_with("HostRegister") && k.lib == Lib::Ucx);
     if !host_reg.is_empty() {
         c.add(
             2.5,

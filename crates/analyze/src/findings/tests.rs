@@ -570,6 +570,18 @@ fn cuda_copy_page_lock_refused_is_ucxs_memory_type_detection() {
     }
 }
 
+/// Open MPI's own CUDA page-locking (common_cuda's non-fatal help text) has no memory-type detection
+/// behind it: CUDA refusing it is not UCX's row, and UCX's switch is not its fix.
+#[test]
+fn ompi_cuda_page_lock_refused_is_not_ucxs_memory_type_detection() {
+    let text = "The call to cuMemHostRegister(0x7f2a40000000, 4194304, 0) failed.\n  Host:  node1\n  cuMemHostRegister return value:  712\n  Registration cache:  smcuda\n";
+    let a = run(&[("job.log", text)]);
+    assert!(!a.findings.is_empty(), "not recognised");
+    for f in &a.findings {
+        assert!(f.fixes.iter().all(|x| !x.contains("UCX_MEMTYPE_CACHE")), "{:?}", a.findings);
+    }
+}
+
 fn known_ids(a: &Analysis) -> Vec<&str> {
     a.findings.iter().filter_map(|f| f.known_issue.as_ref().map(|k| k.id.as_str())).collect()
 }

@@ -521,8 +521,11 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
         if let (Some(p), Some(end)) = (ctx.gen_pending.as_mut(), ctx.gen_pending_block) {
             let b = f.body.trim();
             if lineno <= end && p.errno.is_none() && !b.starts_with("---") {
-                match b.strip_prefix("Error:") {
-                    Some(rest) => p.errno = errno::find(rest),
+                // Open MPI v1.5's openib [mem-reg-fail] prints `Errno says:`, and its call shifts the
+                // table by one field so the strerror lands on `Function:` (btl_openib_component.c)
+                let told = b.strip_prefix("Error:").or_else(|| b.strip_prefix("Errno says:")).map(errno::find);
+                match told.or_else(|| b.strip_prefix("Function:").and_then(errno::find).map(Some)) {
+                    Some(n) => p.errno = n,
                     None => return false,
                 }
             }

@@ -3,6 +3,7 @@ use super::FileCtx;
 use crate::errno;
 use crate::event::{Event, Fact, Flag, Lib, RegEv};
 use crate::scan::has;
+use mrshim_record::MemKind;
 
 pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool {
     let t = line.trim();
@@ -25,6 +26,19 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
             host: host.clone(),
             call: "ibv_reg_mr".into(),
             errno: errno::find(t),
+            ..Default::default()
+        }));
+        return true;
+    }
+    // common_cuda's [cuIpcGetMemHandle failed] help text: its headline also reads as NCCL's bare
+    // `Call to X failed`, whose owner is NCCL's parser, so the vocabulary leaves it here
+    if has!(t, "The call to cuIpcGetMemHandle failed") {
+        emit(Event::Reg(RegEv {
+            lib: Some(Lib::Ompi),
+            host: host.clone(),
+            call: "cuIpcGetMemHandle".into(),
+            mem: Some(MemKind::Device),
+            evid: Some((0, t.to_string())),
             ..Default::default()
         }));
         return true;
@@ -105,5 +119,43 @@ allow registering part of your physical memory.  This can cause MPI jobs to
         let mut n = 0;
         parse("  Registerable memory:     32768 MiB", &mut ctx, &mut |e| n += matches!(e, Event::Reg(_)) as usize);
         assert_eq!(n, 0);
+    }
+
+    /// v1.5's [mem-reg-fail] help text is one failure whose errno is in its table: on `Errno says:`,
+    /// or on `Function:` where v1.5's call (no want_error_header argument) shifted the table by one.
+    #[test]
+    fn the_mem_reg_fail_help_text_takes_its_errno_from_its_table() {
+        let fails = |lines: &[&str]| -> Vec<Option<i32>> {
+            crate::parse::vocab::tests::run(lines)
+                .into_iter()
+                .filter_map(|e| if let Event::Reg(r) = e { (!r.ok).then_some(r.errno) } else { None })
+                .collect()
+        };
+        let head = [
+            "The OpenFabrics (openib) BTL failed to register memory in the driver.",
+            "Please check /var/log/messages or dmesg for driver specific failure",
+            "reason.",
+            "The failure occured here:",
+            "",
+        ];
+        let shifted = [
+            "  Local host:    mlx4_0",
+            "  Device:        openib_reg_mr",
+            "  Function:      Cannot allocate memory()",
+            "  Errno says:    (null) (errno=0)",
+            "",
+            "You may need to consult with your system administrator to get this",
+        ];
+        let lines: Vec<&str> = head.iter().chain(&shifted).copied().collect();
+        assert_eq!(fails(&lines), [Some(errno::ENOMEM)]);
+        let table = [
+            "  Local host:    node03",
+            "  Device:        mlx4_0",
+            "  Function:      openib_reg_mr()",
+            "  Errno says:    Bad address (errno=14)",
+            "",
+        ];
+        let lines: Vec<&str> = head.iter().chain(&table).copied().collect();
+        assert_eq!(fails(&lines), [Some(errno::EFAULT)]);
     }
 }
