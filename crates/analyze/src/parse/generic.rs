@@ -161,7 +161,14 @@ pub fn call_in(s: &str) -> String {
 
 fn call_in_lower(lower: &str) -> String {
     static C: std::sync::LazyLock<Lits> = std::sync::LazyLock::new(|| Lits::new(CALLS));
-    if let Some(i) = C.first_in(lower) {
+    // (whether any is there at all, in one pass, before the first in the list's order)
+    static ANY: std::sync::LazyLock<aho_corasick::AhoCorasick> = std::sync::LazyLock::new(|| {
+        aho_corasick::AhoCorasick::builder()
+            .match_kind(aho_corasick::MatchKind::LeftmostFirst)
+            .build(CALLS)
+            .expect("fixed words")
+    });
+    if let Some(i) = ANY.is_match(lower).then(|| C.first_in(lower)).flatten() {
         return CALLS[i].to_string();
     }
     if has!(lower, "reg_dmabuf") || has!(lower, "dmabuf_mr") || dmabuf_in_use(lower) {
@@ -176,7 +183,7 @@ fn call_in_lower(lower: &str) -> String {
 /// DMA-BUF is merely supported or enabled (`dmaBufSupport = true`), or a negative fd (NCCL's and
 /// UCX's probes pass -1), is not a registration through it.
 fn dmabuf_in_use(lower: &str) -> bool {
-    if !(lower.contains("dmabuf") || lower.contains("dma-buf") || lower.contains("dma_buf")) {
+    if !(has!(lower, "dmabuf") || has!(lower, "dma-buf") || has!(lower, "dma_buf")) {
         return false;
     }
     if ["dmabuf registration", "dma-buf registration", "via dmabuf", "via dma-buf", "using dmabuf", "using dma-buf"]
