@@ -27,6 +27,14 @@ pub fn line(s: &str) -> Cow<'_, str> {
 
 /// [`line`], and what was in front of it.
 pub fn unwrap(s: &str) -> (Cow<'_, str>, Front) {
+    if plain(s) {
+        return (Cow::Borrowed(s), Front::default());
+    }
+    undo(s)
+}
+
+/// [`unwrap`] of a line that may carry wrappers: each undone where its first byte is.
+fn undo(s: &str) -> (Cow<'_, str>, Front) {
     let mut front = Front::default();
     let s = s.strip_prefix('\u{feff}').unwrap_or(s);
     // one pass tells whether the wrappers found anywhere in a line can be there at all
@@ -103,6 +111,25 @@ pub fn unwrap(s: &str) -> (Cow<'_, str>, Front) {
         };
     }
     (s, front)
+}
+
+/// Whether none of the wrappers can be on `s` (most lines of a log): ASCII without `&`, `<` or
+/// ESC, not starting with a blank, a control byte, a quote, a bullet, a gutter's number, a
+/// backtick or a docker record, and not ending with a blank or a backtick. Two passes over the
+/// bytes instead of a test of each wrapper.
+fn plain(s: &str) -> bool {
+    let b = s.as_bytes();
+    let (Some(&first), Some(&last)) = (b.first(), b.last()) else { return true };
+    let front = match first {
+        b'0'..=b'9' => gutter(s).is_some(),
+        b'-' | b'*' => bullet(s).is_some(),
+        // a shim record is JSON too: only docker's is a wrapper
+        b'{' => s.starts_with("{\"log\":"),
+        b'>' | b'`' => true,
+        b'!'..=b'~' => false,
+        _ => true,
+    };
+    !front && !matches!(last, b' ' | b'\t' | b'`') && s.is_ascii() && memchr::memchr3(b'&', b'<', 0x1b, b).is_none()
 }
 
 /// The bytes `a..b` of `s`, borrowed when `s` is.
@@ -364,6 +391,57 @@ mod tests {
         // what is not a wrapper stays
         for s in ["a && b", "x -> y", "&lt", "{\"v\":1,\"call\":\"ibv_reg_mr\"}", "    > not a quote"] {
             assert_eq!(line(s), s, "{s}");
+        }
+    }
+
+    /// Trailing blanks (an editor's, a mail's `format=flowed` soft break) come off every line,
+    /// plain or unwrapped, borrowed or rebuilt: a line's last byte decides whether it may be the
+    /// first piece of one re-broken by mail ([`super::super::rejoin::may_break`]).
+    #[test]
+    fn trailing_blanks_come_off() {
+        let w = "ibv_reg_mr failed: Cannot allocate memory";
+        let html = "ibv_reg_mr failed: it&#39;s out of memory \t";
+        for (s, want, owned) in [
+            (format!("{w} "), w, false),
+            (format!("{w} \t "), w, false),
+            (format!("> {w}  "), w, false),
+            (html.to_string(), "ibv_reg_mr failed: it's out of memory", true),
+            (format!("\x1b[31m{w}\x1b[0m "), w, true),
+        ] {
+            let (t, _) = unwrap(&s);
+            assert_eq!(t, want, "{s:?}");
+            assert_eq!(matches!(t, Cow::Owned(_)), owned, "{s:?}");
+        }
+        assert_eq!(line(" \t "), "");
+        assert!(crate::parse::rejoin::may_break(line(&format!("{w}, ")).as_bytes(), 60));
+    }
+
+    /// What the byte test lets through untouched is what undoing every wrapper leaves as it is.
+    #[test]
+    fn plain_lines_have_no_wrapper() {
+        let lines = [
+            "libfabric:1:efa:mr:efa_mr_reg_impl():850 Unable to register MR",
+            "[1643394930.000016] [gpu-a:4006:0]           ib_md.c:816  UCX  DEBUG registered memory",
+            "gpu-b:5202:5290 [0] misc/ibvwrap.cc:188 NCCL WARN Call to ibv_reg_mr failed",
+            "2026-12-07T10:00:00Z x",
+            "12 |not a gutter",
+            "12: rank twelve's line",
+            "a `quoted` word",
+            "{\"v\":1,\"kind\":\"reg\",\"call\":\"ibv_reg_mr\",\"result\":\"error\",\"errno\":12}",
+            "-1 is no bullet",
+            "*ptr is none either",
+            "-",
+            "x",
+            "",
+        ];
+        for l in lines {
+            assert!(plain(l), "{l}");
+            assert_eq!(undo(l), (Cow::Borrowed(l), Front::default()), "{l}");
+        }
+        for l in
+            ["  12 | x", "12 | x", "> x", "- x", "`x", "x`", "x ", "\tx", "{\"log\":1}", "a &amp; b", "<b>x</b>", "é"]
+        {
+            assert!(!plain(l), "{l}");
         }
     }
 

@@ -11,6 +11,21 @@ use crate::parse::shim::parse_hex;
 use crate::scan::{has, Lits};
 use mrshim_record::MemKind;
 
+/// `any_of!(hay, ["a", "b", ...])`: whether one of the literals is in `hay`, in one pass of an
+/// automaton built once (a searcher per literal costs more than that pass on a line).
+macro_rules! any_of {
+    ($hay:expr, [$($w:literal),+ $(,)?]) => {{
+        // (leftmost-first: whether any is there is the same, and its prefilter is the SIMD one)
+        static AC: std::sync::LazyLock<aho_corasick::AhoCorasick> = std::sync::LazyLock::new(|| {
+            aho_corasick::AhoCorasick::builder()
+                .match_kind(aho_corasick::MatchKind::LeftmostFirst)
+                .build([$($w),+])
+                .expect("fixed words")
+        });
+        AC.is_match($hay)
+    }};
+}
+
 /// Registration mentions, matched on the line lower-cased with everything but letters and digits removed,
 /// so `register_memory`, `registerMemory`, `RegisterRdmaMemoryRegion` and "register memory" are one.
 const MENTIONS: &[&str] = &[
@@ -115,14 +130,20 @@ fn mentions_lower(l: &str) -> bool {
     }
     // lower-cased, everything but letters and digits removed
     let q: String = l.chars().filter(|c| c.is_ascii_alphanumeric()).collect();
-    MENTIONS.iter().any(|m| {
-        q.match_indices(m).any(|(i, _)| !(q[..i].ends_with("de") || m.starts_with("reg") && q[..i].ends_with("un")))
+    // (searchers built once: `match_indices` builds one per call and word)
+    static FIND: std::sync::LazyLock<Vec<memchr::memmem::Finder<'static>>> =
+        std::sync::LazyLock::new(|| MENTIONS.iter().map(memchr::memmem::Finder::new).collect());
+    MENTIONS.iter().zip(FIND.iter()).any(|(m, f)| {
+        f.find_iter(q.as_bytes()).any(|i| !(q[..i].ends_with("de") || m.starts_with("reg") && q[..i].ends_with("un")))
     })
 }
 
 /// "pinning the buffer / pin the GPU pages / host memory": the pages of a registration pinned (not
 /// threads or CPUs pinned to cores, not a version pinned).
 fn pinning(l: &str) -> bool {
+    if !has!(l, "pin") {
+        return false;
+    }
     let verb = |i: usize| l[..i].chars().next_back().is_none_or(|c| !c.is_ascii_alphanumeric());
     l.match_indices("pinning ").chain(l.match_indices("pin ").filter(|(i, _)| verb(*i))).any(|(i, w)| {
         for t in l[i + w.len()..].split(' ').take(4) {
@@ -149,7 +170,14 @@ pub fn call_in(s: &str) -> String {
 
 fn call_in_lower(lower: &str) -> String {
     static C: std::sync::LazyLock<Lits> = std::sync::LazyLock::new(|| Lits::new(CALLS));
-    if let Some(i) = C.first_in(lower) {
+    // (whether any is there at all, in one pass, before the first in the list's order)
+    static ANY: std::sync::LazyLock<aho_corasick::AhoCorasick> = std::sync::LazyLock::new(|| {
+        aho_corasick::AhoCorasick::builder()
+            .match_kind(aho_corasick::MatchKind::LeftmostFirst)
+            .build(CALLS)
+            .expect("fixed words")
+    });
+    if let Some(i) = ANY.is_match(lower).then(|| C.first_in(lower)).flatten() {
         return CALLS[i].to_string();
     }
     if has!(lower, "reg_dmabuf") || has!(lower, "dmabuf_mr") || dmabuf_in_use(lower) {
@@ -164,7 +192,7 @@ fn call_in_lower(lower: &str) -> String {
 /// DMA-BUF is merely supported or enabled (`dmaBufSupport = true`), or a negative fd (NCCL's and
 /// UCX's probes pass -1), is not a registration through it.
 fn dmabuf_in_use(lower: &str) -> bool {
-    if !(lower.contains("dmabuf") || lower.contains("dma-buf") || lower.contains("dma_buf")) {
+    if !(has!(lower, "dmabuf") || has!(lower, "dma-buf") || has!(lower, "dma_buf")) {
         return false;
     }
     if ["dmabuf registration", "dma-buf registration", "via dmabuf", "via dma-buf", "using dmabuf", "using dma-buf"]
@@ -272,8 +300,30 @@ pub fn mem_words() -> Vec<String> {
 /// do not tell apart: a read-only mapping (`PROT_READ` without `PROT_WRITE`, "read-only", not a
 /// "read-only file system"), huge pages, a file's mapping. Read in a failure's own line only.
 fn mem_in_words(lower: &str) -> Option<MemKind> {
+    // (each kind below needs one of these words)
+    let words = any_of!(
+        lower,
+        [
+            "prot_read",
+            "read-only",
+            "read only",
+            "readonly",
+            "hugepage",
+            "huge page",
+            "hugetlb",
+            "mmap'ed file",
+            "mmaped file",
+            "mmapped file",
+            "file mapped",
+            "mapped file",
+            "file-backed",
+        ]
+    );
+    if !words {
+        return None;
+    }
     let readonly = (has!(lower, "prot_read") && !has!(lower, "prot_write"))
-        || ["read-only", "read only", "readonly"].iter().any(|w| lower.contains(w))
+        || (has!(lower, "read-only") || has!(lower, "read only") || has!(lower, "readonly"))
             && !has!(lower, "read-only file system");
     if readonly {
         return Some(MemKind::FileReadonly);
@@ -281,27 +331,30 @@ fn mem_in_words(lower: &str) -> Option<MemKind> {
     if has!(lower, "hugepage") || has!(lower, "huge page") || has!(lower, "hugetlb") {
         return Some(MemKind::Hugepage);
     }
-    let file = ["mmap'ed file", "mmaped file", "mmapped file", "file mapped", "mapped file", "file-backed"];
-    file.iter().any(|w| lower.contains(w)).then_some(MemKind::FileWritable)
+    static FILE: std::sync::LazyLock<Lits> = std::sync::LazyLock::new(|| {
+        Lits::new(&["mmap'ed file", "mmaped file", "mmapped file", "file mapped", "mapped file", "file-backed"])
+    });
+    FILE.first_in(lower).is_some().then_some(MemKind::FileWritable)
 }
 
 /// Host memory in a sentence's words ("a malloc'd buffer", "a CPU buffer"): weaker than
 /// [`mem_hint`]'s words, read in a failure's own line when it names no other kind.
 fn host_in_words(lower: &str) -> bool {
     // " malloc'd": not hipMalloc'd / cudaMalloc'd
-    [
-        "host buffer",
-        "cpu buffer",
-        "cpu memory",
-        "system memory",
-        " malloc'd",
-        " malloced",
-        "from malloc",
-        "with malloc",
-        "posix_memalign",
-    ]
-    .iter()
-    .any(|w| lower.contains(w))
+    any_of!(
+        lower,
+        [
+            "host buffer",
+            "cpu buffer",
+            "cpu memory",
+            "system memory",
+            " malloc'd",
+            " malloced",
+            "from malloc",
+            "with malloc",
+            "posix_memalign",
+        ]
+    )
 }
 
 /// Memory kind from the words on the line (any casing): device for dmabuf, FI_HMEM/iface=cuda|rocr|ze,
@@ -422,11 +475,7 @@ pub fn recognise(body: &str) -> Option<RegEv> {
 /// A line of source code (a program's, pasted into a report), not its output: what it prints is
 /// a format (`printf(`, `perror(`, `strerror(`, `<< "`, a `\n"` in a literal).
 pub fn source_code(lower: &str) -> bool {
-    has!(lower, "printf(")
-        || has!(lower, "perror(")
-        || has!(lower, "strerror(")
-        || has!(lower, "<< \"")
-        || has!(lower, "\\n\"")
+    any_of!(lower, ["printf(", "perror(", "strerror(", "<< \"", "\\n\""])
 }
 
 fn read(body: &str) -> Read {

@@ -24,8 +24,8 @@ fn marked_sentences(line: &str) -> impl Iterator<Item = &str> {
     let mut from = 0;
     let b = line.as_bytes();
     let mut cuts: Vec<&str> = Vec::new();
-    for i in 0..b.len() {
-        if matches!(b[i], b'.' | b'?' | b'!') && b.get(i + 1) == Some(&b' ') {
+    for i in memchr::memchr3_iter(b'.', b'?', b'!', b) {
+        if b.get(i + 1) == Some(&b' ') {
             cuts.push(&line[from..=i]);
             from = i + 1;
         }
@@ -40,14 +40,51 @@ fn word_at(l: &str, i: usize, w: &str) -> bool {
     before && after
 }
 
+/// Where `w` is in `l`, left to right and not overlapping (as `match_indices`), found by its first
+/// byte: a sentence is short, and the searcher `match_indices` builds on every call cost more than
+/// the search (dozens of words per sentence).
+fn occurrences<'a>(l: &'a str, w: &'a str) -> impl Iterator<Item = usize> + 'a {
+    let (b, w) = (l.as_bytes(), w.as_bytes());
+    let mut from = 0;
+    std::iter::from_fn(move || {
+        let first = *w.first()?;
+        while let Some(i) = memchr::memchr(first, &b[from..]) {
+            let at = from + i;
+            if b[at..].starts_with(w) {
+                from = at + w.len();
+                return Some(at);
+            }
+            from = at + 1;
+        }
+        None
+    })
+}
+
 fn has_word(l: &str, w: &str) -> bool {
-    l.match_indices(w).any(|(i, _)| word_at(l, i, w))
+    occurrences(l, w).any(|i| word_at(l, i, w))
 }
 
 /// Whether `l` has `w` starting a word ("on error", not "registration errors"; "fail" in "fails").
 fn has_start(l: &str, w: &str) -> bool {
-    l.match_indices(w)
-        .any(|(i, _)| w.starts_with("n't") || l[..i].chars().next_back().is_none_or(|c| !c.is_ascii_alphanumeric()))
+    occurrences(l, w)
+        .any(|i| w.starts_with("n't") || l[..i].chars().next_back().is_none_or(|c| !c.is_ascii_alphanumeric()))
+}
+
+/// `any_start!(l, WORDS)`: whether a word of the list `WORDS` (a `const`) starts a word of `l`
+/// ([`has_start`]), tried only when one pass of an automaton over `l` (built once per list) found
+/// any of them: most sentences have none.
+macro_rules! any_start {
+    ($l:expr, $words:expr) => {{
+        // (leftmost-first: whether any word is there is the same, and its prefilter is the SIMD
+        // one; a standard automaton's rare-byte prefilter restarts on every other byte of prose)
+        static AC: std::sync::LazyLock<aho_corasick::AhoCorasick> = std::sync::LazyLock::new(|| {
+            aho_corasick::AhoCorasick::builder()
+                .match_kind(aho_corasick::MatchKind::LeftmostFirst)
+                .build($words)
+                .expect("fixed words")
+        });
+        AC.is_match($l) && $words.iter().any(|w| has_start($l, w))
+    }};
 }
 
 /// A sentence that names a failure without reporting one: a question whether it could fail ("Does
@@ -74,7 +111,7 @@ pub fn hypothetical(sentence: &str) -> bool {
     if question && asks.contains(&first) && !why.iter().any(|w| has_word(t, w)) {
         return true;
     }
-    let docs = [
+    const DOCS: &[&str] = &[
         "on failure",
         "on error",
         "upon failure",
@@ -91,10 +128,10 @@ pub fn hypothetical(sentence: &str) -> bool {
         "how to handle",
         "how do i handle",
     ];
-    if docs.iter().any(|w| has_start(t, w)) {
+    if any_start!(t, DOCS) {
         return true;
     }
-    let gone = [
+    const GONE: &[&str] = &[
         "no longer",
         "not fail",
         "n't fail",
@@ -114,12 +151,12 @@ pub fn hypothetical(sentence: &str) -> bool {
         "succeeded",
         "successfully",
     ];
-    if gone.iter().any(|w| has_start(t, w)) {
+    if any_start!(t, GONE) {
         return true;
     }
     // every failure word inside a condition's clause ("if it fails", "when the call fails") that
     // is nobody's experience (no I, we, my, our)
-    let fails: Vec<usize> = t.match_indices("fail").chain(t.match_indices("error")).map(|(i, _)| i).collect();
+    let fails: Vec<usize> = occurrences(t, "fail").chain(occurrences(t, "error")).collect();
     !fails.is_empty()
         && fails.iter().all(|&i| {
             let clause = &t[t[..i].rfind([',', ';', ':']).map_or(0, |c| c + 1)..i];
@@ -207,10 +244,16 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
     let mut seen: Vec<(String, Option<i32>)> = Vec::new();
     // a read-only mapping named anywhere on the line is the memory its failures registered
     let readonly = says_readonly(line).then_some(MemKind::FileReadonly);
-    let told = asserted(line);
+    // (what the sentences report is read only for the calls they name: [`reg_calls`]' stems all
+    // have `_reg_`, a line without it is spared the sentence rules)
+    let named = crate::scan::has!(line, "_reg_");
+    let told = if named { asserted(line) } else { None };
     // a source line (`perror("ibv_reg_mr")`) prints no failure of its own
-    let told =
-        if super::generic::source_code(&line.to_ascii_lowercase()) { "" } else { told.as_deref().unwrap_or(line) };
+    let told = if !named || super::generic::source_code(&line.to_ascii_lowercase()) {
+        ""
+    } else {
+        told.as_deref().unwrap_or(line)
+    };
     for s in sentences(line) {
         let fact = |f: Flag| Event::Fact { lib: Lib::Text, host: host.clone(), pid: None, fact: Fact::Flag(f) };
         let lower = s.to_ascii_lowercase();
@@ -282,6 +325,23 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
 
 #[cfg(test)]
 mod tests {
+    /// The search the sentence rules use finds what `match_indices` finds: left to right, not
+    /// overlapping.
+    #[test]
+    fn occurrences_are_match_indices() {
+        for (l, w) in [
+            ("aaaaa", "aa"),
+            ("it fails, then fails again", "fail"),
+            ("n't fail and don't fail", "n't fail"),
+            ("", "x"),
+            ("überfail — fail", "fail"),
+            ("ababab", "abab"),
+        ] {
+            let want: Vec<usize> = l.match_indices(w).map(|(i, _)| i).collect();
+            assert_eq!(super::occurrences(l, w).collect::<Vec<_>>(), want, "{w} in {l}");
+        }
+    }
+
     #[test]
     fn the_kernel_verb_named_in_words_is_a_registration() {
         let calls = |s: &str| super::reg_calls(s).into_iter().map(|x| x.1).collect::<Vec<_>>();

@@ -391,6 +391,22 @@ fn first_run(l: &str) -> &str {
     memchr::memmem::find(l.as_bytes(), b"  ").filter(|&i| i > 0).map_or(l, |i| &l[..i])
 }
 
+/// A first piece shorter than this tells no lines apart (SOS's `]` before its aligned `mr_reg`
+/// is in most lines of a log): the piece after its run of spaces is looked for instead.
+const SHORTEST_ANCHOR: usize = 3;
+
+/// What the line scanner looks for of a pattern's first literal `l`, and what must precede it
+/// across a run of spaces (its lead, or ""): the part before the first run ([`first_run`]), or when
+/// that is shorter than [`SHORTEST_ANCHOR`], the part after the run with that one as its lead.
+fn anchor_of(l: &str) -> (&str, &str) {
+    let head = first_run(l);
+    let rest = l[head.len()..].trim_start_matches(' ');
+    if head.len() >= SHORTEST_ANCHOR || rest.is_empty() {
+        return ("", head);
+    }
+    (head, first_run(rest))
+}
+
 /// The bytes of `hay` the literal `l` takes at its start, or `None`: a run of two or more spaces
 /// in the literal (a program's alignment, `ERR:  ioctl`) takes any run of spaces, as a web page
 /// or a paste may collapse it to one.
@@ -480,6 +496,8 @@ pub struct Vocab {
     /// prefilter pattern (a distinct first literal) -> the entries it starts
     owners: Vec<Vec<usize>>,
     anchors: Vec<String>,
+    /// entry -> the lead before its anchor ([`anchor_of`]), "" for most
+    leads: Vec<String>,
 }
 
 impl Vocab {
@@ -488,11 +506,14 @@ impl Vocab {
         let mut toks = Vec::new();
         let mut anchors: Vec<String> = Vec::new();
         let mut owners: Vec<Vec<usize>> = Vec::new();
+        let mut leads = Vec::new();
         for (i, e) in file.messages.iter().enumerate() {
             let t = compile(&e.pattern).map_err(|m| format!("{}: {m}", e.id))?;
             // (up to a run of spaces, which the line may have collapsed: [`literal_at`])
-            let anchor = t.iter().find_map(|t| if let Tok::Lit(l) = t { Some(first_run(l).to_string()) } else { None });
-            let anchor = anchor.unwrap_or_default();
+            let first = t.iter().find_map(|t| if let Tok::Lit(l) = t { Some(l.as_str()) } else { None });
+            let (lead, anchor) = anchor_of(first.unwrap_or_default());
+            leads.push(lead.to_string());
+            let anchor = anchor.to_string();
             match anchors.iter().position(|a| *a == anchor) {
                 Some(p) => owners[p].push(i),
                 None => {
@@ -507,10 +528,26 @@ impl Vocab {
             .ascii_case_insensitive(true)
             .build(&anchors)
             .map_err(|e| e.to_string())?;
-        Ok(Vocab { entries: file.messages, toks, pre, owners, anchors })
+        Ok(Vocab { entries: file.messages, toks, pre, owners, anchors, leads })
     }
 
-    /// The distinct first literals (lower case), for the line scanner ([`crate::scan`]).
+    /// Where entry `e`'s first literal would start in `line` when its anchor is at byte `at`:
+    /// there, or before the run of spaces before `at` when the entry's anchor has a lead (which
+    /// must be there).
+    fn start(&self, e: usize, line: &str, at: usize) -> Option<usize> {
+        let lead = self.leads[e].as_bytes();
+        if lead.is_empty() {
+            return Some(at);
+        }
+        let b = line.as_bytes();
+        let run = b[..at].iter().rev().take_while(|&&c| c == b' ').count();
+        let end = at - run;
+        let from = end.checked_sub(lead.len()).filter(|_| run > 0)?;
+        b[from..end].eq_ignore_ascii_case(lead).then_some(from)
+    }
+
+    /// The distinct anchors of the first literals ([`anchor_of`], lower case), for the line
+    /// scanner ([`crate::scan`]).
     pub fn anchors(&self) -> &[String] {
         &self.anchors
     }
@@ -523,11 +560,12 @@ impl Vocab {
         if std::ptr::eq(self, table()) {
             // the built-in table's first literals are in the line scanner's pass
             crate::scan::each(line, crate::scan::Set::Vocab, |a, r| {
-                starts.extend(self.owners[a as usize].iter().map(|e| (*e, r.start)))
+                starts.extend(self.owners[a as usize].iter().filter_map(|e| Some((*e, self.start(*e, line, r.start)?))))
             });
         } else {
             for m in self.pre.find_overlapping_iter(line) {
-                starts.extend(self.owners[m.pattern().as_usize()].iter().map(|e| (*e, m.start())));
+                let owners = self.owners[m.pattern().as_usize()].iter();
+                starts.extend(owners.filter_map(|e| Some((*e, self.start(*e, line, m.start())?))));
             }
         }
         if starts.is_empty() {
@@ -811,6 +849,27 @@ pub(crate) mod tests {
             }
         }
         assert!(bad.is_empty(), "not recognised by their own entry:\n{}", bad.join("\n"));
+    }
+
+    /// A first literal whose piece before its run of spaces is too short to look for (SOS's `]`
+    /// before its aligned `mr_reg`) is found by the piece after the run, with the short piece
+    /// before it, the run as printed or collapsed; a line with only the short piece is not one
+    /// the vocabulary may hold (the cheap path of the dispatch stays open to it).
+    #[test]
+    fn a_short_first_piece_leads_the_anchor() {
+        assert_eq!(anchor_of("]        mr_reg "), ("]", "mr_reg "));
+        assert_eq!(anchor_of("err:  ioctl error (errno="), ("", "err:"));
+        assert_eq!(anchor_of("]"), ("", "]"));
+        let v = table();
+        let sos = v.entries.iter().position(|e| e.id == "sos.ofi.mr_reg_old").expect("the SOS entry");
+        let hit = |s: &str| v.matches(s).iter().any(|(j, _)| *j == sos);
+        for s in ["[0000]        mr_reg heap failed", "[0000] mr_reg data failed", "x [0001]  MR_REG heap failed"] {
+            assert!(hit(s), "{s}");
+        }
+        for s in ["[0000]mr_reg heap failed", "[0000]   x mr_reg heap failed", "mr_reg heap failed"] {
+            assert!(!hit(s), "{s}");
+        }
+        assert!(!anchored("systemd[1]: Started session-17.scope - Session of user train."));
     }
 
     /// `lines` as one file through the whole parser: every event.
