@@ -512,9 +512,16 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
         if let (Some(p), Some(end)) = (ctx.gen_pending.as_mut(), ctx.gen_pending_block) {
             let b = f.body.trim();
             if lineno <= end && p.errno.is_none() && !b.starts_with("---") {
-                match b.strip_prefix("Error:") {
+                // Open MPI's openib [mem-reg-fail] says `Errno says: <strerror> (errno=N)`; its first
+                // form (1.5.5/1.6.0) printed its fields shifted by one, the strerror in `Function:`
+                match b.strip_prefix("Error:").or_else(|| b.strip_prefix("Errno says:")) {
                     Some(rest) => p.errno = errno::find(rest),
-                    None => return false,
+                    None => {
+                        if let Some(n) = b.strip_prefix("Function:").and_then(errno::find) {
+                            p.errno = Some(n);
+                        }
+                        return false;
+                    }
                 }
             }
             ctx.gen_pending_block = None;
