@@ -184,6 +184,15 @@ pub enum Flag {
     /// A line printed a registration cache's limits (libfabric CXI's `MR cache using max_size N and
     /// max_cnt M`): the knobs (FI_MR_CACHE_MAX_COUNT / _SIZE) that bound what stays registered.
     MrCacheLimit,
+    /// The HCA is driven by mlx4 (ConnectX-2/3: `mlx4_0`, `mlx4_core`, its `log_num_mtt`): its
+    /// registrations are bounded by the MTT table (mlx4 mr.c: MTT buddy allocator full -> ENOMEM).
+    Mlx4Hca,
+    /// mlx5's UMR (the work request that rewrites an mkey) completed with an error or could not be
+    /// recovered (`reg umr failed (N)`): the driver or firmware, not the application's resources.
+    UmrFail,
+    /// An ODP MR's page fault could not update the mkey's translation (`Failed to update mkey page
+    /// tables`, `Failed to update PAS`): the pages were mapped, the driver's UMR update failed.
+    OdpXltFail,
 }
 
 #[derive(Debug, Clone)]

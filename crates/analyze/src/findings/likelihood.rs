@@ -143,9 +143,28 @@ const NONE_HOST: Row = &[
     ("address-invalid", 0.1),
 ];
 
+// cxil_map (HPE Slingshot) with no errno printed (libcxi's `cxil_map: write error`, a heading that
+// names nothing else): the Slingshot driver's refusals of CXI_OP_ATU_MAP (shs-cxi-driver cass_atu.c,
+// 9ce667e) are its address contexts / IOVA / MD ids (-ENOSPC, -ENOMEM), a range it cannot pin (-EFAULT:
+// no VMA; a read-only range mapped for writing, which libcxi 2625e70 stopped printing because libfabric's
+// CXI provider now retries read-only regions — the line itself dates the stack to before that fix) and
+// page-size hints (-EINVAL); GPU memory reaches it through the device path (cass_p2p.c) only when the
+// stack knows the buffer is GPU memory. The driver does no RLIMIT_MEMLOCK accounting (no locked_vm or
+// pinned_vm anywhere in drivers/), so memlock is no cause of a cxil_map failure. Training:
+// cxi-libfabric-10960 (read-only data registered for writing).
+const NONE_CXI: Row = &[
+    ("resource-exhaustion", 0.28),
+    ("access-flags", 0.26),
+    ("version-mismatch", 0.2),
+    ("gpu-peer-memory", 0.14),
+    ("address-invalid", 0.12),
+];
+// The same on GPU memory (the program says the buffer is a GPU's): the device path first.
+const NONE_CXI_DEVICE: Row = &[("gpu-peer-memory", 0.45), ("resource-exhaustion", 0.3), ("version-mismatch", 0.25)];
+
 /// Every row with what selects it (call, errno, memory), for the tests and docs/analyze.md's table.
 #[cfg(test)]
-pub(super) const TABLE: [(&str, &str, &str, Row); 21] = [
+pub(super) const TABLE: [(&str, &str, &str, Row); 23] = [
     ("ibv_reg_dmabuf_mr", "ENOMEM", "any", ENOMEM_DMABUF),
     ("ibv_reg_dmabuf_mr", "EINVAL", "any", EINVAL_DMABUF),
     ("ibv_reg_dmabuf_mr", "other or none", "any", OTHER_DMABUF),
@@ -165,6 +184,8 @@ pub(super) const TABLE: [(&str, &str, &str, Row); 21] = [
     ("any", "EINVAL", "unknown", EINVAL_UNKNOWN),
     ("any", "other", "GPU", OTHER_DEVICE),
     ("any", "other", "host / unknown", OTHER_ANY),
+    ("cxil_map", "none printed", "GPU", NONE_CXI_DEVICE),
+    ("cxil_map", "none printed", "host / unknown", NONE_CXI),
     ("any", "none printed", "GPU", NONE_DEVICE),
     ("any", "none printed", "host / unknown", NONE_HOST),
 ];
@@ -193,6 +214,9 @@ pub(super) fn mem_class(k: &GroupKey, gpuish: bool) -> Mem {
 
 /// The row for a failed group: P(cause | call, errno, memory class).
 pub(super) fn row(k: &GroupKey, gpuish: bool) -> Row {
+    if k.call == "cxil_map" && k.errno.is_none() {
+        return if mem_class(k, gpuish) == Mem::Device { NONE_CXI_DEVICE } else { NONE_CXI };
+    }
     lookup(k.errno, mem_class(k, gpuish), k.call.contains("dmabuf"), k.call.contains("iova"))
 }
 

@@ -340,6 +340,22 @@ pub(super) fn resource_exhaustion<'a>(v: &View<'a>) -> Cand<'a> {
     if v.errno_count(EAGAIN) > 0 {
         c.guess(1.0, "EAGAIN: the device is temporarily out of resources.");
     }
+    // mlx4 (ConnectX-2/3) bounds registered memory by its MTT table: the buddy allocator of
+    // log_num_mtt x 2^log_mtts_per_seg entries returns -1 when full and mlx4_mtt_init turns that into
+    // -ENOMEM, no MPT left is -ENOMEM too (drivers/net/ethernet/mellanox/mlx4/mr.c); Open MPI's openib
+    // BTL sizes what it registers from the same parameters and warns when they cover less than physical
+    // memory (calculate_max_reg, help-mpi-btl-openib.txt [reg mem limit low]). So on an mlx4 HCA an
+    // ENOMEM/EAGAIN (or unreported) failure reads as the MTT at least as often as memlock — unless the
+    // input shows a memlock limit or the stack's locked-memory warning, which keep memlock first.
+    let memlock_shown = v.flag(Flag::LockedMemWarn).is_some()
+        || v.c.hosts.values().any(|h| h.memlock.keys().any(|m| m.is_some_and(|b| b < 1 << 30)));
+    if let (Some(e), false) = (v.flag(Flag::Mlx4Hca), memlock_shown) {
+        let mtt = c.groups.iter().filter(|g| matches!(g.0.errno, Some(ENOMEM) | Some(EAGAIN) | None)).count();
+        if mtt > 0 {
+            c.add(0.0, "", Some(e));
+            c.guess(2.0, "The HCA is an mlx4 device (ConnectX-2/3): its registered memory is bounded by the MTT table (mlx4_core log_num_mtt x 2^log_mtts_per_seg), which answers ENOMEM when full — the classic cause of openib/mlx4 registration failures when no memlock limit is shown (`cat /sys/module/mlx4_core/parameters/log_num_mtt log_mtts_per_seg` against physical memory).");
+        }
+    }
     let ok_on_fail_hosts = v.ok_where(|k| hosts.contains(k.host.as_str()));
     if ok_on_fail_hosts > 10_000 {
         c.add(
@@ -598,6 +614,24 @@ pub(super) fn version_mismatch<'a>(v: &View<'a>) -> Cand<'a> {
         );
         c.groups.extend(host_reg.iter().copied());
     }
+    // mlx5's UMR completes with an error status (`reg umr failed (N)`, umr.c; mr.c before 5.19) and the
+    // registration returns -EFAULT whatever the status; an ODP page fault that mapped its pages and then
+    // could not update the mkey's translation (`Failed to update mkey page tables` / `Failed to update
+    // PAS`, odp.c pagefault_real_mr / pagefault_implicit_mr: mlx5_ib_update_xlt / mlx5r_umr_update_xlt
+    // failed with anything but -EAGAIN). Neither is the application's memory or its resources: the
+    // driver or the firmware (fixes such as the ODP iova / mkey-size ones land in later kernels).
+    let odp_xlt = v.flag(Flag::OdpXltFail);
+    if let Some(e) = v.flag(Flag::UmrFail).or(odp_xlt) {
+        c.add(
+            2.5,
+            if odp_xlt.is_some() {
+                "The mlx5 driver could not update an On-Demand-Paging MR's translation after a page fault (its UMR failed): the pages were mapped, the driver's mkey update was refused — a kernel driver or firmware problem (compare the kernel and firmware with the mlx5 ODP fixes of later releases), not the application's resources."
+            } else {
+                "The mlx5 driver's UMR (the work request that rewrites a cached mkey for a registration) completed with an error: the driver or firmware refused the mkey update — the EFAULT it returns is no bad address; compare the kernel/MLNX_OFED and firmware with a node where it works."
+            },
+            Some(e),
+        );
+    }
     if let Some(e) = v.flag(Flag::DriverLoadFail) {
         c.add(
             0.3,
@@ -778,6 +812,13 @@ pub(super) fn odp_unsupported<'a>(v: &View<'a>) -> Cand<'a> {
             None,
         );
         c.groups = gs;
+    }
+    // an ODP page fault the driver could not complete (odp.c): ODP is in use on a device/firmware whose
+    // ODP support (capabilities per transport, implicit ODP) may not cover the access — a reading
+    if let (Some(e), true) = (v.flag(Flag::OdpXltFail), c.groups.is_empty()) {
+        c.add(0.0, "", Some(e));
+        c.guess(1.2, "The failure is an On-Demand-Paging MR's page fault: without ODP (register the memory pinned, without IBV_ACCESS_ON_DEMAND) the driver's fault path is not used — check `ibv_devinfo -v | grep -A12 -i odp` for the transport and operation.");
+        c.groups = v.fails.clone();
     }
     c.fixes = fixes::odp();
     c

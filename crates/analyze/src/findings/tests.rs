@@ -799,3 +799,112 @@ fn cxi_fork_safe_efault_reads_as_a_possible_map_count_limit() {
         cats(&a)
     );
 }
+
+/// NVSHMEM registers its symmetric heap (GPU memory) first at start-up: a NULL MR from its IB
+/// transports keeps GPU peer memory first; the 2.7-era common code's own words name GPU memory; the
+/// IBDEVX dummy buffer is host memory and is not called GPU memory.
+#[test]
+fn nvshmem_registration_failures_keep_gpu_peer_memory_first() {
+    // ibrc.cpp (NVSHMEMI_NULL_ERROR_JMP: "%s:%d: NULL value " + the message), no errno
+    let a = run(&[("pe0.err", "src/modules/transport/ibrc/ibrc.cpp:405: NULL value mem registration failed \n")]);
+    assert_eq!(cats(&a).first(), Some(&"gpu-peer-memory"), "{:?}", cats(&a));
+    assert_eq!(a.findings[0].count, 1);
+    // transport_ib_common.cpp (2.7-2.x): ibv_reg_mr failed, no dmabuf fallback, peer memory named,
+    // then the NULL MR: one failure of GPU memory
+    let p = "/build/nvshmem/src/modules/transport/common/transport_ib_common.cpp";
+    let log = format!(
+        "{p}:nvshmemt_ib_common_reg_mem_handle:25: ibv_reg_mr failed.\n\
+         {p}:nvshmemt_ib_common_reg_mem_handle:62: Unable to fall back to ibv_reg_dmabuf_mr. Not supported by the current configuration.\n\
+         {p}:nvshmemt_ib_common_reg_mem_handle:63: In order to register memory, please load nv_peer_mem or nvidia_peermem.\n\
+         {p}:nvshmemt_ib_common_reg_mem_handle:66: Unable to fall back to ibv_reg_dmabuf_mr.\n\
+         {p}:82: NULL value mem registration failed \n"
+    );
+    let a = run(&[("pe0.err", &log)]);
+    assert_eq!(cats(&a).first(), Some(&"gpu-peer-memory"), "{:?}", cats(&a));
+    assert_eq!(a.findings[0].count, 1, "one failure through its layers");
+    // the IBDEVX dummy word is malloc'd host memory: not GPU memory
+    let a = run(&[(
+        "pe0.err",
+        "/opt/nvshmem/src/modules/transport/ibdevx/ibdevx.cpp:847: NULL value mem registration failed \n",
+    )]);
+    assert_ne!(cats(&a).first(), Some(&"gpu-peer-memory"), "{:?}", cats(&a));
+}
+
+/// Open MPI 1.5.5-1.6's openib [mem-reg-fail] help text: the errno is in its block (`Errno says:`,
+/// or `Function: <strerror>()` in the first, shifted form); on an mlx4 HCA ENOMEM/EAGAIN reads as
+/// the MTT table first — unless a memlock limit or the locked-memory warning is shown.
+#[test]
+fn openib_registration_failures_on_mlx4_read_as_the_mtt() {
+    let block = |fields: &str| {
+        format!(
+            "--------------------------------------------------------------------------\n\
+             The OpenFabrics (openib) BTL failed to register memory in the driver.\n\
+             Please check /var/log/messages or dmesg for driver specific failure\n\
+             reason.\n\
+             The failure occured here:\n\
+             \n\
+             {fields}\n\
+             \n\
+             You may need to consult with your system administrator to get this\n\
+             problem fixed.\n\
+             --------------------------------------------------------------------------\n"
+        )
+    };
+    let fixed = block("  Local host:    n17\n  Device:        mlx4_0\n  Function:      openib_reg_mr()\n  Errno says:    Cannot allocate memory (errno=12)");
+    let shifted = block("  Local host:    mlx4_0\n  Device:        openib_reg_mr\n  Function:      Resource temporarily unavailable()\n  Errno says:    ");
+    for (name, log, errno) in [("fixed", &fixed, ENOMEM), ("shifted", &shifted, crate::errno::EAGAIN)] {
+        let a = run(&[("job.err", log)]);
+        assert_eq!(cats(&a).first(), Some(&"resource-exhaustion"), "{name}: {:?}", cats(&a));
+        assert_eq!(a.findings[0].count, 1, "{name}");
+        assert!(cats(&a).contains(&"memlock-limit"), "{name}: memlock stays listed: {:?}", cats(&a));
+        let want = crate::errno::name(errno);
+        assert!(
+            a.findings[0].errnos.iter().any(|e| e.contains(want.as_str()))
+                || a.findings[0].errno.as_deref().is_some_and(|e| e.contains(want.as_str())),
+            "{name}: errno {want} read from the block: {:?} {:?}",
+            a.findings[0].errno,
+            a.findings[0].errnos
+        );
+    }
+    // a memlock limit shown keeps memlock first
+    let limited = format!("{fixed}  Memlock limit: 65536\n");
+    let a = run(&[("job.err", &limited)]);
+    assert_eq!(cats(&a).first(), Some(&"memlock-limit"), "{:?}", cats(&a));
+    // without an mlx4 device the ENOMEM row's order stands (memlock first)
+    let other = block("  Local host:    n17\n  Device:        qib0\n  Function:      openib_reg_mr()\n  Errno says:    Cannot allocate memory (errno=12)");
+    let a = run(&[("job.err", &other)]);
+    assert_eq!(cats(&a).first(), Some(&"memlock-limit"), "{:?}", cats(&a));
+}
+
+/// libcxi's `cxil_map: write error` (no errno): the Slingshot driver's refusals, never memlock (the
+/// driver does no RLIMIT_MEMLOCK accounting); a markdown heading that quotes it is still read.
+#[test]
+fn cxil_map_write_error_is_the_drivers_refusal_never_memlock() {
+    for log in ["cxil_map: write error\n", "#### `\"cxil_map: write error\"` when sending from a buffer\n"] {
+        let a = run(&[("job.err", log)]);
+        let c = cats(&a);
+        assert_eq!(
+            c.iter().take(3).copied().collect::<Vec<_>>(),
+            ["resource-exhaustion", "access-flags", "version-mismatch"],
+            "{log}"
+        );
+        assert!(!c.contains(&"memlock-limit"), "{c:?}");
+    }
+}
+
+/// mlx5's UMR completing in error and an ODP page fault that could not update the mkey's translation
+/// are the driver or firmware (version-mismatch), with ODP itself second — not the job's resources.
+#[test]
+fn mlx5_umr_and_odp_translation_failures_are_the_driver() {
+    let a = run(&[(
+        "dmesg",
+        "infiniband mlx5_0: mlx5r_umr_post_send_wait:326:(pid 4242): reg umr failed (6)\n\
+         infiniband mlx5_0: pagefault_real_mr:661:(pid 4242): Failed to update mkey page tables\n",
+    )]);
+    assert_eq!(cats(&a)[..2], ["version-mismatch", "odp-unsupported"], "{:?}", cats(&a));
+    assert_eq!(a.findings[0].basis, "evidence");
+    // a UMR failure without ODP: the driver first, no ODP hypothesis
+    let a = run(&[("dmesg", "infiniband mlx5_0: mlx5r_umr_post_send_wait:326:(pid 4242): reg umr failed (4)\n")]);
+    assert_eq!(cats(&a)[0], "version-mismatch", "{:?}", cats(&a));
+    assert!(!cats(&a).contains(&"odp-unsupported"), "{:?}", cats(&a));
+}

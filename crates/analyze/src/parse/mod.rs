@@ -284,8 +284,9 @@ impl Parser {
 
     pub fn line(&mut self, ctx: &mut FileCtx, line: &str, lineno: u64, emit: &mut dyn FnMut(Event)) -> bool {
         let t = line.trim_start();
-        // "##" lines are comments (fixture headers, annotations) and never evidence
-        if t.starts_with("##") {
+        // "##" lines are comments (fixture headers, annotations) and never evidence; a markdown
+        // heading of level 3 or more (`#### `cxil_map: write error` when ...`) is a pasted line
+        if t.starts_with("##") && !t.starts_with("###") {
             return false;
         }
         if t.starts_with('{') && shim::parse(t, &mut self.shim, lineno, emit) {

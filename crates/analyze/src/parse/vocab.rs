@@ -634,6 +634,9 @@ pub fn flag_named(name: &str) -> Option<Flag> {
         "access-refused" => Flag::AccessRefused,
         "mkey-setup-fail" => Flag::MkeySetupFail,
         "mr-cache-limit" => Flag::MrCacheLimit,
+        "mlx4-hca" => Flag::Mlx4Hca,
+        "umr-fail" => Flag::UmrFail,
+        "odp-xlt-fail" => Flag::OdpXltFail,
         _ => return None,
     })
 }
@@ -683,6 +686,9 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
     let mut owned = false;
     let mut whole = false;
     let mut chosen = None;
+    // the layers of the same failure on the same line (a line the pasting software wrapped, joined
+    // back) flag what they observed too
+    let mut also: Vec<Flag> = Vec::new();
     for (i, fields) in hits {
         let e = &v.entries[i];
         if e.owner.is_some() {
@@ -703,6 +709,8 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
             whole |= e.whole;
         } else if chosen.is_none() {
             chosen = Some((i, fields));
+        } else if e.role == Role::Layer {
+            also.extend(e.flags.iter().filter_map(|n| flag_named(n)));
         }
     }
     // the owner parses this line (facts on it were emitted above)
@@ -711,13 +719,24 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
     let lib = e.lib.as_deref().and_then(lib_named).or_else(|| generic::lib_hint(body)).or(ctx.lib_hint);
     let zero = fields.length == Some(0);
     let mut flags: Vec<Flag> = e.flags.iter().filter_map(|n| flag_named(n)).collect();
+    flags.extend(also.into_iter().filter(|f| !e.flags.iter().any(|n| flag_named(n) == Some(*f))));
     if zero {
         // an empty range is an invalid request, not a size the device refused
         flags.retain(|f| *f != Flag::MrSizeExceeded);
     }
     let is_layer = e.role == Role::Layer;
+    // what a layer flags is observed even when the layer itself counts with the failure below it
+    // (mlx5's `Failed to update mkey page tables` after its `reg umr failed`)
+    let flag_layer = |emit: &mut dyn FnMut(Event)| {
+        for fl in &flags {
+            emit(Event::fact(lib.unwrap_or(Lib::Text), host.as_deref(), pid, Fact::Flag(*fl)));
+        }
+    };
     // UCX's own parser holds the driver's line back for the memory kind: its upper layers are its
     if lib == Some(Lib::Ucx) && ctx.ucx_pending.is_some() {
+        if is_layer {
+            flag_layer(emit);
+        }
         ctx.vocab_recent = Some(lineno);
         // a layer in another program's words (Realm's, Mercury's `ucp_mem_map ... failed`) is the
         // failure UCX's parser holds: consumed here, or a later parser would count it again
@@ -726,6 +745,7 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
     let recent = ctx.vocab_recent.is_some_and(|r| lineno <= r + LAYER_REACH);
     if is_layer && ctx.gen_pending.is_none() && recent {
         // the failure below this layer was already counted
+        flag_layer(emit);
         ctx.vocab_recent = Some(lineno);
         return true;
     }
