@@ -193,6 +193,39 @@ pub enum Flag {
     /// An ODP MR's page fault could not update the mkey's translation (`Failed to update mkey page
     /// tables`, `Failed to update PAS`): the pages were mapped, the driver's UMR update failed.
     OdpXltFail,
+    // What the reporter tried, told in words (parse/tried.rs; weighed in findings/rules.rs `TRIED`).
+    // `...Works`: the change made the job work; `...StillFails`: the failure survived it.
+    /// The locked-memory limit raised (ulimit -l, limits.conf, LimitMEMLOCK, --ulimit memlock).
+    MemlockRaiseWorks,
+    MemlockRaiseStillFails,
+    /// Run as root, privileged, with CAP_IPC_LOCK.
+    PrivilegedWorks,
+    PrivilegedStillFails,
+    /// Relaxed ordering off (*_IB_PCI_RELAXED_ORDERING=0 / off).
+    RoOffWorks,
+    /// dmabuf off (NCCL_DMABUF_ENABLE=0): registration by address works.
+    DmabufOffWorks,
+    DmabufOffStillFails,
+    /// dmabuf on: GPU memory registers through dmabuf.
+    DmabufWorks,
+    /// GPUDirect RDMA off and the failure stayed.
+    GdrOffStillFails,
+    /// The peer-memory module (nvidia_peermem, nv_peer_mem, amdgpu) loaded.
+    PeermemLoadWorks,
+    PeermemStillFails,
+    /// Host memory (cudaMallocHost, malloc) registers where GPU memory does not.
+    HostMemWorks,
+    HostMemStillFails,
+    /// A kernel, driver, firmware or library version changed (upgrade, downgrade, rollback).
+    VersionChangeWorks,
+    VersionChangeStillFails,
+    /// A registration-resource knob (log_num_mtt, UCX_RCACHE_*, FI_MR_CACHE_*) changed.
+    ResourceTuneWorks,
+    ResourceTuneStillFails,
+    /// Smaller registrations work, larger ones fail.
+    SizeThreshold,
+    /// It works on one node and fails on another.
+    OtherNodeWorks,
 }
 
 #[derive(Debug, Clone)]

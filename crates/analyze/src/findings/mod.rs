@@ -324,6 +324,11 @@ fn ruled_out(v: &View) -> Vec<RuledOut> {
             });
         }
     }
+    for o in tried_out(v) {
+        if !out.iter().any(|x| x.category == o.category) {
+            out.push(o);
+        }
+    }
     let observed_mapped = v.fails.iter().all(|(_, g)| g.mapped == g.count && g.zero_len_or_addr == 0);
     if !v.fails.is_empty() && observed_mapped {
         out.push(RuledOut {
@@ -375,6 +380,7 @@ fn diagnose_failures(v: &View, col: &Collector) -> (Vec<Finding>, Vec<RuledOut>)
         odp_unsupported(v),
     ];
     rescues(v, &mut cands);
+    tried(v, &mut cands);
     // what the input says counts as evidence; the priors rank what it does not decide
     for c in cands.iter_mut() {
         c.evidence = c.score - c.hint;

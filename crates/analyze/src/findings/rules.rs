@@ -798,6 +798,80 @@ pub(super) fn rescues<'a>(v: &View<'a>, cands: &mut [Cand<'a>]) {
     }
 }
 
+/// What a contrast the reporter tells (parse/tried.rs) does to a cause.
+#[derive(Clone, Copy)]
+enum Tried {
+    /// The change made it work: evidence for the cause it removes (and its failures are the cause's).
+    Confirms(f64),
+    /// Evidence for the cause only where the rules already gave it failures of its own.
+    Supports(f64),
+    /// The failure survived the change: the cause is less likely.
+    Lowers(f64),
+    /// The failure survived a change that removes the cause: ruled out.
+    RulesOut,
+}
+
+/// The weight of each contrast the reporter tells, one row per (flag, cause); the reason is said in
+/// the finding (or in `ruled_out`). GdrOffWorks, TcpWorks and RoOffStillFails, read by the same
+/// table, are weighed where they were before: gpu_peer_memory (+2.0, +0.5, +1.5), relaxed_ordering
+/// (-4) and `ruled_out`. A confirmation is below mrshim's own rescue (6.0) and about one decisive
+/// line (3.0–3.5): words can be misread, a rescue cannot.
+const TRIED: &[(Flag, &str, Tried, &str)] = &[
+    (Flag::MemlockRaiseWorks, "memlock-limit", Tried::Confirms(3.0), "The report says raising the locked-memory limit (ulimit -l, limits.conf, LimitMEMLOCK, --ulimit memlock) made it work."),
+    (Flag::MemlockRaiseStillFails, "memlock-limit", Tried::RulesOut, "the report says it still failed with the locked-memory limit raised"),
+    (Flag::PrivilegedWorks, "memlock-limit", Tried::Confirms(2.0), "The report says it works as root / privileged / with CAP_IPC_LOCK, which lifts RLIMIT_MEMLOCK: the unprivileged run's memlock limit is the likely difference."),
+    (Flag::PrivilegedWorks, "permissions", Tried::Supports(1.5), "The report says it works as root / privileged: the unprivileged process lacks a permission."),
+    (Flag::PrivilegedStillFails, "memlock-limit", Tried::RulesOut, "the report says it fails as root / privileged too, where CAP_IPC_LOCK lifts the memlock limit"),
+    (Flag::PrivilegedStillFails, "permissions", Tried::Lowers(2.0), ""),
+    (Flag::RoOffWorks, "relaxed-ordering", Tried::Confirms(3.5), "The report says it works with relaxed ordering off (*_IB_PCI_RELAXED_ORDERING=0, UCX_IB_PCI_RELAXED_ORDERING=off)."),
+    (Flag::DmabufOffWorks, "dmabuf-unsupported", Tried::Confirms(3.0), "The report says it works with dmabuf off (NCCL_DMABUF_ENABLE=0): the registration by address works where dmabuf does not."),
+    (Flag::DmabufOffStillFails, "dmabuf-unsupported", Tried::Lowers(2.0), ""),
+    (Flag::DmabufWorks, "gpu-peer-memory", Tried::Confirms(2.0), "The report says GPU memory registers through dmabuf: registering it by address (through a peer-memory client) is what fails."),
+    (Flag::GdrOffStillFails, "gpu-peer-memory", Tried::Lowers(3.0), ""),
+    (Flag::PeermemLoadWorks, "gpu-peer-memory", Tried::Confirms(3.0), "The report says loading the peer-memory module (nvidia_peermem / nv_peer_mem / amdgpu) made it work."),
+    (Flag::PeermemStillFails, "gpu-peer-memory", Tried::Lowers(1.0), ""),
+    (Flag::HostMemWorks, "gpu-peer-memory", Tried::Confirms(2.0), "The report says host memory (cudaMallocHost, malloc) registers where GPU memory does not."),
+    (Flag::HostMemStillFails, "gpu-peer-memory", Tried::Lowers(2.0), ""),
+    (Flag::VersionChangeWorks, "version-mismatch", Tried::Confirms(2.5), "The report says a version change decides it (it worked before an upgrade, or an upgrade or downgrade made it work): compare the kernel, driver, firmware and library versions."),
+    (Flag::VersionChangeStillFails, "version-mismatch", Tried::Lowers(1.0), ""),
+    (Flag::ResourceTuneWorks, "resource-exhaustion", Tried::Confirms(2.5), "The report says raising a registration resource (log_num_mtt, UCX_RCACHE_*, FI_MR_CACHE_*) made it work."),
+    (Flag::ResourceTuneStillFails, "resource-exhaustion", Tried::Lowers(1.0), ""),
+    (Flag::SizeThreshold, "resource-exhaustion", Tried::Confirms(1.5), "The report says smaller registrations work and larger ones fail: a size limit (max_mr_size, MTT/mkey resources, BAR1)."),
+    (Flag::OtherNodeWorks, "address-invalid", Tried::Lowers(1.0), ""),
+    (Flag::OtherNodeWorks, "access-flags", Tried::Lowers(0.5), ""),
+];
+
+/// The contrasts the reporter tells, weighed by [`TRIED`].
+pub(super) fn tried<'a>(v: &View<'a>, cands: &mut [Cand<'a>]) {
+    for (f, cat, effect, why) in TRIED {
+        let Some(e) = v.flag(*f) else { continue };
+        let Some(c) = cands.iter_mut().find(|c| c.cat == *cat) else { continue };
+        match *effect {
+            Tried::Confirms(w) => {
+                c.add(w, *why, Some(e));
+                if *f == Flag::RoOffWorks {
+                    c.top_two = true;
+                }
+                if c.groups.is_empty() {
+                    c.groups = v.fails.clone();
+                }
+            }
+            Tried::Supports(w) if !c.groups.is_empty() => c.add(w, *why, Some(e)),
+            Tried::Supports(_) | Tried::RulesOut => {}
+            Tried::Lowers(w) => c.score -= w,
+        }
+    }
+}
+
+/// The causes a contrast the reporter tells rules out ([`TRIED`]).
+pub(super) fn tried_out(v: &View) -> Vec<RuledOut> {
+    TRIED
+        .iter()
+        .filter(|(f, _, effect, _)| matches!(effect, Tried::RulesOut) && v.flag(*f).is_some())
+        .map(|(_, cat, _, why)| RuledOut { category: cat, reason: why.to_string() })
+        .collect()
+}
+
 pub(super) fn odp_unsupported<'a>(v: &View<'a>) -> Cand<'a> {
     let mut c = Cand::new("odp-unsupported");
     let gs = v.fail_where(|k, _| k.odp && matches!(k.errno, Some(EINVAL) | Some(EOPNOTSUPP) | None));

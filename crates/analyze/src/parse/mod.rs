@@ -14,6 +14,7 @@ pub mod pytrace;
 pub mod rejoin;
 pub mod shim;
 pub mod shimline;
+pub mod tried;
 pub mod ucx;
 pub mod verbs;
 pub mod vocab;
@@ -256,7 +257,7 @@ impl Default for Parser {
     fn default() -> Self {
         let pre = AhoCorasick::builder()
             .kind(Some(aho_corasick::AhoCorasickKind::DFA))
-            .build(NEEDLES)
+            .build(NEEDLES.iter().map(|s| s.to_string()).chain(tried::needles()))
             .expect("static patterns");
         Parser {
             pre,
@@ -424,14 +425,18 @@ impl Parser {
         } else {
             ucx::flush(ctx, emit);
         }
+        // what the reporter tried and how it went: a change that made it work leaves settings on the
+        // line that are not the failing run's, so they are not read as its facts
+        let changed = tried::parse(body, ctx, emit);
         verbs::parse(body, ctx, emit)
             || kernel::parse(line, ctx, emit)
             || ompi::parse(body, ctx, emit)
             || perftest::parse(body, ctx, lineno, emit)
-            || env::parse(body, ctx, emit)
+            || (!changed && env::parse(body, ctx, emit))
             || generic::parse(f, ctx, lineno, line, emit)
-            || facts::parse(body, ctx, emit)
+            || (!changed && facts::parse(body, ctx, emit))
             || prose::parse(body, ctx, emit)
+            || changed
     }
 
     pub fn end_file(&mut self, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) {

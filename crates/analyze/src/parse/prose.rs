@@ -1,14 +1,11 @@
 //! Free text: bug reports, chat transcripts and articles that quote the evidence (both seed incidents).
-//! Split into sentences; each sentence is checked for a quoted registration failure and for the
-//! comparisons people report in words ("TCP works", "GDR off works", "still fails with relaxed ordering 0").
+//! Split into sentences; each sentence is checked for a quoted registration failure and for facts
+//! told in words (GPU context, a version mismatch, PCIe errors, `ulimit -l`). What the reporter
+//! tried ("TCP works", "GDR off works", "still fails with relaxed ordering 0") is parse/tried.rs'.
 use super::FileCtx;
 use crate::errno;
 use crate::event::{Event, Fact, Flag, Lib, RegEv};
 use mrshim_record::MemKind;
-
-const OK_WORDS: [&str; 10] =
-    ["works", "passed", "passes", "succeeded", "#wrong 0", "跑通", "通过", "正常", "成功", "fine"];
-const FAIL_WORDS: [&str; 6] = ["fail", "still", "依然", "仍然", "失败", "报错"];
 
 fn any(s: &str, words: &[&str]) -> bool {
     words.iter().any(|w| s.contains(w))
@@ -20,7 +17,7 @@ pub fn sentences(line: &str) -> impl Iterator<Item = &str> {
 
 /// The sentences of a line with their end marks (`?` tells a question), cut after `.`, `?` or `!`
 /// followed by a space.
-fn marked_sentences(line: &str) -> impl Iterator<Item = &str> {
+pub(super) fn marked_sentences(line: &str) -> impl Iterator<Item = &str> {
     let mut from = 0;
     let b = line.as_bytes();
     let mut cuts: Vec<&str> = Vec::new();
@@ -60,12 +57,12 @@ fn occurrences<'a>(l: &'a str, w: &'a str) -> impl Iterator<Item = usize> + 'a {
     })
 }
 
-fn has_word(l: &str, w: &str) -> bool {
+pub(super) fn has_word(l: &str, w: &str) -> bool {
     occurrences(l, w).any(|i| word_at(l, i, w))
 }
 
 /// Whether `l` has `w` starting a word ("on error", not "registration errors"; "fail" in "fails").
-fn has_start(l: &str, w: &str) -> bool {
+pub(super) fn has_start(l: &str, w: &str) -> bool {
     occurrences(l, w)
         .any(|i| w.starts_with("n't") || l[..i].chars().next_back().is_none_or(|c| !c.is_ascii_alphanumeric()))
 }
@@ -87,18 +84,10 @@ macro_rules! any_start {
     }};
 }
 
-/// A sentence that names a failure without reporting one: a question whether it could fail ("Does
-/// ibv_reg_mr fail if ...?"), documentation ("returns NULL on failure", "On failure, errno is set"),
-/// a changelog's entry ("Fix ibv_reg_mr failure when ..."), a failure gone or denied ("no longer
-/// fails", "completes without error"), or one only in a condition ("If ibv_reg_mr fails, ...").
-/// A contrast ("but", "still", "however") keeps it a report, and so do the questions that ask
-/// why it fails ("Why does ...", "Does anyone know why ...").
-pub fn hypothetical(sentence: &str) -> bool {
-    let l = sentence.to_ascii_lowercase();
-    let t = l.trim().trim_start_matches(['-', '*', '+', '>', ' ']);
-    if has_word(t, "but") || has_word(t, "still") || has_word(t, "however") {
-        return false;
-    }
+/// A question whether something happens ("Does it fail if ...?", not "Why does ...?"), a line of
+/// documentation ("on failure", "on success") or a changelog's entry ("Fix ...") — `t` lower-case,
+/// trimmed.
+fn asks_or_documents(t: &str) -> bool {
     let first = t.split([' ', ':', '(']).next().unwrap_or("");
     // a changelog's entry: the fix of a failure, not the failure
     let fixes = ["fix", "fixed", "fixes", "fixing", "bugfix", "hotfix", "avoid", "avoids", "prevent", "prevents"];
@@ -128,7 +117,34 @@ pub fn hypothetical(sentence: &str) -> bool {
         "how to handle",
         "how do i handle",
     ];
-    if any_start!(t, DOCS) {
+    any_start!(t, DOCS)
+}
+
+/// A sentence that tells nobody's experience, whatever contrast it names ("Does it still fail
+/// with ...?", "Fixes ... when ...", documentation): [`hypothetical`]'s questions, documentation and
+/// changelog entries, without its exception for "but"/"still", and any question that does not ask
+/// why.
+pub(super) fn not_told(sentence: &str) -> bool {
+    let l = sentence.to_lowercase();
+    let t = l.trim().trim_start_matches(['-', '*', '+', '>', ' ']);
+    let why = ["anyone", "anybody", "someone", "somebody", "why", "any idea", "normal", "expected", "a bug", "known"];
+    let question = t.trim_end_matches(['"', ')', '`', '\'', ' ', '.']).ends_with('?');
+    asks_or_documents(t) || (question && !why.iter().any(|w| has_word(t, w)))
+}
+
+/// A sentence that names a failure without reporting one: a question whether it could fail ("Does
+/// ibv_reg_mr fail if ...?"), documentation ("returns NULL on failure", "On failure, errno is set"),
+/// a changelog's entry ("Fix ibv_reg_mr failure when ..."), a failure gone or denied ("no longer
+/// fails", "completes without error"), or one only in a condition ("If ibv_reg_mr fails, ...").
+/// A contrast ("but", "still", "however") keeps it a report, and so do the questions that ask
+/// why it fails ("Why does ...", "Does anyone know why ...").
+pub fn hypothetical(sentence: &str) -> bool {
+    let l = sentence.to_ascii_lowercase();
+    let t = l.trim().trim_start_matches(['-', '*', '+', '>', ' ']);
+    if has_word(t, "but") || has_word(t, "still") || has_word(t, "however") {
+        return false;
+    }
+    if asks_or_documents(t) {
         return true;
     }
     const GONE: &[&str] = &[
@@ -283,19 +299,7 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
             emit(fact(Flag::GpuContext));
             hit = true;
         }
-        if gdr && any(s, &["关闭", "禁用"]) | any(&lower, &[" off", "disable", "=0", "=loc"]) && any(&lower, &OK_WORDS)
-        {
-            emit(fact(Flag::GdrOffWorks));
-        }
-        if (s.contains("IB_DISABLE=1") || s.contains("TCP"))
-            && any(&lower, &OK_WORDS)
-            && !any(&lower, &["slow", "慢", "代价"])
-        {
-            emit(fact(Flag::TcpWorks));
-        }
-        if s.contains("RELAXED_ORDERING=0") && any(&lower, &FAIL_WORDS) {
-            emit(fact(Flag::RoOffStillFails));
-        }
+        // what the reporter tried ("GDR off works", "RELAXED_ORDERING=0 still fails"): parse/tried.rs
         if (s.contains("版本") && any(s, &["对不上", "不一致", "不匹配"])) || lower.contains("version mismatch")
         {
             emit(fact(Flag::VersionMismatchProse));
@@ -304,7 +308,8 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
         if s.contains("PCIe 总线错误") || lower.contains("pcie bus error") {
             emit(fact(Flag::PcieError));
         }
-        if let Some(i) = s.find("ulimit -l") {
+        // a limit the reporter set and then ran fine with is not the failing run's (tried.rs)
+        if let Some(i) = s.find("ulimit -l").filter(|_| !super::tried::changed_and_worked(s)) {
             let rest: String = s[i + 9..].chars().take(24).collect();
             let num: String = rest.trim_start().chars().take_while(|c| c.is_ascii_digit()).collect();
             if let Ok(kib) = num.parse::<u64>() {
