@@ -324,11 +324,6 @@ fn ruled_out(v: &View) -> Vec<RuledOut> {
             });
         }
     }
-    for o in tried_out(v) {
-        if !out.iter().any(|x| x.category == o.category) {
-            out.push(o);
-        }
-    }
     let observed_mapped = v.fails.iter().all(|(_, g)| g.mapped == g.count && g.zero_len_or_addr == 0);
     if !v.fails.is_empty() && observed_mapped {
         out.push(RuledOut {

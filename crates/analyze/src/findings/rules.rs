@@ -805,10 +805,10 @@ enum Tried {
     Confirms(f64),
     /// Evidence for the cause only where the rules already gave it failures of its own.
     Supports(f64),
-    /// The failure survived the change: the cause is less likely.
+    /// The failure survived the change: the cause is less likely. Never ruled out on words: a
+    /// change told as made may not have reached the job (a limit raised in a shell, not in the
+    /// daemon that started it), and only the relaxed-ordering row, read before this table, rules out.
     Lowers(f64),
-    /// The failure survived a change that removes the cause: ruled out.
-    RulesOut,
 }
 
 /// The weight of each contrast the reporter tells, one row per (flag, cause); the reason is said in
@@ -818,10 +818,14 @@ enum Tried {
 /// line (3.0–3.5): words can be misread, a rescue cannot.
 const TRIED: &[(Flag, &str, Tried, &str)] = &[
     (Flag::MemlockRaiseWorks, "memlock-limit", Tried::Confirms(3.0), "The report says raising the locked-memory limit (ulimit -l, limits.conf, LimitMEMLOCK, --ulimit memlock) made it work."),
-    (Flag::MemlockRaiseStillFails, "memlock-limit", Tried::RulesOut, "the report says it still failed with the locked-memory limit raised"),
+    // a limit raised in limits.conf or a shell often never reaches the daemon-started job (slurmd,
+    // sshd, systemd units keep their own): "still fails after raising it" lowers memlock, never
+    // rules it out
+    (Flag::MemlockRaiseStillFails, "memlock-limit", Tried::Lowers(1.5), ""),
     (Flag::PrivilegedWorks, "memlock-limit", Tried::Confirms(2.0), "The report says it works as root / privileged / with CAP_IPC_LOCK, which lifts RLIMIT_MEMLOCK: the unprivileged run's memlock limit is the likely difference."),
     (Flag::PrivilegedWorks, "permissions", Tried::Supports(1.5), "The report says it works as root / privileged: the unprivileged process lacks a permission."),
-    (Flag::PrivilegedStillFails, "memlock-limit", Tried::RulesOut, "the report says it fails as root / privileged too, where CAP_IPC_LOCK lifts the memlock limit"),
+    // root in a container has no CAP_IPC_LOCK unless it is added: lowered, not ruled out
+    (Flag::PrivilegedStillFails, "memlock-limit", Tried::Lowers(1.5), ""),
     (Flag::PrivilegedStillFails, "permissions", Tried::Lowers(2.0), ""),
     (Flag::RoOffWorks, "relaxed-ordering", Tried::Confirms(3.5), "The report says it works with relaxed ordering off (*_IB_PCI_RELAXED_ORDERING=0, UCX_IB_PCI_RELAXED_ORDERING=off)."),
     (Flag::DmabufOffWorks, "dmabuf-unsupported", Tried::Confirms(3.0), "The report says it works with dmabuf off (NCCL_DMABUF_ENABLE=0): the registration by address works where dmabuf does not."),
@@ -857,19 +861,10 @@ pub(super) fn tried<'a>(v: &View<'a>, cands: &mut [Cand<'a>]) {
                 }
             }
             Tried::Supports(w) if !c.groups.is_empty() => c.add(w, *why, Some(e)),
-            Tried::Supports(_) | Tried::RulesOut => {}
+            Tried::Supports(_) => {}
             Tried::Lowers(w) => c.score -= w,
         }
     }
-}
-
-/// The causes a contrast the reporter tells rules out ([`TRIED`]).
-pub(super) fn tried_out(v: &View) -> Vec<RuledOut> {
-    TRIED
-        .iter()
-        .filter(|(f, _, effect, _)| matches!(effect, Tried::RulesOut) && v.flag(*f).is_some())
-        .map(|(_, cat, _, why)| RuledOut { category: cat, reason: why.to_string() })
-        .collect()
 }
 
 pub(super) fn odp_unsupported<'a>(v: &View<'a>) -> Cand<'a> {
