@@ -43,7 +43,11 @@ use std::process::Command;
 /// at 14:32 UTC on the final rules; docs/analyze.md, "Session 12, blind round"): both with the cause in
 /// the log first; the floors are what the held-out set then measures, 27/32 and 86/99 (GPU memory kept
 /// first in the EINVAL row of unknown memory for the matrix's pyverbs cell: chapel-9109 second).
-const MIN_HELD_TOP1_IN_LOG: f64 = 27.0 / 32.0;
+/// Session 13: 28/32 after the session's rules (ompi-devel-4364 first: not blind), then its blind round
+/// (branches blind14 and blind14b: 16 reports collected by two helpers who never ran analyze, scored once
+/// at 17:43 UTC on the final rules; docs/analyze.md, "Session 13, blind round"): 6 of the 9 with the
+/// cause in the log first; the floors are what the held-out set then measures, 34/41 and 98/115.
+const MIN_HELD_TOP1_IN_LOG: f64 = 34.0 / 41.0;
 /// Raised to 52/63 after branch l8's two dmabuf rules from the kernel's sources (not blind: written after
 /// the round's misses were read; docs/analyze.md, "after the blind round"). Lowered in session 8 (branch
 /// b9, 2026-12-07) to what the held-out set measures after five blind reports were added and scored once
@@ -63,7 +67,9 @@ const MIN_HELD_TOP1_IN_LOG: f64 = 27.0 / 32.0;
 /// seven in the first three. No earlier report lost its rank.
 /// Session 12: 78/86 after the session's rules (not blind), then 86/99 with the blind round's 13
 /// reports (8 of 13 in the first three).
-const MIN_HELD_TOP3: f64 = 86.0 / 99.0;
+/// Session 13: 90/99 after the session's rules (not blind: vocab14's families moved five blind13 reports
+/// it had read), then 98/115 with the blind round's 16 reports (8 of 16 in the first three).
+const MIN_HELD_TOP3: f64 = 98.0 / 115.0;
 /// Held-out reports analyze does not recognise at all (exit 0/2, "nothing recognised"): counted as
 /// misses in the scores above, exempt only from the exit-code check. Empty after session 4; session 5's
 /// blind round 3 left three: a segfault trace with no registration line (charm-1042), a 0-byte
@@ -76,21 +82,30 @@ const MIN_HELD_TOP3: f64 = 86.0 / 99.0;
 /// (mooncake-3153). All three are recognised since b9's vocabulary entries from UCX's and Mooncake's
 /// sources (ucx.mlx5dv.*, mooncake.engine.overlapped_region) and so no longer exempt. Session 11's blind
 /// round (branch blind11) one more: the openib BTL's `ib_reg_mr` calls failing on the ulimit check, told in
-/// a mailing-list post (ompi-devel-4364).
+/// a mailing-list post (ompi-devel-4364), recognised since session 13 (a sentence broken by hand after a
+/// dangling word is joined) and so no longer exempt; cscs-docs-161 too (vocab14's `cxil_map: write error`).
 const UNRECOGNISED: &[&str] = &[
     "charm-1042-verbs-out-of-mrs.log",
     "charm-1523-zero-byte-rdma-mr.log",
     "mercury-241-gni-ndreg-entries.log",
-    "ompi-devel-4364-osu-bibw-memlock-hang.log",
     // session 11's final blind round: CXI's `cxil_map` failing in an ESMF mesh read, told with the
     // provider's own return code only (global-workflow KNOWN_ISSUES_008)
     "global-workflow-mx008-esmf-mesh-cxil-map-efault.log",
     // session 12's blind round (branch blind13): CSCS's docs naming only `cxil_map: write error` in a
     // heading; IBM's LLM technote (`failure to allocate a port number`, no registration line); Open
     // MPI's registerable-memory warning with no failure at all (a false warning of the pairing)
-    "cscs-docs-161-cxil-map-gdrcopy-bug.log",
     "ibm-llm-rmm-port-alloc-memlock.log",
     "ompi-users-25048-no-log-num-mtt-false-warning.log",
+    // session 13's blind round (branches blind14, blind14b): GPFS's `VERBS RDMA ibv_reg_mr err 12
+    // device mlx4_0 ... Try increasing device MTTs.` (`err N` is no failure word: exit 0); an rdmavt
+    // oops inside ib_umem_get (a trace, no errno); Open MPI's
+    // uDAPL privileged-memory text on Solaris; QEMU's RDMA migration `Failed to register chunk!` with
+    // a poisoned page; QLogic InfiniPath's TID/expected-receive locking text
+    "gpfs-verbs-rdma-pagepool-mlx4-mtt.log",
+    "linux-rdma-rdmavt-510-stable-umem-oops-missing-backport.log",
+    "ompi-faq-udapl-solaris-privileged-memory.log",
+    "qemu-rdma-migration-hwpoison-chunk-efault.log",
+    "qlogic-infinipath-tid-lock-unallocated-buffer.log",
 ];
 /// The training half is not allowed to fall below its own level either. Top-3 lowered to 16/17 in
 /// session 11 by the version-mismatch weight of the likelihood rows (findings/likelihood.rs): ENOMEM now
@@ -296,8 +311,10 @@ fn corpus_has_at_least_40_reports() {
 /// reports were read before the entries were written. Session 9 (branch a10) added two, scored blind: both
 /// recognised (rapidsmpf-69, infinistore-85): 18 of 18. Session 11 (branch blind11) added two, scored blind:
 /// accelio-51 recognised, ucx-9397 (`mlx5dv_devx_umem_reg() failed`) not: 19 of 20. Session 12's blind
-/// round (branch blind13) added four, scored once at 14:32 UTC: all four recognised, 27 of 28.
-const MIN_UNKNOWN_RECOGNISED: usize = 27;
+/// round (branch blind13) added four, scored once at 14:32 UTC: all four recognised, 27 of 28. Session
+/// 13's (blind14, blind14b) added three, scored once at 17:43 UTC: two recognised (ucx-9488, 3fs-296),
+/// kernel-bug-219453 (bnxt_re's fence MR) not: 29 of 31.
+const MIN_UNKNOWN_RECOGNISED: usize = 29;
 
 #[test]
 fn unknown_cause_reports_recognised() {
