@@ -47,7 +47,10 @@ use std::process::Command;
 /// (branches blind14 and blind14b: 16 reports collected by two helpers who never ran analyze, scored once
 /// at 17:43 UTC on the final rules; docs/analyze.md, "Session 13, blind round"): 6 of the 9 with the
 /// cause in the log first; the floors are what the held-out set then measures, 34/41 and 98/115.
-const MIN_HELD_TOP1_IN_LOG: f64 = 34.0 / 41.0;
+/// Raised after the round (not blind: gpfs-verbs-rdma was read when it was scored) to 35/41 and 99/115:
+/// a logger's `err N` after the call is a failure (GPFS's `VERBS RDMA ibv_reg_mr err 12 ...`, which
+/// was unrecognised; parse/generic.rs `err_number`).
+const MIN_HELD_TOP1_IN_LOG: f64 = 35.0 / 41.0;
 /// Raised to 52/63 after branch l8's two dmabuf rules from the kernel's sources (not blind: written after
 /// the round's misses were read; docs/analyze.md, "after the blind round"). Lowered in session 8 (branch
 /// b9, 2026-12-07) to what the held-out set measures after five blind reports were added and scored once
@@ -68,8 +71,9 @@ const MIN_HELD_TOP1_IN_LOG: f64 = 34.0 / 41.0;
 /// Session 12: 78/86 after the session's rules (not blind), then 86/99 with the blind round's 13
 /// reports (8 of 13 in the first three).
 /// Session 13: 90/99 after the session's rules (not blind: vocab14's families moved five blind13 reports
-/// it had read), then 98/115 with the blind round's 16 reports (8 of 16 in the first three).
-const MIN_HELD_TOP3: f64 = 98.0 / 115.0;
+/// it had read), then 98/115 with the blind round's 16 reports (8 of 16 in the first three); 99/115
+/// after GPFS's `err N` (after the fact, above).
+const MIN_HELD_TOP3: f64 = 99.0 / 115.0;
 /// Held-out reports analyze does not recognise at all (exit 0/2, "nothing recognised"): counted as
 /// misses in the scores above, exempt only from the exit-code check. Empty after session 4; session 5's
 /// blind round 3 left three: a segfault trace with no registration line (charm-1042), a 0-byte
@@ -96,12 +100,10 @@ const UNRECOGNISED: &[&str] = &[
     // MPI's registerable-memory warning with no failure at all (a false warning of the pairing)
     "ibm-llm-rmm-port-alloc-memlock.log",
     "ompi-users-25048-no-log-num-mtt-false-warning.log",
-    // session 13's blind round (branches blind14, blind14b): GPFS's `VERBS RDMA ibv_reg_mr err 12
-    // device mlx4_0 ... Try increasing device MTTs.` (`err N` is no failure word: exit 0); an rdmavt
-    // oops inside ib_umem_get (a trace, no errno); Open MPI's
+    // session 13's blind round (branches blind14, blind14b): an rdmavt oops inside ib_umem_get (a
+    // trace, no errno); Open MPI's
     // uDAPL privileged-memory text on Solaris; QEMU's RDMA migration `Failed to register chunk!` with
     // a poisoned page; QLogic InfiniPath's TID/expected-receive locking text
-    "gpfs-verbs-rdma-pagepool-mlx4-mtt.log",
     "linux-rdma-rdmavt-510-stable-umem-oops-missing-backport.log",
     "ompi-faq-udapl-solaris-privileged-memory.log",
     "qemu-rdma-migration-hwpoison-chunk-efault.log",

@@ -495,7 +495,8 @@ fn read(body: &str) -> Read {
     // reports quote the errno of a failed call without saying "failed"
     let errno_told = errno::named(body).is_some()
         || errno_in_words(&lower).is_some()
-        || has!(&lower, "errno") && errno::find(body).is_some();
+        || has!(&lower, "errno") && errno::find(body).is_some()
+        || err_number(&lower);
     if !(has_failure_word(&lower) || errno_told) || source_code(&lower) {
         return Read::Named(call);
     }
@@ -533,6 +534,20 @@ fn read(body: &str) -> Read {
         access: arg_num(&lower, &ACCESS).map(|a| a as u32),
         ..Default::default()
     }))
+}
+
+/// `err N` / `err=N` / `err: N` with a known errno after the word `err`: a logger's shorthand for the
+/// failure (GPFS's `VERBS RDMA ibv_reg_mr err 12 device mlx4_0 ...`), not `stderr` or an `err 0`.
+fn err_number(lower: &str) -> bool {
+    if !has!(lower, "err") {
+        return false;
+    }
+    lower.match_indices("err").any(|(i, _)| {
+        let word = i == 0 || !lower.as_bytes()[i - 1].is_ascii_alphanumeric() && lower.as_bytes()[i - 1] != b'_';
+        let rest = &lower[i + 3..];
+        let n = rest.trim_start_matches([' ', ':', '=']);
+        word && n.len() < rest.len() && errno::find(&format!("err {}", n.split(' ').next().unwrap_or(""))).is_some()
+    })
 }
 
 /// Lines that set the file's memory-kind or library context without being failures themselves.
@@ -708,6 +723,8 @@ mod tests {
             "RegMem failed",
             "could not pin memory",
             "Unable to pin user pages",
+            // a logger's `err N` after the call (GPFS)
+            "VERBS RDMA ibv_reg_mr err 12 device mlx4_0 addr 0x4000000000 len 8388608 KB. Try increasing device MTTs.",
         ] {
             let ev = recognise(s).unwrap_or_else(|| panic!("not recognised: {s}"));
             assert!(!ev.ok, "{s}");
@@ -721,6 +738,9 @@ mod tests {
             // pinned threads and cudaMallocHost's pinned memory are no registration
             "failed to pin threads to cores",
             "failed to allocate pinned memory",
+            // no errno after `err`: a stream's name, a count
+            "ibv_reg_mr output redirected to stderr 12 times",
+            "ibv_reg_mr calls: 4, err 0",
         ] {
             assert!(recognise(s).is_none(), "{s}");
         }
