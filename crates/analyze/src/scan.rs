@@ -30,23 +30,47 @@ macro_rules! rfind {
         F.rfind(::core::primitive::str::as_bytes($hay))
     }};
 }
+/// `any_of!(hay, WORDS)`: whether one of a fixed list of words (a `const` slice or a literal array)
+/// occurs in `hay`, in one pass of an automaton built once per call site ([`one_pass`]).
+macro_rules! any_of {
+    ($hay:expr, $words:expr) => {{
+        static AC: std::sync::LazyLock<aho_corasick::AhoCorasick> =
+            std::sync::LazyLock::new(|| $crate::scan::one_pass(&$words));
+        AC.is_match($hay)
+    }};
+}
+
+/// The automaton that tells in one pass whether any of `words` occurs (leftmost-first: whether any
+/// is there is the same, and its prefilter is the SIMD one; a standard automaton's rare-byte
+/// prefilter restarts on every other byte of prose). A searcher per word costs more than that pass.
+pub fn one_pass(words: &[&str]) -> AhoCorasick {
+    AhoCorasick::builder().match_kind(aho_corasick::MatchKind::LeftmostFirst).build(words).expect("fixed words")
+}
+
 /// Prebuilt searchers for a fixed list of literals (`str::contains` with a `&str` builds one on
-/// every call).
-pub struct Lits(Vec<memchr::memmem::Finder<'static>>);
+/// every call), behind one pass that tells whether any of them is there at all.
+pub struct Lits(Vec<memchr::memmem::Finder<'static>>, AhoCorasick);
 
 impl Lits {
     pub fn new(words: &[&'static str]) -> Lits {
-        Lits(words.iter().map(|w| memchr::memmem::Finder::new(w.as_bytes())).collect())
+        Lits(words.iter().map(|w| memchr::memmem::Finder::new(w.as_bytes())).collect(), one_pass(words))
+    }
+    /// Whether any literal of the list occurs in `hay`.
+    pub fn any_in(&self, hay: &str) -> bool {
+        self.1.is_match(hay)
     }
     /// The number in the list of the first literal (in list order) that occurs in `hay`.
     pub fn first_in(&self, hay: &str) -> Option<usize> {
+        if !self.any_in(hay) {
+            return None;
+        }
         self.0.iter().position(|f| f.find(hay.as_bytes()).is_some())
     }
 }
 
 use std::cell::RefCell;
 use std::ops::Range;
-pub(crate) use {find, has, rfind};
+pub(crate) use {any_of, find, has, rfind};
 
 /// The word lists, each with its own pattern numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

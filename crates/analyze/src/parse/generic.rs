@@ -8,23 +8,8 @@ use super::FileCtx;
 use crate::errno;
 use crate::event::{Event, Lib, RegEv};
 use crate::parse::shim::parse_hex;
-use crate::scan::{has, Lits};
+use crate::scan::{any_of, has, Lits};
 use mrshim_record::MemKind;
-
-/// `any_of!(hay, ["a", "b", ...])`: whether one of the literals is in `hay`, in one pass of an
-/// automaton built once (a searcher per literal costs more than that pass on a line).
-macro_rules! any_of {
-    ($hay:expr, [$($w:literal),+ $(,)?]) => {{
-        // (leftmost-first: whether any is there is the same, and its prefilter is the SIMD one)
-        static AC: std::sync::LazyLock<aho_corasick::AhoCorasick> = std::sync::LazyLock::new(|| {
-            aho_corasick::AhoCorasick::builder()
-                .match_kind(aho_corasick::MatchKind::LeftmostFirst)
-                .build([$($w),+])
-                .expect("fixed words")
-        });
-        AC.is_match($hay)
-    }};
-}
 
 /// Registration mentions, matched on the line lower-cased with everything but letters and digits removed,
 /// so `register_memory`, `registerMemory`, `RegisterRdmaMemoryRegion` and "register memory" are one.
@@ -160,7 +145,7 @@ fn pinning(l: &str) -> bool {
 
 pub fn has_failure_word(lower: &str) -> bool {
     static W: std::sync::LazyLock<Lits> = std::sync::LazyLock::new(|| Lits::new(FAIL_WORDS));
-    W.first_in(lower).is_some()
+    W.any_in(lower)
 }
 
 /// The call a line names, or a neutral name for "register memory" wording.
@@ -170,14 +155,7 @@ pub fn call_in(s: &str) -> String {
 
 fn call_in_lower(lower: &str) -> String {
     static C: std::sync::LazyLock<Lits> = std::sync::LazyLock::new(|| Lits::new(CALLS));
-    // (whether any is there at all, in one pass, before the first in the list's order)
-    static ANY: std::sync::LazyLock<aho_corasick::AhoCorasick> = std::sync::LazyLock::new(|| {
-        aho_corasick::AhoCorasick::builder()
-            .match_kind(aho_corasick::MatchKind::LeftmostFirst)
-            .build(CALLS)
-            .expect("fixed words")
-    });
-    if let Some(i) = ANY.is_match(lower).then(|| C.first_in(lower)).flatten() {
+    if let Some(i) = C.first_in(lower) {
         return CALLS[i].to_string();
     }
     if has!(lower, "reg_dmabuf") || has!(lower, "dmabuf_mr") || dmabuf_in_use(lower) {

@@ -68,20 +68,12 @@ pub(super) fn has_start(l: &str, w: &str) -> bool {
 }
 
 /// `any_start!(l, WORDS)`: whether a word of the list `WORDS` (a `const`) starts a word of `l`
-/// ([`has_start`]), tried only when one pass of an automaton over `l` (built once per list) found
-/// any of them: most sentences have none.
+/// ([`has_start`]), tried only when one pass over `l` ([`crate::scan::any_of`]) found any of them:
+/// most sentences have none.
 macro_rules! any_start {
-    ($l:expr, $words:expr) => {{
-        // (leftmost-first: whether any word is there is the same, and its prefilter is the SIMD
-        // one; a standard automaton's rare-byte prefilter restarts on every other byte of prose)
-        static AC: std::sync::LazyLock<aho_corasick::AhoCorasick> = std::sync::LazyLock::new(|| {
-            aho_corasick::AhoCorasick::builder()
-                .match_kind(aho_corasick::MatchKind::LeftmostFirst)
-                .build($words)
-                .expect("fixed words")
-        });
-        AC.is_match($l) && $words.iter().any(|w| has_start($l, w))
-    }};
+    ($l:expr, $words:expr) => {
+        crate::scan::any_of!($l, $words) && $words.iter().any(|w| has_start($l, w))
+    };
 }
 
 /// A question whether something happens ("Does it fail if ...?", not "Why does ...?"), a line of
