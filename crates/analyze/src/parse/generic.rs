@@ -110,7 +110,7 @@ fn mentions_lower(l: &str) -> bool {
     {
         return true;
     }
-    if pinning(l) {
+    if pinning(l) || memory_noun(l) {
         return true;
     }
     // lower-cased, everything but letters and digits removed
@@ -120,6 +120,165 @@ fn mentions_lower(l: &str) -> bool {
         std::sync::LazyLock::new(|| MENTIONS.iter().map(memchr::memmem::Finder::new).collect());
     MENTIONS.iter().zip(FIND.iter()).any(|(m, f)| {
         f.find_iter(q.as_bytes()).any(|i| !(q[..i].ends_with("de") || m.starts_with("reg") && q[..i].ends_with("un")))
+    })
+}
+
+/// Nouns that stand for memory when a stack registers or pins them: QEMU's chunks and RAM blocks,
+/// GASNet's and PGAS runtimes' segments, kernel pages, MPI windows, buffer pools, PSM/hfi1's TIDs
+/// (expected-receive pinning), memory areas, the keys an MR gives.
+const MEM_NOUNS: &[&str] = &[
+    "chunk", "chunks", "block", "blocks", "segment", "segments", "page", "pages", "region", "regions", "window",
+    "windows", "pool", "pools", "buffer", "buffers", "tid", "tids", "area", "areas", "rkey", "lkey", "memory", "mr",
+    "mrs", "heap",
+];
+
+/// Words that make the thing registered something other than memory ("register the block device",
+/// "pool handler", "register with the SM"): before the noun they end the search, right after it
+/// they undo it.
+const NOT_MEM_NOUN: &[&str] = &[
+    "service",
+    "services",
+    "device",
+    "devices",
+    "driver",
+    "drivers",
+    "handler",
+    "handlers",
+    "callback",
+    "callbacks",
+    "plugin",
+    "plugins",
+    "client",
+    "clients",
+    "netdev",
+    "interface",
+    "listener",
+    "notifier",
+    "event",
+    "events",
+    "module",
+    "class",
+    "type",
+    "types",
+    "command",
+    "commands",
+    "signal",
+    "thread",
+    "threads",
+    "mutex",
+    "file",
+    "files",
+    "metric",
+    "metrics",
+    "with",
+    "for",
+    "as",
+    "node",
+    "nodes",
+    "agent",
+    "port",
+    "name",
+    "server",
+];
+
+/// A line in an RDMA context: a word that only verbs, RDMA storage and HPC fabrics use (the stacks'
+/// own names for what they register through: verbs, ibv_*, rdma_*, MR/lkey/rkey, HCA, RoCE, iWARP,
+/// uDAPL, PSM/OPX/hfi1/qib, FRWR/FMR fast registration, iSER/SRP/RDS/xprtrdma/svcrdma, mlx4/mlx5,
+/// UCX/UCT, libfabric/OFI).
+fn rdma_context(l: &str) -> bool {
+    l.split(|c: char| !c.is_ascii_alphanumeric()).any(|t| {
+        t.starts_with("rdma")
+            || t.starts_with("ibv")
+            || t.ends_with("rdma")
+            || matches!(
+                t,
+                "verbs"
+                    | "infiniband"
+                    | "ib"
+                    | "mr"
+                    | "mrs"
+                    | "lkey"
+                    | "rkey"
+                    | "hca"
+                    | "roce"
+                    | "iwarp"
+                    | "dapl"
+                    | "udapl"
+                    | "psm"
+                    | "psm2"
+                    | "psm3"
+                    | "opx"
+                    | "hfi1"
+                    | "qib"
+                    | "ipath"
+                    | "infinipath"
+                    | "frwr"
+                    | "fmr"
+                    | "fastreg"
+                    | "iser"
+                    | "isert"
+                    | "srp"
+                    | "srpt"
+                    | "rds"
+                    | "xprtrdma"
+                    | "svcrdma"
+                    | "mlx4"
+                    | "mlx5"
+                    | "ucx"
+                    | "uct"
+                    | "ofi"
+                    | "libfabric"
+            )
+    })
+}
+
+/// "Failed to register chunk", "unable to pin the TID pages", "segment registration failed", "error
+/// registering window": a registration, pinning or locking of a noun that stands for memory
+/// ([`MEM_NOUNS`], not [`NOT_MEM_NOUN`]), on a line in an RDMA context ([`rdma_context`]) — the same words name services,
+/// devices and handlers everywhere else, so the gate is the line's own RDMA words.
+fn memory_noun(l: &str) -> bool {
+    if !(has!(l, "regist") || has!(l, "pin") || has!(l, "lock")) || !rdma_context(l) {
+        return false;
+    }
+    let toks: Vec<&str> =
+        l.split(|c: char| !c.is_ascii_alphanumeric() && c != '\'').filter(|t| !t.is_empty()).collect();
+    let noun = |t: &str| MEM_NOUNS.contains(&t);
+    let not_mem = |t: &str| NOT_MEM_NOUN.contains(&t);
+    // the noun within the next words after the verb (articles and adjectives between), not undone
+    let object = |from: usize| {
+        for (k, t) in toks.iter().enumerate().skip(from).take(5) {
+            if not_mem(t) {
+                return false;
+            }
+            if noun(t) {
+                return toks.get(k + 1).is_none_or(|n| !not_mem(n) || matches!(*n, "with" | "for" | "as"));
+            }
+        }
+        false
+    };
+    let fail =
+        |t: &str| matches!(t, "failed" | "fail" | "fails" | "unable" | "couldn't" | "cannot" | "can't" | "error");
+    let after_fail = |i: usize| i > 0 && fail(toks[i - 1]) && object(i + 1);
+    let noun_first = |i: usize| {
+        i > 0
+            && noun(toks[i - 1])
+            && toks.get(i + 1).is_some_and(|n| fail(n) || *n == "failure")
+            && !(i > 1 && not_mem(toks[i - 2]))
+    };
+    toks.iter().enumerate().any(|(i, t)| match *t {
+        // (failed | unable | couldn't | could not | cannot) to register / pin / lock <noun>
+        "register" | "pin" | "lock" => {
+            let before = |n: usize| i.checked_sub(n).map(|j| toks[j]);
+            let to_form = before(1) == Some("to")
+                && (before(2).is_some_and(fail) || before(3) == Some("could") && before(2) == Some("not"));
+            let bare = before(1).is_some_and(fail) || before(2) == Some("could") && before(1) == Some("not");
+            (to_form || bare) && object(i + 1)
+        }
+        // error / failed registering <noun>; <noun> registration / pinning failed
+        "registering" => after_fail(i),
+        "registration" => noun_first(i),
+        "pinning" | "locking" => after_fail(i) || noun_first(i),
+        _ => false,
     })
 }
 
@@ -719,6 +878,49 @@ mod tests {
             // no errno after `err`: a stream's name, a count
             "ibv_reg_mr output redirected to stderr 12 times",
             "ibv_reg_mr calls: 4, err 0",
+        ] {
+            assert!(recognise(s).is_none(), "{s}");
+        }
+    }
+
+    /// Memory under other nouns (chunks, blocks, segments, pages, windows, pools, TIDs, keys) in both
+    /// word orders counts on a line in an RDMA context; the same words for services, devices,
+    /// handlers, clients or the SM do not, and neither do they without RDMA words on the line.
+    #[test]
+    fn memory_nouns_in_an_rdma_context() {
+        for s in [
+            // QEMU's chunk and RAM-block registrations, GASNet's segment, MPI windows, buffer pools
+            "RDMA ERROR: Failed to register chunk!: Bad address",
+            "rdma migration: failed to register the local dest ram block",
+            "ibv: unable to pin the segment (errno=12)",
+            "[rdma] Couldn't register buffer pool: Cannot allocate memory",
+            "RDMA: error registering block 3: Bad address",
+            "ib: could not lock pages for the MR: Cannot allocate memory",
+            // the other word order
+            "rdma window registration failed: Invalid argument",
+            "hfi1_0: TID pinning failed (-14)",
+            "rkey registration failed on mlx5_0",
+        ] {
+            let ev = recognise(s).unwrap_or_else(|| panic!("not recognised: {s}"));
+            assert!(!ev.ok, "{s}");
+        }
+        for s in [
+            // RDMA words on the line, but not memory
+            "rdma: failed to register service",
+            "mlx5_core: failed to register netdev",
+            "ib_srp: failed to register block device",
+            "RDMA: failed to register client",
+            "ibv: failed to register with the SM",
+            "rdma_cm: failed to register event handler",
+            "rdma: failed to register pool handler",
+            "ib_core: failed to register device mlx5_0",
+            // memory nouns without RDMA words (a database's chunks, a tiering segment, CPU pinning,
+            // a window class, a block device)
+            "Failed to register chunk in DB",
+            "Failed to register segment with tiering",
+            "cores: failed to pin tid 12 to core 3",
+            "Window Registration Failed!",
+            "Failed to register block device: -16",
         ] {
             assert!(recognise(s).is_none(), "{s}");
         }

@@ -68,6 +68,10 @@ pub struct Entry {
     /// print `Error: <strerror> (<rc>)` a few lines below their headline, before the closing rule).
     #[serde(default)]
     pub errno_block: bool,
+    /// A failure that prints no errno of its own and whose errno, when there is one, is the whole
+    /// next line (`perror("...!\\n")` puts `: <strerror>` on a line of its own: QEMU before 6.1).
+    #[serde(default)]
+    pub errno_after: bool,
     /// A fact that is the whole line: no other parser reads it (perftest's "Failed to attach shared
     /// memory region" is an allocation, not a failed registration).
     #[serde(default)]
@@ -784,7 +788,7 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
     ctx.vocab_recent = Some(lineno);
     let block = e.errno_block && ev.errno.is_none();
     generic::hold(ev, ctx, lineno, body, emit);
-    ctx.gen_pending_final = !block;
+    ctx.gen_pending_final = !block && !e.errno_after;
     if block {
         ctx.gen_pending_block = Some(lineno + BLOCK_REACH);
     }
@@ -1003,6 +1007,27 @@ pub(crate) mod tests {
             ]),
             1
         );
+        // brpc: the pool region's registration, then the pool that needed it; the pool alone when its
+        // region table is full (a fact, then the layer on its own)
+        assert_eq!(count(&[
+            "W1207 10:11:12.345601 23456 rdma_helper.cpp:205] Do not support IBV_ACCESS_RELAXED_ORDERING for RDMA!!!: Invalid argument",
+            "E1207 10:11:12.345678 23456 rdma_helper.cpp:210] Fail to register memory: Cannot allocate memory",
+            "E1207 10:11:12.400100 23456 block_pool.cpp:331] Fail to extend new region. You can set the size of memory pool larger. Refer to the help message of these flags: rdma_memory_pool_initial_size_mb, rdma_memory_pool_increase_size_mb, rdma_memory_pool_max_regions.",
+        ]), 1);
+        assert_eq!(count(&[
+            "I1207 10:11:12.400000 23456 block_pool.cpp:143] Memory pool reaches max regions",
+            "E1207 10:11:12.400100 23456 block_pool.cpp:331] Fail to extend new region. You can set the size of memory pool larger. Refer to the help message of these flags: rdma_memory_pool_initial_size_mb, rdma_memory_pool_increase_size_mb, rdma_memory_pool_max_regions.",
+        ]), 1);
+        // QEMU v1.6-v6.0: the errno of the pin-all registration on the line after it
+        let ev = run(&["Failed to register local dest ram block!", ": Cannot allocate memory"]);
+        let errs: Vec<_> = ev
+            .iter()
+            .filter_map(|e| match e {
+                Event::Reg(r) if !r.ok => Some(r.errno),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(errs, vec![Some(12)]);
         // NVSHMEM's heap over its IB transport
         assert_eq!(count(&[
             "/src/modules/transport/common/transport_ib_common.cpp:98: non-zero status: 7 mem registration failed. Reason: Bad address",
