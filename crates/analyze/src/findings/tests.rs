@@ -908,3 +908,29 @@ fn mlx5_umr_and_odp_translation_failures_are_the_driver() {
     assert_eq!(cats(&a)[0], "version-mismatch", "{:?}", cats(&a));
     assert!(!cats(&a).contains(&"odp-unsupported"), "{:?}", cats(&a));
 }
+
+/// A kernel oops or WARNING whose call trace runs through the registration path is a kernel bug
+/// there: version-mismatch first, with the frame as its evidence, beside the library's failure
+/// line; the same trace after an allocation failure is the memory running out, not a bug.
+#[test]
+fn a_crash_in_the_registration_path_is_a_regression() {
+    let trace = "[ 1203.441122] ------------[ cut here ]------------\n\
+[ 1203.441130] WARNING: CPU: 12 PID: 5521 at drivers/infiniband/hw/mlx5/mr.c:1042 mlx5_ib_reg_user_mr+0x3c1/0x5a0 [mlx5_ib]\n\
+[ 1203.441200] Call Trace:\n\
+[ 1203.441210]  ib_uverbs_reg_mr+0x15a/0x2b0 [ib_uverbs]\n";
+    let app = "n1:5521:5521 [0] transport/net_ib.cc:462 NCCL WARN Call to ibv_reg_mr failed with error Bad address\n";
+    for files in [vec![("dmesg.txt", trace)], vec![("dmesg.txt", trace), ("job.log", app)]] {
+        let a = run(&files);
+        assert_eq!(cats(&a)[0], "version-mismatch", "{:?}", cats(&a));
+        assert!(
+            a.findings[0].explanation.contains("crashed or warned inside memory registration"),
+            "{}",
+            a.findings[0].explanation
+        );
+    }
+    let alloc = trace
+        .replace("------------[ cut here ]------------", "ib_write_bw: page allocation failure: order:10")
+        .replace("WARNING: CPU: 12 PID: 5521 at drivers/infiniband/hw/mlx5/mr.c:1042 ", "");
+    let a = run(&[("dmesg.txt", &alloc), ("job.log", app)]);
+    assert!(a.findings.iter().all(|f| !f.explanation.contains("crashed or warned")), "{:?}", cats(&a));
+}
