@@ -181,13 +181,21 @@ fn tainted_release(line: &str) -> Option<&str> {
 /// of its call trace. A bug report whose trace runs through the registration path is a kernel bug
 /// in that path ([`Flag::RegPathCrash`]), and stands for the registration it broke.
 pub fn trace(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool {
+    // one pass: most lines are none of a kernel report's
+    const ANY: [&str; 3] = ["+0x", "ainted", "end trace"];
+    if !crate::scan::any_of!(line, ANY)
+        && !crate::scan::any_of!(line, BUG_HEADERS)
+        && !crate::scan::any_of!(line, NOT_BUG_HEADERS)
+    {
+        return false;
+    }
     let host = syslog_host(line).map(String::from).or_else(|| ctx.host.clone());
     let fact = |f: Fact, emit: &mut dyn FnMut(Event)| emit(Event::fact(Lib::Kernel, host.as_deref(), None, f));
     let mut header = false;
-    if NOT_BUG_HEADERS.iter().any(|h| line.contains(h)) {
+    if crate::scan::any_of!(line, NOT_BUG_HEADERS) {
         ctx.ktrace = KTrace::NotBug;
         header = true;
-    } else if BUG_HEADERS.iter().any(|h| line.contains(h)) {
+    } else if crate::scan::any_of!(line, BUG_HEADERS) {
         // one report may print several headers (`cut here`, then `WARNING: CPU:`)
         if !matches!(ctx.ktrace, KTrace::Bug(_)) {
             ctx.ktrace = KTrace::Bug(false);

@@ -258,7 +258,8 @@ const NEEDLES: &[&str] = &[
     // regressions told (prose.rs)
     "+0x",
     "Oops",
-    "BUG",
+    "BUG:",
+    "kernel BUG",
     "WARNING:",
     "Call Trace",
     "cut here",

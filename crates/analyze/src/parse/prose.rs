@@ -127,7 +127,8 @@ pub fn regression_told(line: &str) -> bool {
         let hex = r.bytes().take_while(|b| b.is_ascii_hexdigit()).count();
         return hex >= 8 && r[hex..].trim_start().starts_with("(\"");
     }
-    let gate = ["egress", "isect", "first bad commit", "since commit"].iter().any(|w| line.contains(w));
+    const GATE: [&str; 4] = ["egress", "isect", "first bad commit", "since commit"];
+    let gate = crate::scan::any_of!(line, GATE);
     if line.len() > 2048 || !gate {
         return false;
     }

@@ -309,7 +309,7 @@ fn gate(line: &str) -> bool {
     static OUTCOMES: LazyLock<AhoCorasick> = LazyLock::new(|| {
         build(NOT_HELPED.iter().chain(GONE).chain(WORKS).chain(WORKS_CJK).chain(FAILS).copied().collect())
     });
-    (TOPICS.is_match(line) || versions(line) >= 2) && OUTCOMES.is_match(line)
+    OUTCOMES.is_match(line) && (TOPICS.is_match(line) || versions(line) >= 2)
 }
 
 /// How many distinct version numbers a text names (`5.4`, `5.10.0-rc1`, `v2.19.3`, `535.104.05`): two
@@ -329,7 +329,7 @@ fn versions(t: &str) -> usize {
         let end = t[i..].find(|c: char| !(c.is_ascii_digit() || c == '.')).map_or(t.len(), |j| i + j);
         let v = t[i..end].trim_end_matches('.');
         let parts = v.split('.').count();
-        let after = t[end..].trim_start().to_ascii_lowercase();
+        let after: String = t[end..].trim_start().chars().take(4).collect::<String>().to_ascii_lowercase();
         let unit = UNITS.iter().chain(&["kb", "kib", "%", "ms", "s ", "sec", "x "]).any(|u| after.starts_with(u));
         let addr = parts == 4 || t[end..].starts_with(':') || t[end..].starts_with('/');
         if (2..=4).contains(&parts) && !unit && !addr && !seen.contains(&v) {
