@@ -73,7 +73,11 @@ const MIN_HELD_TOP1_IN_LOG: f64 = 35.0 / 41.0;
 /// Session 13: 90/99 after the session's rules (not blind: vocab14's families moved five blind13 reports
 /// it had read), then 98/115 with the blind round's 16 reports (8 of 16 in the first three); 99/115
 /// after GPFS's `err N` (after the fact, above).
-const MIN_HELD_TOP3: f64 = 99.0 / 115.0;
+/// Raised to 102/115 by branch ver15 (2026-12-07 19:10 UTC): regressions read from kernel traces in the
+/// registration path, release candidates and bisects (docs/analyze.md, "How it decides") put three of
+/// session 13's blind regression reports first — scored without reading them, but the rules were asked
+/// for by a brief whose examples describe them, so not blind.
+const MIN_HELD_TOP3: f64 = 102.0 / 115.0;
 /// Held-out reports analyze does not recognise at all (exit 0/2, "nothing recognised"): counted as
 /// misses in the scores above, exempt only from the exit-code check. Empty after session 4; session 5's
 /// blind round 3 left three: a segfault trace with no registration line (charm-1042), a 0-byte
@@ -100,11 +104,10 @@ const UNRECOGNISED: &[&str] = &[
     // MPI's registerable-memory warning with no failure at all (a false warning of the pairing)
     "ibm-llm-rmm-port-alloc-memlock.log",
     "ompi-users-25048-no-log-num-mtt-false-warning.log",
-    // session 13's blind round (branches blind14, blind14b): an rdmavt oops inside ib_umem_get (a
-    // trace, no errno); Open MPI's
-    // uDAPL privileged-memory text on Solaris; QEMU's RDMA migration `Failed to register chunk!` with
-    // a poisoned page; QLogic InfiniPath's TID/expected-receive locking text
-    "linux-rdma-rdmavt-510-stable-umem-oops-missing-backport.log",
+    // session 13's blind round (branches blind14, blind14b): Open MPI's uDAPL privileged-memory text on
+    // Solaris; QEMU's RDMA migration `Failed to register chunk!` with a poisoned page; QLogic
+    // InfiniPath's TID/expected-receive locking text (an rdmavt oops inside ib_umem_get, a trace with no
+    // errno, is recognised since branch ver15's kernel trace reading and so no longer exempt)
     "ompi-faq-udapl-solaris-privileged-memory.log",
     "qemu-rdma-migration-hwpoison-chunk-efault.log",
     "qlogic-infinipath-tid-lock-unallocated-buffer.log",

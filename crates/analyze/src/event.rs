@@ -226,6 +226,17 @@ pub enum Flag {
     SizeThreshold,
     /// It works on one node and fails on another.
     OtherNodeWorks,
+    // Regressions (version-mismatch), read from what the kernel prints and what the thread says.
+    /// The kernel crashed or warned (Oops, BUG, WARNING, a call trace) with a frame in the memory
+    /// registration path (ib_umem_get, ib_uverbs_reg_mr, a driver's *_reg_user_mr, pin_user_pages,
+    /// ...): a kernel bug in that path (parse/kernel.rs).
+    RegPathCrash,
+    /// A release candidate or development build is in use (`5.10.0-rc3+`, `next-20201016`): the
+    /// release a regression is found in before its fix (parse/facts.rs).
+    DevRelease,
+    /// The thread says it is a regression: bisected to a commit (`git bisect`, `first bad commit`), a
+    /// `Fixes:` tag, "regression", "since commit" (parse/prose.rs).
+    RegressionTold,
 }
 
 #[derive(Debug, Clone)]

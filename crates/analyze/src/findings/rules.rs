@@ -562,6 +562,18 @@ pub(super) fn version_mismatch<'a>(v: &View<'a>) -> Cand<'a> {
             Some(e),
         );
     }
+    // an Oops/BUG/WARNING whose call trace runs through the registration path (parse/kernel.rs
+    // `trace`): the kernel itself failed inside the registration — a bug of that kernel or driver
+    // release, whatever errno (if any) user space saw
+    if let Some(e) = v.flag(Flag::RegPathCrash) {
+        c.add(
+            3.5,
+            "The kernel crashed or warned inside memory registration (its call trace runs through the registration path): a kernel bug — compare the kernel (uname -r) with the stable releases that fix that path (the driver's and drivers/infiniband/core's fixes), and upgrade or downgrade the kernel or driver.",
+            Some(e),
+        );
+        let k = v.fail_where(|k, _| k.lib == Lib::Kernel);
+        c.groups.extend(if k.is_empty() { v.fails.clone() } else { k });
+    }
     if let Some(e) = v.flag(Flag::VersionMismatchProse) {
         c.add(1.5, "The report says the kernel driver and the user-space RDMA libraries do not match.", Some(e));
     }
@@ -838,6 +850,9 @@ const TRIED: &[(Flag, &str, Tried, &str)] = &[
     (Flag::HostMemStillFails, "gpu-peer-memory", Tried::Lowers(2.0), ""),
     (Flag::VersionChangeWorks, "version-mismatch", Tried::Confirms(2.5), "The report says a version change decides it (it worked before an upgrade, or an upgrade or downgrade made it work): compare the kernel, driver, firmware and library versions."),
     (Flag::VersionChangeStillFails, "version-mismatch", Tried::Lowers(1.0), ""),
+    // a regression told in words or versions (parse/prose.rs `regression_told`, facts.rs `dev_release`)
+    (Flag::RegressionTold, "version-mismatch", Tried::Confirms(2.0), "The report says it is a regression (bisected to a commit, a `Fixes:` tag, \"regression\", \"since commit\"): a kernel, driver or library release broke it — compare with the release before the commit, and with the release that carries its fix."),
+    (Flag::DevRelease, "version-mismatch", Tried::Confirms(1.5), "A release candidate or development build is in use (-rcN, linux-next): regressions are found, and fixed, in those — compare with the released version and its stable updates."),
     (Flag::ResourceTuneWorks, "resource-exhaustion", Tried::Confirms(2.5), "The report says raising a registration resource (log_num_mtt, UCX_RCACHE_*, FI_MR_CACHE_*) made it work."),
     (Flag::ResourceTuneStillFails, "resource-exhaustion", Tried::Lowers(1.0), ""),
     (Flag::SizeThreshold, "resource-exhaustion", Tried::Confirms(1.5), "The report says smaller registrations work and larger ones fail: a size limit (max_mr_size, MTT/mkey resources, BAR1)."),

@@ -908,3 +908,55 @@ fn mlx5_umr_and_odp_translation_failures_are_the_driver() {
     assert_eq!(cats(&a)[0], "version-mismatch", "{:?}", cats(&a));
     assert!(!cats(&a).contains(&"odp-unsupported"), "{:?}", cats(&a));
 }
+
+/// A kernel oops or WARNING whose call trace runs through the registration path is a kernel bug
+/// there: version-mismatch first, with the frame as its evidence, beside the library's failure
+/// line; the same trace after an allocation failure is the memory running out, not a bug.
+#[test]
+fn a_crash_in_the_registration_path_is_a_regression() {
+    let trace = "[ 1203.441122] ------------[ cut here ]------------\n\
+[ 1203.441130] WARNING: CPU: 12 PID: 5521 at drivers/infiniband/hw/mlx5/mr.c:1042 mlx5_ib_reg_user_mr+0x3c1/0x5a0 [mlx5_ib]\n\
+[ 1203.441200] Call Trace:\n\
+[ 1203.441210]  ib_uverbs_reg_mr+0x15a/0x2b0 [ib_uverbs]\n";
+    let app = "n1:5521:5521 [0] transport/net_ib.cc:462 NCCL WARN Call to ibv_reg_mr failed with error Bad address\n";
+    for files in [vec![("dmesg.txt", trace)], vec![("dmesg.txt", trace), ("job.log", app)]] {
+        let a = run(&files);
+        assert_eq!(cats(&a)[0], "version-mismatch", "{:?}", cats(&a));
+        assert!(
+            a.findings[0].explanation.contains("crashed or warned inside memory registration"),
+            "{}",
+            a.findings[0].explanation
+        );
+    }
+    let alloc = trace
+        .replace("------------[ cut here ]------------", "ib_write_bw: page allocation failure: order:10")
+        .replace("WARNING: CPU: 12 PID: 5521 at drivers/infiniband/hw/mlx5/mr.c:1042 ", "");
+    let a = run(&[("dmesg.txt", &alloc), ("job.log", app)]);
+    assert!(a.findings.iter().all(|f| !f.explanation.contains("crashed or warned")), "{:?}", cats(&a));
+}
+
+/// A kernel fix as a known issue with its version range: the 5.10.y stable kernels whose
+/// ib_umem_get dereferences the software drivers' NULL dma_device (5.10.6 to 5.10.23) — keyed on
+/// the oops' frames, confirmed only by a kernel release inside the range (the oops' own header).
+#[test]
+fn a_stable_kernel_missing_a_backport_is_a_known_issue() {
+    let oops = |release: &str| {
+        format!(
+            "[  52.1] BUG: kernel NULL pointer dereference, address: 0000000000000268\n\
+             [  52.1] CPU: 0 PID: 310 Comm: ibv_rc_pingpong Not tainted {release} #1\n\
+             [  52.1] RIP: 0010:ib_umem_get+0x1f5/0x3c0 [ib_uverbs]\n\
+             [  52.1] Call Trace:\n\
+             [  52.1]  rxe_mr_init_user+0x5b/0x2d0 [rdma_rxe]\n\
+             [  52.1]  rxe_reg_user_mr+0x6a/0xa0 [rdma_rxe]\n"
+        )
+    };
+    let id = "linux-5.10.y-umem-null-dma-device";
+    let a = run(&[("dmesg.txt", &oops("5.10.19"))]);
+    assert_eq!(first_known(&a), (Some("version-mismatch"), Some(id)), "{:?}", a.findings);
+    for release in ["5.10.24", "5.10.4", "5.15.0-91-generic"] {
+        let a = run(&[("dmesg.txt", &oops(release))]);
+        assert!(!known_ids(&a).contains(&id), "{release}: {:?}", a.findings);
+        // still a crash in the registration path
+        assert_eq!(cats(&a)[0], "version-mismatch", "{release}");
+    }
+}

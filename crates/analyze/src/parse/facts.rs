@@ -124,6 +124,40 @@ fn kernel_release(t: &str) -> Option<String> {
     None
 }
 
+/// A release candidate or development build named on the line: a version followed by `-rcN`
+/// (`5.10.0-rc1`, `v6.2-rc3+`, `6.8.0-rc7-next-20240308`; the kernel's Makefile EXTRAVERSION, the
+/// rc tags of rdma-core, UCX, NCCL and libfabric) or a linux-next tag (`next-20201016`). `rc=-22`,
+/// `rc -1` and a version alone are none.
+pub fn dev_release(line: &str) -> Option<&str> {
+    let b = line.as_bytes();
+    for (i, _) in line.match_indices("-rc") {
+        let after = b.get(i + 3).is_some_and(|c| c.is_ascii_digit());
+        let start = line[..i].rfind(|c: char| !(c.is_ascii_digit() || c == '.')).map_or(0, |j| j + 1);
+        let ver = &line[start..i];
+        // `v5.10-rc1` and `linux-5.10-rc1` keep their prefix out of the version
+        if after && ver.contains('.') && ver.starts_with(|c: char| c.is_ascii_digit()) && !ver.ends_with('.') {
+            let end = line[i + 3..].find(|c: char| !c.is_ascii_digit()).map_or(line.len(), |j| i + 3 + j);
+            return Some(&line[start..end]);
+        }
+    }
+    for (i, _) in line.match_indices("next-20") {
+        let digits = b[i + 5..].iter().take_while(|c| c.is_ascii_digit()).count();
+        let word_start = i == 0 || !b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'-';
+        if digits == 8 && word_start {
+            return Some(&line[i..i + 13]);
+        }
+    }
+    None
+}
+
+/// A development release in use on the line ([`dev_release`]): read on every line, whichever
+/// reader takes it (a failure line, a kernel report's header, a banner, prose).
+pub fn read_dev_release(line: &str, ctx: &FileCtx, emit: &mut dyn FnMut(Event)) {
+    if line.len() <= 4096 && dev_release(line).is_some() {
+        emit(Event::Fact { lib: Lib::Text, host: ctx.host.clone(), pid: None, fact: Fact::Flag(Flag::DevRelease) });
+    }
+}
+
 pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool {
     // prose in CJK scripts is read sentence by sentence by the prose parser
     if line.len() > 2048 || line.chars().any(|c| c >= '\u{2e80}') {
@@ -310,6 +344,32 @@ mod tests {
             });
         }
         out
+    }
+
+    /// Release candidates and linux-next builds; a return code, a released version and words
+    /// ending in "-rc" are none.
+    #[test]
+    fn development_releases() {
+        for l in [
+            "Linux version 5.10.0-rc1+ (root@build) (gcc 10.2.0) #3 SMP",
+            "CPU: 1 PID: 9 Comm: x Not tainted 6.2.0-rc3 #1",
+            "fails on v5.10-rc4 with EINVAL",
+            "Linux node1 6.8.0-rc7-next-20240308 #1 SMP x86_64 GNU/Linux",
+            "tested on next-20201016",
+        ] {
+            assert!(dev_release(l).is_some(), "{l}");
+        }
+        assert_eq!(dev_release("kernel 5.10.0-rc3+ here"), Some("5.10.0-rc3"));
+        for l in [
+            "ibv_reg_mr failed, rc=-22",
+            "mr_reg returned rc -12",
+            "Linux version 5.10.0-8-amd64",
+            "uct-rc1 transport",
+            "pre-rc1 build",
+            "the next-2020 release",
+        ] {
+            assert!(dev_release(l).is_none(), "{l}");
+        }
     }
 
     /// The version lines the stacks' own tools print, each to its component.

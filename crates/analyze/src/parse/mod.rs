@@ -19,7 +19,7 @@ pub mod ucx;
 pub mod verbs;
 pub mod vocab;
 
-use crate::event::{Event, Lib, RegEv};
+use crate::event::{Event, Fact, Flag, Lib, RegEv};
 use aho_corasick::AhoCorasick;
 
 #[derive(Default)]
@@ -60,6 +60,9 @@ pub struct FileCtx {
     /// The held failure is a help text's headline whose `Error:` line may follow up to this line
     /// (vocabulary entries with `errno_block`): the lines between are the block's, not the errno's.
     pub gen_pending_block: Option<u64>,
+    /// The kernel report (Oops, BUG, WARNING, or an allocation failure) whose call trace the next
+    /// frames belong to (parse/kernel.rs [`kernel::trace`]).
+    pub ktrace: kernel::KTrace,
     /// The last line that named a registration without a failure (a source line that calls it,
     /// prose about it) and the call: a sentence after it may say how "it" failed.
     pub reg_named: Option<(u64, String)>,
@@ -251,6 +254,45 @@ const NEEDLES: &[&str] = &[
     "hugepage",
     "HOST_MEMORY",
     "work buf",
+    // kernel reports and their call traces (kernel.rs `trace`), development releases (facts.rs),
+    // regressions told (prose.rs)
+    "+0x",
+    "Oops",
+    "BUG:",
+    "kernel BUG",
+    "WARNING:",
+    "Call Trace",
+    "cut here",
+    "general protection fault",
+    "nable to handle kernel",
+    "Kernel panic",
+    "soft lockup",
+    "hard LOCKUP",
+    "blocked for more than",
+    "KASAN:",
+    "UBSAN:",
+    "refcount_t:",
+    "corruption",
+    "end trace",
+    "page allocation failure",
+    "oom-killer",
+    "Out of memory",
+    "tainted",
+    "Tainted",
+    "-rc",
+    "next-20",
+    "bisect",
+    "Bisect",
+    "first bad commit",
+    "Fixes:",
+    "regress",
+    "Regress",
+    "since commit",
+    // versions side by side (tried.rs `version_contrast`)
+    "kernel",
+    "Kernel",
+    "works",
+    "worked",
 ];
 
 impl Default for Parser {
@@ -408,6 +450,15 @@ impl Parser {
         if !self.pre.is_match(body) && !vocab::anchored(body) {
             generic::parse(f, ctx, lineno, line, emit);
             return false;
+        }
+        // a kernel report's lines (its header, the frames of its call trace) before any reader that
+        // takes a frame naming a registration call for a failure of that call
+        facts::read_dev_release(body, ctx, emit);
+        if prose::regression_told(body) {
+            emit(Event::fact(Lib::Text, ctx.host.as_deref(), None, Fact::Flag(Flag::RegressionTold)));
+        }
+        if kernel::trace(line, ctx, emit) {
+            return true;
         }
         generic::note_context(body, ctx);
         if vocab::parse(f, ctx, lineno, line, emit) {

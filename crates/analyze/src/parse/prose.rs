@@ -116,6 +116,49 @@ fn asks_or_documents(t: &str) -> bool {
 /// with ...?", "Fixes ... when ...", documentation): [`hypothetical`]'s questions, documentation and
 /// changelog entries, without its exception for "but"/"still", and any question that does not ask
 /// why.
+/// A regression told: the failure bisected to a commit (`git bisect`, `first bad commit`,
+/// "bisected to"), a commit's `Fixes:` tag (Documentation/process/submitting-patches.rst: `Fixes:`
+/// and 12+ hex digits), "regression"/"regressed", "since commit ...". Not: regression tests or
+/// suites, statistics' regressions (linear, logistic), a regression denied, a question or advice.
+pub fn regression_told(line: &str) -> bool {
+    let t = line.trim().trim_start_matches(['-', '*', '+', '>', ' ', '|']);
+    // the trailer of a commit message: `Fixes: 0c16d9635e3a ("RDMA/umem: Move to allocate SG table from pages")`
+    if let Some(r) = t.strip_prefix("Fixes: ") {
+        let hex = r.bytes().take_while(|b| b.is_ascii_hexdigit()).count();
+        return hex >= 8 && r[hex..].trim_start().starts_with("(\"");
+    }
+    const GATE: [&str; 4] = ["egress", "isect", "first bad commit", "since commit"];
+    let gate = crate::scan::any_of!(line, GATE);
+    if line.len() > 2048 || !gate {
+        return false;
+    }
+    marked_sentences(line).any(|s| {
+        let l = s.to_ascii_lowercase();
+        let bisect = has_start(&l, "bisect") || l.contains("first bad commit");
+        let since = l.contains("since commit");
+        let regress = (has_start(&l, "regression") || has_start(&l, "regressed"))
+            && ![
+                "regression test",
+                "regression-test",
+                "regression suite",
+                "non-regression",
+                "no regression",
+                "not a regression",
+                "n't a regression",
+                "not regress",
+                "n't regress",
+                "linear regression",
+                "logistic regression",
+                "regression model",
+                "regression task",
+                "regression loss",
+            ]
+            .iter()
+            .any(|w| l.contains(w));
+        (bisect || since || regress) && !not_told(s)
+    })
+}
+
 pub(super) fn not_told(sentence: &str) -> bool {
     let l = sentence.to_lowercase();
     let t = l.trim().trim_start_matches(['-', '*', '+', '>', ' ']);
@@ -322,6 +365,32 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
 
 #[cfg(test)]
 mod tests {
+
+    /// A regression told: bisected, a `Fixes:` tag, "regression", "since commit"; not regression
+    /// tests, statistics, a regression denied or asked about, or a `Fixes:` without a commit.
+    #[test]
+    fn regressions_told() {
+        for s in [
+            "I bisected it to commit 0c16d9635e3a.",
+            "git bisect says the first bad commit is 5a7a9e038b03",
+            "Fixes: 0c16d9635e3a (\"RDMA/umem: Move to allocate SG table from pages\")",
+            "This is a regression since commit 1234567.",
+            "ibv_reg_mr regressed in 6.2, it returns EINVAL now.",
+            "Looks like a regression in the rxe driver.",
+        ] {
+            assert!(super::regression_told(s), "{s}");
+        }
+        for s in [
+            "We ran the regression tests and all passed.",
+            "This is not a regression.",
+            "Is this a regression?",
+            "The model is a linear regression over the batch sizes.",
+            "Fixes: #1234",
+            "ibv_reg_mr failed with rc=-22 on 5.10.",
+        ] {
+            assert!(!super::regression_told(s), "{s}");
+        }
+    }
     /// The search the sentence rules use finds what `match_indices` finds: left to right, not
     /// overlapping.
     #[test]

@@ -309,7 +309,44 @@ fn gate(line: &str) -> bool {
     static OUTCOMES: LazyLock<AhoCorasick> = LazyLock::new(|| {
         build(NOT_HELPED.iter().chain(GONE).chain(WORKS).chain(WORKS_CJK).chain(FAILS).copied().collect())
     });
-    TOPICS.is_match(line) && OUTCOMES.is_match(line)
+    OUTCOMES.is_match(line) && (TOPICS.is_match(line) || versions(line) >= 2)
+}
+
+/// How many distinct version numbers a text names (`5.4`, `5.10.0-rc1`, `v2.19.3`, `535.104.05`): two
+/// numbers or more joined by dots, not a size (`1.5 GB`), an address or a time. A version alone, a
+/// return code (`rc=-22`) or an errno is none.
+fn versions(t: &str) -> usize {
+    let b = t.as_bytes();
+    let mut seen: Vec<&str> = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if !b[i].is_ascii_digit()
+            || (i > 0 && (b[i - 1].is_ascii_alphanumeric() && b[i - 1] != b'v' || b[i - 1] == b'.'))
+        {
+            i += 1;
+            continue;
+        }
+        let end = t[i..].find(|c: char| !(c.is_ascii_digit() || c == '.')).map_or(t.len(), |j| i + j);
+        let v = t[i..end].trim_end_matches('.');
+        let parts = v.split('.').count();
+        let after: String = t[end..].trim_start().chars().take(4).collect::<String>().to_ascii_lowercase();
+        let unit = UNITS.iter().chain(&["kb", "kib", "%", "ms", "s ", "sec", "x "]).any(|u| after.starts_with(u));
+        let addr = parts == 4 || t[end..].starts_with(':') || t[end..].starts_with('/');
+        if (2..=4).contains(&parts) && !unit && !addr && !seen.contains(&v) {
+            seen.push(v);
+        }
+        i = end.max(i + 1);
+    }
+    seen.len()
+}
+
+/// Two versions side by side, one working and one failing ("5.4 ok, 5.10 fails", "works on 5.15,
+/// fails on 6.1", "NCCL 2.18.3 works but 2.19.3 hangs"): the version decides it, with or without an
+/// upgrade told.
+fn version_contrast(t: &str) -> bool {
+    let ok = WORKS.iter().any(|w| has_start(t, w)) || has_word(t, "ok") || has_word(t, "good");
+    let fails = FAILS.iter().any(|w| has_start(t, w)) || t.contains("not ok");
+    ok && fails && versions(t) >= 2
 }
 
 /// Size units of a threshold ("above 4 GB").
@@ -563,7 +600,13 @@ fn sentence(s: &str) -> Vec<Flag> {
     }
     let t = s.trim().to_lowercase();
     let t = t.trim_start_matches(['-', '*', '+', '>', ' ']);
-    if advice(t) || !experience(t) {
+    if advice(t) {
+        return out;
+    }
+    if version_contrast(t) {
+        out.push(Flag::VersionChangeWorks);
+    }
+    if !experience(t) {
         return out;
     }
     let cjk = t.chars().any(|c| c >= '\u{2e80}');
@@ -859,6 +902,26 @@ mod tests {
             Flag::TcpWorks,
             None,
         );
+    }
+
+    /// Two versions side by side, one working and one failing, decide it without an upgrade told;
+    /// one version, two sizes, a return code or advice do not.
+    #[test]
+    fn versions_side_by_side() {
+        for s in
+            ["5.4 ok, 5.10 fails", "Works on 5.15, fails on 6.1.", "NCCL 2.18.3 works but 2.19.3 fails with EINVAL."]
+        {
+            assert!(flags(s).contains(&Flag::VersionChangeWorks), "{s}: {:?}", flags(s));
+        }
+        for s in [
+            "It fails on 5.10.",
+            "ibv_reg_mr fails with rc=-22 on 5.10.0",
+            "1.5 GB works, 2.5 GB fails.",
+            "Try 5.4, it works there but 5.10 fails.",
+            "It works on 10.0.0.1 and fails on 10.0.0.2.",
+        ] {
+            assert!(!flags(s).contains(&Flag::VersionChangeWorks), "{s}: {:?}", flags(s));
+        }
     }
 
     #[test]
