@@ -1,6 +1,7 @@
 //! One automaton pass per line for every fixed word list the parsers look for: errno texts and
 //! names ([`crate::errno`]), memory-kind and library words ([`crate::parse::generic`]) and the
-//! vocabulary's first literals ([`crate::parse::vocab`]) and the known issues' patterns ([`crate::known`]). Each of them used to walk the line on its
+//! vocabulary's first literals ([`crate::parse::vocab`]), the known issues' patterns ([`crate::known`])
+//! and the sentence rules' and the tried contrasts' words ([`crate::parse::prose`], [`crate::parse::tried`]). Each of them used to walk the line on its
 //! own, several times per line; now the first question about a line scans it once (all
 //! occurrences of all words, any casing) and the questions about it or any part of it are answered
 //! from that scan. The last line scanned is kept per thread, with its text: a part of it is
@@ -80,6 +81,10 @@ pub enum Set {
     Lib,
     Vocab,
     Known,
+    /// The words without which no sentence is [`crate::parse::prose::hypothetical`].
+    Prose,
+    /// The topics of what a reporter tried ([`crate::parse::tried`]).
+    Tried,
 }
 
 struct Combined {
@@ -92,12 +97,14 @@ fn combined() -> &'static Combined {
     static C: std::sync::LazyLock<Combined> = std::sync::LazyLock::new(|| {
         let mut words: Vec<String> = Vec::new();
         let mut owners: Vec<Vec<(Set, u32)>> = Vec::new();
-        let lists: [(Set, Vec<String>); 5] = [
+        let lists: [(Set, Vec<String>); 7] = [
             (Set::Errno, crate::errno::words()),
             (Set::Mem, crate::parse::generic::mem_words()),
             (Set::Lib, crate::parse::generic::lib_words()),
             (Set::Vocab, crate::parse::vocab::table().anchors().to_vec()),
             (Set::Known, crate::known::words()),
+            (Set::Prose, crate::parse::prose::gate_words()),
+            (Set::Tried, crate::parse::tried::topic_words()),
         ];
         for (set, list) in lists {
             for (i, w) in list.into_iter().enumerate() {

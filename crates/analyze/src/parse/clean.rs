@@ -113,8 +113,8 @@ fn undo(s: &str) -> (Cow<'_, str>, Front) {
     (s, front)
 }
 
-/// Whether none of the wrappers can be on `s` (most lines of a log): ASCII without `&`, `<` or
-/// ESC, not starting with a blank, a control byte, a quote, a bullet, a gutter's number, a
+/// Whether none of the wrappers can be on `s` (most lines of a log): ASCII without `&`, ESC or
+/// a `<` that opens an HTML tag, not starting with a blank, a control byte, a quote, a bullet, a gutter's number, a
 /// backtick or a docker record, and not ending with a blank or a backtick. Two passes over the
 /// bytes instead of a test of each wrapper.
 fn plain(s: &str) -> bool {
@@ -129,7 +129,13 @@ fn plain(s: &str) -> bool {
         b'!'..=b'~' => false,
         _ => true,
     };
-    !front && !matches!(last, b' ' | b'\t' | b'`') && s.is_ascii() && memchr::memchr3(b'&', b'<', 0x1b, b).is_none()
+    // a `<` that opens none of the tags [`strip_tags`] undoes (libfabric's `<warn>`, `<module>`)
+    // leaves the line as it is
+    !front
+        && !matches!(last, b' ' | b'\t' | b'`')
+        && s.is_ascii()
+        && memchr::memchr2(b'&', 0x1b, b).is_none()
+        && (memchr::memchr(b'<', b).is_none() || strip_tags(s).is_none())
 }
 
 /// The bytes `a..b` of `s`, borrowed when `s` is.
@@ -433,6 +439,9 @@ mod tests {
             "-",
             "x",
             "",
+            "libfabric:10004:1764700000::verbs:mr:vrb_mr_reg_common():83<warn> Unable to register memory region",
+            "File \"x.py\", line 1, in <module>",
+            "a < b and c<d> <",
         ];
         for l in lines {
             assert!(plain(l), "{l}");

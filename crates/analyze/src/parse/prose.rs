@@ -18,17 +18,21 @@ pub fn sentences(line: &str) -> impl Iterator<Item = &str> {
 /// The sentences of a line with their end marks (`?` tells a question), cut after `.`, `?` or `!`
 /// followed by a space.
 pub(super) fn marked_sentences(line: &str) -> impl Iterator<Item = &str> {
-    let mut from = 0;
     let b = line.as_bytes();
-    let mut cuts: Vec<&str> = Vec::new();
-    for i in memchr::memchr3_iter(b'.', b'?', b'!', b) {
-        if b.get(i + 1) == Some(&b' ') {
-            cuts.push(&line[from..=i]);
-            from = i + 1;
+    let mut marks = memchr::memchr3_iter(b'.', b'?', b'!', b);
+    let mut from = Some(0);
+    std::iter::from_fn(move || {
+        let start = from?;
+        for i in marks.by_ref() {
+            if b.get(i + 1) == Some(&b' ') {
+                from = Some(i + 1);
+                return Some(&line[start..=i]);
+            }
         }
-    }
-    cuts.push(&line[from..]);
-    cuts.into_iter().filter(|s| !s.trim().is_empty())
+        from = None;
+        Some(&line[start..])
+    })
+    .filter(|s| !s.trim().is_empty())
 }
 
 fn word_at(l: &str, i: usize, w: &str) -> bool {
@@ -76,39 +80,107 @@ macro_rules! any_start {
     };
 }
 
+/// Documentation's words for a failure that may happen ([`asks_or_documents`]).
+const DOCS: &[&str] = &[
+    "on failure",
+    "on error",
+    "upon failure",
+    "in case of failure",
+    "in case of error",
+    "or null if",
+    "null if the",
+    "is set to indicate",
+    "on success",
+    "negative errno",
+    "negative error code",
+    "what happens if",
+    "what happens when",
+    "how to handle",
+    "how do i handle",
+];
+/// A failure gone or denied ([`hypothetical`]).
+const GONE: &[&str] = &[
+    "no longer",
+    "not fail",
+    "n't fail",
+    "never fail",
+    "not return",
+    "n't return",
+    "without error",
+    "without any error",
+    "no errors",
+    "not get",
+    "n't get",
+    "not see",
+    "n't see",
+    "anymore",
+    "went away",
+    "goes away",
+    "succeeded",
+    "successfully",
+];
+
+/// The first words of a changelog's entry: the fix of a failure, not the failure.
+const FIXES: &[&str] = &[
+    "fix",
+    "fixed",
+    "fixes",
+    "fixing",
+    "bugfix",
+    "hotfix",
+    "avoid",
+    "avoids",
+    "prevent",
+    "prevents",
+    "handle",
+    "handles",
+    "workaround",
+    "resolve",
+    "resolves",
+];
+/// The first words of a question whether something happens.
+const ASKS: &[&str] =
+    &["does", "do", "did", "can", "could", "will", "would", "should", "is", "are", "may", "might", "shall"];
+/// The words of a condition's clause ([`hypothetical`]; "when" stands for "whenever" too).
+const CONDITIONS: &[&str] = &["if", "when", "whenever", "unless", "whether"];
+
+/// Whether `sentence` can be [`hypothetical`] at all: its first word starts a changelog's entry
+/// or a question (with its `?`), or a word of [`DOCS`], [`GONE`] or [`CONDITIONS`] is in it, in
+/// any casing. Each way [`hypothetical`] says yes needs one of them; most failure lines have none,
+/// and are spared the lowered copy and the rules. The words are looked for in the line's one pass
+/// ([`crate::scan`]): a sentence of the line being read is answered from it.
+fn may_be_hypothetical(sentence: &str) -> bool {
+    let t = sentence.trim().trim_start_matches(['-', '*', '+', '>', ' ']);
+    let first = t.split([' ', ':', '(']).next().unwrap_or("");
+    if FIXES.iter().any(|w| first.eq_ignore_ascii_case(w))
+        || (ASKS.iter().any(|w| first.eq_ignore_ascii_case(w)) && sentence.contains('?'))
+    {
+        return true;
+    }
+    let mut any = false;
+    crate::scan::each(sentence, crate::scan::Set::Prose, |_, _| any = true);
+    any
+}
+
+/// The words [`may_be_hypothetical`] looks for ([`crate::scan::Set::Prose`]).
+pub fn gate_words() -> Vec<String> {
+    DOCS.iter().chain(GONE).chain(CONDITIONS).map(|w| w.to_string()).collect()
+}
+
 /// A question whether something happens ("Does it fail if ...?", not "Why does ...?"), a line of
 /// documentation ("on failure", "on success") or a changelog's entry ("Fix ...") — `t` lower-case,
 /// trimmed.
 fn asks_or_documents(t: &str) -> bool {
     let first = t.split([' ', ':', '(']).next().unwrap_or("");
     // a changelog's entry: the fix of a failure, not the failure
-    let fixes = ["fix", "fixed", "fixes", "fixing", "bugfix", "hotfix", "avoid", "avoids", "prevent", "prevents"];
-    if fixes.contains(&first) || ["handle", "handles", "workaround", "resolve", "resolves"].contains(&first) {
+    if FIXES.contains(&first) {
         return true;
     }
     let question = t.trim_end_matches(['"', ')', '`', '\'', ' ']).ends_with('?');
-    let asks = ["does", "do", "did", "can", "could", "will", "would", "should", "is", "are", "may", "might", "shall"];
     let why = ["anyone", "anybody", "someone", "somebody", "why", "any idea", "normal", "expected", "a bug", "known"];
-    if question && asks.contains(&first) && !why.iter().any(|w| has_word(t, w)) {
+    if question && ASKS.contains(&first) && !why.iter().any(|w| has_word(t, w)) {
         return true;
     }
-    const DOCS: &[&str] = &[
-        "on failure",
-        "on error",
-        "upon failure",
-        "in case of failure",
-        "in case of error",
-        "or null if",
-        "null if the",
-        "is set to indicate",
-        "on success",
-        "negative errno",
-        "negative error code",
-        "what happens if",
-        "what happens when",
-        "how to handle",
-        "how do i handle",
-    ];
     any_start!(t, DOCS)
 }
 
@@ -174,6 +246,11 @@ pub(super) fn not_told(sentence: &str) -> bool {
 /// A contrast ("but", "still", "however") keeps it a report, and so do the questions that ask
 /// why it fails ("Why does ...", "Does anyone know why ...").
 pub fn hypothetical(sentence: &str) -> bool {
+    may_be_hypothetical(sentence) && rules(sentence)
+}
+
+/// [`hypothetical`]'s rules, on a sentence [`may_be_hypothetical`] let through.
+fn rules(sentence: &str) -> bool {
     let l = sentence.to_ascii_lowercase();
     let t = l.trim().trim_start_matches(['-', '*', '+', '>', ' ']);
     if has_word(t, "but") || has_word(t, "still") || has_word(t, "however") {
@@ -182,26 +259,6 @@ pub fn hypothetical(sentence: &str) -> bool {
     if asks_or_documents(t) {
         return true;
     }
-    const GONE: &[&str] = &[
-        "no longer",
-        "not fail",
-        "n't fail",
-        "never fail",
-        "not return",
-        "n't return",
-        "without error",
-        "without any error",
-        "no errors",
-        "not get",
-        "n't get",
-        "not see",
-        "n't see",
-        "anymore",
-        "went away",
-        "goes away",
-        "succeeded",
-        "successfully",
-    ];
     if any_start!(t, GONE) {
         return true;
     }
@@ -211,7 +268,7 @@ pub fn hypothetical(sentence: &str) -> bool {
     !fails.is_empty()
         && fails.iter().all(|&i| {
             let clause = &t[t[..i].rfind([',', ';', ':']).map_or(0, |c| c + 1)..i];
-            ["if", "when", "whenever", "unless", "whether"].iter().any(|w| has_word(clause, w))
+            CONDITIONS.iter().any(|w| has_word(clause, w))
                 && !["i", "i'm", "we", "my", "our", "me"].iter().any(|w| has_word(clause, w))
         })
 }
@@ -405,6 +462,57 @@ mod tests {
         ] {
             let want: Vec<usize> = l.match_indices(w).map(|(i, _)| i).collect();
             assert_eq!(super::occurrences(l, w).collect::<Vec<_>>(), want, "{w} in {l}");
+        }
+    }
+
+    /// The gate says no only where the rules say no: every sentence of every fixture, with the
+    /// sentences of the rules' own tests, in its own buffer and as a part of its line (the line's
+    /// one pass answers the gate then).
+    #[test]
+    fn the_gate_lets_every_hypothetical_sentence_through() {
+        let mut lines: Vec<String> = [
+            "Does ibv_reg_mr fail if the buffer is not page aligned?",
+            "ibv_reg_mr returns NULL ON FAILURE.",
+            "- Fix ibv_reg_mr failure when the buffer is not page aligned (#1234)",
+            "HANDLE: ibv_reg_mr returning NULL",
+            "After raising ulimit -l, ibv_reg_mr No Longer fails.",
+            "It didn't fail after that. It WENT AWAY.",
+            "Whenever ibv_reg_mr fails, we retry.",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures");
+        let mut dirs = vec![std::path::PathBuf::from(root)];
+        while let Some(d) = dirs.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    dirs.push(p);
+                } else if let Ok(text) = std::fs::read_to_string(&p) {
+                    lines.extend(text.lines().map(String::from));
+                }
+            }
+        }
+        let mut passed = 0;
+        for line in &lines {
+            crate::scan::prime(line);
+            for s in super::marked_sentences(line) {
+                let rules = super::rules(s);
+                passed += usize::from(rules);
+                assert!(!rules || super::may_be_hypothetical(s), "{s}");
+                // (its own buffer: the gate scans it)
+                let own = String::from(s);
+                assert!(!rules || super::may_be_hypothetical(&own), "{s}");
+            }
+        }
+        assert!(passed >= 7, "{passed} hypothetical sentences");
+        // and it spares the failure lines
+        for l in [
+            "libfabric:10004:1764700000::verbs:mr:vrb_mr_reg_common():83<warn> Unable to register memory region: Cannot allocate memory (12)",
+            "ibv_reg_mr failed: Bad address",
+        ] {
+            assert!(!super::may_be_hypothetical(l), "{l}");
         }
     }
 

@@ -37,7 +37,8 @@ fn is_exception(t: &str) -> bool {
 /// The message of an exception line whose message is a line of its own (`RuntimeError: [1733...]
 /// [gpu-a:2412:0] ib_md.c:309 UCX ERROR ...`): `None` for other lines.
 pub fn message(body: &str) -> Option<&str> {
-    let (name, msg) = body.split_once(": ")?;
+    let i = crate::scan::find!(body, ": ")?;
+    let (name, msg) = (&body[..i], &body[i + 2..]);
     let msg = msg.trim_start();
     // `IbError: (14, 'ibv_reg_mr failed')` is the exception's own arguments, not a line it carries
     (name.len() < 100 && is_exception(name) && !msg.is_empty() && !msg.starts_with(['(', '\'', '"'])).then_some(msg)
