@@ -961,3 +961,29 @@ fn warnings_next_to_failures_are_evidence_not_findings_of_their_own() {
     let a = run(&[("ok.log", "ulimit -l 64\nNCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>\n")]);
     assert!(a.findings.is_empty(), "{:?}", cats(&a));
 }
+
+/// A size threshold near the memlock limit the input shows is that limit, not the device's
+/// resources; far from it (or with no limit shown) it stays a resource limit.
+#[test]
+fn a_size_threshold_near_the_memlock_limit_is_memlock() {
+    let expl = |a: &Analysis, cat: &str| {
+        a.findings.iter().find(|f| f.category == cat).map(|f| f.explanation.clone()).unwrap_or_default()
+    };
+    let near = run(&[(
+        "r.txt",
+        "ulimit -l 8192\nibv_reg_mr failed: Resource temporarily unavailable\nRegistering 4 MB works, but 16 MB fails.\n",
+    )]);
+    assert!(expl(&near, "memlock-limit").contains("at about the locked-memory limit"), "{:?}", cats(&near));
+    assert!(!expl(&near, "resource-exhaustion").contains("smaller registrations work"), "{:?}", cats(&near));
+    let far = run(&[(
+        "r.txt",
+        "ulimit -l 64\nibv_reg_mr failed: Resource temporarily unavailable\nRegistering 1 GB works, but 8 GB fails.\n",
+    )]);
+    assert!(expl(&far, "resource-exhaustion").contains("smaller registrations work"), "{:?}", cats(&far));
+    assert!(!expl(&far, "memlock-limit").contains("at about the locked-memory limit"));
+    let none = run(&[(
+        "r.txt",
+        "ibv_reg_mr failed: Resource temporarily unavailable\nRegistering 4 MB works, but 16 MB fails.\n",
+    )]);
+    assert!(expl(&none, "resource-exhaustion").contains("smaller registrations work"), "{:?}", cats(&none));
+}
