@@ -419,6 +419,10 @@ fn diagnose_warnings(col: &Collector, warned: &[(GroupKey, Group)]) -> (Vec<Find
     let mut v = View::new(col);
     v.fails = warned.iter().map(|(k, g)| (k, g)).collect();
     let (mut found, out) = diagnose_failures(&v, col);
+    // the warnings speak of limits: the causes of their row only (a rule that reads the stand-in as
+    // a failure of GPU memory, say, would assert what nothing showed)
+    let causes = likelihood::row(&warned[0].0, false);
+    found.retain(|f| causes.iter().any(|(c, _)| *c == f.category));
     let said: Vec<&str> =
         WARNINGS.iter().filter(|(f, _)| col.hosts.values().any(|h| h.flags.contains_key(f))).map(|(_, w)| *w).collect();
     let lead = format!("No failed registration seen; the stack warned that {}.", said.join(", and that "));

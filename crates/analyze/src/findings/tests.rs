@@ -944,6 +944,13 @@ fn a_warning_without_a_failure_is_a_warning_only_finding() {
         "libibverbs: Warning: RLIMIT_MEMLOCK is 65536 bytes.\nAfter I set ulimit -l unlimited it works.\n",
     )]);
     assert_eq!((a.findings[0].category, a.findings[0].warning), ("memlock-limit", true));
+    // GPUDirect RDMA in use makes no GPU-memory cause of a memlock warning
+    let a = run(&[(
+        "nccl.log",
+        "gpu-a:2412:2430 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [RO]; OOB ib0:10.0.0.1<0> and a long tail\nlibibverbs: Warning: RLIMIT_MEMLOCK is 32768 bytes.\ngpu-a:2412:2430 [0] NCCL INFO GPU Direct RDMA Enabled for HCA 0 'mlx5_0'\n",
+    )]);
+    assert_eq!(a.findings[0].category, "memlock-limit");
+    assert!(!cats(&a).contains(&"gpu-peer-memory"), "{:?}", cats(&a));
 }
 
 /// When registrations failed the warnings stay evidence of the failure diagnosis (no warning-only
