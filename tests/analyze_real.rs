@@ -100,15 +100,15 @@ const UNRECOGNISED: &[&str] = &[
     // provider's own return code only (global-workflow KNOWN_ISSUES_008)
     "global-workflow-mx008-esmf-mesh-cxil-map-efault.log",
     // session 12's blind round (branch blind13): CSCS's docs naming only `cxil_map: write error` in a
-    // heading; IBM's LLM technote (`failure to allocate a port number`, no registration line); Open
-    // MPI's registerable-memory warning with no failure at all (a false warning of the pairing)
+    // heading; IBM's LLM technote (`failure to allocate a port number`, no registration line). Open
+    // MPI's registerable-memory warning with no failure at all (ompi-users-25048) is a warning-only
+    // finding since session 14 (branch warn15) and so no longer exempt
     "ibm-llm-rmm-port-alloc-memlock.log",
-    "ompi-users-25048-no-log-num-mtt-false-warning.log",
-    // session 13's blind round (branches blind14, blind14b): Open MPI's uDAPL privileged-memory text on
-    // Solaris; QEMU's RDMA migration `Failed to register chunk!` with a poisoned page; QLogic
-    // InfiniPath's TID/expected-receive locking text (an rdmavt oops inside ib_umem_get, a trace with no
-    // errno, is recognised since branch ver15's kernel trace reading and so no longer exempt)
-    "ompi-faq-udapl-solaris-privileged-memory.log",
+    // session 13's blind round (branches blind14, blind14b): QEMU's RDMA migration `Failed to register
+    // chunk!` with a poisoned page; QLogic InfiniPath's TID/expected-receive locking text. Since session
+    // 14 Open MPI's uDAPL privileged-memory text (branch warn15: its help text's entry) and an rdmavt
+    // oops inside ib_umem_get (branch ver15: kernel traces in the registration path) are read and so
+    // no longer exempt
     "qemu-rdma-migration-hwpoison-chunk-efault.log",
     "qlogic-infinipath-tid-lock-unallocated-buffer.log",
 ];

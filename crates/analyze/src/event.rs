@@ -142,6 +142,10 @@ pub enum Flag {
     DevPermission,
     LockedMemWarn,
     RegLimitWarn,
+    /// A stack printed its own warning with the soft RLIMIT_MEMLOCK it found too small (libibverbs'
+    /// `Warning: RLIMIT_MEMLOCK is N bytes`, UCX's `Please set max locked memory ... (current: N
+    /// kbytes)`): read by the warning-only diagnosis; the failure rules weigh the value itself.
+    MemlockWarned,
     /// A buffer was larger than the device's `max_mr_size`.
     MrSizeExceeded,
     GdrOffWorks,

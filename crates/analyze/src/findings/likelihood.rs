@@ -162,9 +162,19 @@ const NONE_CXI: Row = &[
 // The same on GPU memory (the program says the buffer is a GPU's): the device path first.
 const NONE_CXI_DEVICE: Row = &[("gpu-peer-memory", 0.45), ("resource-exhaustion", 0.3), ("version-mismatch", 0.25)];
 
+// A stack's warning with no failed registration (findings/mod.rs `WARNINGS`): the warnings name the
+// locked-memory limit (libibverbs' check_memlock_limit, UCX's uct_ib_memlock_limit_msg, Open MPI's
+// [init-fail-no-mem], Ceph's verify_prereq) or the HCA's translation table (Open MPI's [reg mem limit
+// low]), and a stack that computes the limit from a driver it does not match warns falsely — Open MPI
+// 1.8.0-1.8.3's calculate_max_reg (btl_openib.c) took log_num_mtt as 20 when mlx4_core's parameters
+// directory had no such file (the in-tree mlx4 sizes its MTT from RAM), fixed by e868a3c1ff in 1.8.4;
+// libibverbs checks only the euid, so a non-root process with CAP_IPC_LOCK is warned for a limit
+// that does not apply to it. Memlock first (most warnings name it), then the table, then a pairing.
+const WARNED: Row = &[("memlock-limit", 0.45), ("resource-exhaustion", 0.35), ("version-mismatch", 0.2)];
+
 /// Every row with what selects it (call, errno, memory), for the tests and docs/analyze.md's table.
 #[cfg(test)]
-pub(super) const TABLE: [(&str, &str, &str, Row); 23] = [
+pub(super) const TABLE: [(&str, &str, &str, Row); 24] = [
     ("ibv_reg_dmabuf_mr", "ENOMEM", "any", ENOMEM_DMABUF),
     ("ibv_reg_dmabuf_mr", "EINVAL", "any", EINVAL_DMABUF),
     ("ibv_reg_dmabuf_mr", "other or none", "any", OTHER_DMABUF),
@@ -188,6 +198,7 @@ pub(super) const TABLE: [(&str, &str, &str, Row); 23] = [
     ("cxil_map", "none printed", "host / unknown", NONE_CXI),
     ("any", "none printed", "GPU", NONE_DEVICE),
     ("any", "none printed", "host / unknown", NONE_HOST),
+    ("a stack's warning, no failure", "none", "any", WARNED),
 ];
 
 /// The table as docs/analyze.md shows it: one markdown line per row.
@@ -214,6 +225,9 @@ pub(super) fn mem_class(k: &GroupKey, gpuish: bool) -> Mem {
 
 /// The row for a failed group: P(cause | call, errno, memory class).
 pub(super) fn row(k: &GroupKey, gpuish: bool) -> Row {
+    if k.call == super::WARNED_CALL {
+        return WARNED;
+    }
     if k.call == "cxil_map" && k.errno.is_none() {
         return if mem_class(k, gpuish) == Mem::Device { NONE_CXI_DEVICE } else { NONE_CXI };
     }
@@ -249,6 +263,9 @@ pub(super) fn lookup(e: Option<i32>, mem: Mem, dmabuf: bool, iova: bool) -> Row 
 
 /// What a failure showed, in words, for the "nothing decides it" statement.
 pub(super) fn observed(k: &GroupKey, gpuish: bool) -> String {
+    if k.call == super::WARNED_CALL {
+        return "a stack's warning, no failed registration".into();
+    }
     let e = k.errno.map_or("no errno".to_string(), |e| format!("{} ({})", errno::name(e), errno::text(e)));
     let m = match (mem_class(k, gpuish), k.mem) {
         (_, Some(m)) if m != MemKind::Unknown => format!("{} memory", m.name()),

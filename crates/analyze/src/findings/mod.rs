@@ -57,6 +57,10 @@ pub struct Finding {
     /// cause listed, most likely first — what the user runs to decide between them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub decide: Vec<String>,
+    /// A warning-only finding: no registration failed, a stack warned that registrations will
+    /// (`count` 0, no call or errno; the warning lines are the evidence).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub warning: bool,
     #[serde(skip)]
     pub score: f64,
 }
@@ -349,9 +353,95 @@ pub fn findings(col: &Collector) -> Vec<Finding> {
 /// The differential diagnosis: up to four hypotheses ranked by evidence and priors, and what was ruled out.
 pub fn diagnose(col: &Collector) -> (Vec<Finding>, Vec<RuledOut>) {
     let v = View::new(col);
-    let (mut found, out) = diagnose_failures(&v, col);
+    let warned = if v.fails.is_empty() && v.flag(Flag::AbiMismatch).is_none() && v.flag(Flag::NoProvider).is_none() {
+        warned_groups(col)
+    } else {
+        vec![]
+    };
+    let (mut found, out) = if warned.is_empty() { diagnose_failures(&v, col) } else { diagnose_warnings(col, &warned) };
     if let Some(f) = violation::bounce_violation(col, v.prefix) {
         found.insert(0, f);
+    }
+    (found, out)
+}
+
+/// The call name of a warning-only group: no call failed, a stack warned at start-up.
+pub const WARNED_CALL: &str = "(start-up warning)";
+
+/// The stacks' warnings that predict registration failures, and what each says. Open MPI's openib
+/// [init-fail-no-mem] / [reg mem limit low] help texts (help-mpi-btl-openib.txt; with their table the
+/// parser counts them as the failure they stand for), Ceph's verify_prereq, UCX's mlock warning
+/// (`LockedMemWarn`, `RegLimitWarn`); libibverbs' check_memlock_limit (init.c: soft limit <= 32 KiB,
+/// not for root) and UCX's uct_ib_memlock_limit_msg after an ENOMEM from any verb — QP, CQ, SRQ
+/// creation too (`MemlockWarned`).
+const WARNINGS: [(Flag, &str); 3] = [
+    (Flag::LockedMemWarn, "the locked-memory limit is too small for RDMA"),
+    (Flag::MemlockWarned, "the locked-memory limit (RLIMIT_MEMLOCK) will limit memory registrations"),
+    (Flag::RegLimitWarn, "the driver lets it register only part of physical memory (the HCA's translation table)"),
+];
+
+/// One group per host whose stack printed a warning of [`WARNINGS`]: what a warning-only input
+/// is diagnosed from, as if it were one failure of unknown errno and memory.
+fn warned_groups(col: &Collector) -> Vec<(GroupKey, Group)> {
+    let mut out = Vec::new();
+    for (h, hf) in &col.hosts {
+        let mut g = Group::default();
+        for (f, _) in WARNINGS {
+            if let Some((_, e)) = hf.flags.get(&f) {
+                if !g.evidence.contains(e) {
+                    g.evidence.push(e.clone());
+                }
+            }
+        }
+        if g.evidence.is_empty() {
+            continue;
+        }
+        g.count = 1;
+        let key = GroupKey {
+            host: h.clone(),
+            call: WARNED_CALL.into(),
+            errno: None,
+            mem: None,
+            lib: Lib::Text,
+            ok: false,
+            relaxed: None,
+            odp: false,
+        };
+        out.push((key, g));
+    }
+    out
+}
+
+/// The warning-only diagnosis: no registration failed, but a stack warned that they will. The same
+/// rules and likelihood table rank the causes (each warning as one failure of unknown errno and
+/// memory, whose likelihood row is the warnings' own); the findings say that nothing failed.
+fn diagnose_warnings(col: &Collector, warned: &[(GroupKey, Group)]) -> (Vec<Finding>, Vec<RuledOut>) {
+    let mut v = View::new(col);
+    v.fails = warned.iter().map(|(k, g)| (k, g)).collect();
+    let (mut found, out) = diagnose_failures(&v, col);
+    // the warnings speak of limits: the causes of their row only (a rule that reads the stand-in as
+    // a failure of GPU memory, say, would assert what nothing showed)
+    let causes = likelihood::row(&warned[0].0, false);
+    found.retain(|f| causes.iter().any(|(c, _)| *c == f.category));
+    let said: Vec<&str> =
+        WARNINGS.iter().filter(|(f, _)| col.hosts.values().any(|h| h.flags.contains_key(f))).map(|(_, w)| *w).collect();
+    let lead = format!("No failed registration seen; the stack warned that {}.", said.join(", and that "));
+    for (i, f) in found.iter_mut().enumerate() {
+        f.warning = true;
+        f.count = 0;
+        f.call = None;
+        f.calls.clear();
+        f.errno = None;
+        f.errnos.clear();
+        // the failure's "best guess" sentence names a call and errno there were none of
+        if let (Some(a), Some(b)) = (f.explanation.find("Best guess from the call"), f.explanation.find(GUESS_END)) {
+            f.explanation.replace_range(a..b, "Best guess from the warning alone; ");
+        }
+        f.explanation = if i == 0 {
+            format!("{lead} If registrations fail (or the job hangs or crashes in them), this is the cause it most likely points at. {}", f.explanation)
+        } else {
+            format!("No failed registration seen (a warning only). {}", f.explanation)
+        };
     }
     (found, out)
 }
@@ -513,6 +603,9 @@ fn diagnose_failures(v: &View, col: &Collector) -> (Vec<Finding>, Vec<RuledOut>)
     (found, out)
 }
 
+/// How the "Best guess" sentence of a finding that rests on priors ends.
+const GUESS_END: &str = "nothing in the input confirms it.";
+
 /// The statement on the first finding when nothing in the input confirms it.
 pub const NOTHING_DECIDES: &str = "Nothing in this output decides it";
 
@@ -543,7 +636,6 @@ fn undecided(v: &View, found: &mut [Finding], gpuish: bool, out: &[RuledOut]) {
     );
     // after the "Best guess" sentence every finding that rests on priors opens with
     let f = &mut found[0];
-    const GUESS_END: &str = "nothing in the input confirms it.";
     match f.explanation.find(GUESS_END).map(|i| i + GUESS_END.len()) {
         Some(i) => f.explanation.insert_str(i, &format!(" {text}")),
         None => f.explanation = format!("{text} {}", f.explanation),
@@ -644,6 +736,7 @@ fn finish(v: &View, c: Cand) -> Finding {
         check: fixes::check(c.cat),
         known_issue: c.known,
         decide: vec![],
+        warning: false,
         score: c.score,
     }
 }

@@ -862,12 +862,28 @@ const TRIED: &[(Flag, &str, Tried, &str)] = &[
 
 /// The contrasts the reporter tells, weighed by [`TRIED`].
 pub(super) fn tried<'a>(v: &View<'a>, cands: &mut [Cand<'a>]) {
+    // a size threshold near a locked-memory limit the input shows is that limit: registrations pin
+    // against RLIMIT_MEMLOCK cumulatively (ib_umem_get), so the size that first fails lies at or
+    // below it — not a device's resources, which run out orders of magnitude above a memlock limit
+    let limits: Vec<u64> =
+        v.c.hosts.values().flat_map(|h| h.memlock.keys().filter_map(|m| *m)).filter(|m| *m > 0).collect();
+    let size_is_memlock = v.flag(Flag::SizeThreshold).and_then(|e| {
+        let sizes = crate::parse::tried::stated_sizes(&e.text);
+        limits.iter().copied().find(|l| crate::parse::tried::near_limit(&sizes, *l))
+    });
     for (f, cat, effect, why) in TRIED {
         let Some(e) = v.flag(*f) else { continue };
-        let Some(c) = cands.iter_mut().find(|c| c.cat == *cat) else { continue };
+        let (cat, why) = match size_is_memlock {
+            Some(l) if *f == Flag::SizeThreshold => (
+                "memlock-limit",
+                format!("The report says smaller registrations work and larger ones fail, at about the locked-memory limit the input shows ({}): RDMA pins every registered byte against it.", human_size(l)),
+            ),
+            _ => (*cat, why.to_string()),
+        };
+        let Some(c) = cands.iter_mut().find(|c| c.cat == cat) else { continue };
         match *effect {
             Tried::Confirms(w) => {
-                c.add(w, *why, Some(e));
+                c.add(w, why, Some(e));
                 if *f == Flag::RoOffWorks {
                     c.top_two = true;
                 }
@@ -875,7 +891,7 @@ pub(super) fn tried<'a>(v: &View<'a>, cands: &mut [Cand<'a>]) {
                     c.groups = v.fails.clone();
                 }
             }
-            Tried::Supports(w) if !c.groups.is_empty() => c.add(w, *why, Some(e)),
+            Tried::Supports(w) if !c.groups.is_empty() => c.add(w, why, Some(e)),
             Tried::Supports(_) => {}
             Tried::Lowers(w) => c.score -= w,
         }

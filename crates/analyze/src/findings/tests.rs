@@ -960,3 +960,89 @@ fn a_stable_kernel_missing_a_backport_is_a_known_issue() {
         assert_eq!(cats(&a)[0], "version-mismatch", "{release}");
     }
 }
+
+/// A stack's warning with no failed registration is a warning-only diagnosis: the cause it points
+/// at first, labelled as no failure (count 0, no call), the warning line as evidence, the fix.
+#[test]
+fn a_warning_without_a_failure_is_a_warning_only_finding() {
+    // libibverbs' check_memlock_limit (rdma-core libibverbs/init.c)
+    let a = run(&[(
+        "job.err",
+        "libibverbs: Warning: RLIMIT_MEMLOCK is 32768 bytes.\n    This will severely limit memory registrations.\n",
+    )]);
+    assert_eq!(a.failed(), 0);
+    let f = &a.findings[0];
+    assert_eq!((f.category, f.warning, f.count, f.call.as_deref()), ("memlock-limit", true, 0, None));
+    assert!(f.explanation.starts_with("No failed registration seen; the stack warned that"), "{}", f.explanation);
+    assert!(f.evidence.iter().any(|e| e.text.contains("RLIMIT_MEMLOCK is 32768")), "{:?}", f.evidence);
+    assert!(f.fixes.iter().any(|x| x.contains("memlock")), "{:?}", f.fixes);
+    assert!(a.findings.iter().all(|f| f.warning));
+    // UCX's memlock hint after a failed CQ creation (uct_ib_memlock_limit_msg): no registration failed
+    let a = run(&[(
+        "ucx.log",
+        "[1668000000.1] [n2:5:0]        ib_iface.c:1328 UCX  ERROR mlx5_0: ibv_create_cq() failed: Cannot allocate memory. Please set max locked memory (ulimit -l) to 'unlimited' (current: 64 kbytes)\n",
+    )]);
+    assert_eq!((a.failed(), a.findings[0].category, a.findings[0].warning), (0, "memlock-limit", true));
+    // Open MPI's [reg mem limit low] without its table: the translation table first, by evidence
+    let a = run(&[(
+        "mpi.out",
+        "WARNING: It appears that your OpenFabrics subsystem is configured to only\nallow registering part of your physical memory.  This can cause MPI jobs to\nrun with erratic performance, hang, and/or crash.\n",
+    )]);
+    let f = &a.findings[0];
+    assert_eq!((f.category, f.basis, f.warning), ("resource-exhaustion", "evidence", true), "{:?}", cats(&a));
+    // a warning whose limit the reporter then raised and the job worked: memlock, still a warning
+    let a = run(&[(
+        "r.txt",
+        "libibverbs: Warning: RLIMIT_MEMLOCK is 65536 bytes.\nAfter I set ulimit -l unlimited it works.\n",
+    )]);
+    assert_eq!((a.findings[0].category, a.findings[0].warning), ("memlock-limit", true));
+    // GPUDirect RDMA in use makes no GPU-memory cause of a memlock warning
+    let a = run(&[(
+        "nccl.log",
+        "gpu-a:2412:2430 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [RO]; OOB ib0:10.0.0.1<0> and a long tail\nlibibverbs: Warning: RLIMIT_MEMLOCK is 32768 bytes.\ngpu-a:2412:2430 [0] NCCL INFO GPU Direct RDMA Enabled for HCA 0 'mlx5_0'\n",
+    )]);
+    assert_eq!(a.findings[0].category, "memlock-limit");
+    assert!(!cats(&a).contains(&"gpu-peer-memory"), "{:?}", cats(&a));
+}
+
+/// When registrations failed the warnings stay evidence of the failure diagnosis (no warning-only
+/// findings), and a warning-less input without failures has no finding at all.
+#[test]
+fn warnings_next_to_failures_are_evidence_not_findings_of_their_own() {
+    let a = run(&[(
+        "job.err",
+        "libibverbs: Warning: RLIMIT_MEMLOCK is 32768 bytes.\nibv_reg_mr failed: Cannot allocate memory\n",
+    )]);
+    assert_eq!(a.failed(), 1);
+    let f = &a.findings[0];
+    assert_eq!((f.category, f.warning, f.count), ("memlock-limit", false, 1));
+    assert!(a.findings.iter().all(|f| !f.warning));
+    let a = run(&[("ok.log", "ulimit -l 64\nNCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>\n")]);
+    assert!(a.findings.is_empty(), "{:?}", cats(&a));
+}
+
+/// A size threshold near the memlock limit the input shows is that limit, not the device's
+/// resources; far from it (or with no limit shown) it stays a resource limit.
+#[test]
+fn a_size_threshold_near_the_memlock_limit_is_memlock() {
+    let expl = |a: &Analysis, cat: &str| {
+        a.findings.iter().find(|f| f.category == cat).map(|f| f.explanation.clone()).unwrap_or_default()
+    };
+    let near = run(&[(
+        "r.txt",
+        "ulimit -l 8192\nibv_reg_mr failed: Resource temporarily unavailable\nRegistering 4 MB works, but 16 MB fails.\n",
+    )]);
+    assert!(expl(&near, "memlock-limit").contains("at about the locked-memory limit"), "{:?}", cats(&near));
+    assert!(!expl(&near, "resource-exhaustion").contains("smaller registrations work"), "{:?}", cats(&near));
+    let far = run(&[(
+        "r.txt",
+        "ulimit -l 64\nibv_reg_mr failed: Resource temporarily unavailable\nRegistering 1 GB works, but 8 GB fails.\n",
+    )]);
+    assert!(expl(&far, "resource-exhaustion").contains("smaller registrations work"), "{:?}", cats(&far));
+    assert!(!expl(&far, "memlock-limit").contains("at about the locked-memory limit"));
+    let none = run(&[(
+        "r.txt",
+        "ibv_reg_mr failed: Resource temporarily unavailable\nRegistering 4 MB works, but 16 MB fails.\n",
+    )]);
+    assert!(expl(&none, "resource-exhaustion").contains("smaller registrations work"), "{:?}", cats(&none));
+}

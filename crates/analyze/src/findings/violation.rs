@@ -52,6 +52,7 @@ pub fn bounce_violation(c: &Collector, prefix: &str) -> Option<Finding> {
         basis: "evidence",
         check: "grep 'bounce coherence violation' in the job's stderr, or kind \"violation\" in the mrshim logs",
         known_issue: None,
+        warning: false,
         decide: vec![],
         score: 10.0,
     })

@@ -71,6 +71,8 @@ const CONTRASTS: &[Contrast] = &[
             "max locked",
             "limitmemlock",
             "limits.conf",
+            "锁定内存",
+            "内存锁定",
         ],
         dir: &[],
         works: Some(Flag::MemlockRaiseWorks),
@@ -79,7 +81,7 @@ const CONTRASTS: &[Contrast] = &[
         // not a change it survived: only "still", "even", "didn't help" say that
         on_fail: OnFail::Nothing,
         gpu: false,
-        cjk: false,
+        cjk: true,
     },
     // privileges that lift RLIMIT_MEMLOCK (CAP_IPC_LOCK) and open the devices
     Contrast {
@@ -97,6 +99,10 @@ const CONTRASTS: &[Contrast] = &[
             "cap_ipc_lock",
             "ipc_lock",
             "root用户",
+            "root 用户",
+            "root权限",
+            "root 权限",
+            "特权模式",
         ],
         dir: &[],
         works: Some(Flag::PrivilegedWorks),
@@ -105,7 +111,7 @@ const CONTRASTS: &[Contrast] = &[
         // not a change it survived: only "still", "even", "didn't help" say that
         on_fail: OnFail::Nothing,
         gpu: false,
-        cjk: false,
+        cjk: true,
     },
     // relaxed ordering off (NCCL/RCCL/MCCL_IB_PCI_RELAXED_ORDERING=0, UCX_IB_PCI_RELAXED_ORDERING=off)
     Contrast {
@@ -125,7 +131,7 @@ const CONTRASTS: &[Contrast] = &[
         still: Some(Flag::DmabufOffStillFails),
         on_fail: OnFail::Still,
         gpu: true,
-        cjk: false,
+        cjk: true,
     },
     // dmabuf on (NCCL_DMABUF_ENABLE=1): GPU memory registers through dmabuf, not by address
     Contrast {
@@ -189,7 +195,7 @@ const CONTRASTS: &[Contrast] = &[
         still: Some(Flag::PeermemStillFails),
         on_fail: OnFail::Still,
         gpu: true,
-        cjk: false,
+        cjk: true,
     },
     // host memory instead of GPU memory (cudaMallocHost, malloc, system memory)
     Contrast {
@@ -206,13 +212,17 @@ const CONTRASTS: &[Contrast] = &[
             "cpu tensor",
             "pinned memory",
             "malloc",
+            "主机内存",
+            "锁页内存",
+            "cpu内存",
+            "cpu 内存",
         ],
         dir: &[],
         works: Some(Flag::HostMemWorks),
         still: Some(Flag::HostMemStillFails),
         on_fail: OnFail::Nothing,
         gpu: true,
-        cjk: false,
+        cjk: true,
     },
     // TCP instead of RDMA: the network works, the registration does not
     Contrast {
@@ -243,13 +253,20 @@ const CONTRASTS: &[Contrast] = &[
             "newer kernel",
             "older release",
             "newer release",
+            "升级",
+            "降级",
+            "回滚",
+            "回退",
+            "换回",
+            "旧版本",
+            "新版本",
         ],
         dir: &[],
         works: Some(Flag::VersionChangeWorks),
         still: Some(Flag::VersionChangeStillFails),
         on_fail: OnFail::Confirms,
         gpu: false,
-        cjk: false,
+        cjk: true,
     },
     // the NIC's or a cache's registration resources (mlx4 log_num_mtt, UCX_RCACHE_*, FI_MR_CACHE_*)
     Contrast {
@@ -259,7 +276,7 @@ const CONTRASTS: &[Contrast] = &[
         still: Some(Flag::ResourceTuneStillFails),
         on_fail: OnFail::Nothing,
         gpu: false,
-        cjk: false,
+        cjk: true,
     },
 ];
 
@@ -363,8 +380,10 @@ fn version_contrast(t: &str) -> bool {
     ok && fails && versions(t) >= 2
 }
 
-/// Size units of a threshold ("above 4 GB").
-const UNITS: [&str; 6] = ["gb", "gib", "mb", "mib", "tb", "tib"];
+/// Size units of a threshold ("above 4 GB"), with their factors (binary: a threshold is compared
+/// with a limit within a factor, not to the byte).
+const UNITS: [&str; 8] = ["gb", "gib", "mb", "mib", "tb", "tib", "kb", "kib"];
+const UNIT_BYTES: [u64; 8] = [1 << 30, 1 << 30, 1 << 20, 1 << 20, 1 << 40, 1 << 40, 1 << 10, 1 << 10];
 
 /// A clause's outcome.
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -406,6 +425,24 @@ const NOT_HELPED: &[&str] = &[
     "依然",
     "仍然",
     "还是",
+    "照样",
+    "没用",
+    "没有用",
+    "无效",
+    "不管用",
+    "不起作用",
+    "没有效果",
+    "没效果",
+    "没解决",
+    "没有解决",
+    "未解决",
+    "不能解决",
+    "无法解决",
+    "不可以",
+    "不行",
+    "不能正常",
+    "无法正常",
+    "不正常",
 ];
 
 /// A failure that is gone: "no longer fails", "doesn't fail anymore".
@@ -436,7 +473,8 @@ const WORKS: &[&str] = &[
     "fine",
     "#wrong 0",
 ];
-const WORKS_CJK: &[&str] = &["跑通", "通过", "正常", "成功", "解决", "好了", "可以了"];
+const WORKS_CJK: &[&str] =
+    &["跑通", "通过", "正常", "成功", "解决", "好了", "可以了", "可以", "没问题", "恢复", "消失"];
 
 const FAILS: &[&str] =
     &["fail", "error", "crash", "hang", "einval", "efault", "enomem", "eperm", "eacces", "broken", "失败", "报错"];
@@ -525,6 +563,15 @@ fn advice(t: &str) -> bool {
         "建议",
         "可以尝试",
         "试试",
+        "尝试一下",
+        "需要",
+        "应该",
+        "请",
+        "是否",
+        "能否",
+        "可否",
+        "吗",
+        "文档",
     ];
     IMPERATIVE.contains(&first) || PHRASES.iter().any(|p| t.contains(p))
 }
@@ -709,6 +756,32 @@ fn sizes(t: &str) -> bool {
     }
     let words = ["small", "large", "big", "above", "below", "beyond", "larger than", "more than", "less than"];
     n >= 2 || (n >= 1 && words.iter().any(|w| has_start(t, w)))
+}
+
+/// The sizes a sentence states, in bytes ("works with 4 MB, fails with 16 MB": 4 MiB and 16 MiB).
+pub fn stated_sizes(t: &str) -> Vec<u64> {
+    let t = t.to_ascii_lowercase();
+    let b = t.as_bytes();
+    let mut out = Vec::new();
+    for (i, _) in t.match_indices(|c: char| c.is_ascii_digit()) {
+        if b.get(i + 1).is_some_and(|c| c.is_ascii_digit() || *c == b'.') {
+            continue;
+        }
+        let start = t[..=i].rfind(|c: char| !(c.is_ascii_digit() || c == '.')).map_or(0, |j| j + 1);
+        let Ok(n) = t[start..=i].parse::<f64>() else { continue };
+        let unit = t[i + 1..].trim_start();
+        if let Some(k) = UNITS.iter().position(|u| unit.starts_with(u)) {
+            out.push((n * UNIT_BYTES[k] as f64) as u64);
+        }
+    }
+    out
+}
+
+/// Whether a size threshold the reporter states is near a locked-memory limit: registrations pin
+/// against RLIMIT_MEMLOCK cumulatively, so the first size that fails lies at or below the limit
+/// (less what is already pinned) — within a factor of 16 below it or 2 above it.
+pub fn near_limit(sizes: &[u64], limit: u64) -> bool {
+    sizes.iter().any(|&s| s >= limit / 16 && s <= limit.saturating_mul(2))
 }
 
 /// Whether a sentence reports a change that made the job work: its settings are not the failing
@@ -1009,6 +1082,55 @@ mod tests {
             Flag::OtherNodeWorks,
             None,
         );
+    }
+
+    /// Chinese sentences of the other rows, in general usage: the change, 后/之后 ("after"), and
+    /// the outcome (正常, 解决, 可以, 好了; 还是, 依然, 没用, 不行, 没有解决 for a failure that
+    /// stayed); advice (需要, 请, 建议) and questions (吗, 是否) confirm nothing.
+    #[test]
+    fn chinese_contrasts() {
+        row(
+            &["调大 ulimit -l 后正常了。", "把 memlock 设置为 unlimited 之后就可以了。"],
+            &["调大 ulimit -l 后还是失败。", "设置了 ulimit -l unlimited，没用。"],
+            &["需要调大 ulimit -l。", "ulimit -l 是 64，注册失败。", "调大 ulimit -l 能解决吗？"],
+            Flag::MemlockRaiseWorks,
+            Some(Flag::MemlockRaiseStillFails),
+        );
+        row(
+            &["用 root 用户运行就正常。", "开启特权模式后可以了。"],
+            &["用 root 权限运行还是失败。"],
+            &["需要 root 权限。"],
+            Flag::PrivilegedWorks,
+            Some(Flag::PrivilegedStillFails),
+        );
+        row(
+            &["加载 nvidia_peermem 后解决。", "装了 nv_peer_mem 之后好了。"],
+            &["加载 nvidia_peermem 后依然报错。"],
+            &["请加载 nvidia_peermem。"],
+            Flag::PeermemLoadWorks,
+            Some(Flag::PeermemStillFails),
+        );
+        row(
+            &["升级驱动后解决。", "回退到旧版本就正常了。"],
+            &["升级驱动后问题没有解决。"],
+            &["建议升级驱动。", "是否需要升级驱动？"],
+            Flag::VersionChangeWorks,
+            Some(Flag::VersionChangeStillFails),
+        );
+        row(&["换成 TCP 可以。"], &[], &["换成 TCP 也不行。", "TCP 可以吗？"], Flag::TcpWorks, None);
+        row(&["关闭 GDR 后正常。"], &["关闭 GDR 后还是不行。"], &[], Flag::GdrOffWorks, Some(Flag::GdrOffStillFails));
+        row(&["关闭 dmabuf 后正常。"], &[], &[], Flag::DmabufOffWorks, Some(Flag::DmabufOffStillFails));
+    }
+
+    /// The sizes a threshold sentence states, and whether one is near a locked-memory limit.
+    #[test]
+    fn stated_sizes_near_a_limit() {
+        assert_eq!(stated_sizes("Registering 4 MB works, but 16 MB fails."), [4 << 20, 16 << 20]);
+        assert_eq!(stated_sizes("works with 1.5 GB"), [3 << 29]);
+        assert_eq!(stated_sizes("below 64 KiB"), [64 << 10]);
+        assert!(near_limit(&[4 << 20, 16 << 20], 8 << 20));
+        assert!(!near_limit(&[1 << 30, 8 << 30], 64 << 10));
+        assert!(!near_limit(&[], 8 << 20));
     }
 
     #[test]

@@ -24,6 +24,8 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
         let n: String = m[j + 18..].chars().take_while(|c| c.is_ascii_digit()).collect();
         if let Ok(n) = n.parse::<u64>() {
             fact(Fact::Memlock(Some(n)));
+            // check_memlock_limit prints it only for a limit of 32 KiB or less, and not for root
+            fact(Fact::Flag(Flag::MemlockWarned));
         }
     }
     true

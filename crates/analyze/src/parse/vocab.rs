@@ -623,6 +623,7 @@ pub fn flag_named(name: &str) -> Option<Flag> {
     Some(match name {
         "locked-mem-warn" => Flag::LockedMemWarn,
         "reg-limit-warn" => Flag::RegLimitWarn,
+        "memlock-warned" => Flag::MemlockWarned,
         "kernel-reg-fail" => Flag::KernelRegFail,
         "mkey-limit" => Flag::MkeyLimit,
         "umem-get-fail" => Flag::UmemGetFail,

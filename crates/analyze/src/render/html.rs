@@ -191,7 +191,11 @@ fn findings(o: &mut String, a: &Analysis) {
             f.category,
             f.confidence
         );
-        let mut what = format!("<b>{}</b> {} x{}", esc(&f.calls.join(", ")), esc(&f.errnos.join("/")), f.count);
+        let mut what = if f.warning {
+            "<b>no failed registration seen; the stack warned</b>".to_string()
+        } else {
+            format!("<b>{}</b> {} x{}", esc(&f.calls.join(", ")), esc(&f.errnos.join("/")), f.count)
+        };
         if !f.hosts.is_empty() {
             let _ = write!(what, " on {}", esc(&counted(f.hosts.iter().map(String::as_str), a.hosts.len())));
         }

@@ -124,7 +124,11 @@ pub fn render(a: &Analysis, color: bool) -> String {
         if f.errno.is_some() {
             what.push_str(&format!(" -> {}", f.errnos.join("/")));
         }
-        what.push_str(&format!(" x{}", f.count));
+        if f.warning {
+            what = "no failed registration seen; the stack warned".into();
+        } else {
+            what.push_str(&format!(" x{}", f.count));
+        }
         if !f.hosts.is_empty() {
             what.push_str(&format!(" on {}", counted(f.hosts.iter().map(String::as_str), a.hosts.len())));
         }
