@@ -11,13 +11,13 @@ use std::process::Command;
 /// top-1 where the log holds the cause, and top-3 over all.
 /// Measured 2026-12-06 16:29 UTC (branch a5): 18/18 and 32/34 (94.1 %), after rules prompted by four
 /// held-out misses. Lowered in session 5 (2026-12-06 19:25 UTC, branches e6a and e6b merged) to what the
-/// held-out set measures after 20 blind reports were added and scored once (docs/analyze.md, "Session 5"):
+/// held-out set measures after 20 blind reports were added and scored once (docs/perf.md, "Session 5"):
 /// 22/25 and 44/54 (81.5 %). Misses where the log holds the cause: gdrcopy-266 (a gdr_map'ed BAR mapping
 /// registered by address, ranked GPU peer memory), charm-1523 (a 0-byte registration told in words),
 /// arkouda-271 (Chapel's ugni region-table warning). The new reports are evidence that the old floors
 /// were optimistic, not a regression: no earlier report lost its rank. Raised on branch v6 (2026-12-06
 /// 19:45 UTC) to 23/25 and 45/54: the vocabulary's Chapel ugni entry (read from comm-ugni.c) now ranks
-/// arkouda-271 first, which is therefore no longer blind evidence (docs/analyze.md, "branch v6"). Then two
+/// arkouda-271 first, which is therefore no longer blind evidence (docs/perf.md, "branch v6"). Then two
 /// blind GASNet-EX/Realm reports were added and scored once (20:08 UTC): realm-339 (ENOMEM binding a
 /// 37.7 GB GPU segment, cause in the log) ranked second after memlock, so the floor is what that measures,
 /// 23/26, not a rule tuned to it.
@@ -25,27 +25,27 @@ use std::process::Command;
 /// reports it moved into the first three, cirrus-kv-87 and perftest-26). Merged (v6 + r6, 20:30 UTC): 23/26
 /// and 49/56.
 /// Top-3 lowered in session 7 (2026-12-07, branch n8) to what the held-out set measures after seven blind
-/// reports were added and scored once (docs/analyze.md, "Session 7, blind"): 50/63 (79.4 %). Only one of
+/// reports were added and scored once (docs/perf.md, "Session 7, blind"): 50/63 (79.4 %). Only one of
 /// the seven has its cause in the first three (vllm-19613, third); none has its cause in the log, so the
 /// top-1 floor where the log holds the cause is unchanged at 23/26. No earlier report lost its rank.
 /// Lowered in session 11 (branch blind11, 2026-12-07 09:50 UTC) to what the held-out set measures after seven
-/// blind reports were added and scored once (docs/analyze.md, "Session 11, blind"): 24/29 (82.8 %). Both with
+/// blind reports were added and scored once (docs/perf.md, "Session 11, blind"): 24/29 (82.8 %). Both with
 /// the cause in the log were missed: uGNI's GNI_RC_INVALID_PARAM on a segment that registers on the previous OS
 /// release (chapel-9109) and a registration told in prose with the kernel verb's name (ompi-devel-4364). No
 /// earlier report lost its rank.
 /// Session 11's final blind round (branch blind12: ten reports collected by a helper who never ran
-/// analyze, scored once at 10:59 UTC on the session's final rules; docs/analyze.md, "Session 11, final
+/// analyze, scored once at 10:59 UTC on the session's final rules; docs/perf.md, "Session 11, final
 /// blind round"): one with its cause in the log, first; the floors are what the held-out set then
 /// measures, 25/30 and 74/86.
 /// Session 12 (2026-12-07): after the session's rules (three causes kept when the failures were read
 /// from text, the EINVAL row, EFA's refused access bits, provider limits, prose, wrappers) 26/30, then
 /// its blind round (branch blind13: 13 reports collected by a helper who never ran analyze, scored once
-/// at 14:32 UTC on the final rules; docs/analyze.md, "Session 12, blind round"): both with the cause in
+/// at 14:32 UTC on the final rules; docs/perf.md, "Session 12, blind round"): both with the cause in
 /// the log first; the floors are what the held-out set then measures, 27/32 and 86/99 (GPU memory kept
 /// first in the EINVAL row of unknown memory for the matrix's pyverbs cell: chapel-9109 second).
 /// Session 13: 28/32 after the session's rules (ompi-devel-4364 first: not blind), then its blind round
 /// (branches blind14 and blind14b: 16 reports collected by two helpers who never ran analyze, scored once
-/// at 17:43 UTC on the final rules; docs/analyze.md, "Session 13, blind round"): 6 of the 9 with the
+/// at 17:43 UTC on the final rules; docs/perf.md, "Session 13, blind round"): 6 of the 9 with the
 /// cause in the log first; the floors are what the held-out set then measures, 34/41 and 98/115.
 /// Raised after the round (not blind: gpfs-verbs-rdma was read when it was scored) to 35/41 and 99/115:
 /// a logger's `err N` after the call is a failure (GPFS's `VERBS RDMA ibv_reg_mr err 12 ...`, which
@@ -57,21 +57,21 @@ use std::process::Command;
 /// then measures, 37/43.
 const MIN_HELD_TOP1_IN_LOG: f64 = 37.0 / 43.0;
 /// Raised to 52/63 after branch l8's two dmabuf rules from the kernel's sources (not blind: written after
-/// the round's misses were read; docs/analyze.md, "after the blind round"). Lowered in session 8 (branch
+/// the round's misses were read; docs/perf.md, "after the blind round"). Lowered in session 8 (branch
 /// b9, 2026-12-07) to what the held-out set measures after five blind reports were added and scored once
-/// (docs/analyze.md, "Session 8, blind"): 54/68 (79.4 %); two of the five first, three not in the first
+/// (docs/perf.md, "Session 8, blind"): 54/68 (79.4 %); two of the five first, three not in the first
 /// three at all. No earlier report lost its rank. Raised to 56/68 (82.4 %) after b9's rules from the
 /// stacks' sources (UCX's mlx5 UMR / indirect-key lines, dmabuf failures no peer-memory evidence) — not
-/// blind: ucx-8218 was read before they were written (docs/analyze.md, "Session 8, after the blind round").
+/// blind: ucx-8218 was read before they were written (docs/perf.md, "Session 8, after the blind round").
 /// Lowered in session 9 (branch a10, 2026-12-07 06:55 UTC) to what the held-out set measures after one blind
-/// report with an established cause was added and scored once (docs/analyze.md, "Session 9, blind"): 56/69
+/// report with an established cause was added and scored once (docs/perf.md, "Session 9, blind"): 56/69
 /// (81.2 %); torchcomms-160 (a DMA-BUF registration refused for the GPU/NIC topology, errno 524) was not in
 /// the first three. No earlier report lost its rank. Raised to 57/69 (82.6 %) after a10's rules (not
-/// blind: torchcomms-160 was read before they were written; docs/analyze.md, "Session 9, after the blind
+/// blind: torchcomms-160 was read before they were written; docs/perf.md, "Session 9, after the blind
 /// round"): a line saying its registration went through DMA-BUF (`useDmaBuf = true`, a dmabuf fd) is a
 /// dmabuf registration, which moved torchcomms-160 to first.
 /// Lowered in session 11 (branch blind11, 2026-12-07 09:50 UTC) to what the held-out set measures after seven
-/// blind reports were added and scored once (docs/analyze.md, "Session 11, blind"): 59/76 (77.6 %); two of the
+/// blind reports were added and scored once (docs/perf.md, "Session 11, blind"): 59/76 (77.6 %); two of the
 /// seven in the first three. No earlier report lost its rank.
 /// Session 12: 78/86 after the session's rules (not blind), then 86/99 with the blind round's 13
 /// reports (8 of 13 in the first three).
@@ -317,7 +317,7 @@ fn corpus_has_at_least_40_reports() {
 
 /// Reports found in session 7 whose thread does not establish a cause (tests/fixtures/real-unknown, same
 /// header format with `## expected: unknown`): not scored for category, only for being recognised at all.
-/// Measured blind on 2026-12-07 (branch n8, docs/analyze.md "Session 7, blind"): 12 of 13 recognised; the
+/// Measured blind on 2026-12-07 (branch n8, docs/perf.md "Session 7, blind"): 12 of 13 recognised; the
 /// one left is Cray MPICH's GNI large-message registration error stack (adios2-902). Session 8 (branch b9)
 /// added three, scored blind: two recognised, Mooncake's Ascend direct transport `Register mem ret:103900.`
 /// not (vllm-ascend-13974): 14 of 16. After b9's entries from MPICH's error-stack format and Mooncake's

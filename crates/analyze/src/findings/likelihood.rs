@@ -33,7 +33,7 @@
 //!   of the 46 found after the first rules) — in every errno class at 10–25 % (EFAULT on GPU memory
 //!   2/12, no errno 7/24, ENOMEM 3/13) — so 0.12–0.2, never above the kernel check the errno names.
 //!   That count includes held-out reports: the held-out figures of this change are after the fact;
-//!   reports collected blind after it (docs/analyze.md, session 11) measure it.
+//!   reports collected blind after it (docs/perf.md, session 11) measure it.
 use super::{is_host_mem, unknown_mem, GroupKey};
 use crate::errno::{self, EACCES, EAGAIN, EFAULT, EINVAL, ENOMEM, EPERM};
 use mrshim_record::MemKind;
