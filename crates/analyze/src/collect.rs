@@ -538,8 +538,11 @@ impl Collector {
         // a failure on a line that names no process waits for the end of the input: the lines of
         // its process may come later, or in another file (the application's stdout saved apart)
         if r.pid.is_none() && !r.ok && r.attempt == 0 && self.pending.len() < MAX_PENDING {
-            if r.evid.is_none() {
-                r.evid = Some((line, clip(text)));
+            match &mut r.evid {
+                None => r.evid = Some((line, clip(text))),
+                // a parser that rewrote the line's text leaves its number to the line it read
+                Some((0, _)) => r.evid.as_mut().unwrap().0 = line,
+                _ => {}
             }
             self.pending.push((r, file, self.order));
             return;
@@ -554,8 +557,9 @@ impl Collector {
     /// Counts a registration (a failure only once [`Collector::first_sighting`] said it is new).
     fn count_reg(&mut self, mut r: RegEv, hid: u32, file: usize, line: u64, text: &str) {
         // evidence text is built only where it is kept
+        // a parser that rewrote the line's text leaves its number to the line it read (0)
         let (eline, etext) = match r.evid.take() {
-            Some((l, t)) => (l, std::borrow::Cow::Owned(t)),
+            Some((l, t)) => (if l == 0 { line } else { l }, std::borrow::Cow::Owned(t)),
             None => (line, std::borrow::Cow::Borrowed(text)),
         };
         let mk = || Evid { file: file.to_string(), line: eline, text: clip(&etext) };

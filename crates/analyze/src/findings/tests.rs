@@ -922,6 +922,10 @@ fn a_crash_in_the_registration_path_is_a_regression() {
     for files in [vec![("dmesg.txt", trace)], vec![("dmesg.txt", trace), ("job.log", app)]] {
         let a = run(&files);
         assert_eq!(cats(&a)[0], "version-mismatch", "{:?}", cats(&a));
+        // the frame is shown once, with its line
+        let ev = &a.findings[0].evidence;
+        assert!(ev.iter().all(|e| e.line > 0), "{ev:?}");
+        assert_eq!(ev.iter().filter(|e| e.text.contains("mlx5_ib_reg_user_mr+")).count(), 1, "{ev:?}");
         assert!(
             a.findings[0].explanation.contains("crashed or warned inside memory registration"),
             "{}",
