@@ -127,3 +127,30 @@ fn colour_only_when_asked_or_on_a_tty() {
     let (_, out, _) = run(&["--color=always".as_ref(), fixture("unknown").as_os_str()], None);
     assert!(out.contains('\x1b'));
 }
+
+/// A failure whose lines name no host, rank or time (a kernel oops pasted alone, an error line without
+/// a frame) tells nothing about who failed first: no "first failure: ? rank ?" in the text, the
+/// report or --json.
+#[test]
+fn a_failure_without_host_or_rank_names_no_first_failure() {
+    let d = tmpdir("nofirst");
+    let log = d.join("oops.txt");
+    std::fs::write(
+        &log,
+        "BUG: kernel NULL pointer dereference, address: 0000000000000268\n\
+         CPU: 0 PID: 310 Comm: ibv_rc_pingpong Not tainted 5.10.19 #1\n\
+         RIP: 0010:ib_umem_get+0x1f5/0x3c0 [ib_uverbs]\n\
+         Call Trace:\n rxe_mr_init_user+0x5b/0x2d0 [rdma_rxe]\n rxe_reg_user_mr+0x6a/0xa0 [rdma_rxe]\n",
+    )
+    .unwrap();
+    let html = d.join("r.html");
+    let (code, out, err) = run(&[log.as_os_str(), "--report".as_ref(), html.as_os_str()], None);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("version-mismatch"), "{out}");
+    assert!(!out.contains("rank ?"), "{out}");
+    let report = std::fs::read_to_string(&html).unwrap();
+    assert!(!report.contains("first failure: <b>?"), "the report names an unknown first failure");
+    let (_, j) = json(&[log.as_os_str()], None);
+    assert!(j["first_failure"].is_null(), "{}", j["first_failure"]);
+    let _ = std::fs::remove_dir_all(&d);
+}

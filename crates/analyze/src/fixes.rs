@@ -94,6 +94,11 @@ pub fn version() -> Vec<String> {
     ])
 }
 
+/// A kernel that crashed or warned inside the registration path (parse/kernel.rs `trace`).
+pub fn kernel_bug() -> String {
+    "the kernel itself failed inside the registration: boot the newest stable kernel of that series (stable updates carry the drivers/infiniband fixes; `uname -r` against the distribution's latest) or the last kernel that worked; if it persists, send the whole trace with `uname -r` and the driver (`ethtool -i`, `modinfo <driver> | head`) to linux-rdma@vger.kernel.org or the distribution's bug tracker".into()
+}
+
 pub fn address() -> Vec<String> {
     v(&[
         "the buffer is not (fully) mapped when registered: check for use after free/munmap and for a length that runs past the allocation (compare with /proc/PID/maps)",

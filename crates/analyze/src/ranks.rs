@@ -132,7 +132,11 @@ impl RankReport {
             .iter()
             .filter_map(|x| x.first_fail.map(|f| (!f.1, f.0, *x)))
             .min_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
-        if let Some((untimed, t, x)) = first {
+        // a failure that names no host, no rank and no time (a kernel line, a pasted error) says
+        // nothing about who failed first: no "? rank ?"
+        if let Some((untimed, t, x)) =
+            first.filter(|(untimed, _, x)| !x.host.is_empty() || x.rank.is_some() || !untimed)
+        {
             r.first_failure = Some(rref(x));
             r.first_failure_ns = (!untimed).then_some(t);
         }

@@ -690,6 +690,9 @@ pub(super) fn version_mismatch<'a>(v: &View<'a>) -> Cand<'a> {
         c.groups = v.fails.clone();
     }
     c.fixes = fixes::version();
+    if v.flag(Flag::RegPathCrash).is_some() {
+        c.fixes.insert(0, fixes::kernel_bug());
+    }
     if !host_reg.is_empty() {
         c.fixes.insert(0, "UCX: turn its memory-type cache off (`UCX_MEMTYPE_CACHE=n`) and use a UCX release whose memory-type detection knows your allocator (`ucx_info -v`); `ucx_info -d | grep -i cuda` must list cuda_copy".into());
     }

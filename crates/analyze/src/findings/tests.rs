@@ -922,6 +922,7 @@ fn a_crash_in_the_registration_path_is_a_regression() {
     for files in [vec![("dmesg.txt", trace)], vec![("dmesg.txt", trace), ("job.log", app)]] {
         let a = run(&files);
         assert_eq!(cats(&a)[0], "version-mismatch", "{:?}", cats(&a));
+        assert!(a.findings[0].fixes[0].contains("newest stable kernel"), "{:?}", a.findings[0].fixes);
         // the frame is shown once, with its line
         let ev = &a.findings[0].evidence;
         assert!(ev.iter().all(|e| e.line > 0), "{ev:?}");

@@ -116,6 +116,9 @@ const BUG_HEADERS: &[&str] = &[
 /// `warn_alloc`) or the OOM killer — memory ran out inside the call, the cause is the memory.
 const NOT_BUG_HEADERS: &[&str] = &["page allocation failure", "invoked oom-killer", "Out of memory"];
 
+/// Every kernel report's header, bug or not (the parser's prefilter lets their lines through).
+pub const REPORT_HEADERS: [&[&str]; 2] = [BUG_HEADERS, NOT_BUG_HEADERS];
+
 /// Functions of the memory registration path, as call-trace frames name them (drivers/infiniband/
 /// core/umem.c, umem_dmabuf.c, umem_odp.c, uverbs_cmd.c, uverbs_std_types_mr.c; each provider's
 /// reg_user_mr / reg_user_mr_dmabuf: hw/mlx5/mr.c, hw/mlx4/mr.c, sw/rxe/rxe_mr.c and rxe_verbs.c,

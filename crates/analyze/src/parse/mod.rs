@@ -254,29 +254,11 @@ const NEEDLES: &[&str] = &[
     "hugepage",
     "HOST_MEMORY",
     "work buf",
-    // kernel reports and their call traces (kernel.rs `trace`), development releases (facts.rs),
-    // regressions told (prose.rs)
+    // kernel call traces (kernel.rs `trace`; the reports' headers are kernel::REPORT_HEADERS),
+    // development releases (facts.rs), regressions told (prose.rs)
     "+0x",
-    "Oops",
-    "BUG:",
-    "kernel BUG",
-    "WARNING:",
     "Call Trace",
-    "cut here",
-    "general protection fault",
-    "nable to handle kernel",
-    "Kernel panic",
-    "soft lockup",
-    "hard LOCKUP",
-    "blocked for more than",
-    "KASAN:",
-    "UBSAN:",
-    "refcount_t:",
-    "corruption",
     "end trace",
-    "page allocation failure",
-    "oom-killer",
-    "Out of memory",
     "tainted",
     "Tainted",
     "-rc",
@@ -299,7 +281,13 @@ impl Default for Parser {
     fn default() -> Self {
         let pre = AhoCorasick::builder()
             .kind(Some(aho_corasick::AhoCorasickKind::DFA))
-            .build(NEEDLES.iter().map(|s| s.to_string()).chain(tried::needles()))
+            .build(
+                NEEDLES
+                    .iter()
+                    .chain(kernel::REPORT_HEADERS.iter().copied().flatten())
+                    .map(|s| s.to_string())
+                    .chain(tried::needles()),
+            )
             .expect("static patterns");
         Parser {
             pre,
