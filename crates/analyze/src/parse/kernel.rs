@@ -119,6 +119,9 @@ const NOT_BUG_HEADERS: &[&str] = &["page allocation failure", "invoked oom-kille
 /// Every kernel report's header, bug or not (the parser's prefilter lets their lines through).
 pub const REPORT_HEADERS: [&[&str]; 2] = [BUG_HEADERS, NOT_BUG_HEADERS];
 
+/// What a kernel report's other lines carry: a frame's offset, the release line, its end.
+pub const TRACE_WORDS: [&str; 3] = ["+0x", "ainted", "end trace"];
+
 /// Functions of the memory registration path, as call-trace frames name them (drivers/infiniband/
 /// core/umem.c, umem_dmabuf.c, umem_odp.c, uverbs_cmd.c, uverbs_std_types_mr.c; each provider's
 /// reg_user_mr / reg_user_mr_dmabuf: hw/mlx5/mr.c, hw/mlx4/mr.c, sw/rxe/rxe_mr.c and rxe_verbs.c,
@@ -184,9 +187,8 @@ fn tainted_release(line: &str) -> Option<&str> {
 /// of its call trace. A bug report whose trace runs through the registration path is a kernel bug
 /// in that path ([`Flag::RegPathCrash`]), and stands for the registration it broke.
 pub fn trace(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool {
-    // one pass: most lines are none of a kernel report's
-    const ANY: [&str; 3] = ["+0x", "ainted", "end trace"];
-    if !crate::scan::any_of!(line, ANY)
+    // most lines are none of a kernel report's (the caller's `may_tell_a_regression` gate)
+    if !crate::scan::any_of!(line, TRACE_WORDS)
         && !crate::scan::any_of!(line, BUG_HEADERS)
         && !crate::scan::any_of!(line, NOT_BUG_HEADERS)
     {

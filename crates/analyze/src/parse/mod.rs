@@ -277,6 +277,21 @@ const NEEDLES: &[&str] = &[
     "worked",
 ];
 
+/// Whether a line holds a word that [`facts::read_dev_release`], [`prose::regression_told`] or
+/// [`kernel::trace`] starts from (a superset: each still checks its own).
+fn may_tell_a_regression(line: &str) -> bool {
+    static AC: std::sync::LazyLock<AhoCorasick> = std::sync::LazyLock::new(|| {
+        let words: Vec<&str> = ["-rc", "next-20", "Fixes: "]
+            .into_iter()
+            .chain(prose::REGRESSION_WORDS)
+            .chain(kernel::TRACE_WORDS)
+            .chain(kernel::REPORT_HEADERS.into_iter().flatten().copied())
+            .collect();
+        crate::scan::one_pass(&words)
+    });
+    AC.is_match(line)
+}
+
 impl Default for Parser {
     fn default() -> Self {
         let pre = AhoCorasick::builder()
@@ -441,12 +456,16 @@ impl Parser {
         }
         // a kernel report's lines (its header, the frames of its call trace) before any reader that
         // takes a frame naming a registration call for a failure of that call
-        facts::read_dev_release(body, ctx, emit);
-        if prose::regression_told(body) {
-            emit(Event::fact(Lib::Text, ctx.host.as_deref(), None, Fact::Flag(Flag::RegressionTold)));
-        }
-        if kernel::trace(line, ctx, emit) {
-            return true;
+        // development releases, regressions told, kernel reports: one pass says whether the line
+        // holds any word they start from (failure lines hold none)
+        if may_tell_a_regression(line) {
+            facts::read_dev_release(body, ctx, emit);
+            if prose::regression_told(body) {
+                emit(Event::fact(Lib::Text, ctx.host.as_deref(), None, Fact::Flag(Flag::RegressionTold)));
+            }
+            if kernel::trace(line, ctx, emit) {
+                return true;
+            }
         }
         generic::note_context(body, ctx);
         if vocab::parse(f, ctx, lineno, line, emit) {
@@ -487,5 +506,43 @@ impl Parser {
             generic::flush(c, emit);
             perftest::flush(c, emit);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The one-pass gate lets through every line its three readers take: a development release, a
+    /// regression told, a kernel report's header, frame or release line.
+    #[test]
+    fn the_regression_gate_passes_what_its_readers_take() {
+        let lines = [
+            "Linux version 5.10.0-rc1+ (root@build) (gcc 10.2.0) #3 SMP",
+            "fails on v5.10-rc4 with EINVAL",
+            "tested on next-20201016",
+            "Fixes: 0c16d9635e3a (\"RDMA/umem: Move to allocate SG table from pages\")",
+            "git bisect points at the umem rework",
+            "The first bad commit is 0c16d9635e3a",
+            "This is a regression since 5.9.",
+            "It broke since commit 0c16d9635e3a.",
+            "[ 1203.441130] WARNING: CPU: 12 PID: 5521 at drivers/infiniband/hw/mlx5/mr.c:1042",
+            "BUG: kernel NULL pointer dereference, address: 0000000000000268",
+            "ib_write_bw: page allocation failure: order:10",
+            "RIP: 0010:ib_umem_get+0x1f5/0x3c0 [ib_uverbs]",
+            "CPU: 0 PID: 310 Comm: ibv_rc_pingpong Not tainted 5.10.19 #1",
+        ];
+        for l in lines {
+            // a header alone changes the reader's state (the report its frames belong to)
+            let mut ctx = FileCtx::default();
+            let read = facts::dev_release(l).is_some()
+                || prose::regression_told(l)
+                || kernel::trace(l, &mut ctx, &mut |_| {})
+                || ctx.ktrace != kernel::KTrace::None;
+            assert!(read, "no reader takes {l:?}: the test's line is wrong");
+            assert!(may_tell_a_regression(l), "the gate drops {l:?}");
+        }
+        let failure = "node0001:10005:10005 [3] misc/ibvwrap.cc:188 NCCL WARN Call to ibv_reg_mr_iova2 failed with error Invalid argument";
+        assert!(!may_tell_a_regression(failure));
     }
 }

@@ -192,6 +192,9 @@ fn asks_or_documents(t: &str) -> bool {
 /// "bisected to"), a commit's `Fixes:` tag (Documentation/process/submitting-patches.rst: `Fixes:`
 /// and 12+ hex digits), "regression"/"regressed", "since commit ...". Not: regression tests or
 /// suites, statistics' regressions (linear, logistic), a regression denied, a question or advice.
+/// The words a regression told in prose starts from (besides a `Fixes: ` trailer).
+pub const REGRESSION_WORDS: [&str; 4] = ["egress", "isect", "first bad commit", "since commit"];
+
 pub fn regression_told(line: &str) -> bool {
     let t = line.trim().trim_start_matches(['-', '*', '+', '>', ' ', '|']);
     // the trailer of a commit message: `Fixes: 0c16d9635e3a ("RDMA/umem: Move to allocate SG table from pages")`
@@ -199,8 +202,7 @@ pub fn regression_told(line: &str) -> bool {
         let hex = r.bytes().take_while(|b| b.is_ascii_hexdigit()).count();
         return hex >= 8 && r[hex..].trim_start().starts_with("(\"");
     }
-    const GATE: [&str; 4] = ["egress", "isect", "first bad commit", "since commit"];
-    let gate = crate::scan::any_of!(line, GATE);
+    let gate = crate::scan::any_of!(line, REGRESSION_WORDS);
     if line.len() > 2048 || !gate {
         return false;
     }
