@@ -531,6 +531,10 @@ impl Collector {
     }
 
     fn add_reg(&mut self, mut r: RegEv, file: usize, line: u64, text: &str) {
+        // a parser that rewrote the line's text leaves its number (0) to the line it read
+        if let Some((l @ 0, _)) = &mut r.evid {
+            *l = line;
+        }
         // the access mask says whether relaxed ordering was asked for (UCX prints `access=0x10000f`)
         if r.relaxed.is_none() {
             r.relaxed = r.access.map(|a| a & mrshim_access::RELAXED_ORDERING != 0);
@@ -538,11 +542,8 @@ impl Collector {
         // a failure on a line that names no process waits for the end of the input: the lines of
         // its process may come later, or in another file (the application's stdout saved apart)
         if r.pid.is_none() && !r.ok && r.attempt == 0 && self.pending.len() < MAX_PENDING {
-            match &mut r.evid {
-                None => r.evid = Some((line, clip(text))),
-                // a parser that rewrote the line's text leaves its number to the line it read
-                Some((0, _)) => r.evid.as_mut().unwrap().0 = line,
-                _ => {}
+            if r.evid.is_none() {
+                r.evid = Some((line, clip(text)));
             }
             self.pending.push((r, file, self.order));
             return;
@@ -557,9 +558,8 @@ impl Collector {
     /// Counts a registration (a failure only once [`Collector::first_sighting`] said it is new).
     fn count_reg(&mut self, mut r: RegEv, hid: u32, file: usize, line: u64, text: &str) {
         // evidence text is built only where it is kept
-        // a parser that rewrote the line's text leaves its number to the line it read (0)
         let (eline, etext) = match r.evid.take() {
-            Some((l, t)) => (if l == 0 { line } else { l }, std::borrow::Cow::Owned(t)),
+            Some((l, t)) => (l, std::borrow::Cow::Owned(t)),
             None => (line, std::borrow::Cow::Borrowed(text)),
         };
         let mk = || Evid { file: file.to_string(), line: eline, text: clip(&etext) };
