@@ -254,41 +254,24 @@ const NEEDLES: &[&str] = &[
     "hugepage",
     "HOST_MEMORY",
     "work buf",
-    // kernel call traces (kernel.rs `trace`; the reports' headers are kernel::REPORT_HEADERS),
-    // development releases (facts.rs), regressions told (prose.rs)
-    "+0x",
+    // a kernel report's call trace (its other words: `regression_words`)
     "Call Trace",
-    "end trace",
-    "tainted",
-    "Tainted",
-    "-rc",
-    "next-20",
-    "bisect",
-    "Bisect",
-    "first bad commit",
-    "Fixes:",
-    "regress",
-    "Regress",
-    "since commit",
-    // versions side by side (tried.rs `version_contrast`)
-    "kernel",
-    "Kernel",
-    "works",
-    "worked",
 ];
 
-/// Whether a line holds a word that [`facts::read_dev_release`], [`prose::regression_told`] or
-/// [`kernel::trace`] starts from (a superset: each still checks its own).
+/// The words [`facts::read_dev_release`], [`prose::regression_told`] and [`kernel::trace`] start
+/// from (a superset: each still checks its own): the prefilter's and the gate's.
+fn regression_words() -> impl Iterator<Item = &'static str> {
+    ["-rc", "next-20", "Fixes: "]
+        .into_iter()
+        .chain(prose::REGRESSION_WORDS)
+        .chain(kernel::TRACE_WORDS)
+        .chain(kernel::REPORT_HEADERS.into_iter().flatten().copied())
+}
+
+/// Whether a line holds one of the [`regression_words`], in one pass.
 fn may_tell_a_regression(line: &str) -> bool {
-    static AC: std::sync::LazyLock<AhoCorasick> = std::sync::LazyLock::new(|| {
-        let words: Vec<&str> = ["-rc", "next-20", "Fixes: "]
-            .into_iter()
-            .chain(prose::REGRESSION_WORDS)
-            .chain(kernel::TRACE_WORDS)
-            .chain(kernel::REPORT_HEADERS.into_iter().flatten().copied())
-            .collect();
-        crate::scan::one_pass(&words)
-    });
+    static AC: std::sync::LazyLock<AhoCorasick> =
+        std::sync::LazyLock::new(|| crate::scan::one_pass(&regression_words().collect::<Vec<_>>()));
     AC.is_match(line)
 }
 
@@ -296,13 +279,7 @@ impl Default for Parser {
     fn default() -> Self {
         let pre = AhoCorasick::builder()
             .kind(Some(aho_corasick::AhoCorasickKind::DFA))
-            .build(
-                NEEDLES
-                    .iter()
-                    .chain(kernel::REPORT_HEADERS.iter().copied().flatten())
-                    .map(|s| s.to_string())
-                    .chain(tried::needles()),
-            )
+            .build(NEEDLES.iter().copied().chain(regression_words()).map(String::from).chain(tried::needles()))
             .expect("static patterns");
         Parser {
             pre,

@@ -300,7 +300,9 @@ const NODES: &[&str] = &[
 /// Words the format parsers' prefilter (parse/mod.rs NEEDLES, case-sensitive) must let through for
 /// this reader: every topic and node word as written, capitalised and in capitals.
 pub fn needles() -> impl Iterator<Item = String> {
-    CONTRASTS.iter().flat_map(|r| r.topic.iter()).chain(NODES).flat_map(|w| {
+    // two versions side by side ([`version_contrast`]) name no topic
+    const VERSIONS: [&str; 3] = ["kernel", "works", "worked"];
+    CONTRASTS.iter().flat_map(|r| r.topic.iter()).chain(NODES).chain(&VERSIONS).flat_map(|w| {
         let mut c = w.chars();
         let cap = c.next().map(|f| f.to_uppercase().collect::<String>() + c.as_str()).unwrap_or_default();
         [w.to_string(), cap, w.to_uppercase()]
