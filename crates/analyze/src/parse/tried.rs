@@ -330,7 +330,11 @@ fn gate(line: &str) -> bool {
     if topic {
         return OUTCOMES.is_match(line);
     }
-    line.contains('.') && OUTCOMES.is_match(line) && versions(line) >= 2
+    // two versions side by side: [`version_contrast`] needs a word that it worked (most failure
+    // lines have a fail word and dotted numbers, none of these)
+    static WORKED: LazyLock<AhoCorasick> =
+        LazyLock::new(|| build(WORKS.iter().chain(&["ok", "good"]).copied().collect()));
+    line.contains('.') && WORKED.is_match(line) && versions(line) >= 2
 }
 
 /// The words [`gate`] needs one of before the outcomes: the contrasts' topics, the node words and
@@ -686,9 +690,10 @@ fn sentence(s: &str) -> Vec<Flag> {
             }
         }
         // two rows of one topic (dmabuf off, dmabuf on): the first that names it
-        let mut topics: Vec<*const [&str]> = Vec::new();
+        // (compared by value: two equal literals need not share an address)
+        let mut topics: Vec<&[&str]> = Vec::new();
         named.retain(|&i| {
-            let t: *const [&str] = CONTRASTS[i].topic;
+            let t = CONTRASTS[i].topic;
             let first = !topics.contains(&t);
             topics.push(t);
             first
