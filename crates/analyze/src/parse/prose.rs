@@ -202,8 +202,7 @@ pub fn regression_told(line: &str) -> bool {
         let hex = r.bytes().take_while(|b| b.is_ascii_hexdigit()).count();
         return hex >= 8 && r[hex..].trim_start().starts_with("(\"");
     }
-    let gate = crate::scan::any_of!(line, REGRESSION_WORDS);
-    if line.len() > 2048 || !gate {
+    if line.len() > 2048 || !crate::scan::any_of!(line, REGRESSION_WORDS) {
         return false;
     }
     marked_sentences(line).any(|s| {

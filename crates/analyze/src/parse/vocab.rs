@@ -724,7 +724,11 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
     let lib = e.lib.as_deref().and_then(lib_named).or_else(|| generic::lib_hint(body)).or(ctx.lib_hint);
     let zero = fields.length == Some(0);
     let mut flags: Vec<Flag> = e.flags.iter().filter_map(|n| flag_named(n)).collect();
-    flags.extend(also.into_iter().filter(|f| !e.flags.iter().any(|n| flag_named(n) == Some(*f))));
+    for f in also {
+        if !flags.contains(&f) {
+            flags.push(f);
+        }
+    }
     if zero {
         // an empty range is an invalid request, not a size the device refused
         flags.retain(|f| *f != Flag::MrSizeExceeded);
