@@ -12,7 +12,11 @@
 //! ucx_perftest, rping, fi_pingpong, pyverbs and Mooncake refused for the memlock limit (uid 65534,
 //! or root without CAP_IPC_LOCK, with a small `ulimit -l`), and pyverbs for REMOTE_WRITE without
 //! LOCAL_WRITE, ON_DEMAND (no ODP in 6.1's rxe), dma-buf (none in rxe's provider) and a read-only
-//! mapping registered writable — each cell's stdout and stderr alone, its cause first.
+//! mapping registered writable — each cell's stdout and stderr alone, its cause first. A second
+//! VM boots the same kernel's soft-iWARP (`siw0`, `--provider siw`): the registration table's
+//! `siw0` column, `mrshim doctor`'s memlock verdict against the kernel's answer in both VMs (siw
+//! honours RLIMIT_MEMLOCK for root with CAP_IPC_LOCK, rxe does not), and analyze on programs'
+//! own output from the registrations only siw refuses.
 //!
 //! Every test here is `#[ignore]`d: `cargo test --workspace` never boots a VM. `scripts/test`
 //! runs them (`cargo test --workspace --test kernel_tier -- --ignored`) after scripts/install-deps prepared
@@ -33,9 +37,10 @@ const OUT_VAR: &str = "MRSHIM_KERNEL_TIER_OUT";
 /// "no result").
 const ONLY_VAR: &str = "MRSHIM_KERNEL_TIER_ONLY";
 
-/// The guest's results: check name → (passed, seconds, detail).
+/// The guests' results: check name → (passed, seconds, detail); the VMs that failed.
 struct Tier {
     results: BTreeMap<String, (bool, f64, String)>,
+    errors: Vec<String>,
 }
 
 fn tier() -> &'static Result<Tier, String> {
@@ -76,51 +81,70 @@ fn tier() -> &'static Result<Tier, String> {
                 allreduce.display()
             ));
         }
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/rdma-vm");
-        let t0 = Instant::now();
-        let o = cmd(&script)
-            .args(["--verbose", "--timeout", "900", "--rw"])
-            .arg(&out)
-            .arg("--")
-            .arg(std::env::current_exe().unwrap())
-            .args(["guest_half", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
-            .env(OUT_VAR, &out)
-            .env(ONLY_VAR, std::env::var(ONLY_VAR).unwrap_or_default())
-            .output()
-            .expect("spawn scripts/rdma-vm");
-        let secs = t0.elapsed().as_secs_f64();
-        let (so, se) = (stdout(&o), stderr(&o));
-        std::fs::write(out.join("vm.stdout"), &so).unwrap();
-        std::fs::write(out.join("vm.stderr"), &se).unwrap();
-        let text = std::fs::read_to_string(out.join("results.txt")).unwrap_or_default();
+        // each provider's VM in turn; a VM that failed leaves its checks without a result, and
+        // they fail with its error
         let mut results = BTreeMap::new();
-        for l in text.lines() {
-            let f: Vec<&str> = l.splitn(4, '|').collect();
-            if f.len() == 4 {
-                results
-                    .insert(f[1].to_string(), (f[0] == "PASS", f[2].parse().unwrap_or(0.0), f[3].replace("\\n", "\n")));
-            }
+        let errors: Vec<String> = ["rxe", "siw"].iter().filter_map(|p| boot(&out, p, &mut results).err()).collect();
+        if results.is_empty() {
+            return Err(errors.join("\n"));
         }
-        eprintln!(
-            "kernel tier: VM run {secs:.0} s ({}); results in {}",
-            se.lines().last().unwrap_or(""),
-            out.display()
-        );
         for (name, (ok, s, _)) in &results {
             eprintln!("kernel tier: {} {name} {s:.1} s", if *ok { "PASS" } else { "FAIL" });
         }
-        if results.is_empty() || !o.status.success() && !results.values().any(|r| !r.0) {
-            return Err(format!("scripts/rdma-vm failed ({}) after {secs:.0} s:\n{so}\n{se}", o.status));
-        }
-        Ok(Tier { results })
+        Ok(Tier { results, errors })
     })
+}
+
+/// One VM with `provider`'s device (scripts/rdma-vm --provider) running this binary's
+/// `guest_half`, which writes `results-<provider>.txt`; its lines go into `results`.
+fn boot(out: &Path, provider: &str, results: &mut BTreeMap<String, (bool, f64, String)>) -> Result<(), String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/rdma-vm");
+    let t0 = Instant::now();
+    let o = cmd(&script)
+        .args(["--provider", provider, "--verbose", "--timeout", "900", "--rw"])
+        .arg(out)
+        .arg("--")
+        .arg(std::env::current_exe().unwrap())
+        .args(["guest_half", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .env(OUT_VAR, out)
+        .env(ONLY_VAR, std::env::var(ONLY_VAR).unwrap_or_default())
+        .output()
+        .expect("spawn scripts/rdma-vm");
+    let secs = t0.elapsed().as_secs_f64();
+    let (so, se) = (stdout(&o), stderr(&o));
+    std::fs::write(out.join(format!("vm-{provider}.stdout")), &so).unwrap();
+    std::fs::write(out.join(format!("vm-{provider}.stderr")), &se).unwrap();
+    let text = std::fs::read_to_string(out.join(format!("results-{provider}.txt"))).unwrap_or_default();
+    let before = results.len();
+    let mut failed = false;
+    for l in text.lines() {
+        let f: Vec<&str> = l.splitn(4, '|').collect();
+        if f.len() == 4 {
+            failed |= f[0] != "PASS";
+            results.insert(f[1].to_string(), (f[0] == "PASS", f[2].parse().unwrap_or(0.0), f[3].replace("\\n", "\n")));
+        }
+    }
+    eprintln!(
+        "kernel tier: {provider} VM run {secs:.0} s ({}); results in {}",
+        se.lines().last().unwrap_or(""),
+        out.display()
+    );
+    if results.len() == before || !o.status.success() && !failed {
+        return Err(format!(
+            "scripts/rdma-vm --provider {provider} failed ({}) after {secs:.0} s:\n{so}\n{se}",
+            o.status
+        ));
+    }
+    Ok(())
 }
 
 fn assert_check(name: &str) {
     let t = tier().as_ref().unwrap_or_else(|e| panic!("the kernel tier did not run: {e}"));
-    let (ok, _, detail) =
-        t.results.get(name).unwrap_or_else(|| panic!("no result for {name}: the guest stopped early"));
-    assert!(ok, "{name} on rxe0:\n{detail}");
+    let (ok, _, detail) = t
+        .results
+        .get(name)
+        .unwrap_or_else(|| panic!("no result for {name}: the guest stopped early\n{}", t.errors.join("\n")));
+    assert!(ok, "{name}:\n{detail}");
 }
 
 macro_rules! kernel_checks {
@@ -151,11 +175,16 @@ kernel_checks!(
     allreduce_dlvsym_memlock_as_non_root_rescued,
     allreduce_dlvsym_through_bounce_buffers,
     regmr_table_matches_the_kernel_column,
+    doctor_says_memlock_is_not_enforced_on_rxe,
     pyverbs,
     pyverbs_shim,
     bounce_checker_programs_byte_exact_on_rxe,
     analyze_reads_the_kernels_answers,
     analyze_reads_the_stacks_own_output_on_rxe,
+    devinfo_shows_siw0_port_active,
+    regmr_table_matches_the_siw0_column,
+    doctor_says_memlock_is_enforced_on_siw,
+    analyze_reads_the_stacks_own_output_on_siw,
 );
 
 /// The half that runs inside the VM (scripts/rdma-vm passes this process's environment on,
@@ -164,10 +193,11 @@ kernel_checks!(
 #[ignore = "the guest half of the kernel tier: runs inside scripts/rdma-vm"]
 fn guest_half() {
     let Some(out) = std::env::var_os(OUT_VAR) else { return };
-    if !Path::new("/sys/class/infiniband/rxe0").exists() {
-        return;
+    for provider in ["rxe", "siw"] {
+        if Path::new(&format!("/sys/class/infiniband/{provider}0")).exists() {
+            guest::run(Path::new(&out), provider);
+        }
     }
-    guest::run(Path::new(&out));
 }
 
 mod guest {
@@ -191,9 +221,9 @@ mod guest {
 
     type Check = fn(&Ctx) -> Result<String, String>;
 
-    pub fn run(out: &Path) {
-        let ktrace = ktrace::setup();
-        let checks: &[(&str, Check)] = &[
+    pub fn run(out: &Path, provider: &str) {
+        let ktrace = ktrace::setup(provider);
+        let rxe: &[(&str, Check)] = &[
             ("devinfo_shows_rxe0_port_active", devinfo),
             ("rc_pingpong", |c| rc_pingpong(c, false)),
             ("rc_pingpong_shim", |c| rc_pingpong(c, true)),
@@ -210,14 +240,22 @@ mod guest {
             ("allreduce_dlvsym_injected_failure_rescued", |c| allreduce(c, Allreduce::Rescue)),
             ("allreduce_dlvsym_memlock_as_non_root_rescued", allreduce_memlock),
             ("allreduce_dlvsym_through_bounce_buffers", |c| allreduce(c, Allreduce::Bounce)),
-            ("regmr_table_matches_the_kernel_column", regmr_table),
+            ("regmr_table_matches_the_kernel_column", |c| regmr_table_on(c, "rxe0")),
+            ("doctor_says_memlock_is_not_enforced_on_rxe", doctor_memlock),
             ("pyverbs", |c| pyverbs(c, false)),
             ("pyverbs_shim", |c| pyverbs(c, true)),
             ("bounce_checker_programs_byte_exact_on_rxe", bounce_programs),
             ("analyze_reads_the_kernels_answers", analyze_kernel_answers),
             ("analyze_reads_the_stacks_own_output_on_rxe", output_matrix),
         ];
-        let mut results = std::fs::File::create(out.join("results.txt")).unwrap();
+        let siw: &[(&str, Check)] = &[
+            ("devinfo_shows_siw0_port_active", devinfo_siw),
+            ("regmr_table_matches_the_siw0_column", |c| regmr_table_on(c, "siw0")),
+            ("doctor_says_memlock_is_enforced_on_siw", doctor_memlock),
+            ("analyze_reads_the_stacks_own_output_on_siw", output_matrix_siw),
+        ];
+        let checks = if provider == "siw" { siw } else { rxe };
+        let mut results = std::fs::File::create(out.join(format!("results-{provider}.txt"))).unwrap();
         let only = std::env::var(ONLY_VAR).unwrap_or_default();
         for (name, f) in checks.iter().filter(|(n, _)| n.contains(&only)) {
             let dir = out.join(name);
@@ -332,6 +370,53 @@ mod guest {
             }
         }
         Ok(out)
+    }
+
+    /// siw0: an iWARP device (soft-iWARP over TCP on the guest's dummy interface).
+    fn devinfo_siw(_: &Ctx) -> Result<String, String> {
+        let o = timeout(30, "ibv_devinfo").args(["-d", "siw0"]).output().unwrap();
+        ok(&o, "ibv_devinfo")?;
+        let out = stdout(&o);
+        for want in ["hca_id:\tsiw0", "transport:\t\t\tiWARP (1)", "PORT_ACTIVE (4)"] {
+            if !out.contains(want) {
+                return Err(format!("no {want:?} in:\n{out}"));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Root (CAP_IPC_LOCK kept) with a soft `ulimit -l 64`: `mrshim doctor --json`'s memlock
+    /// verdict against the kernel's own answer to a 1 MiB registration (tests/c/pyverbs_reg.py)
+    /// from the same limits. The claim of docs/doctor.md checked on the real kernel: rxe pins
+    /// through ib_umem_get, which skips RLIMIT_MEMLOCK for CAP_IPC_LOCK ("not enforced", ok); siw
+    /// pins with its own check, which the capability does not lift (enforced: the limit fails).
+    fn doctor_memlock(_: &Ctx) -> Result<String, String> {
+        let root = |prog: &str| {
+            let mut c = timeout(60, "sh");
+            c.arg("-c").arg("ulimit -S -l 64 && exec \"$@\"").args(["sh", prog]);
+            c
+        };
+        let o = root(mrshim_bin().to_str().unwrap()).args(["doctor", "--json"]).output().unwrap();
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o))
+            .map_err(|e| format!("doctor --json: {e}\n{}{}", stdout(&o), stderr(&o)))?;
+        let check = v["checks"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["id"] == "memlock"))
+            .cloned()
+            .ok_or_else(|| format!("no memlock check in:\n{v}"))?;
+        let reg = root(pyverbs::PYTHON).arg(src_c("pyverbs_reg.py")).output().unwrap();
+        let registered = reg.status.success();
+        let (status, enforced_by) = (check["status"].as_str().unwrap_or("-"), &check["raw"]["enforced_by"]);
+        let detail = format!(
+            "doctor: {status} ({}), enforced_by {enforced_by}; the kernel: 1 MiB under a 64 KiB limit as root {}",
+            check["value"].as_str().unwrap_or("-"),
+            if registered { "registered".to_string() } else { format!("refused:\n{}", text(&reg)) }
+        );
+        let said_not_enforced = status == "ok";
+        if said_not_enforced != registered {
+            return Err(format!("doctor's verdict disagrees with the kernel: {detail}"));
+        }
+        Ok(detail)
     }
 
     /// Server and client of a perftest-style tool on TCP `-p PORT` (client: `127.0.0.1` first,
@@ -565,15 +650,14 @@ mod guest {
 
     /// tests/c/regmr_table as root (and its memlock cases as root dropping to uid 65534 in a
     /// child) against the fixture's rxe0 column.
-    fn regmr_table(ctx: &Ctx) -> Result<String, String> {
-        let o =
-            timeout(120, ctx.bin.join("regmr_table").to_str().unwrap()).args(["--device", "rxe0"]).output().unwrap();
+    fn regmr_table_on(ctx: &Ctx, dev: &str) -> Result<String, String> {
+        let o = timeout(120, ctx.bin.join("regmr_table").to_str().unwrap()).args(["--device", dev]).output().unwrap();
         ok(&o, "regmr_table")?;
         let got = stdout(&o);
-        std::fs::write(ctx.dir.join("rxe0.txt"), &got).unwrap();
+        std::fs::write(ctx.dir.join(format!("{dev}.txt")), &got).unwrap();
         // which answers came from the kernel (uverbs_reg ret=-errno) and which from rdma-core
         std::fs::write(ctx.dir.join("kernel-trace.txt"), ktrace::take()).unwrap();
-        regmr_compare(&got, "rxe0").map(|n| format!("{n} cases as in the fixture\n{got}"))
+        regmr_compare(&got, dev).map(|n| format!("{n} cases as in the fixture\n{got}"))
     }
 
     /// rdma-core's own tests on rxe0 with the simulator's runner (tests/shim_util/pyverbs.rs):
@@ -919,6 +1003,47 @@ mod guest {
     /// its file and `mrshim analyze` reads only that: its first finding must be the cause, and
     /// the kernel's uverbs must have answered the cell's errno (kprobe), so the cause is the
     /// kernel's, not made up.
+    /// As root, CAP_IPC_LOCK kept, soft `ulimit -l KIB`: the case only siw refuses.
+    fn root_limited(kib: u32, prog: &str) -> Command {
+        let mut c = timeout(30, "sh");
+        c.arg("-c").arg(format!("ulimit -S -l {kib} && exec \"$@\"")).args(["sh", prog]);
+        c
+    }
+
+    /// siw: the stacks' own output when root's registrations hit the memlock limit that
+    /// CAP_IPC_LOCK lifts on every other provider here — analyze must still name the limit.
+    fn output_matrix_siw(ctx: &Ctx) -> Result<String, String> {
+        use Job::Run;
+        let cell = |stack, cause, how, kernel, job| Cell { stack, cause, how, kernel, within: 1, job };
+        let cells = [
+            cell(
+                "pyverbs",
+                "memlock-limit",
+                "root +IPC_LOCK, ulimit -l 64",
+                libc::ENOMEM,
+                Run(|_| {
+                    let mut c = root_limited(64, pyverbs::PYTHON);
+                    c.arg(src_c("pyverbs_reg.py"));
+                    text(&c.output().unwrap())
+                }),
+            ),
+            cell(
+                "rping",
+                "memlock-limit",
+                "root +IPC_LOCK, ulimit -l 8",
+                libc::ENOMEM,
+                Run(|_| {
+                    let p = free_port().to_string();
+                    let (mut s, mut c) = (root_limited(8, "rping"), root_limited(8, "rping"));
+                    s.args(["-s", "-a", "169.254.78.1", "-p", &p, "-C", "2", "-V"]);
+                    c.args(["-c", "-a", "169.254.78.1", "-p", &p, "-C", "2", "-V"]);
+                    job(&mut s, &mut c, &wait_cm_listen)
+                }),
+            ),
+        ];
+        run_cells(ctx, &cells)
+    }
+
     fn output_matrix(ctx: &Ctx) -> Result<String, String> {
         use Job::{Pyverbs, Run};
         let cell = |stack, cause, how, kernel, job| Cell { stack, cause, how, kernel, within: 1, job };
@@ -938,6 +1063,14 @@ mod guest {
             cell("pyverbs", "odp-unsupported", "ON_DEMAND", libc::EINVAL, Pyverbs("odp")),
             cell("pyverbs", "dmabuf-unsupported", "DmaBufMR (a memfd)", 0, Pyverbs("memfd")),
         ];
+        run_cells(ctx, &cells)
+    }
+
+    /// Runs `cells` (their pyverbs modes in one batch), then `mrshim analyze --json` on each
+    /// cell's output: a table row per cell; an error when a cause is not where the cell wants it,
+    /// nothing failed, or the kernel did not answer the cell's errno.
+    fn run_cells(ctx: &Ctx, cells: &[Cell]) -> Result<String, String> {
+        use Job::{Pyverbs, Run};
         let modes: Vec<&str> =
             cells.iter().filter_map(|c| if let Pyverbs(m) = c.job { Some(m) } else { None }).collect();
         let t0 = Instant::now();
@@ -1009,7 +1142,8 @@ mod guest {
     }
 
     /// The kernel's own view of registrations: kprobes on the uverbs command handlers (every
-    /// call that reached the kernel, with its result) and on rxe's reg/dereg (arguments, lkey).
+    /// call that reached the kernel, with its result) and, on rxe, on its reg/dereg (arguments,
+    /// lkey).
     pub mod ktrace {
         use super::*;
 
@@ -1021,8 +1155,14 @@ r:mrshim/uverbs_dmabuf ib_uverbs_handler_UVERBS_METHOD_REG_DMABUF_MR ret=$retval
 p:mrshim/dereg rxe_dereg_mr lkey=+16(%di):x32
 ";
 
-        pub fn setup() -> Result<(), String> {
-            std::fs::write(format!("{T}/kprobe_events"), PROBES).map_err(|e| format!("{T}/kprobe_events: {e}"))?;
+        pub fn setup(provider: &str) -> Result<(), String> {
+            // siw: only the uverbs handlers (its own functions are not what these probes read)
+            let probes: String = PROBES
+                .lines()
+                .filter(|l| provider == "rxe" || l.contains("uverbs"))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            std::fs::write(format!("{T}/kprobe_events"), probes).map_err(|e| format!("{T}/kprobe_events: {e}"))?;
             std::fs::write(format!("{T}/events/mrshim/enable"), "1").map_err(|e| e.to_string())?;
             std::fs::write(format!("{T}/buffer_size_kb"), "8192").map_err(|e| e.to_string())
         }

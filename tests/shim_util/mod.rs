@@ -475,28 +475,30 @@ pub fn rxm_teardown_race(name: &str, o: &Output) -> bool {
     name.starts_with("fi-rdm") && (stderr(o).contains("Work Request Flushed Error") || o.status.code() == Some(124))
 }
 
-/// tests/fixtures/regmr_table.txt, rows of `case|rxe0|sim|why`: what the kernel's rxe and the
-/// simulator answer to each case of tests/c/regmr_table.c; `why` says, where they differ, which
-/// provider-specific behaviour (mlx5, which the simulator models, vs rxe) makes them differ.
-pub fn regmr_fixture() -> Vec<[String; 4]> {
+/// tests/fixtures/regmr_table.txt, rows of `case|rxe0|sim|siw0|why`: what the kernel's rxe, the
+/// simulator and the kernel's siw answer to each case of tests/c/regmr_table.c; `why` says, where
+/// they differ, which provider-specific behaviour (mlx5, which the simulator models, vs rxe; siw's
+/// own pinning) makes them differ.
+pub fn regmr_fixture() -> Vec<[String; 5]> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/regmr_table.txt");
     let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     text.lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty() && !l.starts_with("case|"))
         .map(|l| {
-            let f: Vec<&str> = l.splitn(4, '|').collect();
-            assert_eq!(f.len(), 4, "{}: {l}", p.display());
-            [f[0], f[1], f[2], f[3]].map(|s| s.trim().to_string())
+            let f: Vec<&str> = l.splitn(5, '|').collect();
+            assert_eq!(f.len(), 5, "{}: {l}", p.display());
+            [f[0], f[1], f[2], f[3], f[4]].map(|s| s.trim().to_string())
         })
         .collect()
 }
 
 /// Compares regmr_table's output (`case NAME RESULT` lines) with one column of the fixture
-/// (`rxe0` or `sim`): every case printed and every row answered, all equal. Returns how many.
+/// (`rxe0`, `sim` or `siw0`): every case printed and every row answered, all equal. Returns how many.
 pub fn regmr_compare(got: &str, column: &str) -> Result<usize, String> {
     let col = match column {
         "rxe0" => 1,
         "sim" => 2,
+        "siw0" => 3,
         _ => panic!("column {column}"),
     };
     let got: Vec<(&str, &str)> =
