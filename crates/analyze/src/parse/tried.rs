@@ -738,7 +738,7 @@ fn sentence(s: &str) -> Vec<Flag> {
     let ok = WORKS.iter().any(|w| has_start(t, w)) || has_start(t, "register fine") || has_start(t, "registers");
     let fails = FAILS.iter().any(|w| has_start(t, w)) || NOT_HELPED.iter().any(|w| t.contains(w));
     if ok && fails && !cjk {
-        if sizes(t) {
+        if threshold(t) {
             out.push(Flag::SizeThreshold);
         }
         if NODES.iter().any(|w| t.contains(w)) {
@@ -749,39 +749,30 @@ fn sentence(s: &str) -> Vec<Flag> {
 }
 
 /// Two sizes, or a size and "small(er)/large(r)": a threshold the registrations cross.
-fn sizes(t: &str) -> bool {
-    let b = t.as_bytes();
-    let mut n = 0;
-    for (i, _) in t.match_indices(|c: char| c.is_ascii_digit()) {
-        if b.get(i + 1).is_some_and(|c| c.is_ascii_digit() || *c == b'.') {
-            continue;
-        }
-        let unit = t[i + 1..].trim_start();
-        if UNITS.iter().any(|u| unit.starts_with(u)) {
-            n += 1;
-        }
-    }
+fn threshold(t: &str) -> bool {
+    let n = sizes_told(t).count();
     let words = ["small", "large", "big", "above", "below", "beyond", "larger than", "more than", "less than"];
     n >= 2 || (n >= 1 && words.iter().any(|w| has_start(t, w)))
 }
 
+/// The sizes a text tells, a number and a unit of [`UNITS`] in any casing ("4 MB", "1.5GiB"), in
+/// bytes; `None` for a number that does not parse ("1.2.3 GB").
+fn sizes_told(t: &str) -> impl Iterator<Item = Option<u64>> + '_ {
+    let b = t.as_bytes();
+    t.match_indices(|c: char| c.is_ascii_digit()).filter_map(move |(i, _)| {
+        if b.get(i + 1).is_some_and(|c| c.is_ascii_digit() || *c == b'.') {
+            return None;
+        }
+        let unit = t[i + 1..].trim_start().as_bytes();
+        let k = UNITS.iter().position(|u| unit.get(..u.len()).is_some_and(|p| p.eq_ignore_ascii_case(u.as_bytes())))?;
+        let start = t[..=i].rfind(|c: char| !(c.is_ascii_digit() || c == '.')).map_or(0, |j| j + 1);
+        Some(t[start..=i].parse::<f64>().ok().map(|n| (n * UNIT_BYTES[k] as f64) as u64))
+    })
+}
+
 /// The sizes a sentence states, in bytes ("works with 4 MB, fails with 16 MB": 4 MiB and 16 MiB).
 pub fn stated_sizes(t: &str) -> Vec<u64> {
-    let t = t.to_ascii_lowercase();
-    let b = t.as_bytes();
-    let mut out = Vec::new();
-    for (i, _) in t.match_indices(|c: char| c.is_ascii_digit()) {
-        if b.get(i + 1).is_some_and(|c| c.is_ascii_digit() || *c == b'.') {
-            continue;
-        }
-        let start = t[..=i].rfind(|c: char| !(c.is_ascii_digit() || c == '.')).map_or(0, |j| j + 1);
-        let Ok(n) = t[start..=i].parse::<f64>() else { continue };
-        let unit = t[i + 1..].trim_start();
-        if let Some(k) = UNITS.iter().position(|u| unit.starts_with(u)) {
-            out.push((n * UNIT_BYTES[k] as f64) as u64);
-        }
-    }
-    out
+    sizes_told(t).flatten().collect()
 }
 
 /// Whether a size threshold the reporter states is near a locked-memory limit: registrations pin
