@@ -297,12 +297,19 @@ const NODES: &[&str] = &[
     "other server",
 ];
 
+/// The words a contrast needs one of on its line: the rows' topics and the node words (a size
+/// threshold and two versions side by side need none: [`gate`]). The one list of the line's pass
+/// ([`topic_words`]) and of the format parsers' prefilter ([`needles`]).
+fn topics() -> impl Iterator<Item = &'static str> {
+    CONTRASTS.iter().flat_map(|r| r.topic.iter().copied()).chain(NODES.iter().copied())
+}
+
 /// Words the format parsers' prefilter (parse/mod.rs NEEDLES, case-sensitive) must let through for
 /// this reader: every topic and node word as written, capitalised and in capitals.
 pub fn needles() -> impl Iterator<Item = String> {
     // two versions side by side ([`version_contrast`]) name no topic
     const VERSIONS: [&str; 3] = ["kernel", "works", "worked"];
-    CONTRASTS.iter().flat_map(|r| r.topic.iter()).chain(NODES).chain(&VERSIONS).flat_map(|w| {
+    topics().chain(VERSIONS).flat_map(|w| {
         let mut c = w.chars();
         let cap = c.next().map(|f| f.to_uppercase().collect::<String>() + c.as_str()).unwrap_or_default();
         [w.to_string(), cap, w.to_uppercase()]
@@ -326,9 +333,12 @@ fn gate(line: &str) -> bool {
     // the topics are looked for in the line's one pass (crate::scan), the outcomes only then
     let mut topic = false;
     crate::scan::each(line, crate::scan::Set::Tried, |_, _| topic = true);
-    // two versions side by side need no topic word (version_contrast)
     if topic {
         return OUTCOMES.is_match(line);
+    }
+    // a size threshold ("above 4 GB it fails") needs a size told, a number and its unit
+    if OUTCOMES.is_match(line) && sizes_told(line).next().is_some() {
+        return true;
     }
     // two versions side by side: [`version_contrast`] needs a word that it worked (most failure
     // lines have a fail word and dotted numbers, none of these)
@@ -337,16 +347,9 @@ fn gate(line: &str) -> bool {
     line.contains('.') && WORKED.is_match(line) && versions(line) >= 2
 }
 
-/// The words [`gate`] needs one of before the outcomes: the contrasts' topics, the node words and
-/// the size units ([`crate::scan::Set::Tried`]).
+/// The words [`gate`] needs one of before the outcomes ([`crate::scan::Set::Tried`]): [`topics`].
 pub fn topic_words() -> Vec<String> {
-    CONTRASTS
-        .iter()
-        .flat_map(|r| r.topic.iter().copied())
-        .chain(NODES.iter().copied())
-        .chain(UNITS)
-        .map(String::from)
-        .collect()
+    topics().map(String::from).collect()
 }
 
 /// How many distinct version numbers a text names (`5.4`, `5.10.0-rc1`, `v2.19.3`, `535.104.05`): two
@@ -841,6 +844,20 @@ mod tests {
             }
         }
         assert!(found > 100, "{found}");
+    }
+
+    /// A size threshold needs a size told (a number, then its unit): a unit's letters inside a
+    /// word ("number", "symbol") are no topic that lets a failure line through.
+    #[test]
+    fn a_size_is_a_number_and_its_unit() {
+        for l in ["Above 4 GB it fails.", "It works with 1GiB, fails with 8 gib"] {
+            crate::scan::prime(l);
+            assert!(gate(l), "{l}");
+        }
+        for l in ["symbol lookup failed", "the number of MRs works out, the next call fails", "ib_umem_get failed"] {
+            crate::scan::prime(l);
+            assert!(!gate(l), "{l}");
+        }
     }
 
     fn flags(s: &str) -> Vec<Flag> {
