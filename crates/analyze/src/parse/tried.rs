@@ -785,11 +785,17 @@ pub fn near_limit(sizes: &[u64], limit: u64) -> bool {
     sizes.iter().any(|&s| s >= limit / 16 && s <= limit.saturating_mul(2))
 }
 
-/// Whether a sentence reports a change that made the job work: its settings are not the failing
-/// run's (the `ulimit -l unlimited` in "after `ulimit -l unlimited` it runs" is no limit the
-/// failures had).
+/// Whether a flag tells a change that made the job work (a row's `works`): the settings its
+/// sentence names are the changed run's, not the failing one's ("after `ulimit -l unlimited` it
+/// runs": no limit the failures had). TCP's too: `NCCL_IB_DISABLE=1`, `btl ^openib`, `UCX_TLS=tcp`
+/// are the run that worked.
+fn made_it_work(f: Flag) -> bool {
+    CONTRASTS.iter().any(|r| r.works == Some(f))
+}
+
+/// Whether a sentence reports a change that made the job work ([`made_it_work`]).
 pub fn changed_and_worked(s: &str) -> bool {
-    sentence(s).iter().any(|f| CONTRASTS.iter().any(|r| r.works == Some(*f)))
+    sentence(s).into_iter().any(made_it_work)
 }
 
 /// The sentences of a line, with CJK full stops as cuts too.
@@ -807,7 +813,7 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
     let mut worked = false;
     for s in sentences(line) {
         for f in sentence(&s) {
-            worked |= CONTRASTS.iter().any(|r| r.works == Some(f)) && f != Flag::TcpWorks;
+            worked |= made_it_work(f);
             emit(Event::Fact { lib: Lib::Text, host: ctx.host.clone(), pid: None, fact: Fact::Flag(f) });
         }
     }
@@ -1153,5 +1159,8 @@ mod tests {
         assert!(changed_and_worked("After `ulimit -l unlimited` it runs fine."));
         assert!(!changed_and_worked("ulimit -l is unlimited and it still fails."));
         assert!(!changed_and_worked("$ ulimit -l"));
+        // TCP's settings are the run that worked, on the line as in the sentence
+        let l = "With NCCL_IB_DISABLE=1 it works.";
+        assert!(changed_and_worked(l) && parse(l, &mut FileCtx::default(), &mut |_| {}));
     }
 }
