@@ -13,6 +13,7 @@
 use super::prose::{has_start, has_word, marked_sentences, not_told};
 use super::FileCtx;
 use crate::event::{Event, Fact, Flag, Lib};
+use std::ops::Range;
 
 /// What a failure (not "still fails", just "fails") with the change in place says.
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -793,27 +794,42 @@ fn made_it_work(f: Flag) -> bool {
     CONTRASTS.iter().any(|r| r.works == Some(f))
 }
 
-/// Whether a sentence reports a change that made the job work ([`made_it_work`]).
-pub fn changed_and_worked(s: &str) -> bool {
-    sentence(s).into_iter().any(made_it_work)
+/// The sentences of a line (parts of it), with CJK full stops as cuts too.
+fn sentences(line: &str) -> impl Iterator<Item = &str> + '_ {
+    marked_sentences(line).flat_map(|s| s.split_inclusive(['。', '；', '！', '？']))
 }
 
-/// The sentences of a line, with CJK full stops as cuts too.
-fn sentences(line: &str) -> impl Iterator<Item = String> + '_ {
-    marked_sentences(line)
-        .flat_map(|s| s.split_inclusive(['。', '；', '！', '？']).map(|p| p.replace('？', "?")).collect::<Vec<_>>())
-}
+/// What [`parse`] read on a line: where it tells a change that made the job work ([`made_it_work`]).
+#[derive(Default, Debug)]
+pub struct Worked(Vec<Range<usize>>);
 
-/// Reads the contrasts of a line. True when one made the job work: the line's settings are the
-/// changed run's, not facts of the failing one (the caller does not read them as such).
-pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool {
-    if !gate(line) {
-        return false;
+impl Worked {
+    /// A change made the job work: the line's settings are the changed run's, not facts of the
+    /// failing one (the caller does not read them as such).
+    pub fn any(&self) -> bool {
+        !self.0.is_empty()
     }
-    let mut worked = false;
+
+    /// Whether `part` (a part of the line [`parse`] read) is in a sentence that tells a change that
+    /// made the job work.
+    pub fn covers(&self, line: &str, part: &str) -> bool {
+        let at = (part.as_ptr() as usize).wrapping_sub(line.as_ptr() as usize);
+        self.0.iter().any(|r| at < r.end && at + part.len() > r.start)
+    }
+}
+
+/// Reads the contrasts of a line, and where one made the job work.
+pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> Worked {
+    let mut worked = Worked::default();
+    if !gate(line) {
+        return worked;
+    }
     for s in sentences(line) {
-        for f in sentence(&s) {
-            worked |= made_it_work(f);
+        let at = s.as_ptr() as usize - line.as_ptr() as usize;
+        for f in sentence(&s.replace('？', "?")) {
+            if made_it_work(f) && worked.0.last() != Some(&(at..at + s.len())) {
+                worked.0.push(at..at + s.len());
+            }
             emit(Event::Fact { lib: Lib::Text, host: ctx.host.clone(), pid: None, fact: Fact::Flag(f) });
         }
     }
@@ -1154,13 +1170,22 @@ mod tests {
         assert!(!near_limit(&[], 8 << 20));
     }
 
+    /// A change that made the job work, TCP's too, is where the line's settings are the changed
+    /// run's: the sentence that tells it, not the others on the line.
     #[test]
     fn a_change_that_worked_is_not_the_failing_run() {
-        assert!(changed_and_worked("After `ulimit -l unlimited` it runs fine."));
-        assert!(!changed_and_worked("ulimit -l is unlimited and it still fails."));
-        assert!(!changed_and_worked("$ ulimit -l"));
-        // TCP's settings are the run that worked, on the line as in the sentence
-        let l = "With NCCL_IB_DISABLE=1 it works.";
-        assert!(changed_and_worked(l) && parse(l, &mut FileCtx::default(), &mut |_| {}));
+        let worked = |l: &str| parse(l, &mut FileCtx::default(), &mut |_| {});
+        for l in ["After `ulimit -l unlimited` it runs fine.", "With NCCL_IB_DISABLE=1 it works.", "It works over TCP."]
+        {
+            assert!(worked(l).any(), "{l}");
+            assert!(worked(l).covers(l, &l[6..12]), "{l}");
+        }
+        for l in ["ulimit -l is unlimited and it still fails.", "$ ulimit -l", "It works over TCP but it is very slow."]
+        {
+            assert!(!worked(l).any(), "{l}");
+        }
+        let l = "ulimit -l is 64 here. After raising ulimit -l to unlimited it works.";
+        let w = worked(l);
+        assert!(!w.covers(l, &l[..10]) && w.covers(l, &l[30..40]), "{w:?}");
     }
 }
