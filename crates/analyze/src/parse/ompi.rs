@@ -3,7 +3,6 @@ use super::FileCtx;
 use crate::errno;
 use crate::event::{Event, Fact, Flag, Lib, RegEv};
 use crate::scan::has;
-use mrshim_record::MemKind;
 
 /// A registration Open MPI says failed (its openib BTL's `ibv_reg_mr`), with the line that stands for
 /// it where that is not the line that prints the failure.
@@ -35,19 +34,6 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
     }
     if has!(t, "error registering openib memory") {
         emit(reg_failed(host, errno::find(t), None));
-        return true;
-    }
-    // common_cuda's [cuIpcGetMemHandle failed] help text: its headline also reads as NCCL's bare
-    // `Call to X failed`, whose owner is NCCL's parser, so the vocabulary leaves it here
-    if has!(t, "The call to cuIpcGetMemHandle failed") {
-        emit(Event::Reg(RegEv {
-            lib: Some(Lib::Ompi),
-            host: host.clone(),
-            call: "cuIpcGetMemHandle".into(),
-            mem: Some(MemKind::Device),
-            evid: Some((0, t.to_string())),
-            ..Default::default()
-        }));
         return true;
     }
     if has!(t, "allocate some locked memory")
