@@ -115,7 +115,7 @@ pub fn find(s: &str) -> Option<i32> {
             if lower[..at].trim_end().ends_with("exit") {
                 continue;
             }
-            if let Some(n) = number_after(&lower[from..]).or_else(|| in_words(key, &lower[from..])) {
+            if let Some(n) = after_key(key, &lower[from..]) {
                 return Some(n);
             }
         }
@@ -178,6 +178,12 @@ pub fn named(s: &str) -> Option<i32> {
         best = Some((prio, num));
     });
     best.map(|b| b.1)
+}
+
+/// The known errno right after a key of [`KEYED`] (`rest`, lower-case, follows the key): `12` in
+/// `err 12`, `errno=12`, `errno is 12`.
+pub fn after_key(key: &str, rest: &str) -> Option<i32> {
+    number_after(rest).or_else(|| in_words(key, rest))
 }
 
 /// The number a sentence gives after `errno` or a return code's name in words: `errno is 12`, `errno

@@ -818,6 +818,13 @@ pub(super) fn rescues<'a>(v: &View<'a>, cands: &mut [Cand<'a>]) {
 enum Tried {
     /// The change made it work: evidence for the cause it removes (and its failures are the cause's).
     Confirms(f64),
+    /// Confirms, and the cause stays in the top two whatever outranks it (the change removes only it).
+    Decides(f64),
+    /// Confirms where the sizes the threshold sentence states are near a locked-memory limit the
+    /// input shows ([`crate::parse::tried::near_limit`]; `{limit}` in the reason is that limit).
+    AtMemlock(f64),
+    /// Confirms where they are not.
+    NotAtMemlock(f64),
     /// Evidence for the cause only where the rules already gave it failures of its own.
     Supports(f64),
     /// The failure survived the change: the cause is less likely. Never ruled out on words: a
@@ -842,7 +849,7 @@ const TRIED: &[(Flag, &str, Tried, &str)] = &[
     // root in a container has no CAP_IPC_LOCK unless it is added: lowered, not ruled out
     (Flag::PrivilegedStillFails, "memlock-limit", Tried::Lowers(1.5), ""),
     (Flag::PrivilegedStillFails, "permissions", Tried::Lowers(2.0), ""),
-    (Flag::RoOffWorks, "relaxed-ordering", Tried::Confirms(3.5), "The report says it works with relaxed ordering off (*_IB_PCI_RELAXED_ORDERING=0, UCX_IB_PCI_RELAXED_ORDERING=off)."),
+    (Flag::RoOffWorks, "relaxed-ordering", Tried::Decides(3.5), "The report says it works with relaxed ordering off (*_IB_PCI_RELAXED_ORDERING=0, UCX_IB_PCI_RELAXED_ORDERING=off)."),
     (Flag::DmabufOffWorks, "dmabuf-unsupported", Tried::Confirms(3.0), "The report says it works with dmabuf off (NCCL_DMABUF_ENABLE=0): the registration by address works where dmabuf does not."),
     (Flag::DmabufOffStillFails, "dmabuf-unsupported", Tried::Lowers(2.0), ""),
     (Flag::DmabufWorks, "gpu-peer-memory", Tried::Confirms(2.0), "The report says GPU memory registers through dmabuf: registering it by address (through a peer-memory client) is what fails."),
@@ -858,16 +865,17 @@ const TRIED: &[(Flag, &str, Tried, &str)] = &[
     (Flag::DevRelease, "version-mismatch", Tried::Confirms(1.5), "A release candidate or development build is in use (-rcN, linux-next): regressions are found, and fixed, in those — compare with the released version and its stable updates."),
     (Flag::ResourceTuneWorks, "resource-exhaustion", Tried::Confirms(2.5), "The report says raising a registration resource (log_num_mtt, UCX_RCACHE_*, FI_MR_CACHE_*) made it work."),
     (Flag::ResourceTuneStillFails, "resource-exhaustion", Tried::Lowers(1.0), ""),
-    (Flag::SizeThreshold, "resource-exhaustion", Tried::Confirms(1.5), "The report says smaller registrations work and larger ones fail: a size limit (max_mr_size, MTT/mkey resources, BAR1)."),
+    // a size threshold near a locked-memory limit the input shows is that limit: registrations pin
+    // against RLIMIT_MEMLOCK cumulatively (ib_umem_get), so the size that first fails lies at or
+    // below it — not a device's resources, which run out orders of magnitude above a memlock limit
+    (Flag::SizeThreshold, "memlock-limit", Tried::AtMemlock(1.5), "The report says smaller registrations work and larger ones fail, at about the locked-memory limit the input shows ({limit}): RDMA pins every registered byte against it."),
+    (Flag::SizeThreshold, "resource-exhaustion", Tried::NotAtMemlock(1.5), "The report says smaller registrations work and larger ones fail: a size limit (max_mr_size, MTT/mkey resources, BAR1)."),
     (Flag::OtherNodeWorks, "address-invalid", Tried::Lowers(1.0), ""),
     (Flag::OtherNodeWorks, "access-flags", Tried::Lowers(0.5), ""),
 ];
 
 /// The contrasts the reporter tells, weighed by [`TRIED`].
 pub(super) fn tried<'a>(v: &View<'a>, cands: &mut [Cand<'a>]) {
-    // a size threshold near a locked-memory limit the input shows is that limit: registrations pin
-    // against RLIMIT_MEMLOCK cumulatively (ib_umem_get), so the size that first fails lies at or
-    // below it — not a device's resources, which run out orders of magnitude above a memlock limit
     let limits: Vec<u64> =
         v.c.hosts.values().flat_map(|h| h.memlock.keys().filter_map(|m| *m)).filter(|m| *m > 0).collect();
     let size_is_memlock = v.flag(Flag::SizeThreshold).and_then(|e| {
@@ -876,20 +884,16 @@ pub(super) fn tried<'a>(v: &View<'a>, cands: &mut [Cand<'a>]) {
     });
     for (f, cat, effect, why) in TRIED {
         let Some(e) = v.flag(*f) else { continue };
-        let (cat, why) = match size_is_memlock {
-            Some(l) if *f == Flag::SizeThreshold => (
-                "memlock-limit",
-                format!("The report says smaller registrations work and larger ones fail, at about the locked-memory limit the input shows ({}): RDMA pins every registered byte against it.", human_size(l)),
-            ),
-            _ => (*cat, why.to_string()),
+        let why = match (effect, size_is_memlock) {
+            (Tried::AtMemlock(_), None) | (Tried::NotAtMemlock(_), Some(_)) => continue,
+            (Tried::AtMemlock(_), Some(l)) => why.replace("{limit}", &human_size(l)),
+            _ => why.to_string(),
         };
-        let Some(c) = cands.iter_mut().find(|c| c.cat == cat) else { continue };
+        let Some(c) = cands.iter_mut().find(|c| c.cat == *cat) else { continue };
         match *effect {
-            Tried::Confirms(w) => {
+            Tried::Confirms(w) | Tried::Decides(w) | Tried::AtMemlock(w) | Tried::NotAtMemlock(w) => {
                 c.add(w, why, Some(e));
-                if *f == Flag::RoOffWorks {
-                    c.top_two = true;
-                }
+                c.top_two |= matches!(effect, Tried::Decides(_));
                 if c.groups.is_empty() {
                     c.groups = v.fails.clone();
                 }

@@ -683,7 +683,7 @@ fn err_number(lower: &str) -> bool {
         let word = i == 0 || !lower.as_bytes()[i - 1].is_ascii_alphanumeric() && lower.as_bytes()[i - 1] != b'_';
         let rest = &lower[i + 3..];
         let n = rest.trim_start_matches([' ', ':', '=']);
-        word && n.len() < rest.len() && errno::find(&format!("err {}", n.split(' ').next().unwrap_or(""))).is_some()
+        word && n.len() < rest.len() && errno::after_key("err", rest).is_some()
     })
 }
 

@@ -462,7 +462,8 @@ impl Parser {
         }
         // what the reporter tried and how it went: a change that made it work leaves settings on the
         // line that are not the failing run's, so they are not read as its facts
-        let changed = tried::parse(body, ctx, emit);
+        let worked = tried::parse(body, ctx, emit);
+        let changed = worked.any();
         verbs::parse(body, ctx, emit)
             || kernel::parse(line, ctx, emit)
             || ompi::parse(body, ctx, emit)
@@ -470,7 +471,7 @@ impl Parser {
             || (!changed && env::parse(body, ctx, emit))
             || generic::parse(f, ctx, lineno, line, emit)
             || (!changed && facts::parse(body, ctx, emit))
-            || prose::parse(body, ctx, emit)
+            || prose::parse(body, ctx, &worked, emit)
             || changed
     }
 

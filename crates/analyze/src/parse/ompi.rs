@@ -3,7 +3,19 @@ use super::FileCtx;
 use crate::errno;
 use crate::event::{Event, Fact, Flag, Lib, RegEv};
 use crate::scan::has;
-use mrshim_record::MemKind;
+
+/// A registration Open MPI says failed (its openib BTL's `ibv_reg_mr`), with the line that stands for
+/// it where that is not the line that prints the failure.
+fn reg_failed(host: Option<String>, errno: Option<i32>, evid: Option<&str>) -> Event {
+    Event::Reg(RegEv {
+        lib: Some(Lib::Ompi),
+        host,
+        call: "ibv_reg_mr".into(),
+        errno,
+        evid: evid.map(|t| (0, t.to_string())),
+        ..Default::default()
+    })
+}
 
 pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool {
     let t = line.trim();
@@ -21,26 +33,7 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
         return true;
     }
     if has!(t, "error registering openib memory") {
-        emit(Event::Reg(RegEv {
-            lib: Some(Lib::Ompi),
-            host: host.clone(),
-            call: "ibv_reg_mr".into(),
-            errno: errno::find(t),
-            ..Default::default()
-        }));
-        return true;
-    }
-    // common_cuda's [cuIpcGetMemHandle failed] help text: its headline also reads as NCCL's bare
-    // `Call to X failed`, whose owner is NCCL's parser, so the vocabulary leaves it here
-    if has!(t, "The call to cuIpcGetMemHandle failed") {
-        emit(Event::Reg(RegEv {
-            lib: Some(Lib::Ompi),
-            host: host.clone(),
-            call: "cuIpcGetMemHandle".into(),
-            mem: Some(MemKind::Device),
-            evid: Some((0, t.to_string())),
-            ..Default::default()
-        }));
+        emit(reg_failed(host, errno::find(t), None));
         return true;
     }
     if has!(t, "allocate some locked memory")
@@ -61,14 +54,7 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
     // the warning's table ends with the registerable amount: the registrations past it are the ones
     // the job fails or hangs on, so the warning stands for one failed (ENOMEM) registration
     if t.starts_with("Registerable memory:") && std::mem::take(&mut ctx.ompi_reglimit) {
-        emit(Event::Reg(RegEv {
-            lib: Some(Lib::Ompi),
-            host: host.clone(),
-            call: "ibv_reg_mr".into(),
-            errno: Some(errno::ENOMEM),
-            evid: Some((0, t.to_string())),
-            ..Default::default()
-        }));
+        emit(reg_failed(host, Some(errno::ENOMEM), Some(t)));
         return true;
     }
     if let Some(v) = t.strip_prefix("Memlock limit:") {
@@ -80,12 +66,7 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
         }
         // the help text ends the failed allocation: count it as the failed registration it was
         if std::mem::take(&mut ctx.ompi_lockwarn) {
-            emit(Event::Reg(RegEv {
-                lib: Some(Lib::Ompi),
-                host: host.clone(),
-                call: "ibv_reg_mr".into(),
-                ..Default::default()
-            }));
+            emit(reg_failed(host, None, None));
         }
         return true;
     }

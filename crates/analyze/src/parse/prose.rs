@@ -347,7 +347,9 @@ fn reg_calls(s: &str) -> Vec<(usize, String)> {
     out
 }
 
-pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool {
+/// Reads the sentences of a line; `worked` is where [`super::tried::parse`] read a change that made
+/// the job work on it.
+pub fn parse(line: &str, ctx: &mut FileCtx, worked: &super::tried::Worked, emit: &mut dyn FnMut(Event)) -> bool {
     let mut hit = false;
     let host = ctx.host.clone();
     let mut seen: Vec<(String, Option<i32>)> = Vec::new();
@@ -402,7 +404,7 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
             emit(fact(Flag::PcieError));
         }
         // a limit the reporter set and then ran fine with is not the failing run's (tried.rs)
-        if let Some(i) = s.find("ulimit -l").filter(|_| !super::tried::changed_and_worked(s)) {
+        if let Some(i) = s.find("ulimit -l").filter(|_| !worked.covers(line, s)) {
             let rest: String = s[i + 9..].chars().take(24).collect();
             let num: String = rest.trim_start().chars().take_while(|c| c.is_ascii_digit()).collect();
             if let Ok(kib) = num.parse::<u64>() {

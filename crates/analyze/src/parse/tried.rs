@@ -13,6 +13,7 @@
 use super::prose::{has_start, has_word, marked_sentences, not_told};
 use super::FileCtx;
 use crate::event::{Event, Fact, Flag, Lib};
+use std::ops::Range;
 
 /// What a failure (not "still fails", just "fails") with the change in place says.
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -297,12 +298,19 @@ const NODES: &[&str] = &[
     "other server",
 ];
 
+/// The words a contrast needs one of on its line: the rows' topics and the node words (a size
+/// threshold and two versions side by side need none: [`gate`]). The one list of the line's pass
+/// ([`topic_words`]) and of the format parsers' prefilter ([`needles`]).
+fn topics() -> impl Iterator<Item = &'static str> {
+    CONTRASTS.iter().flat_map(|r| r.topic.iter().copied()).chain(NODES.iter().copied())
+}
+
 /// Words the format parsers' prefilter (parse/mod.rs NEEDLES, case-sensitive) must let through for
 /// this reader: every topic and node word as written, capitalised and in capitals.
 pub fn needles() -> impl Iterator<Item = String> {
     // two versions side by side ([`version_contrast`]) name no topic
     const VERSIONS: [&str; 3] = ["kernel", "works", "worked"];
-    CONTRASTS.iter().flat_map(|r| r.topic.iter()).chain(NODES).chain(&VERSIONS).flat_map(|w| {
+    topics().chain(VERSIONS).flat_map(|w| {
         let mut c = w.chars();
         let cap = c.next().map(|f| f.to_uppercase().collect::<String>() + c.as_str()).unwrap_or_default();
         [w.to_string(), cap, w.to_uppercase()]
@@ -326,9 +334,12 @@ fn gate(line: &str) -> bool {
     // the topics are looked for in the line's one pass (crate::scan), the outcomes only then
     let mut topic = false;
     crate::scan::each(line, crate::scan::Set::Tried, |_, _| topic = true);
-    // two versions side by side need no topic word (version_contrast)
     if topic {
         return OUTCOMES.is_match(line);
+    }
+    // a size threshold ("above 4 GB it fails") needs a size told, a number and its unit
+    if OUTCOMES.is_match(line) && sizes_told(line).next().is_some() {
+        return true;
     }
     // two versions side by side: [`version_contrast`] needs a word that it worked (most failure
     // lines have a fail word and dotted numbers, none of these)
@@ -337,16 +348,9 @@ fn gate(line: &str) -> bool {
     line.contains('.') && WORKED.is_match(line) && versions(line) >= 2
 }
 
-/// The words [`gate`] needs one of before the outcomes: the contrasts' topics, the node words and
-/// the size units ([`crate::scan::Set::Tried`]).
+/// The words [`gate`] needs one of before the outcomes ([`crate::scan::Set::Tried`]): [`topics`].
 pub fn topic_words() -> Vec<String> {
-    CONTRASTS
-        .iter()
-        .flat_map(|r| r.topic.iter().copied())
-        .chain(NODES.iter().copied())
-        .chain(UNITS)
-        .map(String::from)
-        .collect()
+    topics().map(String::from).collect()
 }
 
 /// How many distinct version numbers a text names (`5.4`, `5.10.0-rc1`, `v2.19.3`, `535.104.05`): two
@@ -738,7 +742,7 @@ fn sentence(s: &str) -> Vec<Flag> {
     let ok = WORKS.iter().any(|w| has_start(t, w)) || has_start(t, "register fine") || has_start(t, "registers");
     let fails = FAILS.iter().any(|w| has_start(t, w)) || NOT_HELPED.iter().any(|w| t.contains(w));
     if ok && fails && !cjk {
-        if sizes(t) {
+        if threshold(t) {
             out.push(Flag::SizeThreshold);
         }
         if NODES.iter().any(|w| t.contains(w)) {
@@ -749,39 +753,30 @@ fn sentence(s: &str) -> Vec<Flag> {
 }
 
 /// Two sizes, or a size and "small(er)/large(r)": a threshold the registrations cross.
-fn sizes(t: &str) -> bool {
-    let b = t.as_bytes();
-    let mut n = 0;
-    for (i, _) in t.match_indices(|c: char| c.is_ascii_digit()) {
-        if b.get(i + 1).is_some_and(|c| c.is_ascii_digit() || *c == b'.') {
-            continue;
-        }
-        let unit = t[i + 1..].trim_start();
-        if UNITS.iter().any(|u| unit.starts_with(u)) {
-            n += 1;
-        }
-    }
+fn threshold(t: &str) -> bool {
+    let n = sizes_told(t).count();
     let words = ["small", "large", "big", "above", "below", "beyond", "larger than", "more than", "less than"];
     n >= 2 || (n >= 1 && words.iter().any(|w| has_start(t, w)))
 }
 
+/// The sizes a text tells, a number and a unit of [`UNITS`] in any casing ("4 MB", "1.5GiB"), in
+/// bytes; `None` for a number that does not parse ("1.2.3 GB").
+fn sizes_told(t: &str) -> impl Iterator<Item = Option<u64>> + '_ {
+    let b = t.as_bytes();
+    t.match_indices(|c: char| c.is_ascii_digit()).filter_map(move |(i, _)| {
+        if b.get(i + 1).is_some_and(|c| c.is_ascii_digit() || *c == b'.') {
+            return None;
+        }
+        let unit = t[i + 1..].trim_start().as_bytes();
+        let k = UNITS.iter().position(|u| unit.get(..u.len()).is_some_and(|p| p.eq_ignore_ascii_case(u.as_bytes())))?;
+        let start = t[..=i].rfind(|c: char| !(c.is_ascii_digit() || c == '.')).map_or(0, |j| j + 1);
+        Some(t[start..=i].parse::<f64>().ok().map(|n| (n * UNIT_BYTES[k] as f64) as u64))
+    })
+}
+
 /// The sizes a sentence states, in bytes ("works with 4 MB, fails with 16 MB": 4 MiB and 16 MiB).
 pub fn stated_sizes(t: &str) -> Vec<u64> {
-    let t = t.to_ascii_lowercase();
-    let b = t.as_bytes();
-    let mut out = Vec::new();
-    for (i, _) in t.match_indices(|c: char| c.is_ascii_digit()) {
-        if b.get(i + 1).is_some_and(|c| c.is_ascii_digit() || *c == b'.') {
-            continue;
-        }
-        let start = t[..=i].rfind(|c: char| !(c.is_ascii_digit() || c == '.')).map_or(0, |j| j + 1);
-        let Ok(n) = t[start..=i].parse::<f64>() else { continue };
-        let unit = t[i + 1..].trim_start();
-        if let Some(k) = UNITS.iter().position(|u| unit.starts_with(u)) {
-            out.push((n * UNIT_BYTES[k] as f64) as u64);
-        }
-    }
-    out
+    sizes_told(t).flatten().collect()
 }
 
 /// Whether a size threshold the reporter states is near a locked-memory limit: registrations pin
@@ -791,29 +786,50 @@ pub fn near_limit(sizes: &[u64], limit: u64) -> bool {
     sizes.iter().any(|&s| s >= limit / 16 && s <= limit.saturating_mul(2))
 }
 
-/// Whether a sentence reports a change that made the job work: its settings are not the failing
-/// run's (the `ulimit -l unlimited` in "after `ulimit -l unlimited` it runs" is no limit the
-/// failures had).
-pub fn changed_and_worked(s: &str) -> bool {
-    sentence(s).iter().any(|f| CONTRASTS.iter().any(|r| r.works == Some(*f)))
+/// Whether a flag tells a change that made the job work (a row's `works`): the settings its
+/// sentence names are the changed run's, not the failing one's ("after `ulimit -l unlimited` it
+/// runs": no limit the failures had). TCP's too: `NCCL_IB_DISABLE=1`, `btl ^openib`, `UCX_TLS=tcp`
+/// are the run that worked.
+fn made_it_work(f: Flag) -> bool {
+    CONTRASTS.iter().any(|r| r.works == Some(f))
 }
 
-/// The sentences of a line, with CJK full stops as cuts too.
-fn sentences(line: &str) -> impl Iterator<Item = String> + '_ {
-    marked_sentences(line)
-        .flat_map(|s| s.split_inclusive(['。', '；', '！', '？']).map(|p| p.replace('？', "?")).collect::<Vec<_>>())
+/// The sentences of a line (parts of it), with CJK full stops as cuts too.
+fn sentences(line: &str) -> impl Iterator<Item = &str> + '_ {
+    marked_sentences(line).flat_map(|s| s.split_inclusive(['。', '；', '！', '？']))
 }
 
-/// Reads the contrasts of a line. True when one made the job work: the line's settings are the
-/// changed run's, not facts of the failing one (the caller does not read them as such).
-pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool {
-    if !gate(line) {
-        return false;
+/// What [`parse`] read on a line: where it tells a change that made the job work ([`made_it_work`]).
+#[derive(Default, Debug)]
+pub struct Worked(Vec<Range<usize>>);
+
+impl Worked {
+    /// A change made the job work: the line's settings are the changed run's, not facts of the
+    /// failing one (the caller does not read them as such).
+    pub fn any(&self) -> bool {
+        !self.0.is_empty()
     }
-    let mut worked = false;
+
+    /// Whether `part` (a part of the line [`parse`] read) is in a sentence that tells a change that
+    /// made the job work.
+    pub fn covers(&self, line: &str, part: &str) -> bool {
+        let at = (part.as_ptr() as usize).wrapping_sub(line.as_ptr() as usize);
+        self.0.iter().any(|r| at < r.end && at + part.len() > r.start)
+    }
+}
+
+/// Reads the contrasts of a line, and where one made the job work.
+pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> Worked {
+    let mut worked = Worked::default();
+    if !gate(line) {
+        return worked;
+    }
     for s in sentences(line) {
-        for f in sentence(&s) {
-            worked |= CONTRASTS.iter().any(|r| r.works == Some(f)) && f != Flag::TcpWorks;
+        let at = s.as_ptr() as usize - line.as_ptr() as usize;
+        for f in sentence(&s.replace('？', "?")) {
+            if made_it_work(f) && worked.0.last() != Some(&(at..at + s.len())) {
+                worked.0.push(at..at + s.len());
+            }
             emit(Event::Fact { lib: Lib::Text, host: ctx.host.clone(), pid: None, fact: Fact::Flag(f) });
         }
     }
@@ -850,6 +866,20 @@ mod tests {
             }
         }
         assert!(found > 100, "{found}");
+    }
+
+    /// A size threshold needs a size told (a number, then its unit): a unit's letters inside a
+    /// word ("number", "symbol") are no topic that lets a failure line through.
+    #[test]
+    fn a_size_is_a_number_and_its_unit() {
+        for l in ["Above 4 GB it fails.", "It works with 1GiB, fails with 8 gib"] {
+            crate::scan::prime(l);
+            assert!(gate(l), "{l}");
+        }
+        for l in ["symbol lookup failed", "the number of MRs works out, the next call fails", "ib_umem_get failed"] {
+            crate::scan::prime(l);
+            assert!(!gate(l), "{l}");
+        }
     }
 
     fn flags(s: &str) -> Vec<Flag> {
@@ -1140,10 +1170,22 @@ mod tests {
         assert!(!near_limit(&[], 8 << 20));
     }
 
+    /// A change that made the job work, TCP's too, is where the line's settings are the changed
+    /// run's: the sentence that tells it, not the others on the line.
     #[test]
     fn a_change_that_worked_is_not_the_failing_run() {
-        assert!(changed_and_worked("After `ulimit -l unlimited` it runs fine."));
-        assert!(!changed_and_worked("ulimit -l is unlimited and it still fails."));
-        assert!(!changed_and_worked("$ ulimit -l"));
+        let worked = |l: &str| parse(l, &mut FileCtx::default(), &mut |_| {});
+        for l in ["After `ulimit -l unlimited` it runs fine.", "With NCCL_IB_DISABLE=1 it works.", "It works over TCP."]
+        {
+            assert!(worked(l).any(), "{l}");
+            assert!(worked(l).covers(l, &l[6..12]), "{l}");
+        }
+        for l in ["ulimit -l is unlimited and it still fails.", "$ ulimit -l", "It works over TCP but it is very slow."]
+        {
+            assert!(!worked(l).any(), "{l}");
+        }
+        let l = "ulimit -l is 64 here. After raising ulimit -l to unlimited it works.";
+        let w = worked(l);
+        assert!(!w.covers(l, &l[..10]) && w.covers(l, &l[30..40]), "{w:?}");
     }
 }

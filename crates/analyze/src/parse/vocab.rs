@@ -696,8 +696,11 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
     let mut also: Vec<Flag> = Vec::new();
     for (i, fields) in hits {
         let e = &v.entries[i];
-        if e.owner.is_some() {
-            owned = true;
+        if let Some(o) = &e.owner {
+            // NCCL's messages are its parser's on a line with NCCL's frame; elsewhere they are
+            // not NCCL's (Open MPI's `The call to cuIpcGetMemHandle failed.` reads as NCCL's bare
+            // `Call to X failed`) and leave the line to the entries that are its own
+            owned |= o != "parse/nccl.rs" || super::nccl::split(body).is_some();
             continue;
         }
         if e.role == Role::Fact {
