@@ -145,7 +145,6 @@ pub fn reg_call_in(s: &str) -> Option<&str> {
 }
 
 pub struct Parser {
-    pre: AhoCorasick,
     /// The launcher's origin (host, rank, pid) of the physical line being read: the pieces of a
     /// line split at `\r` carry it only on the first (`3: 45%|###   |\r<the failure>`).
     piece: (u64, Option<String>, Option<i64>, Option<u32>),
@@ -275,14 +274,21 @@ fn may_tell_a_regression(line: &str) -> bool {
     AC.is_match(line)
 }
 
-impl Default for Parser {
-    fn default() -> Self {
-        let pre = AhoCorasick::builder()
+/// The prefilter: whether a line holds any word evidence starts from. Built once per process
+/// (not per [`Parser`]: every run of `analyze_readers` made one).
+fn prefilter() -> &'static AhoCorasick {
+    static PRE: std::sync::LazyLock<AhoCorasick> = std::sync::LazyLock::new(|| {
+        AhoCorasick::builder()
             .kind(Some(aho_corasick::AhoCorasickKind::DFA))
             .build(NEEDLES.iter().copied().chain(regression_words()).map(String::from).chain(tried::needles()))
-            .expect("static patterns");
+            .expect("static patterns")
+    });
+    &PRE
+}
+
+impl Default for Parser {
+    fn default() -> Self {
         Parser {
-            pre,
             piece: (0, None, None, None),
             shim: Default::default(),
             known: crate::known::Matcher::new(crate::known::table()),
@@ -293,7 +299,7 @@ impl Default for Parser {
 impl Parser {
     /// Whether `s` holds any word evidence starts from (the prefilter's).
     pub fn may_be_evidence(&self, s: &str) -> bool {
-        self.pre.is_match(s) || s.trim_start().starts_with('{')
+        prefilter().is_match(s) || s.trim_start().starts_with('{')
     }
 
     /// A piece of a physical line that is not read (a progress bar's state): what its frame says
@@ -427,7 +433,7 @@ impl Parser {
         }
         // a line the word list misses still reaches the vocabulary when one of its messages may be
         // in it (LNet's `Failed to map mr`, Realm's `mk_create failed?`)
-        if !self.pre.is_match(body) && !vocab::anchored(body) {
+        if !prefilter().is_match(body) && !vocab::anchored(body) {
             generic::parse(f, ctx, lineno, line, emit);
             return false;
         }
