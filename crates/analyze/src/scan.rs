@@ -133,9 +133,14 @@ struct Last {
     /// Address of the text scanned last (only compared, never dereferenced) and a copy of it.
     addr: usize,
     text: String,
-    /// (distinct word, start, end) of every occurrence.
-    hits: Vec<(u32, usize, usize)>,
+    /// Per list ([`Set`] as index): (number in the list, start, end) of every occurrence of its
+    /// words, in the order the automaton reported them (a question about one list reads only its own).
+    hits: [Vec<(u32, usize, usize)>; SETS],
 }
+
+/// The number of [`Set`]s.
+const SETS: usize = 7;
+const _: () = assert!(Set::Tried as usize + 1 == SETS, "a Set past SETS");
 
 thread_local! {
     static LAST: RefCell<Last> = RefCell::default();
@@ -158,20 +163,19 @@ pub fn each(s: &str, set: Set, mut f: impl FnMut(u32, Range<usize>)) {
             l.addr = addr;
             l.text.clear();
             l.text.push_str(s);
-            l.hits.clear();
+            for h in &mut l.hits {
+                h.clear();
+            }
             for m in c.ac.find_overlapping_iter(s) {
-                l.hits.push((m.pattern().as_u32(), m.start(), m.end()));
+                for &(st, i) in &c.owners[m.pattern().as_usize()] {
+                    l.hits[st as usize].push((i, m.start(), m.end()));
+                }
             }
             0
         };
-        for &(w, start, end) in &l.hits {
-            if start < off || end > off + s.len() {
-                continue;
-            }
-            for &(st, i) in &c.owners[w as usize] {
-                if st == set {
-                    f(i, start - off..end - off);
-                }
+        for &(i, start, end) in &l.hits[set as usize] {
+            if start >= off && end <= off + s.len() {
+                f(i, start - off..end - off);
             }
         }
     })
