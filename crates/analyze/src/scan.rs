@@ -85,6 +85,11 @@ pub enum Set {
     Prose,
     /// The topics of what a reporter tried ([`crate::parse::tried`]).
     Tried,
+    /// The prefilter's words ([`crate::parse::prefilter_words`]; case-sensitive: [`has_exact`]).
+    Pre,
+    /// The words a regression or a kernel report starts from ([`crate::parse::regression_word_list`];
+    /// case-sensitive: [`has_exact`]).
+    Regress,
 }
 
 struct Combined {
@@ -97,7 +102,7 @@ fn combined() -> &'static Combined {
     static C: std::sync::LazyLock<Combined> = std::sync::LazyLock::new(|| {
         let mut words: Vec<String> = Vec::new();
         let mut owners: Vec<Vec<(Set, u32)>> = Vec::new();
-        let lists: [(Set, Vec<String>); 7] = [
+        let lists: [(Set, Vec<String>); SETS] = [
             (Set::Errno, crate::errno::words()),
             (Set::Mem, crate::parse::generic::mem_words()),
             (Set::Lib, crate::parse::generic::lib_words()),
@@ -105,6 +110,8 @@ fn combined() -> &'static Combined {
             (Set::Known, crate::known::words()),
             (Set::Prose, crate::parse::prose::gate_words()),
             (Set::Tried, crate::parse::tried::topic_words()),
+            (Set::Pre, crate::parse::prefilter_words()),
+            (Set::Regress, crate::parse::regression_word_list()),
         ];
         for (set, list) in lists {
             for (i, w) in list.into_iter().enumerate() {
@@ -139,8 +146,8 @@ struct Last {
 }
 
 /// The number of [`Set`]s.
-const SETS: usize = 7;
-const _: () = assert!(Set::Tried as usize + 1 == SETS, "a Set past SETS");
+const SETS: usize = 9;
+const _: () = assert!(Set::Regress as usize + 1 == SETS, "a Set past SETS");
 
 thread_local! {
     static LAST: RefCell<Last> = RefCell::default();
@@ -179,6 +186,15 @@ pub fn each(s: &str, set: Set, mut f: impl FnMut(u32, Range<usize>)) {
             }
         }
     })
+}
+
+/// Whether a word of `set` occurs in `s` spelt exactly as in `words`, the list `set` was built
+/// from: the one pass matches any casing, and a case-sensitive question checks the bytes of its
+/// hits (the same answer as a case-sensitive automaton of its own, without a second pass).
+pub fn has_exact(s: &str, set: Set, words: &[String]) -> bool {
+    let mut found = false;
+    each(s, set, |i, r| found = found || s.as_bytes()[r] == *words[i as usize].as_bytes());
+    found
 }
 
 /// Scans `s` now, so that the questions about it and its parts that follow are answered from

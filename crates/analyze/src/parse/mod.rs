@@ -20,7 +20,6 @@ pub mod verbs;
 pub mod vocab;
 
 use crate::event::{Event, Fact, Flag, Lib, RegEv};
-use aho_corasick::AhoCorasick;
 
 #[derive(Default)]
 pub struct FileCtx {
@@ -267,23 +266,28 @@ fn regression_words() -> impl Iterator<Item = &'static str> {
         .chain(kernel::REPORT_HEADERS.into_iter().flatten().copied())
 }
 
-/// Whether a line holds one of the [`regression_words`], in one pass.
-fn may_tell_a_regression(line: &str) -> bool {
-    static AC: std::sync::LazyLock<AhoCorasick> =
-        std::sync::LazyLock::new(|| crate::scan::one_pass(&regression_words().collect::<Vec<_>>()));
-    AC.is_match(line)
+/// The [`regression_words`] as the line's one pass ([`crate::scan`]) takes its lists.
+pub fn regression_word_list() -> Vec<String> {
+    regression_words().map(String::from).collect()
 }
 
-/// The prefilter: whether a line holds any word evidence starts from. Built once per process
-/// (not per [`Parser`]: every run of `analyze_readers` made one).
-fn prefilter() -> &'static AhoCorasick {
-    static PRE: std::sync::LazyLock<AhoCorasick> = std::sync::LazyLock::new(|| {
-        AhoCorasick::builder()
-            .kind(Some(aho_corasick::AhoCorasickKind::DFA))
-            .build(NEEDLES.iter().copied().chain(regression_words()).map(String::from).chain(tried::needles()))
-            .expect("static patterns")
-    });
-    &PRE
+/// Whether a line holds one of the [`regression_words`] (case-sensitive), from the line's one pass.
+fn may_tell_a_regression(line: &str) -> bool {
+    static W: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(regression_word_list);
+    crate::scan::has_exact(line, crate::scan::Set::Regress, &W)
+}
+
+/// The prefilter's words: [`NEEDLES`], the [`regression_words`] and the topics of what a reporter
+/// tried ([`tried::needles`]).
+pub fn prefilter_words() -> Vec<String> {
+    NEEDLES.iter().copied().chain(regression_words()).map(String::from).chain(tried::needles()).collect()
+}
+
+/// The prefilter: whether `s` holds one of the [`prefilter_words`] (case-sensitive), from the
+/// line's one pass ([`crate::scan`]; no automaton of its own to build and walk).
+fn prefilter(s: &str) -> bool {
+    static W: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(prefilter_words);
+    crate::scan::has_exact(s, crate::scan::Set::Pre, &W)
 }
 
 impl Default for Parser {
@@ -299,7 +303,7 @@ impl Default for Parser {
 impl Parser {
     /// Whether `s` holds any word evidence starts from (the prefilter's).
     pub fn may_be_evidence(&self, s: &str) -> bool {
-        prefilter().is_match(s) || s.trim_start().starts_with('{')
+        prefilter(s) || s.trim_start().starts_with('{')
     }
 
     /// A piece of a physical line that is not read (a progress bar's state): what its frame says
@@ -433,7 +437,7 @@ impl Parser {
         }
         // a line the word list misses still reaches the vocabulary when one of its messages may be
         // in it (LNet's `Failed to map mr`, Realm's `mk_create failed?`)
-        if !prefilter().is_match(body) && !vocab::anchored(body) {
+        if !prefilter(body) && !vocab::anchored(body) {
             generic::parse(f, ctx, lineno, line, emit);
             return false;
         }
