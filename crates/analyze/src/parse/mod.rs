@@ -499,6 +499,7 @@ impl Parser {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use aho_corasick::AhoCorasick;
 
     /// The one-pass gate lets through every line its three readers take: a development release, a
     /// regression told, a kernel report's header, frame or release line.
@@ -531,5 +532,34 @@ mod tests {
         }
         let failure = "node0001:10005:10005 [3] misc/ibvwrap.cc:188 NCCL WARN Call to ibv_reg_mr_iova2 failed with error Invalid argument";
         assert!(!may_tell_a_regression(failure));
+    }
+
+    /// The prefilter and the regression gate, read from the line's one pass (any casing), answer
+    /// as case-sensitive automata of their own words: a word in another casing (`mr` for `MR`,
+    /// `call trace` for `Call Trace`) lets no line through.
+    #[test]
+    fn the_gates_from_the_one_pass_keep_their_casing() {
+        let pre = AhoCorasick::new(prefilter_words()).unwrap();
+        let reg = AhoCorasick::new(regression_word_list()).unwrap();
+        let any_case = |w: Vec<String>| AhoCorasick::builder().ascii_case_insensitive(true).build(w).unwrap();
+        let (pre_ci, reg_ci) = (any_case(prefilter_words()), any_case(regression_word_list()));
+        let lines = [
+            "node0001:10006:10006 [0] MRSHIM WARN ibv_reg_mr_iova2(addr=0x7f0000200000) failed: EINVAL (22)",
+            "libfabric:10009:1764700000::verbs:mr:vrb_mr_reg_common():83<warn> Unable to register memory region",
+            "[1764700000.000003] [node0003:10018:0] ib_md.c:293  UCX  ERROR ibv_reg_mr() failed",
+            "mr. smith wrote a ucx test",
+            "nothing here at all",
+            "Call Trace:",
+            "call trace: none",
+            "a bisect of it",
+            "[ 12.3] warning: cpu: 1 pid: 2 at drivers/infiniband/core/umem.c:9",
+        ];
+        for l in lines {
+            assert_eq!(prefilter(l), pre.is_match(l), "prefilter: {l:?}");
+            assert_eq!(may_tell_a_regression(l), reg.is_match(l), "regression gate: {l:?}");
+        }
+        // the lines put the casing to the test
+        assert!(lines.iter().any(|l| pre_ci.is_match(l) && !pre.is_match(l)), "no line for the prefilter's casing");
+        assert!(lines.iter().any(|l| reg_ci.is_match(l) && !reg.is_match(l)), "no line for the gate's casing");
     }
 }
