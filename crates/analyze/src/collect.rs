@@ -237,26 +237,43 @@ pub struct Collector {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Channel(crate::event::Source, Lib);
 
-/// Failures counted per [`Channel`].
-type ChannelCounts = Vec<(Channel, u64)>;
+/// Failures counted per [`Channel`] of one process: the first channel in place (a process's
+/// failures mostly come through one kind of output, and the map's entry then holds all there is
+/// to read, no second lookup in memory), the others after it.
+#[derive(Default)]
+struct ChannelCounts {
+    first: Option<(Channel, u64)>,
+    rest: Vec<(Channel, u64)>,
+}
 
 /// Counts one more sighting on `ch`; returns its count.
-fn bump(v: &mut Vec<(Channel, u64)>, ch: Channel) -> u64 {
-    match v.iter_mut().find(|x| x.0 == ch) {
+fn bump(v: &mut ChannelCounts, ch: Channel) -> u64 {
+    match &mut v.first {
+        None => {
+            v.first = Some((ch, 1));
+            return 1;
+        }
+        Some(x) if x.0 == ch => {
+            x.1 += 1;
+            return x.1;
+        }
+        Some(_) => {}
+    }
+    match v.rest.iter_mut().find(|x| x.0 == ch) {
         Some(x) => {
             x.1 += 1;
             x.1
         }
         None => {
-            v.push((ch, 1));
+            v.rest.push((ch, 1));
             1
         }
     }
 }
 
-/// The most any other channel saw.
-fn others(v: &[(Channel, u64)], ch: Channel) -> u64 {
-    v.iter().filter(|x| x.0 != ch).map(|x| x.1).max().unwrap_or(0)
+/// The most sightings on a channel other than `ch`.
+fn others(v: &ChannelCounts, ch: Channel) -> u64 {
+    v.first.iter().chain(v.rest.iter()).filter(|x| x.0 != ch).map(|x| x.1).max().unwrap_or(0)
 }
 
 fn rank_set_insert(s: &mut BTreeSet<i64>, r: Option<i64>) {

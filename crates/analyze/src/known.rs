@@ -187,22 +187,26 @@ impl Matcher {
                 }
             }
         }
-        let ac = AhoCorasick::builder()
-            .kind(Some(aho_corasick::AhoCorasickKind::DFA))
-            .ascii_case_insensitive(true)
-            .build(&pats)
-            .ok();
         let shared = pats == words();
+        // (shared patterns are answered by the line's one pass: no automaton of their own per run)
+        let ac = match shared {
+            true => None,
+            false => AhoCorasick::builder()
+                .kind(Some(aho_corasick::AhoCorasickKind::DFA))
+                .ascii_case_insensitive(true)
+                .build(&pats)
+                .ok(),
+        };
         Matcher { issues, note, shared, ac, owners }
     }
 
     /// Pattern indices occurring in `line`.
     pub fn scan(&self, line: &str) -> Vec<usize> {
-        let Some(ac) = &self.ac else { return vec![] };
         let mut v: Vec<usize> = Vec::new();
         if self.shared {
             crate::scan::each(line, crate::scan::Set::Known, |p, _| v.push(p as usize));
         } else {
+            let Some(ac) = &self.ac else { return vec![] };
             v.extend(ac.find_overlapping_iter(line).map(|m| m.pattern().as_usize()));
         }
         v.dedup();

@@ -85,6 +85,11 @@ pub enum Set {
     Prose,
     /// The topics of what a reporter tried ([`crate::parse::tried`]).
     Tried,
+    /// The prefilter's words ([`crate::parse::prefilter_words`]; case-sensitive: [`has_exact`]).
+    Pre,
+    /// The words a regression or a kernel report starts from ([`crate::parse::regression_word_list`];
+    /// case-sensitive: [`has_exact`]).
+    Regress,
 }
 
 struct Combined {
@@ -97,7 +102,7 @@ fn combined() -> &'static Combined {
     static C: std::sync::LazyLock<Combined> = std::sync::LazyLock::new(|| {
         let mut words: Vec<String> = Vec::new();
         let mut owners: Vec<Vec<(Set, u32)>> = Vec::new();
-        let lists: [(Set, Vec<String>); 7] = [
+        let lists: [(Set, Vec<String>); SETS] = [
             (Set::Errno, crate::errno::words()),
             (Set::Mem, crate::parse::generic::mem_words()),
             (Set::Lib, crate::parse::generic::lib_words()),
@@ -105,6 +110,8 @@ fn combined() -> &'static Combined {
             (Set::Known, crate::known::words()),
             (Set::Prose, crate::parse::prose::gate_words()),
             (Set::Tried, crate::parse::tried::topic_words()),
+            (Set::Pre, crate::parse::prefilter_words()),
+            (Set::Regress, crate::parse::regression_word_list()),
         ];
         for (set, list) in lists {
             for (i, w) in list.into_iter().enumerate() {
@@ -133,9 +140,14 @@ struct Last {
     /// Address of the text scanned last (only compared, never dereferenced) and a copy of it.
     addr: usize,
     text: String,
-    /// (distinct word, start, end) of every occurrence.
-    hits: Vec<(u32, usize, usize)>,
+    /// Per list ([`Set`] as index): (number in the list, start, end) of every occurrence of its
+    /// words, in the order the automaton reported them (a question about one list reads only its own).
+    hits: [Vec<(u32, usize, usize)>; SETS],
 }
+
+/// The number of [`Set`]s.
+const SETS: usize = 9;
+const _: () = assert!(Set::Regress as usize + 1 == SETS, "a Set past SETS");
 
 thread_local! {
     static LAST: RefCell<Last> = RefCell::default();
@@ -158,23 +170,31 @@ pub fn each(s: &str, set: Set, mut f: impl FnMut(u32, Range<usize>)) {
             l.addr = addr;
             l.text.clear();
             l.text.push_str(s);
-            l.hits.clear();
+            for h in &mut l.hits {
+                h.clear();
+            }
             for m in c.ac.find_overlapping_iter(s) {
-                l.hits.push((m.pattern().as_u32(), m.start(), m.end()));
+                for &(st, i) in &c.owners[m.pattern().as_usize()] {
+                    l.hits[st as usize].push((i, m.start(), m.end()));
+                }
             }
             0
         };
-        for &(w, start, end) in &l.hits {
-            if start < off || end > off + s.len() {
-                continue;
-            }
-            for &(st, i) in &c.owners[w as usize] {
-                if st == set {
-                    f(i, start - off..end - off);
-                }
+        for &(i, start, end) in &l.hits[set as usize] {
+            if start >= off && end <= off + s.len() {
+                f(i, start - off..end - off);
             }
         }
     })
+}
+
+/// Whether a word of `set` occurs in `s` spelt exactly as in `words`, the list `set` was built
+/// from: the one pass matches any casing, and a case-sensitive question checks the bytes of its
+/// hits (the same answer as a case-sensitive automaton of its own, without a second pass).
+pub fn has_exact(s: &str, set: Set, words: &[String]) -> bool {
+    let mut found = false;
+    each(s, set, |i, r| found = found || s.as_bytes()[r] == *words[i as usize].as_bytes());
+    found
 }
 
 /// Scans `s` now, so that the questions about it and its parts that follow are answered from

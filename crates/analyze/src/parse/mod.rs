@@ -20,7 +20,6 @@ pub mod verbs;
 pub mod vocab;
 
 use crate::event::{Event, Fact, Flag, Lib, RegEv};
-use aho_corasick::AhoCorasick;
 
 #[derive(Default)]
 pub struct FileCtx {
@@ -145,7 +144,6 @@ pub fn reg_call_in(s: &str) -> Option<&str> {
 }
 
 pub struct Parser {
-    pre: AhoCorasick,
     /// The launcher's origin (host, rank, pid) of the physical line being read: the pieces of a
     /// line split at `\r` carry it only on the first (`3: 45%|###   |\r<the failure>`).
     piece: (u64, Option<String>, Option<i64>, Option<u32>),
@@ -268,21 +266,33 @@ fn regression_words() -> impl Iterator<Item = &'static str> {
         .chain(kernel::REPORT_HEADERS.into_iter().flatten().copied())
 }
 
-/// Whether a line holds one of the [`regression_words`], in one pass.
+/// The [`regression_words`] as the line's one pass ([`crate::scan`]) takes its lists.
+pub fn regression_word_list() -> Vec<String> {
+    regression_words().map(String::from).collect()
+}
+
+/// Whether a line holds one of the [`regression_words`] (case-sensitive), from the line's one pass.
 fn may_tell_a_regression(line: &str) -> bool {
-    static AC: std::sync::LazyLock<AhoCorasick> =
-        std::sync::LazyLock::new(|| crate::scan::one_pass(&regression_words().collect::<Vec<_>>()));
-    AC.is_match(line)
+    static W: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(regression_word_list);
+    crate::scan::has_exact(line, crate::scan::Set::Regress, &W)
+}
+
+/// The prefilter's words: [`NEEDLES`], the [`regression_words`] and the topics of what a reporter
+/// tried ([`tried::needles`]).
+pub fn prefilter_words() -> Vec<String> {
+    NEEDLES.iter().copied().chain(regression_words()).map(String::from).chain(tried::needles()).collect()
+}
+
+/// The prefilter: whether `s` holds one of the [`prefilter_words`] (case-sensitive), from the
+/// line's one pass ([`crate::scan`]; no automaton of its own to build and walk).
+fn prefilter(s: &str) -> bool {
+    static W: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(prefilter_words);
+    crate::scan::has_exact(s, crate::scan::Set::Pre, &W)
 }
 
 impl Default for Parser {
     fn default() -> Self {
-        let pre = AhoCorasick::builder()
-            .kind(Some(aho_corasick::AhoCorasickKind::DFA))
-            .build(NEEDLES.iter().copied().chain(regression_words()).map(String::from).chain(tried::needles()))
-            .expect("static patterns");
         Parser {
-            pre,
             piece: (0, None, None, None),
             shim: Default::default(),
             known: crate::known::Matcher::new(crate::known::table()),
@@ -293,7 +303,7 @@ impl Default for Parser {
 impl Parser {
     /// Whether `s` holds any word evidence starts from (the prefilter's).
     pub fn may_be_evidence(&self, s: &str) -> bool {
-        self.pre.is_match(s) || s.trim_start().starts_with('{')
+        prefilter(s) || s.trim_start().starts_with('{')
     }
 
     /// A piece of a physical line that is not read (a progress bar's state): what its frame says
@@ -427,7 +437,7 @@ impl Parser {
         }
         // a line the word list misses still reaches the vocabulary when one of its messages may be
         // in it (LNet's `Failed to map mr`, Realm's `mk_create failed?`)
-        if !self.pre.is_match(body) && !vocab::anchored(body) {
+        if !prefilter(body) && !vocab::anchored(body) {
             generic::parse(f, ctx, lineno, line, emit);
             return false;
         }
@@ -490,6 +500,7 @@ impl Parser {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use aho_corasick::AhoCorasick;
 
     /// The one-pass gate lets through every line its three readers take: a development release, a
     /// regression told, a kernel report's header, frame or release line.
@@ -522,5 +533,34 @@ mod tests {
         }
         let failure = "node0001:10005:10005 [3] misc/ibvwrap.cc:188 NCCL WARN Call to ibv_reg_mr_iova2 failed with error Invalid argument";
         assert!(!may_tell_a_regression(failure));
+    }
+
+    /// The prefilter and the regression gate, read from the line's one pass (any casing), answer
+    /// as case-sensitive automata of their own words: a word in another casing (`mr` for `MR`,
+    /// `call trace` for `Call Trace`) lets no line through.
+    #[test]
+    fn the_gates_from_the_one_pass_keep_their_casing() {
+        let pre = AhoCorasick::new(prefilter_words()).unwrap();
+        let reg = AhoCorasick::new(regression_word_list()).unwrap();
+        let any_case = |w: Vec<String>| AhoCorasick::builder().ascii_case_insensitive(true).build(w).unwrap();
+        let (pre_ci, reg_ci) = (any_case(prefilter_words()), any_case(regression_word_list()));
+        let lines = [
+            "node0001:10006:10006 [0] MRSHIM WARN ibv_reg_mr_iova2(addr=0x7f0000200000) failed: EINVAL (22)",
+            "libfabric:10009:1764700000::verbs:mr:vrb_mr_reg_common():83<warn> Unable to register memory region",
+            "[1764700000.000003] [node0003:10018:0] ib_md.c:293  UCX  ERROR ibv_reg_mr() failed",
+            "mr. smith wrote a ucx test",
+            "nothing here at all",
+            "Call Trace:",
+            "call trace: none",
+            "a bisect of it",
+            "[ 12.3] warning: cpu: 1 pid: 2 at drivers/infiniband/core/umem.c:9",
+        ];
+        for l in lines {
+            assert_eq!(prefilter(l), pre.is_match(l), "prefilter: {l:?}");
+            assert_eq!(may_tell_a_regression(l), reg.is_match(l), "regression gate: {l:?}");
+        }
+        // the lines put the casing to the test
+        assert!(lines.iter().any(|l| pre_ci.is_match(l) && !pre.is_match(l)), "no line for the prefilter's casing");
+        assert!(lines.iter().any(|l| reg_ci.is_match(l) && !reg.is_match(l)), "no line for the gate's casing");
     }
 }

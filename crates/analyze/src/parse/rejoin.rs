@@ -29,6 +29,10 @@ const WIDEST: usize = 80;
 
 /// Columns of `b` (UTF-8 characters; an invalid byte counts as one).
 fn columns(b: &[u8]) -> usize {
+    // (most lines are ASCII: one byte each, told by a word-at-a-time test)
+    if b.is_ascii() {
+        return b.len();
+    }
     b.iter().filter(|&&c| c & 0xc0 != 0x80).count()
 }
 
@@ -134,6 +138,10 @@ pub fn width(raw: &[u8], text: &[u8], quote: u8) -> (usize, usize) {
     }
     let t = columns(text) + 2 * usize::from(quote);
     let raw = raw.trim_ascii_end();
+    // a line without wrappers is its own text: as wide as `t` (the test below would give `t`)
+    if raw == text {
+        return (t, t);
+    }
     // (wider than any such software breaks at: not what it broke, a docker json-file record)
     let r = match raw.len() > WIDEST * 4 || memchr::memchr(0x1b, raw).is_some() {
         true => t,
