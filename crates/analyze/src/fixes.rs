@@ -133,9 +133,9 @@ pub fn resource_knobs(stacks: &[Stack]) -> Vec<String> {
     stacks
         .iter()
         .map(|s| match s {
-            // prov/cxi/src/cxip_iomm.c (cache defaults CXIP_DEFAULT_MR_CACHE_MAX_CNT 4096, size -1),
+            // prov/cxi/src/cxip_iomm.c (cache defaults CXIP_DEFAULT_MR_CACHE_MAX_CNT 4096, size -1), man/fi_cxi.7.md (FI_CXI_ODP),
             // cxip_dom.c (CXIP_BUFFER_ID_MAX 64k), shs-libcxi utils/cxi_service.c (the AC limits)
-            Stack::Cxi => "Slingshot CXI: registrations stay mapped in the NIC while libfabric's MR cache holds them — up to FI_MR_CACHE_MAX_COUNT regions (CXI's default 4096) and FI_MR_CACHE_MAX_SIZE bytes (no limit by default); lower them (e.g. FI_MR_CACHE_MAX_COUNT=1024, FI_MR_CACHE_MAX_SIZE=8G) so the cache evicts before the NIC's address contexts / IOVA space run out (cxil_map ENOSPC), close remote-access MRs no longer needed (at most 64k per domain: `Failed to allocate MR buffer ID`), and compare the job's use with its CXI service's limits (`cxi_service list`)",
+            Stack::Cxi => "Slingshot CXI: registrations stay mapped in the NIC while libfabric's MR cache holds them — up to FI_MR_CACHE_MAX_COUNT regions (CXI's default 4096) and FI_MR_CACHE_MAX_SIZE bytes (no limit by default); lower them (e.g. FI_MR_CACHE_MAX_COUNT=1024, FI_MR_CACHE_MAX_SIZE=8G) so the cache evicts before the NIC's address contexts / IOVA space run out (cxil_map ENOSPC), close remote-access MRs no longer needed (at most 64k per domain: `Failed to allocate MR buffer ID`), compare the job's use with its CXI service's limits (`cxi_service list`), and FI_CXI_ODP=1 (on-demand paging, fi_cxi(7)) stops pinning every DMA buffer where the application's mr_mode hints allow it",
             // fi_gni(7) v1.14 (GNI_MR_* domain parameters); Chapel doc/rst/platforms/cray.rst;
             // MPICH_GNI_NDREG_ENTRIES is Cray MPICH's (intro_mpi(3)), no public source
             Stack::Gni => "Cray Aries/Gemini (uGNI): the NIC's memory domain descriptors are used up — register fewer, larger regions (hugepages: `module load craype-hugepages2M`), Cray MPICH: MPICH_GNI_NDREG_ENTRIES (its registration cache's entries, intro_mpi(3)), libfabric gni: the domain's GNI_MR_UDREG_LIMIT / GNI_MR_HARD_REG_LIMIT (fi_gni(7)), Chapel: CHPL_RT_COMM_UGNI_MAX_MEM_REGIONS",

@@ -1113,4 +1113,8 @@ fn hpc_runtime_failures_name_their_own_knobs() {
             f.fixes
         );
     }
+    // Slingshot's knob for not pinning at all (fi_cxi(7) FI_CXI_ODP) is in the CXI resource fix
+    let a = run(&[("job.log", "libfabric:4242:1700000000::cxi:mr:cxip_do_map():121<warn> x1000c0s0b0n0: cxil_map lni: 17 base: 0x0x7f3a5c200000 len: 2097152 map_flags: 0xD failure: -28, No space left on device\n")]);
+    let f = a.findings.iter().find(|f| f.category == "resource-exhaustion").expect("resource finding");
+    assert!(f.fixes.iter().any(|x| x.contains("FI_CXI_ODP=1")), "{:?}", f.fixes);
 }
