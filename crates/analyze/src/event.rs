@@ -185,6 +185,10 @@ pub enum Flag {
     /// QP, CQ or mkeys, or the indirect KSM key over a registration): the stack against the NIC's driver,
     /// firmware or port configuration, not the memory.
     MkeySetupFail,
+    /// A stack's start-up probe found that some nodes can pin (register) much less memory than others
+    /// (GASNet-EX's `Probe of max pinnable memory found varying results`): every node is then held to the
+    /// smallest; memlock or the HCA's limits differ between nodes. Read by the warning-only diagnosis.
+    PinnableShort,
     /// A line printed a registration cache's limits (libfabric CXI's `MR cache using max_size N and
     /// max_cnt M`): the knobs (FI_MR_CACHE_MAX_COUNT / _SIZE) that bound what stays registered.
     MrCacheLimit,

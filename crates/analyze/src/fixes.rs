@@ -133,9 +133,9 @@ pub fn resource_knobs(stacks: &[Stack]) -> Vec<String> {
     stacks
         .iter()
         .map(|s| match s {
-            // prov/cxi/src/cxip_iomm.c (cache defaults CXIP_DEFAULT_MR_CACHE_MAX_CNT 4096, size -1),
+            // prov/cxi/src/cxip_iomm.c (cache defaults CXIP_DEFAULT_MR_CACHE_MAX_CNT 4096, size -1), man/fi_cxi.7.md (FI_CXI_ODP),
             // cxip_dom.c (CXIP_BUFFER_ID_MAX 64k), shs-libcxi utils/cxi_service.c (the AC limits)
-            Stack::Cxi => "Slingshot CXI: registrations stay mapped in the NIC while libfabric's MR cache holds them — up to FI_MR_CACHE_MAX_COUNT regions (CXI's default 4096) and FI_MR_CACHE_MAX_SIZE bytes (no limit by default); lower them (e.g. FI_MR_CACHE_MAX_COUNT=1024, FI_MR_CACHE_MAX_SIZE=8G) so the cache evicts before the NIC's address contexts / IOVA space run out (cxil_map ENOSPC), close remote-access MRs no longer needed (at most 64k per domain: `Failed to allocate MR buffer ID`), and compare the job's use with its CXI service's limits (`cxi_service list`)",
+            Stack::Cxi => "Slingshot CXI: registrations stay mapped in the NIC while libfabric's MR cache holds them — up to FI_MR_CACHE_MAX_COUNT regions (CXI's default 4096) and FI_MR_CACHE_MAX_SIZE bytes (no limit by default); lower them (e.g. FI_MR_CACHE_MAX_COUNT=1024, FI_MR_CACHE_MAX_SIZE=8G) so the cache evicts before the NIC's address contexts / IOVA space run out (cxil_map ENOSPC), close remote-access MRs no longer needed (at most 64k per domain: `Failed to allocate MR buffer ID`), compare the job's use with its CXI service's limits (`cxi_service list`), and FI_CXI_ODP=1 (on-demand paging, fi_cxi(7)) stops pinning every DMA buffer where the application's mr_mode hints allow it",
             // fi_gni(7) v1.14 (GNI_MR_* domain parameters); Chapel doc/rst/platforms/cray.rst;
             // MPICH_GNI_NDREG_ENTRIES is Cray MPICH's (intro_mpi(3)), no public source
             Stack::Gni => "Cray Aries/Gemini (uGNI): the NIC's memory domain descriptors are used up — register fewer, larger regions (hugepages: `module load craype-hugepages2M`), Cray MPICH: MPICH_GNI_NDREG_ENTRIES (its registration cache's entries, intro_mpi(3)), libfabric gni: the domain's GNI_MR_UDREG_LIMIT / GNI_MR_HARD_REG_LIMIT (fi_gni(7)), Chapel: CHPL_RT_COMM_UGNI_MAX_MEM_REGIONS",
@@ -147,6 +147,73 @@ pub fn resource_knobs(stacks: &[Stack]) -> Vec<String> {
             // prov/util/src/util_mem_monitor.c (mr_cache_max_count default 1024, max_size
             // total memory / cores / 2)
             Stack::Libfabric => "libfabric: bound its MR cache — FI_MR_CACHE_MAX_COUNT (default 1024) / FI_MR_CACHE_MAX_SIZE — or FI_MR_CACHE_MONITOR=disabled to take the cache out of the picture",
+        })
+        .map(String::from)
+        .collect()
+}
+
+/// An HPC runtime whose own settings bound what it pins and registers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runtime {
+    Gasnet,
+    Chapel,
+    Charm,
+    Mvapich2,
+    Psm2,
+    Opx,
+}
+
+/// Words of each runtime's own registration messages (data/messages.json, their sources) and log
+/// prefixes: GASNet's fatal errors and firehose, Chapel's comm=ofi internal errors, Charm++'s CmiAbort
+/// and pool limits, MVAPICH2's vbuf/dreg lines and `[host:mpi_rank_N]` prefix, PSM2's TID update, OPX's
+/// log prefix.
+const RUNTIME_WORDS: [(Runtime, &[&str]); 6] = [
+    (Runtime::Gasnet, &["gasnet", "firehose", "pinnable memory"]),
+    (Runtime::Chapel, &["ofi error: fi_mr_", "comm-ofi.c", "chpl_rt_"]),
+    (Runtime::Charm, &["cmiabort", "charm++", "charm_ugni", "mempool allowed", "memory registor"]),
+    (Runtime::Mvapich2, &["vbuf region", "reregister dentry", ":mpi_rank_", "mv2_"]),
+    (Runtime::Psm2, &["tid update", "nvidia driver apis mismatch"]),
+    (Runtime::Opx, &[":opx:"]),
+];
+
+/// The runtimes whose words are in `lines` (a failure's evidence).
+pub fn runtimes<'a>(lines: impl Iterator<Item = &'a str>) -> Vec<Runtime> {
+    let mut out = Vec::new();
+    for l in lines {
+        let l = l.to_ascii_lowercase();
+        for (rt, words) in RUNTIME_WORDS {
+            if !out.contains(&rt) && words.iter().any(|w| l.contains(w)) {
+                out.push(rt);
+            }
+        }
+    }
+    out
+}
+
+/// The settings of each runtime that bound what it pins, for the category the finding names
+/// (`memlock-limit` or `resource-exhaustion`), read from their sources and documentation.
+pub fn runtime_knobs(rts: &[Runtime], cat: &str) -> Vec<String> {
+    let memlock = cat == "memlock-limit";
+    rts.iter()
+        .filter_map(|rt| {
+            Some(match rt {
+                // ibv-conduit/gasnet_core.c (gasnetc_init_pin_info, gasneti_segreg_failed's hint),
+                // other/firehose (GASNET_FIREHOSE_*), ibv-conduit README
+                Runtime::Gasnet if memlock => "GASNet-EX pins its whole segment at attach (SEGMENT_FAST/LARGE): with the limit raised, bound what it pins with GASNET_PHYSMEM_MAX (e.g. GASNET_PHYSMEM_MAX='0.5' or '16G') and the segment with GASNET_MAX_SEGSIZE; GASNET_PHYSMEM_PROBE=1 measures again what each node can pin",
+                Runtime::Gasnet => "GASNet-EX: pin less — GASNET_PHYSMEM_MAX and GASNET_MAX_SEGSIZE bound the segment it pins at attach; GASNET_FIREHOSE_M / GASNET_FIREHOSE_MAXVICTIM_M / GASNET_FIREHOSE_MAXREGION_SIZE bound firehose's dynamic pinning (SEGMENT_LARGE/EVERYTHING and buffers outside the segment)",
+                // runtime/src/comm/ofi/comm-ofi.c (the fixed heap registered whole),
+                // doc/rst/platforms/libfabric.rst (`OFI error: fi_mr_reg(ofi_domain, ...)`)
+                Runtime::Chapel => "Chapel: CHPL_RT_MAX_HEAP_SIZE (e.g. CHPL_RT_MAX_HEAP_SIZE=50% or 16g) caps the heap that comm=ofi registers whole at start-up — Chapel's own fix for `OFI error: fi_mr_reg(ofi_domain, ...): Cannot allocate memory`; with comm=gasnet it sizes the GASNet segment",
+                // src/arch/gni/machine.C, src/arch/ofi/machine.C (alloc_mempool_block)
+                Runtime::Charm if memlock => return None,
+                Runtime::Charm => "Charm++: the machine layer registers its message pool block by block up to a limit — gni: CHARM_UGNI_MEMPOOL_MAX (+gni-mempool-max) and CHARM_UGNI_SEND_MAX; ofi: +ofi-mempool-max-size; a smaller pool registers fewer regions",
+                // src/mpid/ch3/channels/common/src/reg_cache/dreg.c, mrail/src/gen2/vbuf.c, ibv_param.c
+                Runtime::Mvapich2 => "MVAPICH2: fewer pinned bytes and regions — MV2_NDREG_ENTRIES / MV2_NDREG_ENTRIES_MAX and MV2_DREG_CACHE_LIMIT (its registration cache), MV2_VBUF_POOL_SIZE / MV2_VBUF_MAX / MV2_VBUF_TOTAL_SIZE (the vbuf pools registered at start-up), MV2_USE_LAZY_MEM_UNREGISTER=0 (deregister at once instead of caching)",
+                // ptl_ips/ips_tidcache.c, ips_proto_expected.c (PSM2_TID, PSM2_MQ_RNDV_HFI_THRESH)
+                Runtime::Psm2 => "PSM2 (Omni-Path): expected receives pin their buffers through the hfi1 driver's TID updates, counted against RLIMIT_MEMLOCK — PSM2_TID=0 turns them off (eager copies, slower for large messages), a larger PSM2_MQ_RNDV_HFI_THRESH keeps more messages off them",
+                // prov/opx/src/fi_opx_ep.c (FI_OPX_TID_DISABLE, FI_OPX_TID_MIN_PAYLOAD_BYTES)
+                Runtime::Opx => "libfabric OPX: expected receives pin through the hfi1 driver's TID updates (RLIMIT_MEMLOCK) — FI_OPX_TID_DISABLE=1 turns them off, a larger FI_OPX_TID_MIN_PAYLOAD_BYTES keeps smaller messages off them",
+            })
         })
         .map(String::from)
         .collect()

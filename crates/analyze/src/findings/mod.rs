@@ -373,11 +373,13 @@ pub const WARNED_CALL: &str = "(start-up warning)";
 /// parser counts them as the failure they stand for), Ceph's verify_prereq, UCX's mlock warning
 /// (`LockedMemWarn`, `RegLimitWarn`); libibverbs' check_memlock_limit (init.c: soft limit <= 32 KiB,
 /// not for root) and UCX's uct_ib_memlock_limit_msg after an ENOMEM from any verb — QP, CQ, SRQ
-/// creation too (`MemlockWarned`).
-const WARNINGS: [(Flag, &str); 3] = [
+/// creation too (`MemlockWarned`); GASNet-EX's physmem probe report when the nodes' pinnable memory
+/// differs (ibv-conduit gasnet_core.c gasnetc_physmem_report: `PinnableShort`).
+const WARNINGS: [(Flag, &str); 4] = [
     (Flag::LockedMemWarn, "the locked-memory limit is too small for RDMA"),
     (Flag::MemlockWarned, "the locked-memory limit (RLIMIT_MEMLOCK) will limit memory registrations"),
     (Flag::RegLimitWarn, "the driver lets it register only part of physical memory (the HCA's translation table)"),
+    (Flag::PinnableShort, "its probe found some nodes able to pin (register) much less memory than others, and holds every node to the smallest (memlock or the HCA's limits differ between nodes)"),
 ];
 
 /// One group per host whose stack printed a warning of [`WARNINGS`]: what a warning-only input

@@ -257,6 +257,7 @@ pub(super) fn memlock_limit<'a>(v: &View<'a>) -> Cand<'a> {
         c.add(0.3, "", None);
     }
     c.fixes = fixes::memlock();
+    c.fixes.splice(1..1, fixes::runtime_knobs(&runtimes_of(v), "memlock-limit"));
     c.retry = Some("raise-memlock,bounce");
     c
 }
@@ -364,9 +365,19 @@ pub(super) fn resource_exhaustion<'a>(v: &View<'a>) -> Cand<'a> {
             None,
         );
     }
-    c.fixes = fixes::resource_knobs(&stacks_of(v)).into_iter().chain(fixes::resource()).collect();
+    c.fixes = fixes::runtime_knobs(&runtimes_of(v), "resource-exhaustion")
+        .into_iter()
+        .chain(fixes::resource_knobs(&stacks_of(v)))
+        .chain(fixes::resource())
+        .collect();
     c.retry = Some("bounce");
     c
+}
+
+/// The HPC runtimes the failures' lines come from (GASNet, Chapel, Charm++, MVAPICH2, PSM2, OPX),
+/// for the settings of their own that bound what they pin.
+fn runtimes_of(v: &View) -> Vec<fixes::Runtime> {
+    fixes::runtimes(v.fails.iter().flat_map(|g| g.1.evidence.iter().map(|e| e.text.as_str())))
 }
 
 /// Which stacks' registration limits the failures went through, for the knobs the fix names: the

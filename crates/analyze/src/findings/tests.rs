@@ -1051,3 +1051,70 @@ fn a_size_threshold_near_the_memlock_limit_is_memlock() {
     )]);
     assert!(expl(&none, "resource-exhaustion").contains("smaller registrations work"), "{:?}", cats(&none));
 }
+
+/// GASNet-EX's physmem probe report (ibv-conduit gasnet_core.c gasnetc_physmem_report) when the nodes'
+/// pinnable memory differs: no registration failed, so it is a warning-only finding, and its line is
+/// the evidence.
+#[test]
+fn gasnet_varying_pinnable_memory_is_a_warning_only_finding() {
+    let a = run(&[(
+        "job.err",
+        "WARNING: Probe of max pinnable memory completed in 41.2s.\n\
+         WARNING:   Probe of max pinnable memory found varying results\n\
+         WARNING:   Physical memory   MEAN/MIN/MAX = 251 GB / 251 GB / 251 GB\n",
+    )]);
+    assert_eq!(a.failed(), 0);
+    let f = a.findings.first().unwrap_or_else(|| panic!("no finding: {:?}", cats(&a)));
+    assert!(f.warning && f.count == 0, "{:?}", cats(&a));
+    assert!(f.explanation.contains("some nodes able to pin"), "{}", f.explanation);
+    assert!(f.evidence.iter().any(|e| e.text.contains("found varying results")), "{:?}", f.evidence);
+}
+
+/// The HPC runtimes' own settings are named in the fixes of the failures their lines report.
+#[test]
+fn hpc_runtime_failures_name_their_own_knobs() {
+    for (name, log, knob) in [
+        (
+            "Chapel comm=ofi heap registration",
+            "internal error: 0: /opt/chapel/runtime/src/comm/ofi/comm-ofi.c:2812: OFI error: fi_mr_reg(ofi_domain, memTab[i].addr, memTab[i].size, bufAcc, 0, 0, 0, &ofiMrTab[i], NULL): Cannot allocate memory\n",
+            "CHPL_RT_MAX_HEAP_SIZE",
+        ),
+        (
+            "GASNet firehose pinning",
+            "*** FATAL ERROR (proc 5): ibv_reg_mr failed in firehose_move_callback errno=12 (Cannot allocate memory)\n",
+            "GASNET_PHYSMEM_MAX",
+        ),
+        (
+            "OPX TID update",
+            "libfabric:40213:1733000000::opx:mr:opx_hfi_update_tid():1160<warn> IOCTL FAILED ERR -1 errno 12 \"Cannot allocate memory\" requested range=0x7f0a20000000-0x7f0a20200000 (2097152 bytes, 512 pages)\n",
+            "FI_OPX_TID_DISABLE",
+        ),
+        (
+            "Charm++ mempool limit",
+            "Error: there is attempt to allocate memory block with size 268435456 which is greater than the maximum mempool allowed 134217728.\n",
+            "+ofi-mempool-max-size",
+        ),
+    ] {
+        let a = run(&[("job.log", log)]);
+        assert_eq!(a.failed(), 1, "{name}");
+        let f = a
+            .findings
+            .iter()
+            .find(|f| matches!(f.category, "memlock-limit" | "resource-exhaustion"))
+            .unwrap_or_else(|| panic!("{name}: {:?}", cats(&a)));
+        assert!(f.fixes.iter().any(|x| x.contains(knob)), "{name}: {:?}", f.fixes);
+    }
+    // another stack's failure gets none of them
+    let a = run(&[("ucx.log", "[1733000000.5] [n1:77:0]           ib_md.c:309  UCX  ERROR ibv_reg_mr(address=0x7f0000000000, length=1048576, access=0xf) failed: Cannot allocate memory\n")]);
+    for f in &a.findings {
+        assert!(
+            !f.fixes.iter().any(|x| x.contains("GASNET_") || x.contains("CHPL_RT_") || x.contains("FI_OPX_")),
+            "{:?}",
+            f.fixes
+        );
+    }
+    // Slingshot's knob for not pinning at all (fi_cxi(7) FI_CXI_ODP) is in the CXI resource fix
+    let a = run(&[("job.log", "libfabric:4242:1700000000::cxi:mr:cxip_do_map():121<warn> x1000c0s0b0n0: cxil_map lni: 17 base: 0x0x7f3a5c200000 len: 2097152 map_flags: 0xD failure: -28, No space left on device\n")]);
+    let f = a.findings.iter().find(|f| f.category == "resource-exhaustion").expect("resource finding");
+    assert!(f.fixes.iter().any(|x| x.contains("FI_CXI_ODP=1")), "{:?}", f.fixes);
+}

@@ -642,6 +642,7 @@ pub fn flag_named(name: &str) -> Option<Flag> {
         "mlx4-hca" => Flag::Mlx4Hca,
         "umr-fail" => Flag::UmrFail,
         "odp-xlt-fail" => Flag::OdpXltFail,
+        "pinnable-short" => Flag::PinnableShort,
         _ => return None,
     })
 }
