@@ -59,9 +59,10 @@ pub fn gdr_bar_mapping(lower: &str) -> bool {
     lower.match_indices("gdr_map").any(|(i, _)| {
         let after = &lower[i + 7..];
         let word = !after.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_') && !lower[..i].ends_with('_');
-        let near: String = after.chars().take(16).collect();
+        let near: String = after.chars().take(10).collect();
+        let before: String = lower[..i].chars().rev().take(16).collect::<Vec<_>>().into_iter().rev().collect();
         let failed = ["fail", "error", "return"].iter().any(|w| near.contains(w))
-            || ["cannot ", "can't ", "unable to ", "not "].iter().any(|w| lower[..i].trim_end().ends_with(w.trim_end()));
+            || ["cannot", "can't", "unable", "not ", "fail"].iter().any(|w| before.contains(w));
         word && !failed
     })
 }
