@@ -117,9 +117,10 @@ pub(super) fn enomem<'a>(v: &View<'a>, cands: &mut [Cand<'a>]) {
 pub(super) fn efault_bar_mapping<'a>(v: &View<'a>, cands: &mut [Cand<'a>]) {
     let efault = v.fail_where(|k, _| k.errno == Some(EFAULT));
     // a line of its own (facts.rs), or the failure's own line naming the mapping it registered
-    let own = efault.iter().flat_map(|g| g.1.evidence.iter()).find(|e| {
-        crate::parse::facts::gdr_bar_mapping(&e.text.to_ascii_lowercase())
-    });
+    let own = efault
+        .iter()
+        .flat_map(|g| g.1.evidence.iter())
+        .find(|e| crate::parse::facts::gdr_bar_mapping(&e.text.to_ascii_lowercase()));
     let Some(e) = v.flag(Flag::GdrBarMapping).or(own) else { return };
     if efault.is_empty() {
         return;
