@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 mod likelihood;
 mod order;
+pub(crate) use order::printed_sizes;
 mod rules;
 mod violation;
 use rules::*;

@@ -12,36 +12,55 @@ use super::*;
 /// and CQ buffers are pinned too), long before a registration of gigabytes.
 const FAR_BEYOND_MEMLOCK: u64 = 1 << 30;
 
-/// Sizes a line prints: the parsed length, and sizes with a unit (`37.7 GB`, `len 8388608 KB`,
-/// `4.00 GB segment`) — not rates (`100 Gb/s`, `200 Gbps`).
-pub(super) fn printed_sizes(text: &str) -> Vec<u64> {
-    let lower = text.to_ascii_lowercase();
+/// Sizes a line prints, with their unit (`37.7 GB`, `len 8388608 KB`, `4.00 GB segment`, `N bytes`) —
+/// not rates (`100 Gb/s`, `200 Gbps`). Read from the whole failure line when it is collected (the
+/// evidence kept is clipped to 200 characters), so it allocates nothing.
+pub(crate) fn printed_sizes(text: &str) -> Vec<u64> {
+    let b = text.as_bytes();
     let mut out = Vec::new();
-    for (i, _) in lower.match_indices(|c: char| c.is_ascii_digit()) {
-        let b = lower.as_bytes();
-        if b.get(i + 1).is_some_and(|c| c.is_ascii_digit() || *c == b'.') {
+    let mut i = 0;
+    while i < b.len() {
+        if !b[i].is_ascii_digit() || (i > 0 && (b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'.')) {
+            i += 1;
             continue;
         }
-        let start = lower[..=i].rfind(|c: char| !(c.is_ascii_digit() || c == '.')).map_or(0, |j| j + 1);
-        let Ok(n) = lower[start..=i].parse::<f64>() else { continue };
-        let unit = lower[i + 1..].trim_start();
-        let word: String = unit.chars().take_while(|c| c.is_ascii_alphabetic() || *c == '/').collect();
-        let mult: u64 = match word.as_str() {
-            "kb" | "kib" | "kbytes" => 1 << 10,
-            "mb" | "mib" | "mbytes" => 1 << 20,
-            "gb" | "gib" | "gbytes" => 1 << 30,
-            "tb" | "tib" => 1 << 40,
-            "bytes" => 1,
-            _ => continue,
+        let start = i;
+        while i < b.len() && (b[i].is_ascii_digit() || b[i] == b'.') {
+            i += 1;
+        }
+        let Ok(n) = text[start..i].parse::<f64>() else { continue };
+        let mut j = i;
+        while j < b.len() && b[j] == b' ' {
+            j += 1;
+        }
+        let w = j;
+        while j < b.len() && (b[j].is_ascii_alphabetic() || b[j] == b'/') {
+            j += 1;
+        }
+        let word = &text[w..j];
+        let unit = |u: &str| word.eq_ignore_ascii_case(u);
+        let mult: u64 = if unit("kb") || unit("kib") || unit("kbytes") {
+            1 << 10
+        } else if unit("mb") || unit("mib") || unit("mbytes") {
+            1 << 20
+        } else if unit("gb") || unit("gib") || unit("gbytes") {
+            1 << 30
+        } else if unit("tb") || unit("tib") {
+            1 << 40
+        } else if unit("bytes") {
+            1
+        } else {
+            continue;
         };
         out.push((n * mult as f64) as u64);
     }
     out
 }
 
-/// The largest size a failure group shows: its parsed length or a size printed on its lines.
+/// The largest size a failure group shows: its parsed length or a size printed on its lines
+/// (collect.rs reads [`printed_sizes`] into `max_len` from each whole failure line).
 fn group_size(g: &Group) -> u64 {
-    g.evidence.iter().flat_map(|e| printed_sizes(&e.text)).fold(g.max_len, u64::max)
+    g.max_len
 }
 
 /// Whether a failure line of the stack names the NIC's translation table as what ran out (libvma's

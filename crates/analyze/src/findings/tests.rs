@@ -1115,3 +1115,12 @@ fn efault_on_a_gdr_map_mapping_is_the_address() {
     assert!(!crate::parse::facts::gdr_bar_mapping("cannot do gdr_map as expected"));
     assert!(crate::parse::facts::gdr_bar_mapping("ibv_reg_mr on the gdr_map'ed pointer failed"));
 }
+
+/// The size is read from the whole failure line, not the clipped evidence: a long prefix (journald,
+/// kubectl's timestamps) does not hide it.
+#[test]
+fn a_size_at_the_end_of_a_long_line_is_read() {
+    let l = "2026-12-07T10:00:00+0000 node017 python3[1234]: *** FATAL ERROR (proc 0): in gasnetc_segment_register() at gasnet_core.c:1125: Unexpected error Cannot allocate memory (errno=12) when registering a 4.00 GB segment\n";
+    let a = run(&[("r.txt", l)]);
+    assert_eq!(cats(&a).first(), Some(&"resource-exhaustion"), "{:?}", cats(&a));
+}
