@@ -661,6 +661,11 @@ impl Collector {
             }
         }
         g.max_len = g.max_len.max(r.length.unwrap_or(0));
+        // a size the failure line prints with its unit (`registering a 37.70 GB segment`): read here,
+        // from the whole line, since the evidence kept is clipped (findings/order.rs)
+        if !r.ok {
+            g.max_len = crate::findings::printed_sizes(&etext).into_iter().fold(g.max_len, u64::max);
+        }
         g.iova_misaligned += r.iova_misaligned as u64;
         g.over_memlock += r.over_memlock as u64;
         g.injected += r.injected as u64;

@@ -245,6 +245,9 @@ pub enum Flag {
     /// The thread says it is a regression: bisected to a commit (`git bisect`, `first bad commit`), a
     /// `Fixes:` tag, "regression", "since commit" (parse/prose.rs).
     RegressionTold,
+    /// The program maps GPU memory into its address space with gdrcopy (`gdr_map`, its `map_d_ptr` /
+    /// `ptr_va` prints): a VM_IO | VM_PFNMAP mapping of the GPU's BAR (parse/facts.rs).
+    GdrBarMapping,
 }
 
 #[derive(Debug, Clone)]

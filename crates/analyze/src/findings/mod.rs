@@ -10,6 +10,8 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
 mod likelihood;
+mod order;
+pub(crate) use order::printed_sizes;
 mod rules;
 mod violation;
 use rules::*;
@@ -468,6 +470,9 @@ fn diagnose_failures(v: &View, col: &Collector) -> (Vec<Finding>, Vec<RuledOut>)
     ];
     rescues(v, &mut cands);
     tried(v, &mut cands);
+    // the order between two causes the output both supports (findings/order.rs)
+    order::enomem(v, &mut cands);
+    order::efault_bar_mapping(v, &mut cands);
     // what the input says counts as evidence; the priors rank what it does not decide
     for c in cands.iter_mut() {
         c.evidence = c.score - c.hint;

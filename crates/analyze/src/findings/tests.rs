@@ -1118,3 +1118,76 @@ fn hpc_runtime_failures_name_their_own_knobs() {
     let f = a.findings.iter().find(|f| f.category == "resource-exhaustion").expect("resource finding");
     assert!(f.fixes.iter().any(|x| x.contains("FI_CXI_ODP=1")), "{:?}", f.fixes);
 }
+
+fn first_evidence(a: &Analysis) -> Vec<String> {
+    a.findings.first().map(|f| f.evidence.iter().map(|e| e.text.clone()).collect()).unwrap_or_default()
+}
+
+/// ENOMEM on a registration of gigabytes with no small locked-memory limit shown is a device limit
+/// (findings/order.rs `enomem`); a small limit shown next to it keeps memlock first; the line with
+/// the size is the first finding's evidence.
+#[test]
+fn a_registration_far_beyond_any_memlock_limit_is_resources() {
+    let seg = "*** FATAL ERROR (proc 0): in gasnetc_segment_register() at gasnet_core.c:1125: Unexpected error Cannot allocate memory (errno=12) when registering a 37.70 GB segment\n";
+    let big = run(&[("r.txt", seg)]);
+    assert_eq!(cats(&big).first(), Some(&"resource-exhaustion"), "{:?}", cats(&big));
+    assert!(first_evidence(&big).iter().any(|e| e.contains("37.70 GB")), "{:?}", first_evidence(&big));
+    assert!(big.findings[0].explanation.contains("far beyond the default locked-memory limits"));
+    // a small limit printed with it: the registration crossed that limit
+    let small = run(&[("r.txt", &format!("ulimit -l 64\n{seg}"))]);
+    assert_eq!(cats(&small).first(), Some(&"memlock-limit"), "{:?}", cats(&small));
+    // a small registration: the order stays the ENOMEM row's (memlock first)
+    let little = seg.replace("37.70 GB", "4.00 MB");
+    let little = run(&[("r.txt", &little)]);
+    assert_eq!(cats(&little).first(), Some(&"memlock-limit"), "{:?}", cats(&little));
+}
+
+/// The stack's own failure line naming the HCA's translation table (IBM Storage Scale's hint,
+/// libvma's) puts resources first, with that line as evidence.
+#[test]
+fn a_failure_line_naming_the_mtt_is_resources() {
+    let l = "Mon Dec  7 10:00:00.123 2026: [E] VERBS RDMA ibv_reg_mr err 12 device mlx5_0 addr 0x4000000 len 4096 KB. Try increasing device MTTs.\n";
+    let a = run(&[("r.txt", l)]);
+    assert_eq!(cats(&a).first(), Some(&"resource-exhaustion"), "{:?}", cats(&a));
+    assert!(a.findings[0].explanation.contains("translation table (MTT)"), "{}", a.findings[0].explanation);
+    assert!(first_evidence(&a).iter().any(|e| e.contains("device MTTs")));
+    assert!(super::order::names_translation_table("This might happen due to low MTT entries"));
+    assert!(super::order::names_translation_table("log_num_mtt"));
+    assert!(!super::order::names_translation_table("ib_umem_get failed: mttx"));
+}
+
+/// Sizes a line prints, with their units; rates are not sizes.
+#[test]
+fn printed_sizes_read_units_not_rates() {
+    use super::order::printed_sizes;
+    assert_eq!(printed_sizes("registering a 4.00 GB segment"), [4u64 << 30]);
+    assert_eq!(printed_sizes("len 8388608 KB. Try"), [8u64 << 30]);
+    assert_eq!(printed_sizes("Unable to register MR of 11279546368 bytes"), [11_279_546_368u64]);
+    assert!(printed_sizes("link 200 Gb/s, 100 Gbps, errno 12").is_empty());
+}
+
+/// EFAULT registering a gdrcopy mapping (gdr_map: the GPU's BAR as VM_IO | VM_PFNMAP) is the
+/// address, not missing peer memory (findings/order.rs `efault_bar_mapping`).
+#[test]
+fn efault_on_a_gdr_map_mapping_is_the_address() {
+    let body = "cuMemAlloc() of a 2097152 bytes GPU buffer\ngdr_map(g, mh, &map_ptr, size) returned 0\nibv_reg_mr failed: Bad address\n";
+    let a = run(&[("r.txt", body)]);
+    assert_eq!(cats(&a).first(), Some(&"address-invalid"), "{:?}", cats(&a));
+    assert!(first_evidence(&a).iter().any(|e| e.contains("gdr_map")), "{:?}", first_evidence(&a));
+    // without the mapping the same GPU memory is the peer-memory path
+    let gpu = run(&[("r.txt", "cuMemAlloc() of a 2097152 bytes GPU buffer\nibv_reg_mr failed: Bad address\n")]);
+    assert_eq!(cats(&gpu).first(), Some(&"gpu-peer-memory"), "{:?}", cats(&gpu));
+    // gdr_map failing is no mapping
+    assert!(!crate::parse::facts::gdr_bar_mapping("error: gdr_map failed"));
+    assert!(!crate::parse::facts::gdr_bar_mapping("cannot do gdr_map as expected"));
+    assert!(crate::parse::facts::gdr_bar_mapping("ibv_reg_mr on the gdr_map'ed pointer failed"));
+}
+
+/// The size is read from the whole failure line, not the clipped evidence: a long prefix (journald,
+/// kubectl's timestamps) does not hide it.
+#[test]
+fn a_size_at_the_end_of_a_long_line_is_read() {
+    let l = "2026-12-07T10:00:00+0000 node017 python3[1234]: *** FATAL ERROR (proc 0): in gasnetc_segment_register() at gasnet_core.c:1125: Unexpected error Cannot allocate memory (errno=12) when registering a 4.00 GB segment\n";
+    let a = run(&[("r.txt", l)]);
+    assert_eq!(cats(&a).first(), Some(&"resource-exhaustion"), "{:?}", cats(&a));
+}

@@ -52,6 +52,21 @@ fn ro_requested(lower: &str) -> bool {
         && !["not supported", "disabled", "falling back", "without"].iter().any(|w| lower.contains(w))
 }
 
+/// A line that names gdrcopy's `gdr_map` (the call that maps a pinned GPU range into the process,
+/// gdrapi.c) other than to say it failed (gdrapi's `error ... while mapping handle`, its sanity
+/// test's `cannot do gdr_map`, `gdr_map failed`/`returned`).
+pub fn gdr_bar_mapping(lower: &str) -> bool {
+    lower.match_indices("gdr_map").any(|(i, _)| {
+        let after = &lower[i + 7..];
+        let word = !after.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_') && !lower[..i].ends_with('_');
+        let near: String = after.chars().take(10).collect();
+        let before: String = lower[..i].chars().rev().take(16).collect::<Vec<_>>().into_iter().rev().collect();
+        let failed = ["fail", "error", "return"].iter().any(|w| near.contains(w))
+            || ["cannot", "can't", "unable", "not ", "fail"].iter().any(|w| before.contains(w));
+        word && !failed
+    })
+}
+
 fn mr_size_exceeded(t: &str) -> bool {
     t.find("max_mr_size").is_some_and(|i| t[..i].to_ascii_lowercase().contains("exceed"))
 }
@@ -288,6 +303,9 @@ pub fn parse(line: &str, ctx: &mut FileCtx, emit: &mut dyn FnMut(Event)) -> bool
         || lower.contains("dmabuf support status: 0")
     {
         fact(Fact::Flag(Flag::GpuDmabufUnavailable));
+    }
+    if gdr_bar_mapping(&lower) {
+        fact(Fact::Flag(Flag::GdrBarMapping));
     }
     if t.contains("GeForce") || t.contains("RTX 3090") || t.contains("RTX 4090") {
         fact(Fact::Flag(Flag::GeforceGpu));
