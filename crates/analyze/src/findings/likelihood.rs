@@ -35,7 +35,7 @@
 //!   That count includes held-out reports: the held-out figures of this change are after the fact;
 //!   reports collected blind after it (docs/perf.md, session 11) measure it.
 use super::{is_host_mem, unknown_mem, GroupKey};
-use crate::errno::{self, EACCES, EAGAIN, EFAULT, EINVAL, ENOMEM, EPERM};
+use crate::errno::{self, EACCES, EAGAIN, EFAULT, EINVAL, ENOMEM, ENOSPC, EPERM};
 use mrshim_record::MemKind;
 
 /// Score per unit of likelihood: a row's most likely cause gets ~1–1.5, below any one observation.
@@ -162,6 +162,36 @@ const NONE_CXI: Row = &[
 // The same on GPU memory (the program says the buffer is a GPU's): the device path first.
 const NONE_CXI_DEVICE: Row = &[("gpu-peer-memory", 0.45), ("resource-exhaustion", 0.3), ("version-mismatch", 0.25)];
 
+// The kernel's own RDMA consumers (NFS/RDMA xprtrdma and svcrdma, the storage targets on the R/W API:
+// nvmet-rdma, isert, srpt; the initiators ib_srp, iSER, nvme-rdma; RDS, SMB Direct, Lustre's o2iblnd,
+// the BeeGFS client)
+// register through the kernel API — ib_alloc_mr / ib_mr_pool_init pools of fast-registration MRs,
+// ib_map_mr_sg, ib_dma_map_sg, rdma_rw_ctx_init; BeeGFS's GPUDirect Storage mapping through nvidia-fs — with access bits they choose themselves, and nothing
+// of it is charged to a process's RLIMIT_MEMLOCK (torvalds/linux v6.1: no locked_vm/pinned_vm outside
+// ib_umem, which only user-space registrations use): memlock and the access bits are no cause. What
+// fails is the device's MRs for the pools (queues x depth), the DMA mapping, or an I/O's page layout the
+// device's fast registration cannot express (the page list length, gaps, Lustre's map_on_demand between
+// peers) — a pairing of configuration and device.
+const KERNEL_NOMEM: Row = &[("resource-exhaustion", 0.7), ("version-mismatch", 0.3)];
+const KERNEL_OTHER: Row = &[("version-mismatch", 0.5), ("resource-exhaustion", 0.35), ("address-invalid", 0.15)];
+const KERNEL_NONE: Row = &[("resource-exhaustion", 0.5), ("version-mismatch", 0.35), ("address-invalid", 0.15)];
+
+/// A call only the kernel's own RDMA consumers make (the vocabulary's kernel ULP entries name them).
+pub(super) fn in_kernel_consumer(call: &str) -> bool {
+    matches!(
+        call,
+        "ib_alloc_mr"
+            | "ib_mr_pool_init"
+            | "ib_map_mr_sg"
+            | "ib_dma_map_sg"
+            | "rdma_rw_ctx_init"
+            | "rdma_rw_ctx_signature_init"
+            | "ib_get_dma_mr"
+            | "frwr_query_device"
+            | "nvfs_dma_map_sg_attrs"
+    ) || call.starts_with("kiblnd_")
+}
+
 // A stack's warning with no failed registration (findings/mod.rs `WARNINGS`): the warnings name the
 // locked-memory limit (libibverbs' check_memlock_limit, UCX's uct_ib_memlock_limit_msg, Open MPI's
 // [init-fail-no-mem], Ceph's verify_prereq) or the HCA's translation table (Open MPI's [reg mem limit
@@ -174,7 +204,7 @@ const WARNED: Row = &[("memlock-limit", 0.45), ("resource-exhaustion", 0.35), ("
 
 /// Every row with what selects it (call, errno, memory), for the tests and docs/analyze.md's table.
 #[cfg(test)]
-pub(super) const TABLE: [(&str, &str, &str, Row); 24] = [
+pub(super) const TABLE: [(&str, &str, &str, Row); 27] = [
     ("ibv_reg_dmabuf_mr", "ENOMEM", "any", ENOMEM_DMABUF),
     ("ibv_reg_dmabuf_mr", "EINVAL", "any", EINVAL_DMABUF),
     ("ibv_reg_dmabuf_mr", "other or none", "any", OTHER_DMABUF),
@@ -196,6 +226,14 @@ pub(super) const TABLE: [(&str, &str, &str, Row); 24] = [
     ("any", "other", "host / unknown", OTHER_ANY),
     ("cxil_map", "none printed", "GPU", NONE_CXI_DEVICE),
     ("cxil_map", "none printed", "host / unknown", NONE_CXI),
+    (
+        "a kernel consumer's (ib_alloc_mr, ib_map_mr_sg, rdma_rw_ctx_init ...)",
+        "ENOMEM / EAGAIN / ENOSPC",
+        "any",
+        KERNEL_NOMEM,
+    ),
+    ("a kernel consumer's", "other", "any", KERNEL_OTHER),
+    ("a kernel consumer's", "none printed", "any", KERNEL_NONE),
     ("any", "none printed", "GPU", NONE_DEVICE),
     ("any", "none printed", "host / unknown", NONE_HOST),
     ("a stack's warning, no failure", "none", "any", WARNED),
@@ -231,7 +269,19 @@ pub(super) fn row(k: &GroupKey, gpuish: bool) -> Row {
     if k.call == "cxil_map" && k.errno.is_none() {
         return if mem_class(k, gpuish) == Mem::Device { NONE_CXI_DEVICE } else { NONE_CXI };
     }
+    if in_kernel_consumer(&k.call) {
+        return kernel_row(k.errno);
+    }
     lookup(k.errno, mem_class(k, gpuish), k.call.contains("dmabuf"), k.call.contains("iova"))
+}
+
+/// The row of a kernel consumer's failure by its errno.
+pub(super) fn kernel_row(e: Option<i32>) -> Row {
+    match e {
+        Some(ENOMEM) | Some(EAGAIN) | Some(ENOSPC) => KERNEL_NOMEM,
+        Some(_) => KERNEL_OTHER,
+        None => KERNEL_NONE,
+    }
 }
 
 pub(super) fn lookup(e: Option<i32>, mem: Mem, dmabuf: bool, iova: bool) -> Row {

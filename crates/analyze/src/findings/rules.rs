@@ -179,8 +179,10 @@ pub(super) fn memlock_limit<'a>(v: &View<'a>) -> Cand<'a> {
     // Over the limit only matters where the kernel's memlock errno came back (ENOMEM, or EPERM
     // for a limit of 0): EINVAL/EFAULT are decided before the pinned-page accounting.
     // A dmabuf registration pins nothing against RLIMIT_MEMLOCK (umem_dmabuf.c): never this cause.
+    // Nor does the kernel's own RDMA consumers' (NFS/RDMA, the storage targets, o2iblnd: likelihood.rs).
     let memlock_errno = |e: Option<i32>| matches!(e, Some(ENOMEM) | Some(EPERM) | None);
-    let over = v.fail_where(|k, g| g.over_memlock > 0 && memlock_errno(k.errno) && !k.call.contains("dmabuf"));
+    let pins = |k: &GroupKey| !k.call.contains("dmabuf") && !super::likelihood::in_kernel_consumer(&k.call);
+    let over = v.fail_where(|k, g| g.over_memlock > 0 && memlock_errno(k.errno) && pins(k));
     if !over.is_empty() {
         c.add(3.5, format!("{} registration(s) would have exceeded the locked-memory limit (bytes already registered + length > RLIMIT_MEMLOCK).", sum(&over)), None);
     }
@@ -199,7 +201,7 @@ pub(super) fn memlock_limit<'a>(v: &View<'a>) -> Cand<'a> {
         }
     }
     let candidates = v.fail_where(|k, g| {
-        !k.call.contains("dmabuf")
+        pins(k)
             && ((g.over_memlock > 0 && memlock_errno(k.errno))
                 || (memlock_errno(k.errno)
                     && (small.iter().any(|s| s.0 == k.host || s.0.is_empty()) || v.memlock(&k.host).is_none())))

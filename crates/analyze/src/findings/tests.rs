@@ -1191,3 +1191,40 @@ fn a_size_at_the_end_of_a_long_line_is_read() {
     let a = run(&[("r.txt", l)]);
     assert_eq!(cats(&a).first(), Some(&"resource-exhaustion"), "{:?}", cats(&a));
 }
+
+/// The kernel's own RDMA consumers (NFS/RDMA, the storage targets and initiators, o2iblnd) register
+/// through the kernel API, charged to no process's RLIMIT_MEMLOCK and with access bits they choose:
+/// their failures never lead with memlock or the access bits, and the messages that name their own
+/// remedy (the R/W API's MR pool, NFS/RDMA without FRWR, SPDK's unregistered buffer, BeeGFS's rkey
+/// type) lead with it, by the vocabulary's sample line alone.
+#[test]
+fn kernel_consumers_and_storage_messages_lead_with_their_cause() {
+    let v = crate::parse::vocab::table();
+    let sample = |id: &str| v.entries.iter().find(|e| e.id == id).unwrap_or_else(|| panic!("{id}")).sample.clone();
+    for id in [
+        "linux.xprtrdma.map_mr",
+        "linux.xprtrdma.trace_frwr_alloc",
+        "linux.isert.prepare_rdma_res",
+        "linux.svcrdma.trace_dma_map_rw_err",
+        "linux.nvme_rdma.mr_pool",
+    ] {
+        let a = run(&[("dmesg.txt", &format!("{}\n", sample(id)))]);
+        let c = cats(&a);
+        assert!(!c.is_empty(), "{id}: no finding");
+        assert!(!c.contains(&"memlock-limit") && !c.contains(&"access-flags"), "{id}: {c:?}");
+    }
+    for (id, cat, issue, knob) in [
+        ("linux.rw.init_mrs", "resource-exhaustion", "linux-rdma-rw-mr-pool", "--queue-size"),
+        ("linux.xprtrdma.frwr_unsupported", "version-mismatch", "linux-xprtrdma-frwr-unsupported", "proto=tcp"),
+        ("spdk.rdma.no_translation", "address-invalid", "spdk-buffer-not-registered", "spdk_dma_malloc"),
+        ("beegfs.ibv.dma_key_unsupported", "version-mismatch", "beegfs-rdma-keytype-dma", "connRDMAKeyType"),
+        ("beegfs.gds.rkey_type", "version-mismatch", "beegfs-gds-keytype-register", "connRDMAKeyType"),
+        ("beegfs.gds.mixed_pages", "address-invalid", "beegfs-gds-mixed-pages", "wholly in GPU memory"),
+    ] {
+        let a = run(&[("log", &format!("{}\n", sample(id)))]);
+        let f = a.findings.first().unwrap_or_else(|| panic!("{id}: no finding"));
+        assert_eq!(f.category, cat, "{id}: {:?}", cats(&a));
+        assert_eq!(f.known_issue.as_ref().map(|k| k.id.as_str()), Some(issue), "{id}");
+        assert!(f.fixes.first().is_some_and(|x| x.contains(knob)), "{id}: {:?}", f.fixes);
+    }
+}
