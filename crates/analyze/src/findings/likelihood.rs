@@ -63,8 +63,11 @@ const ENOMEM_ANY: Row =
     &[("memlock-limit", 0.4), ("resource-exhaustion", 0.34), ("version-mismatch", 0.14), ("access-flags", 0.12)];
 // EAGAIN: mlx5 NO_RES and transient provider allocation failures; memlock on stacks that map it.
 const EAGAIN_ANY: Row = &[("resource-exhaustion", 0.7), ("memlock-limit", 0.3)];
-// EPERM: can_do_mlock with RLIMIT_MEMLOCK 0 and no CAP_IPC_LOCK; EACCES/EPERM opening /dev/infiniband.
-const EPERM_ANY: Row = &[("permissions", 0.64), ("memlock-limit", 0.36)];
+// EPERM from a registration: ib_umem_get's only EPERM is can_do_mlock — RLIMIT_MEMLOCK 0 and no
+// CAP_IPC_LOCK — so the limit of 0 first; a container without the capability (or a device node it
+// may not use) second. EACCES: the device node's permissions, then the limit.
+const EPERM_ANY: Row = &[("memlock-limit", 0.64), ("permissions", 0.36)];
+const EACCES_ANY: Row = &[("permissions", 0.64), ("memlock-limit", 0.36)];
 // The dmabuf rows never name gpu-peer-memory: ibv_reg_dmabuf_mr imports the exporter's buffer
 // (ib_umem_dmabuf_get, drivers/infiniband/core/umem_dmabuf.c) and no peer-memory client is involved.
 // EOPNOTSUPP from ibv_reg_dmabuf_mr: the provider's or kernel's missing dmabuf support
@@ -204,13 +207,14 @@ const WARNED: Row = &[("memlock-limit", 0.45), ("resource-exhaustion", 0.35), ("
 
 /// Every row with what selects it (call, errno, memory), for the tests and docs/analyze.md's table.
 #[cfg(test)]
-pub(super) const TABLE: [(&str, &str, &str, Row); 27] = [
+pub(super) const TABLE: [(&str, &str, &str, Row); 28] = [
     ("ibv_reg_dmabuf_mr", "ENOMEM", "any", ENOMEM_DMABUF),
     ("ibv_reg_dmabuf_mr", "EINVAL", "any", EINVAL_DMABUF),
     ("ibv_reg_dmabuf_mr", "other or none", "any", OTHER_DMABUF),
     ("any", "ENOMEM", "any", ENOMEM_ANY),
     ("any", "EAGAIN", "any", EAGAIN_ANY),
-    ("any", "EPERM / EACCES", "any", EPERM_ANY),
+    ("any", "EPERM", "any", EPERM_ANY),
+    ("any", "EACCES", "any", EACCES_ANY),
     ("ibv_reg_dmabuf_mr", "EOPNOTSUPP", "any", EOPNOTSUPP_DMABUF),
     ("any", "EOPNOTSUPP", "GPU", EOPNOTSUPP_DEVICE),
     ("any", "EOPNOTSUPP", "host / unknown", EOPNOTSUPP_HOST),
@@ -290,7 +294,8 @@ pub(super) fn lookup(e: Option<i32>, mem: Mem, dmabuf: bool, iova: bool) -> Row 
         (Some(ENOMEM), _) if dmabuf => ENOMEM_DMABUF,
         (Some(ENOMEM), _) => ENOMEM_ANY,
         (Some(EAGAIN), _) => EAGAIN_ANY,
-        (Some(EPERM) | Some(EACCES), _) => EPERM_ANY,
+        (Some(EPERM), _) => EPERM_ANY,
+        (Some(EACCES), _) => EACCES_ANY,
         (Some(e), _) if notsup(e) && dmabuf => EOPNOTSUPP_DMABUF,
         (Some(e), Mem::Device) if notsup(e) => EOPNOTSUPP_DEVICE,
         (Some(e), _) if notsup(e) => EOPNOTSUPP_HOST,

@@ -228,6 +228,10 @@ pub(super) fn memlock_limit<'a>(v: &View<'a>) -> Cand<'a> {
         // the errno is one reading of the failure (the likelihood table's), not an observation of the limit
         c.guess(1.0, "ENOMEM is what the kernel returns at that limit.");
     }
+    if v.errno_count(EPERM) * 2 >= total {
+        // ib_umem_get's only EPERM: can_do_mlock, a limit of 0 without CAP_IPC_LOCK
+        c.guess(1.0, "EPERM is what the kernel returns to a registration at a locked-memory limit of 0 without CAP_IPC_LOCK.");
+    }
     if v.errno_count(EPERM) > 0 && small.iter().any(|s| s.1 == 0) {
         c.add(1.0, "EPERM with a memlock limit of 0: the process may not pin memory at all.", None);
     }
@@ -768,7 +772,14 @@ pub(super) fn permissions<'a>(v: &View<'a>) -> Cand<'a> {
     let gs = v.fail_where(|k, _| matches!(k.errno, Some(EPERM) | Some(EACCES)));
     let zero_memlock = v.c.hosts.values().any(|h| h.memlock.contains_key(&Some(0)));
     if !gs.is_empty() && !zero_memlock {
-        c.add(2.0, format!("{} registration(s) were refused with {}.", sum(&gs), describe_errnos(&gs)), None);
+        // EPERM alone is the kernel's refusal at a memlock limit of 0 (can_do_mlock) as much as a
+        // missing capability: it weighs fully only where the capability or the device node is seen
+        // missing (a container without IPC_LOCK, /dev/infiniband not permitted) or the errno is EACCES
+        let seen = v.flag(Flag::DevPermission).is_some()
+            || v.flag(Flag::NoIpcLock).is_some()
+            || gs.iter().any(|g| g.0.errno == Some(EACCES));
+        let w = if seen { 2.0 } else { 1.0 };
+        c.add(w, format!("{} registration(s) were refused with {}.", sum(&gs), describe_errnos(&gs)), None);
         c.groups = gs;
     }
     if let Some(e) = v.flag(Flag::DevPermission) {

@@ -1228,3 +1228,14 @@ fn kernel_consumers_and_storage_messages_lead_with_their_cause() {
         assert!(f.fixes.first().is_some_and(|x| x.contains(knob)), "{id}: {:?}", f.fixes);
     }
 }
+
+/// EPERM from a registration is ib_umem_get's can_do_mlock refusal (a locked-memory limit of 0
+/// without CAP_IPC_LOCK): the limit first when nothing shows a missing capability or device node;
+/// EACCES is the device node's permissions.
+#[test]
+fn eperm_from_a_registration_is_the_zero_memlock_limit() {
+    let a = run(&[("r.txt", "rdma_reg_msgs for recv_msg: Operation not permitted\nrdma_client: end -1\n")]);
+    assert_eq!(cats(&a).first(), Some(&"memlock-limit"), "{:?}", cats(&a));
+    let a = run(&[("r.txt", "misc/ibvwrap.cc:188 NCCL WARN Call to ibv_reg_mr failed with error Permission denied\n")]);
+    assert_eq!(cats(&a).first(), Some(&"permissions"), "{:?}", cats(&a));
+}
