@@ -420,6 +420,11 @@ const DEVICE_MEM: &[&str] = &[
     "device memory",
     "hipmalloc",
     "cudamalloc",
+    // the other GPU runtimes' device allocators: MetaX MACA (mcMalloc, mcMallocAsync: MCCL's),
+    // oneAPI Level Zero (zeMemAllocDevice) and SYCL (malloc_device)
+    "mcmalloc",
+    "zememallocdevice",
+    "malloc_device",
     "cuda buffer",
     "cuda memory",
     "gpu tensor",
