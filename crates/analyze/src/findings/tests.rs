@@ -1239,3 +1239,14 @@ fn eperm_from_a_registration_is_the_zero_memlock_limit() {
     let a = run(&[("r.txt", "misc/ibvwrap.cc:188 NCCL WARN Call to ibv_reg_mr failed with error Permission denied\n")]);
     assert_eq!(cats(&a).first(), Some(&"permissions"), "{:?}", cats(&a));
 }
+
+/// A buffer from another GPU runtime's device allocator (MetaX MACA's mcMalloc, Level Zero's
+/// zeMemAllocDevice) registered with EFAULT is GPU memory without peer memory, as for cudaMalloc.
+#[test]
+fn other_gpu_runtimes_allocations_are_device_memory() {
+    for alloc in ["mcMalloc(268435456) -> 0, ptr 0x7fe35d1f9000", "zeMemAllocDevice(ctx, &desc, 268435456, 64, dev, &ptr) -> 0"] {
+        let body = format!("{alloc}\n[mlx5_0] register mem failed, addr 0x7fe35d1f9000 len 268435456: Bad address\n");
+        let a = run(&[("r.txt", body.as_str())]);
+        assert_eq!(cats(&a).first(), Some(&"gpu-peer-memory"), "{alloc}: {:?}", cats(&a));
+    }
+}

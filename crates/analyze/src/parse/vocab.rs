@@ -53,6 +53,10 @@ pub struct Entry {
     /// The errno the message stands for when it prints none.
     #[serde(default)]
     pub errno: Option<i32>,
+    /// The access bits the message stands for when it prints none (a program's own ODP check that
+    /// refuses before its IBV_ACCESS_ON_DEMAND registration).
+    #[serde(default)]
+    pub access: Option<u32>,
     #[serde(default)]
     pub mem: Option<String>,
     #[serde(default)]
@@ -788,7 +792,7 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
         ok: false,
         errno: fields.errno.or(e.errno).or(carried).or(if zero { Some(errno::EINVAL) } else { None }),
         mem,
-        access: fields.access,
+        access: fields.access.or(e.access),
         length: fields.length,
         addr: fields.addr,
         evid: Some((lineno, line.to_string())),
