@@ -230,7 +230,10 @@ pub(super) fn memlock_limit<'a>(v: &View<'a>) -> Cand<'a> {
     }
     if v.errno_count(EPERM) * 2 >= total {
         // ib_umem_get's only EPERM: can_do_mlock, a limit of 0 without CAP_IPC_LOCK
-        c.guess(1.0, "EPERM is what the kernel returns to a registration at a locked-memory limit of 0 without CAP_IPC_LOCK.");
+        c.guess(
+            1.0,
+            "EPERM is what the kernel returns to a registration at a locked-memory limit of 0 without CAP_IPC_LOCK.",
+        );
     }
     if v.errno_count(EPERM) > 0 && small.iter().any(|s| s.1 == 0) {
         c.add(1.0, "EPERM with a memlock limit of 0: the process may not pin memory at all.", None);

@@ -1244,9 +1244,26 @@ fn eperm_from_a_registration_is_the_zero_memlock_limit() {
 /// zeMemAllocDevice) registered with EFAULT is GPU memory without peer memory, as for cudaMalloc.
 #[test]
 fn other_gpu_runtimes_allocations_are_device_memory() {
-    for alloc in ["mcMalloc(268435456) -> 0, ptr 0x7fe35d1f9000", "zeMemAllocDevice(ctx, &desc, 268435456, 64, dev, &ptr) -> 0"] {
+    for alloc in
+        ["mcMalloc(268435456) -> 0, ptr 0x7fe35d1f9000", "zeMemAllocDevice(ctx, &desc, 268435456, 64, dev, &ptr) -> 0"]
+    {
         let body = format!("{alloc}\n[mlx5_0] register mem failed, addr 0x7fe35d1f9000 len 268435456: Bad address\n");
         let a = run(&[("r.txt", body.as_str())]);
         assert_eq!(cats(&a).first(), Some(&"gpu-peer-memory"), "{alloc}: {:?}", cats(&a));
     }
+}
+
+/// An address and an iova printed with the call (on its failure line, or logged just before it) whose
+/// offsets within the page differ are uverbs' EINVAL: iova-alignment first; offsets that agree are not.
+#[test]
+fn printed_address_and_iova_with_other_page_offsets_are_the_iova() {
+    let one = "ibv_reg_mr_iova2(addr=0x7f3a00001050, length=65536, iova=0x0, access=0x7) failed: Invalid argument\n";
+    let two = "ibv_reg_mr_iova2(addr=0x7f3a00001050, length=65536, iova=0x0, access=0x7)\nTraceback (most recent call last):\n  File \"reg.py\", line 23, in <module>\n    raise OSError(e, 'ibv_reg_mr_iova2 failed: ' + os.strerror(e))\nOSError: [Errno 22] ibv_reg_mr_iova2 failed: Invalid argument\n";
+    for body in [one, two] {
+        let a = run(&[("r.txt", body)]);
+        assert_eq!(cats(&a).first(), Some(&"iova-alignment"), "{body}: {:?}", cats(&a));
+    }
+    let agrees = one.replace("iova=0x0", "iova=0x10000050");
+    let a = run(&[("r.txt", agrees.as_str())]);
+    assert!(!cats(&a).contains(&"iova-alignment"), "{:?}", cats(&a));
 }

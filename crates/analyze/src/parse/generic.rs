@@ -570,6 +570,34 @@ pub fn lib_hint(s: &str) -> Option<Lib> {
 const ADDR_KEYS: &[&str] = &["addr=", "addr:", "address=", "address ", "buf ", "memory "];
 const LEN_KEYS: &[&str] = &["length=", "length:", "length ", "len=", "size=", "size:", "size = "];
 const ACCESS_KEYS: &[&str] = &["access=", "access:", "access_flags = ", "accessflag:"];
+const IOVA_KEYS: &[&str] = &["iova=", "iova:", "hca_va="];
+
+/// A registration's arguments as a line prints them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Args {
+    pub addr: Option<u64>,
+    pub length: Option<u64>,
+    pub access: Option<u32>,
+    /// The iova printed beside the address has another offset within a 4 KiB page: uverbs'
+    /// ib_uverbs_reg_mr refuses `(start ^ hca_va) & ~PAGE_MASK` with EINVAL (the low 12 bits differ on
+    /// every page size; offsets that agree there but not within a 64 KiB page are not read).
+    pub iova_misaligned: bool,
+}
+
+fn args(lower: &str) -> Args {
+    static ADDR: std::sync::LazyLock<Finders> = std::sync::LazyLock::new(|| finders(ADDR_KEYS));
+    static LEN: std::sync::LazyLock<Finders> = std::sync::LazyLock::new(|| finders(LEN_KEYS));
+    static ACCESS: std::sync::LazyLock<Finders> = std::sync::LazyLock::new(|| finders(ACCESS_KEYS));
+    static IOVA: std::sync::LazyLock<Finders> = std::sync::LazyLock::new(|| finders(IOVA_KEYS));
+    let addr = arg_num(lower, &ADDR).filter(|a| *a > 4096);
+    let iova = if has!(lower, "iova") || has!(lower, "hca_va") { arg_num(lower, &IOVA) } else { None };
+    Args {
+        addr,
+        length: arg_num(lower, &LEN),
+        access: arg_num(lower, &ACCESS).map(|a| a as u32),
+        iova_misaligned: matches!((addr, iova), (Some(a), Some(i)) if (a ^ i) & 0xfff != 0),
+    }
+}
 
 type Finders = Vec<memchr::memmem::Finder<'static>>;
 
@@ -621,9 +649,6 @@ pub fn source_code(lower: &str) -> bool {
 }
 
 fn read(body: &str) -> Read {
-    static ADDR: std::sync::LazyLock<Finders> = std::sync::LazyLock::new(|| finders(ADDR_KEYS));
-    static LEN: std::sync::LazyLock<Finders> = std::sync::LazyLock::new(|| finders(LEN_KEYS));
-    static ACCESS: std::sync::LazyLock<Finders> = std::sync::LazyLock::new(|| finders(ACCESS_KEYS));
     // prose in CJK scripts is read sentence by sentence by the prose parser
     if body.len() > 4096 || !body.is_ascii() && body.chars().any(|c| c >= '\u{2e80}') {
         return Read::Nothing;
@@ -665,15 +690,18 @@ fn read(body: &str) -> Read {
     if mem.is_none() && matches!(call.as_str(), "gdr_pin_buffer" | "nvidia_p2p_get_pages" | "nv_p2p_get_pages") {
         mem = Some(MemKind::Device);
     }
+    let a = args(&lower);
+    let errno = errno::find(body).or_else(|| errno_in_words(&lower));
     Read::Failure(Box::new(RegEv {
         lib: lib_hint(body),
         call,
         ok: false,
-        errno: errno::find(body).or_else(|| errno_in_words(&lower)),
+        errno,
         mem,
-        addr: arg_num(&lower, &ADDR).filter(|a| *a > 4096),
-        length: arg_num(&lower, &LEN),
-        access: arg_num(&lower, &ACCESS).map(|a| a as u32),
+        addr: a.addr,
+        length: a.length,
+        access: a.access,
+        iova_misaligned: a.iova_misaligned && matches!(errno, Some(errno::EINVAL) | None),
         ..Default::default()
     }))
 }
@@ -717,6 +745,12 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
     let read = match read(f.body) {
         Read::Failure(ev) => Some(*ev),
         Read::Named(call) => {
+            // (a line that names the call without its arguments — the source line of a traceback
+            // that raised it — keeps the arguments logged before it)
+            let a = args(&f.body.to_ascii_lowercase());
+            if a.addr.is_some() {
+                ctx.reg_args = Some((lineno, call.clone(), a));
+            }
             ctx.reg_named = Some((lineno, call));
             None
         }
@@ -756,11 +790,26 @@ pub fn parse(f: &Frame, ctx: &mut FileCtx, lineno: u64, line: &str, emit: &mut d
         ev.mem = ctx.device_hint.map(|d| if d { MemKind::Device } else { MemKind::HostAnon });
     }
     ev.evid = Some((lineno, line.to_string()));
+    // the call's arguments printed on the line just before its failure (a program that logs the
+    // call, then its error): the address, length, access and the iova's page offset
+    if let Some((at, named, a)) = ctx.reg_args.take() {
+        let same = named == ev.call || ev.call == "register memory";
+        if lineno <= at + ARGS_BEFORE && same && ev.addr.is_none() {
+            ev.addr = a.addr;
+            ev.length = ev.length.or(a.length);
+            ev.access = ev.access.or(a.access);
+            ev.iova_misaligned |= a.iova_misaligned && matches!(ev.errno, Some(errno::EINVAL) | None);
+        }
+    }
     ctx.reg_named = None;
     hold(ev, ctx, lineno, f.body, emit);
     ctx.gen_pending_final = false;
     true
 }
+
+/// How many lines before its failure a call's logged arguments may be (a Python traceback's frames
+/// come between a script's log of the call and the exception that reports its failure).
+const ARGS_BEFORE: u64 = 6;
 
 /// How many lines after a registration is named (a code block that calls it) a sentence may say
 /// how "it" failed.
@@ -810,6 +859,7 @@ pub fn hold(mut ev: RegEv, ctx: &mut FileCtx, lineno: u64, body: &str, emit: &mu
             ev.addr = ev.addr.or(p.addr);
             ev.length = ev.length.or(p.length);
             ev.access = ev.access.or(p.access);
+            ev.iova_misaligned |= p.iova_misaligned;
             // an upper layer printed right after its library's line is the same process's (the
             // application's own line names none; the engine's glog line does)
             ev.pid = ev.pid.or(p.pid);

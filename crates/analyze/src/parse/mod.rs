@@ -65,6 +65,8 @@ pub struct FileCtx {
     /// The last line that named a registration without a failure (a source line that calls it,
     /// prose about it) and the call: a sentence after it may say how "it" failed.
     pub reg_named: Option<(u64, String)>,
+    /// The arguments that line printed (the call logged before its failure's own line).
+    pub reg_args: Option<(u64, String, generic::Args)>,
     /// Inside a Python traceback (its frames so far).
     pub pytrace: Option<pytrace::PyTrace>,
     /// An errno a vocabulary line printed for the failure line that follows it (libfabric EFA's
