@@ -323,8 +323,10 @@ impl Parser {
     pub fn line(&mut self, ctx: &mut FileCtx, line: &str, lineno: u64, emit: &mut dyn FnMut(Event)) -> bool {
         let t = line.trim_start();
         // "##" lines are comments (fixture headers, annotations) and never evidence; a markdown
-        // heading of level 3 or more (`#### `cxil_map: write error` when ...`) is a pasted line
-        if t.starts_with("##") && !t.starts_with("###") {
+        // heading of level 3 or more (`#### `cxil_map: write error` when ...`) is a pasted line, and
+        // so is a level-2 heading made of a log line's timestamp (`## [1757995046.794816] [host:pid:0]
+        // ... UCX ERROR ...`: UCX's and other loggers' `[seconds.micros]` prefix)
+        if t.starts_with("##") && !t.starts_with("###") && !logged_heading(t) {
             return false;
         }
         if t.starts_with('{') && shim::parse(t, &mut self.shim, lineno, emit) {
@@ -502,8 +504,25 @@ impl Parser {
     }
 }
 
+/// A `## ` line whose text is a logger's timestamp in brackets (`## [1757995046.794816] ...`): a
+/// pasted log line a markdown editor turned into a heading, not a comment.
+fn logged_heading(t: &str) -> bool {
+    let r = t.trim_start_matches('#').trim_start();
+    r.strip_prefix('[').is_some_and(|r| {
+        let n = r.bytes().take_while(|b| b.is_ascii_digit()).count();
+        n >= 9 && r.as_bytes().get(n) == Some(&b'.')
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_heading_made_of_a_log_line_is_pasted() {
+        assert!(super::logged_heading("## [1757995046.794816] [amdgpu05:194643:0]  ib_md.c:309  UCX  ERROR x"));
+        assert!(!super::logged_heading("## source: https://example.org"));
+        assert!(!super::logged_heading("## [RO] relaxed ordering"));
+    }
+
     use super::*;
     use aho_corasick::AhoCorasick;
 
