@@ -224,7 +224,7 @@ mod guest {
     pub fn run(out: &Path, provider: &str) {
         let ktrace = ktrace::setup(provider);
         let rxe: &[(&str, Check)] = &[
-            ("devinfo_shows_rxe0_port_active", devinfo),
+            ("devinfo_shows_rxe0_port_active", |_| devinfo("rxe0", &["link_layer:\t\tEthernet"])),
             ("rc_pingpong", |c| rc_pingpong(c, false)),
             ("rc_pingpong_shim", |c| rc_pingpong(c, true)),
             ("write_bw", |c| write_bw(c, false)),
@@ -249,7 +249,7 @@ mod guest {
             ("analyze_reads_the_stacks_own_output_on_rxe", output_matrix),
         ];
         let siw: &[(&str, Check)] = &[
-            ("devinfo_shows_siw0_port_active", devinfo_siw),
+            ("devinfo_shows_siw0_port_active", |_| devinfo("siw0", &["transport:\t\t\tiWARP (1)"])),
             ("regmr_table_matches_the_siw0_column", |c| regmr_table_on(c, "siw0")),
             ("doctor_says_memlock_is_enforced_on_siw", doctor_memlock),
             ("analyze_reads_the_stacks_own_output_on_siw", output_matrix_siw),
@@ -360,26 +360,15 @@ mod guest {
         ktrace::matches(&recs, &ktrace::take())
     }
 
-    fn devinfo(_: &Ctx) -> Result<String, String> {
-        let o = timeout(30, "ibv_devinfo").args(["-d", "rxe0"]).output().unwrap();
+    /// `ibv_devinfo -d DEV` shows every line of `want`: rxe0 a RoCE (Ethernet) port, siw0 an iWARP
+    /// device (soft-iWARP over TCP on the guest's dummy interface), each PORT_ACTIVE.
+    fn devinfo(dev: &str, want: &[&str]) -> Result<String, String> {
+        let o = timeout(30, "ibv_devinfo").args(["-d", dev]).output().unwrap();
         ok(&o, "ibv_devinfo")?;
         let out = stdout(&o);
-        for want in ["hca_id:\trxe0", "PORT_ACTIVE (4)", "link_layer:\t\tEthernet"] {
-            if !out.contains(want) {
-                return Err(format!("no {want:?} in:\n{out}"));
-            }
-        }
-        Ok(out)
-    }
-
-    /// siw0: an iWARP device (soft-iWARP over TCP on the guest's dummy interface).
-    fn devinfo_siw(_: &Ctx) -> Result<String, String> {
-        let o = timeout(30, "ibv_devinfo").args(["-d", "siw0"]).output().unwrap();
-        ok(&o, "ibv_devinfo")?;
-        let out = stdout(&o);
-        for want in ["hca_id:\tsiw0", "transport:\t\t\tiWARP (1)", "PORT_ACTIVE (4)"] {
-            if !out.contains(want) {
-                return Err(format!("no {want:?} in:\n{out}"));
+        for w in [&format!("hca_id:\t{dev}"), "PORT_ACTIVE (4)"].into_iter().chain(want.iter().copied()) {
+            if !out.contains(w) {
+                return Err(format!("no {w:?} in:\n{out}"));
             }
         }
         Ok(out)
