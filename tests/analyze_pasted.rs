@@ -143,7 +143,9 @@ fn differential_order_by_errno() {
     for (line, first) in [
         ("ibv_reg_mr failed: Cannot allocate memory", "memlock-limit"),
         ("ibv_reg_mr failed: Resource temporarily unavailable", "resource-exhaustion"),
-        ("ibv_reg_mr failed: Operation not permitted", "permissions"),
+        // EPERM from a registration is ib_umem_get's can_do_mlock: a memlock limit of 0 without
+        // CAP_IPC_LOCK (session 15; "permissions" first where a missing capability is seen)
+        ("ibv_reg_mr failed: Operation not permitted", "memlock-limit"),
         ("ibv_reg_mr failed: Permission denied", "permissions"),
         ("register GPU memory (cuda) failed: Bad address", "gpu-peer-memory"),
         ("register GPU memory (cuda) failed: Invalid argument", "gpu-peer-memory"),
