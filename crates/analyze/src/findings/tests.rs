@@ -1267,3 +1267,16 @@ fn printed_address_and_iova_with_other_page_offsets_are_the_iova() {
     let a = run(&[("r.txt", agrees.as_str())]);
     assert!(!cats(&a).contains(&"iova-alignment"), "{:?}", cats(&a));
 }
+
+/// A registration's range printed as an interval is its size: GASNet-EX's ofi segment binding names
+/// `[start, end)`, and ENOMEM on tens of GB with no small limit shown is a device limit.
+#[test]
+fn a_printed_address_interval_is_a_size() {
+    use crate::findings::order::printed_sizes;
+    assert_eq!(printed_sizes("binding segment [0x602000000, 0xecc000000) to EP 2"), [0xecc000000u64 - 0x602000000]);
+    assert_eq!(printed_sizes("range [0x1000-0x3000]"), [0x2000u64]);
+    assert!(printed_sizes("rank [0] [1, 2)").is_empty());
+    let l = "*** WARNING (proc 1): Unexpected error 12 (Cannot allocate memory) from fi_mr_regattr() when binding segment [0x7f0000000000, 0x7f0800000000) to EP 2\n";
+    let a = run(&[("r.txt", l)]);
+    assert_eq!(cats(&a).first(), Some(&"resource-exhaustion"), "{:?}", cats(&a));
+}
