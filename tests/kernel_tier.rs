@@ -380,12 +380,7 @@ mod guest {
     /// through ib_umem_get, which skips RLIMIT_MEMLOCK for CAP_IPC_LOCK ("not enforced", ok); siw
     /// pins with its own check, which the capability does not lift (enforced: the limit fails).
     fn doctor_memlock(_: &Ctx) -> Result<String, String> {
-        let root = |prog: &str| {
-            let mut c = timeout(60, "sh");
-            c.arg("-c").arg("ulimit -S -l 64 && exec \"$@\"").args(["sh", prog]);
-            c
-        };
-        let o = root(mrshim_bin().to_str().unwrap()).args(["doctor", "--json"]).output().unwrap();
+        let o = root_limited(64, mrshim_bin().to_str().unwrap()).args(["doctor", "--json"]).output().unwrap();
         let v: serde_json::Value = serde_json::from_str(&stdout(&o))
             .map_err(|e| format!("doctor --json: {e}\n{}{}", stdout(&o), stderr(&o)))?;
         let check = v["checks"]
@@ -393,7 +388,7 @@ mod guest {
             .and_then(|c| c.iter().find(|c| c["id"] == "memlock"))
             .cloned()
             .ok_or_else(|| format!("no memlock check in:\n{v}"))?;
-        let reg = root(pyverbs::PYTHON).arg(src_c("pyverbs_reg.py")).output().unwrap();
+        let reg = root_limited(64, pyverbs::PYTHON).arg(src_c("pyverbs_reg.py")).output().unwrap();
         let registered = reg.status.success();
         let (status, enforced_by) = (check["status"].as_str().unwrap_or("-"), &check["raw"]["enforced_by"]);
         let detail = format!(
@@ -994,7 +989,7 @@ mod guest {
     /// kernel's, not made up.
     /// As root, CAP_IPC_LOCK kept, soft `ulimit -l KIB`: the case only siw refuses.
     fn root_limited(kib: u32, prog: &str) -> Command {
-        let mut c = timeout(30, "sh");
+        let mut c = timeout(60, "sh");
         c.arg("-c").arg(format!("ulimit -S -l {kib} && exec \"$@\"")).args(["sh", prog]);
         c
     }

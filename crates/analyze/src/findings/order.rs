@@ -61,11 +61,7 @@ pub(crate) fn printed_sizes(text: &str) -> Vec<u64> {
 /// The sizes of address ranges printed as intervals, `[0xSTART, 0xEND)` or `[0xSTART-0xEND]` (GASNet's
 /// segment binding `when binding segment [0x602000000, 0xecc000000) to EP 2`): END - START.
 fn printed_ranges(text: &str) -> impl Iterator<Item = u64> + '_ {
-    let hex = |s: &str| {
-        let s = s.trim();
-        let h = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X"))?;
-        (!h.is_empty() && h.len() <= 16).then(|| u64::from_str_radix(h, 16).ok()).flatten()
-    };
+    let hex = crate::parse::shim::parse_hex;
     text.match_indices('[').filter_map(move |(i, _)| {
         let rest = &text[i + 1..];
         let close = rest.find([')', ']'])?;
